@@ -1,0 +1,32 @@
+// Package clock is the time source behind every timer of fairlock: watchdog
+// renewals, waiter heartbeats, fallback wake-ups and loss deadlines.
+//
+// Scripts never use it: they read "now" from Redis (TIME), so clients whose
+// clocks disagree cannot disagree about deadlines. The clock only decides when
+// this process does something, which is what tests need to control.
+package clock
+
+import "time"
+
+// Clock tells the time and runs functions later.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// AfterFunc calls f once, in its own goroutine, after d has elapsed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

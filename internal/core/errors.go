@@ -1,0 +1,27 @@
+// Package core is the machinery both locks share: configuration, owner and
+// request ids, the local state of a hold (watchdog, loss deadline, Lost and
+// HoldContext), the shared pub/sub hub, and a Mutex that runs a Kind's
+// scripts. fair and reentrant say only what differs: their scripts and how a
+// waiter waits.
+package core
+
+import "errors"
+
+var (
+	// ErrInvalidArgument is wrapped by every error about bad input.
+	ErrInvalidArgument = errors.New("fairlock: invalid argument")
+	// ErrNotHeld is returned by Unlock when the handle does not hold the lock.
+	ErrNotHeld = errors.New("fairlock: lock not held")
+	// ErrLockLost means the hold ended without Unlock: its lease ran out before
+	// a renewal succeeded, or the lock was deleted or taken behind its back.
+	// errors.Is(ErrLockLost, ErrNotHeld) is true.
+	ErrLockLost error = lostError{}
+	// ErrReleased is the cause of a HoldContext cancelled by Unlock or
+	// ForceUnlock.
+	ErrReleased = errors.New("fairlock: lock released")
+)
+
+type lostError struct{}
+
+func (lostError) Error() string        { return "fairlock: lock lost" }
+func (lostError) Is(target error) bool { return target == ErrNotHeld }

@@ -1,0 +1,177 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+)
+
+// Grant is what an acquiring call learned: the hold's count and token, and
+// from when the client may count the lease.
+type Grant struct {
+	Count int
+	Token int64
+	// Since is the local time the lease counts from: the send time of a
+	// request the server answered before it granted the lock, so the client's
+	// belief never outlives the server's expiry.
+	Since time.Time
+	// First is the lease the server granted from Since; the hold runs on it
+	// until Claim succeeds. Zero means the full lease.
+	First time.Duration
+	// Claim, if set, makes the grant a full hold (a direct hand-off's claim):
+	// it returns the local time the new lease counts from, or ok=false if the
+	// hold is gone.
+	Claim func(ctx context.Context) (since time.Time, ok bool, err error)
+}
+
+// hold is this handle's belief that it holds the lock. It ends by release or
+// by loss, exactly once; Lost and HoldContext report which.
+type hold struct {
+	m      *Mutex
+	token  int64
+	fixed  bool
+	lease  time.Duration
+	lost   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	ended    bool
+	deadline time.Time
+	expiry   clock.Timer // fires at deadline: the hold is lost
+	renew    clock.Timer // the watchdog's next renewal
+}
+
+func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &hold{m: m, token: g.Token, fixed: fixed, lease: lease, lost: make(chan struct{}), ctx: ctx, cancel: cancel}
+	first := lease
+	if g.First > 0 && g.First < lease {
+		first = g.First
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.extendLocked(g.Since, first)
+	if g.Claim != nil {
+		// The claim is off the caller's path: the hold is usable at once.
+		h.renew = m.cfg.Clock.AfterFunc(0, func() { h.claim(g.Claim) })
+	} else if !fixed {
+		h.scheduleRenewLocked(lease / 3)
+	}
+	return h
+}
+
+// extendLocked moves the local deadline to since+d minus the safety margin,
+// never backwards, and re-arms the loss timer.
+func (h *hold) extendLocked(since time.Time, d time.Duration) {
+	dl := since.Add(d - h.m.cfg.Margin(d))
+	if !dl.After(h.deadline) {
+		return
+	}
+	h.deadline = dl
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	c := h.m.cfg.Clock
+	h.expiry = c.AfterFunc(dl.Sub(c.Now()), func() { h.end(ErrLockLost, "lease ran out before a renewal succeeded") })
+}
+
+func (h *hold) scheduleRenewLocked(after time.Duration) {
+	h.renew = h.m.cfg.Clock.AfterFunc(after, h.watchdog)
+}
+
+// claim turns a handed-off grant into a full hold, then hands over to the
+// watchdog (or, for a fixed lease, to the loss timer alone).
+func (h *hold) claim(claim func(ctx context.Context) (time.Time, bool, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.CleanupTimeout)
+	defer cancel()
+	since, ok, err := claim(ctx)
+	if err == nil && !ok {
+		h.end(ErrLockLost, "the lock was gone when its hand-off was claimed")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	if err != nil {
+		h.m.logWarn("claiming a handed-off lock failed; retrying", err)
+		h.renew = h.m.cfg.Clock.AfterFunc(h.lease/9, func() { h.claim(claim) })
+		return
+	}
+	h.extendLocked(since, h.lease)
+	if !h.fixed {
+		h.scheduleRenewLocked(h.lease / 3)
+	}
+}
+
+// watchdog renews a lease kept alive by the library, every lease/3; the
+// lease counts from when the renewal was sent. A failed call is retried
+// sooner; if none succeeds, the loss timer ends the hold.
+func (h *hold) watchdog() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.CleanupTimeout)
+	defer cancel()
+	since := h.m.cfg.Clock.Now()
+	ok, err := h.m.kind.Renew(ctx, h.m.owner, h.token, h.lease, false)
+	if err == nil && !ok {
+		h.end(ErrLockLost, "the lock was deleted or taken by another owner")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	if err != nil {
+		h.m.logWarn("renewing the lease failed; retrying", err)
+		h.scheduleRenewLocked(h.lease / 9)
+		return
+	}
+	h.extendLocked(since, h.lease)
+	h.scheduleRenewLocked(h.lease / 3)
+}
+
+// reenter applies a re-entry's grant: a lease that may only grow.
+func (h *hold) reenter(g Grant, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.extendLocked(g.Since, lease)
+	}
+}
+
+// end finishes the hold once: cause ErrLockLost closes Lost, any cause
+// cancels HoldContext. It reports whether this call ended it.
+func (h *hold) end(cause error, why string) bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	h.ended = true
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	if h.renew != nil {
+		h.renew.Stop()
+	}
+	h.mu.Unlock()
+	if cause == ErrLockLost {
+		close(h.lost)
+		h.m.logError("lock lost: "+why, h.token)
+	}
+	h.cancel(cause)
+	return true
+}
+
+func (h *hold) isLost() bool {
+	select {
+	case <-h.lost:
+		return true
+	default:
+		return false
+	}
+}

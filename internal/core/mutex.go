@@ -1,0 +1,270 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Kind is what differs between the locks: their scripts and how they wait.
+type Kind interface {
+	// Acquire takes or re-enters the lock for m, waiting as a says. It
+	// returns nil, nil when the wait elapsed.
+	Acquire(ctx context.Context, m *Mutex, a Attempt) (*Grant, error)
+	// Release undoes one level of owner's hold with this token: 1 released,
+	// 2 still held, 0 not held.
+	Release(ctx context.Context, owner, req string, token int64) (int, error)
+	// Renew extends owner's hold with this token by lease; false if it is gone.
+	Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error)
+	// ForceUnlock ends whoever's hold; true if the lock was held.
+	ForceUnlock(ctx context.Context) (bool, error)
+	// State reads the hold: owner "" when free.
+	State(ctx context.Context) (HoldState, error)
+}
+
+// Attempt is one Lock or TryLock call.
+type Attempt struct {
+	Wait    time.Duration // how long to wait; with Forever, no bound
+	Forever bool
+	Lease   time.Duration // the lease to ask for
+	Fixed   bool          // a fixed lease, not renewed
+}
+
+// HoldState is the hold as Redis sees it.
+type HoldState struct {
+	Owner string
+	Count int
+	TTL   time.Duration
+	Token int64
+	Label string
+}
+
+// Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
+type Mutex struct {
+	Client redis.UniversalClient
+	Name   string
+	cfg    Config
+	owner  string
+	kind   Kind
+
+	mu   sync.Mutex
+	cur  *hold // the hold this handle believes in, nil if none
+	last *hold // the most recent hold, for Lost and HoldContext
+}
+
+// NewMutex checks the arguments and makes a handle with a fresh owner id.
+func NewMutex(client redis.UniversalClient, name string, cfg Config, kind func(*Mutex) Kind) (*Mutex, error) {
+	if err := CheckClient(client); err != nil {
+		return nil, err
+	}
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	m := &Mutex{Client: client, Name: name, cfg: cfg, owner: NewOwnerID()}
+	m.kind = kind(m)
+	return m, nil
+}
+
+// Config returns the handle's configuration.
+func (m *Mutex) Config() *Config { return &m.cfg }
+
+// Owner returns the handle's owner id.
+func (m *Mutex) Owner() string { return m.owner }
+
+// RequestID returns a fresh id for one state-changing request of this handle.
+func (m *Mutex) RequestID() string { return m.owner + "#" + NextID() }
+
+// Lock waits until the lock is held, with the watchdog keeping the lease.
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.cfg.Lease})
+	return err
+}
+
+// TryLock implements both locks' TryLock.
+func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, Invalid("wait must not be negative, got %v", wait)
+	}
+	if lease < 0 {
+		return false, Invalid("lease must not be negative, got %v", lease)
+	}
+	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
+	if lease == 0 {
+		a.Lease = m.cfg.Lease
+	}
+	return m.acquire(ctx, a)
+}
+
+func (m *Mutex) acquire(ctx context.Context, a Attempt) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	g, err := m.kind.Acquire(ctx, m, a)
+	if err != nil || g == nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.cur; h != nil && h.token == g.Token && !h.isLost() {
+		// Re-entry: the lease mode stays as the fresh acquisition fixed it.
+		h.reenter(*g, a.Lease)
+		return true, nil
+	}
+	if m.cur != nil {
+		// The handle believed in an older hold that Redis no longer has.
+		m.cur.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
+	}
+	m.cur = newHold(m, *g, a.Lease, a.Fixed)
+	m.last = m.cur
+	return true, nil
+}
+
+// Unlock implements both locks' Unlock.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	h := m.cur
+	m.mu.Unlock()
+	if h == nil {
+		return ErrNotHeld
+	}
+	if h.isLost() {
+		m.forget(h)
+		return ErrLockLost
+	}
+	ctx, cancel := m.CleanupContext(ctx)
+	defer cancel()
+	status, err := m.kind.Release(ctx, m.owner, m.RequestID(), h.token)
+	switch {
+	case err != nil:
+		// The outcome is unknown. Stop renewing: at worst the lease runs out.
+		m.forget(h)
+		h.end(ErrReleased, "")
+		return err
+	case status == 2:
+		return nil
+	case status == 0:
+		m.forget(h)
+		h.end(ErrLockLost, "Unlock found the lock gone or taken")
+		return ErrLockLost
+	default:
+		m.forget(h)
+		h.end(ErrReleased, "")
+		return nil
+	}
+}
+
+// forget drops h as the current hold.
+func (m *Mutex) forget(h *hold) {
+	m.mu.Lock()
+	if m.cur == h {
+		m.cur = nil
+	}
+	m.mu.Unlock()
+}
+
+// ForceUnlock implements both locks' ForceUnlock.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	ok, err := m.kind.ForceUnlock(ctx)
+	if err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	h := m.cur
+	m.cur = nil
+	m.mu.Unlock()
+	if h != nil {
+		h.end(ErrReleased, "")
+	}
+	return ok, nil
+}
+
+// IsLocked reports whether anyone holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	s, err := m.kind.State(ctx)
+	return s.Owner != "", err
+}
+
+// HoldCount returns this handle's re-entry count, 0 if it does not hold it.
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	s, err := m.kind.State(ctx)
+	if err != nil || s.Owner != m.owner {
+		return 0, err
+	}
+	return s.Count, nil
+}
+
+// TTL returns the remaining lease, 0 when the lock is free.
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	s, err := m.kind.State(ctx)
+	return s.TTL, err
+}
+
+// Token returns the current hold's fencing token, 0 if none.
+func (m *Mutex) Token() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil || m.cur.isLost() {
+		return 0
+	}
+	return m.cur.token
+}
+
+var neverClosed = make(chan struct{})
+
+// Lost returns the channel of the current (or most recent) hold.
+func (m *Mutex) Lost() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		return neverClosed
+	}
+	return m.last.lost
+}
+
+var notHeldCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotHeld)
+	return ctx
+}()
+
+// HoldContext returns the context of the current (or most recent) hold.
+func (m *Mutex) HoldContext() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		return notHeldCtx
+	}
+	return m.last.ctx
+}
+
+// CleanupContext is ctx, or, when ctx has already ended, a context that
+// keeps its values, ignores its cancellation, and has its own time bound:
+// leaving a queue or unlocking under defer must run even then.
+func (m *Mutex) CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CleanupTimeout)
+}
+
+func (m *Mutex) logWarn(msg string, err error) {
+	if l := m.cfg.Logger; l != nil {
+		l.Warn("fairlock: "+msg, slog.String("lock", m.Name), slog.String("owner", m.owner), slog.Any("error", err))
+	}
+}
+
+func (m *Mutex) logError(msg string, token int64) {
+	if l := m.cfg.Logger; l != nil {
+		l.Error("fairlock: "+msg, slog.String("lock", m.Name), slog.String("owner", m.owner), slog.Int64("token", token))
+	}
+}
+
+// LogInfo logs an event worth a user's attention.
+func (m *Mutex) LogInfo(msg string, args ...any) {
+	if l := m.cfg.Logger; l != nil {
+		l.Info("fairlock: "+msg, append([]any{slog.String("lock", m.Name), slog.String("owner", m.owner)}, args...)...)
+	}
+}

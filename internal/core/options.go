@@ -1,0 +1,117 @@
+package core
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/lua"
+)
+
+// Option sets one field of a Config, or says why it cannot.
+type Option func(*Config) error
+
+// Apply applies opts to the defaults.
+func Apply(opts []Option) (Config, error) {
+	cfg := NewConfig()
+	for _, o := range opts {
+		if o == nil {
+			return cfg, Invalid("option must not be nil")
+		}
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// MinLease is the shortest lease an option accepts.
+const MinLease = 10 * time.Millisecond
+
+// WithLease sets the lease the watchdog keeps alive.
+func WithLease(d time.Duration) Option {
+	return func(c *Config) error {
+		if err := PositiveDuration("lease", d, MinLease); err != nil {
+			return err
+		}
+		c.Lease = d
+		return nil
+	}
+}
+
+// WithDriftFactor sets the part of every lease given up for clock drift.
+func WithDriftFactor(f float64) Option {
+	return func(c *Config) error {
+		if !(f >= 0 && f < 0.5) {
+			return Invalid("drift factor must be in [0, 0.5), got %v", f)
+		}
+		c.DriftFactor = f
+		return nil
+	}
+}
+
+// WithCleanupTimeout bounds cleanup calls made after a call's ctx ended.
+func WithCleanupTimeout(d time.Duration) Option {
+	return func(c *Config) error {
+		if err := PositiveDuration("cleanup timeout", d, time.Millisecond); err != nil {
+			return err
+		}
+		c.CleanupTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for background events.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Config) error {
+		if l == nil {
+			return Invalid("logger must not be nil")
+		}
+		c.Logger = l
+		return nil
+	}
+}
+
+// WithClock sets the clock that drives the library's timers.
+func WithClock(clk clock.Clock) Option {
+	return func(c *Config) error {
+		if clk == nil {
+			return Invalid("clock must not be nil")
+		}
+		c.Clock = clk
+		return nil
+	}
+}
+
+// WithScripts replaces the script set.
+func WithScripts(s *lua.Scripts) Option {
+	return func(c *Config) error {
+		if s == nil {
+			return Invalid("scripts must not be nil")
+		}
+		c.Scripts = s
+		return nil
+	}
+}
+
+// WithWaitTimeout sets how long a queued fair waiter may be silent.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(c *Config) error {
+		if err := PositiveDuration("wait timeout", d, MinLease); err != nil {
+			return err
+		}
+		c.WaitTimeout = d
+		return nil
+	}
+}
+
+// WithLabel sets the fair lock's label.
+func WithLabel(s string) Option {
+	return func(c *Config) error {
+		if len(s) > 200 {
+			return Invalid("label must be at most 200 bytes, got %d", len(s))
+		}
+		c.Label = s
+		return nil
+	}
+}

@@ -1,0 +1,123 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+)
+
+// Waiter serialises what can wake one waiting Lock call: its timers, the
+// hub's messages and the fair lock's heartbeats. A timer's call returns only
+// once the waiter has dealt with what it delivered, so a fake clock's Advance
+// returns with the waiter's reaction (a script call) done: tests of waiting
+// are deterministic.
+type Waiter struct {
+	c    chan Wake
+	exit chan struct{}
+	cur  chan struct{} // done channel of the wake being handled
+}
+
+// Wake is one reason to look again.
+type Wake struct {
+	Reason  Reason
+	Payload string // a hub message's payload
+	done    chan struct{}
+}
+
+// Reason tells what woke a waiter.
+type Reason int
+
+// Reasons to wake.
+const (
+	Retry     Reason = iota // look again: a fallback timer, a reconnect, a wake-up message
+	Timeout                 // the wait elapsed
+	Message                 // a hub message with a payload
+	Ready                   // the subscription is confirmed
+	Cancelled               // the call's context ended
+	Notice                  // the fair heartbeat's news, in Payload
+)
+
+// NewWaiter returns a waiter; Close it when the call returns.
+func NewWaiter() *Waiter {
+	return &Waiter{c: make(chan Wake), exit: make(chan struct{})}
+}
+
+// Fire delivers w and returns once the waiter has handled it, or has returned.
+func (w *Waiter) Fire(reason Reason, payload string) {
+	done := make(chan struct{})
+	select {
+	case w.c <- Wake{Reason: reason, Payload: payload, done: done}:
+	case <-w.exit:
+		return
+	}
+	select {
+	case <-done:
+	case <-w.exit:
+	}
+}
+
+// After fires reason after d on clk.
+func (w *Waiter) After(clk clock.Clock, d time.Duration, reason Reason) clock.Timer {
+	return clk.AfterFunc(d, func() { w.Fire(reason, "") })
+}
+
+// Next finishes the previous wake and waits for the next one: a delivered
+// wake, a message or confirmation of sub (if not nil), or ctx ending.
+func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
+	w.finish()
+	var msgs <-chan string
+	var ready <-chan struct{}
+	if sub != nil {
+		msgs = sub.C
+		ready = sub.Ready()
+		select {
+		case <-ready:
+			ready = nil // already confirmed: not news
+		default:
+		}
+	}
+	select {
+	case wk := <-w.c:
+		w.cur = wk.done
+		return wk
+	case p := <-msgs:
+		if p == "" {
+			return Wake{Reason: Retry}
+		}
+		return Wake{Reason: Message, Payload: p}
+	case <-ready:
+		return Wake{Reason: Ready}
+	case <-ctx.Done():
+		return Wake{Reason: Cancelled}
+	}
+}
+
+// WaitReady waits until sub is confirmed. It returns Ready, or the Timeout or
+// Cancelled wake that ended the wait first.
+func (w *Waiter) WaitReady(ctx context.Context, sub *Sub) Reason {
+	for {
+		select {
+		case <-sub.Ready():
+			return Ready
+		default:
+		}
+		switch wk := w.Next(ctx, sub); wk.Reason {
+		case Ready, Timeout, Cancelled:
+			return wk.Reason
+		}
+	}
+}
+
+func (w *Waiter) finish() {
+	if w.cur != nil {
+		close(w.cur)
+		w.cur = nil
+	}
+}
+
+// Close ends the wait: pending and later Fire calls return at once.
+func (w *Waiter) Close() {
+	w.finish()
+	close(w.exit)
+}

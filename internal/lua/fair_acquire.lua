@@ -1,0 +1,96 @@
+-- fair_acquire.lua: one attempt of a fair-lock waiter, the six steps of the
+-- fair queue. KEYS[1..4]: hold, queue, deadlines, waiters (see lib.lua).
+-- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
+-- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
+-- ARGV[8] publish command, ARGV[9] channel.
+-- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
+-- it cannot take the lock; "queued" is a waiter that believes it is queued: if
+-- its entry is gone it is told so and does not re-join by itself.
+-- Returns
+--   {1, count, token}        held (fresh, re-entered, or granted to this entry)
+--   {0, hold ms, head}       waiting: ms until the current hold expires, and
+--                            1 if the caller's entry is the live head
+--   {-1}                     the entry was evicted (deadline passed) or removed
+local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
+local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local publish, channel = ARGV[8], ARGV[9]
+local bad = layout_error()
+if bad then return bad end
+local now, now_us = clock()
+
+-- A retry of a request that already ran gets the first run's answer.
+local last = redis.call('HMGET', KEYS[1], 'q', 'a')
+if last[1] == req then return decode(last[2]) end
+
+local function answer(t)
+  redis.call('HSET', KEYS[1], 'q', req, 'a', encode(t), 'v', LAYOUT)
+  retain(now)
+  return t
+end
+
+-- Step 1, queue cleanup: pop given-up and dead waiters off the head.
+local head = live_head(now)
+
+local holder, count, expiry, token, granted_entry = hold(now)
+if holder == owner then
+  if granted_entry == entry then
+    -- Step 4, this waiter's turn came by hand-off while it was away (its
+    -- message may have been lost): the hold is its own, waiting for its claim.
+    return answer({1, count, token})
+  end
+  -- Step 3, re-entry: the handle already holds the lock (another goroutine of
+  -- the same handle took it). Count it, and drop this call's queue entry.
+  redis.call('ZREM', KEYS[3], entry)
+  redis.call('HDEL', KEYS[4], entry)
+  redis.call('HSET', KEYS[1], 'c', int(count + 1), 'x', int(math.max(expiry, now + lease)))
+  return answer({1, count + 1, token})
+end
+
+if holder == nil then
+  clear_hold()
+  if head == nil or head == entry then
+    -- Step 2, acquire: the lock is free and nobody live is ahead of the caller.
+    if head == entry then
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], entry)
+      redis.call('HDEL', KEYS[4], entry)
+    end
+    token = next_token(now_us)
+    redis.call('HSET', KEYS[1], 'o', owner, 'c', '1', 'x', int(now + lease), 't', int(token), 'b', label)
+    return answer({1, 1, token})
+  end
+  -- Free, but a live waiter is first (the last hold expired, or the head just
+  -- became first): it gets the lock, and its wake-up, now.
+  hand_off(now, now_us, publish, channel)
+  head = live_head(now)
+  holder, count, expiry = hold(now)
+end
+
+-- Step 5, the caller waits. "try" never queues: no barging past waiters.
+if mode == 'try' then
+  retain(now)
+  return {0, expiry - now, 0}
+end
+local deadline = redis.call('ZSCORE', KEYS[3], entry)
+if deadline and tonumber(deadline) > now then
+  -- Already queued: being here is a sign of life, so refresh the deadline.
+  redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+elseif deadline or mode == 'queued' then
+  -- The entry's deadline passed (it fell silent too long), or it was removed:
+  -- it lost its place. Its list element stays as a tombstone.
+  redis.call('ZREM', KEYS[3], entry)
+  redis.call('HDEL', KEYS[4], entry)
+  retain(now)
+  return {-1}
+else
+  -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
+  -- timeout, so waiters with different timeouts never disturb each other).
+  redis.call('RPUSH', KEYS[2], entry)
+  redis.call('ZADD', KEYS[3], int(now + wait), entry)
+  redis.call('HSET', KEYS[4], entry, int(lease) .. '|' .. int(wait) .. '|' .. label)
+  if head == nil then head = entry end
+end
+retain(now)
+local first = 0
+if head == entry then first = 1 end
+return {0, expiry - now, first}

@@ -1,0 +1,41 @@
+-- fair_heartbeat.lua: one call for all waiters of one client on one lock,
+-- every wait timeout / 3: live waiters keep their place by pushing their
+-- deadline to now + their own wait timeout. It is also the waiters' fallback:
+-- it evicts dead heads, hands a free lock to the live head, and tells each
+-- waiter whether the lock was already handed to it (a lost message).
+-- KEYS[1..4]: hold, queue, deadlines, waiters.
+-- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
+-- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
+-- token of a hold granted to it.
+local bad = layout_error()
+if bad then return bad end
+local now, now_us = clock()
+
+-- Cleanup, and the hand-off that a lost release or an expired lease left undone.
+if hold(now) == nil then
+  clear_hold()
+  hand_off(now, now_us, ARGV[1], ARGV[2])
+else
+  live_head(now)
+end
+
+local _, _, _, token, granted_entry = hold(now)
+local status = {}
+for i = 3, #ARGV, 2 do
+  local entry, wait = ARGV[i], tonumber(ARGV[i + 1])
+  local deadline = redis.call('ZSCORE', KEYS[3], entry)
+  if entry == granted_entry then
+    status[#status + 1] = token
+  elseif deadline and tonumber(deadline) > now then
+    redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+    status[#status + 1] = 0
+  else
+    -- Silent past its deadline: it is dead to the queue, even if cleanup has
+    -- not reached its list element yet.
+    redis.call('ZREM', KEYS[3], entry)
+    redis.call('HDEL', KEYS[4], entry)
+    status[#status + 1] = -1
+  end
+end
+retain(now)
+return status

@@ -1,0 +1,182 @@
+// Package redistest gives fairlock's tests their Redis: miniredis whose
+// clock is the library's fake clock, and real redis-server processes (a plain
+// one and a one-node cluster) for concurrency tests.
+//
+// Real servers come from FAIRLOCK_REDIS_ADDR and FAIRLOCK_CLUSTER_ADDR (as
+// .ci/run sets them), or are started by the test binary when redis-server is
+// on PATH. Without either a test that needs them is skipped, except under
+// CI=true, where it fails.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// Epoch is where every fake clock starts.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Mini starts a miniredis whose TIME and key expiry follow a fake clock, and
+// returns both and a client. Everything is closed when the test ends.
+func Mini(t testing.TB) (*miniredis.Miniredis, *clock.Fake, *redis.Client) {
+	t.Helper()
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("starting miniredis: %v", err)
+	}
+	mr.ClockTTL(true)
+	clk := clock.NewFake(Epoch, mr.SetTime)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() {
+		_ = client.Close()
+		mr.Close()
+	})
+	return mr, clk, client
+}
+
+// NoLeaks checks, when the test ends, that no goroutine it started is left.
+// Call it first, so it runs after every other cleanup.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		// goleak retries for a while: goroutines that are returning may finish.
+		if err := goleak.Find(before); err != nil {
+			t.Errorf("background goroutines outlived the test: %v", err)
+		}
+	})
+}
+
+var (
+	startMu sync.Mutex
+	started = map[string]string{} // kind -> address
+	procs   []*exec.Cmd
+	dirs    []string
+)
+
+// Real returns a client of a plain real Redis, closed when the test ends.
+func Real(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := address(t, "plain", "FAIRLOCK_REDIS_ADDR")
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Cluster returns a client of a real one-node Redis Cluster owning all slots.
+func Cluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	addr := address(t, "cluster", "FAIRLOCK_CLUSTER_ADDR")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func address(t testing.TB, kind, env string) string {
+	t.Helper()
+	if a := os.Getenv(env); a != "" {
+		return a
+	}
+	startMu.Lock()
+	defer startMu.Unlock()
+	if a, ok := started[kind]; ok {
+		return a
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set and redis-server is not installed; CI must run real-Redis tests", env)
+		}
+		t.Skipf("needs real Redis: set %s or install redis-server", env)
+	}
+	a, err := start(bin, kind == "cluster")
+	if err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	started[kind] = a
+	return a
+}
+
+func start(bin string, cluster bool) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "fairlock-redis-")
+	if err != nil {
+		return "", err
+	}
+	dirs = append(dirs, dir)
+	args := []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
+	}
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	procs = append(procs, cmd)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(ctx).Err() != nil {
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server on %s did not answer", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cluster {
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			return "", err
+		}
+		for {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("cluster on %s did not become ok", addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return addr, nil
+}
+
+// Main runs a package's tests and stops the servers they started.
+func Main(m *testing.M) int {
+	code := m.Run()
+	startMu.Lock()
+	for _, p := range procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+	for _, d := range dirs {
+		_ = os.RemoveAll(d)
+	}
+	startMu.Unlock()
+	return code
+}
+
+// Name returns a lock name unique to this test and run, so tests sharing a
+// real server never meet.
+func Name(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", "{", "(", "}", ")").Replace(t.Name()), time.Now().UnixNano())
+}

@@ -1,0 +1,57 @@
+// Package reentrant is a reentrant distributed lock on Redis.
+//
+// A Mutex is one handle on a named lock. The handle that holds the lock may
+// lock it again (re-entry), and must unlock it as many times; any other
+// handle, in this process or another, waits. Goroutines sharing one handle
+// share its hold: give each worker its own handle.
+//
+//	m, err := reentrant.New(client, "invoices")
+//	if err != nil { ... }
+//	if err := m.Lock(ctx); err != nil { ... }
+//	defer m.Unlock(context.Background())
+//	// work; m.HoldContext() is cancelled if the hold is lost.
+//
+// # Choosing between reentrant and fair
+//
+// This lock is not fair: when it is released, whichever waiter's attempt
+// reaches Redis first gets it, and the releasing process often gets it back.
+// It costs no queue and its waiters hold no state in Redis. Choose
+// [github.com/fairlock/fairlock/fair] when waiters must be served in the
+// order they arrived, or when a busy lock must not starve anyone.
+//
+// # Leases, loss and fencing
+//
+// A hold has a lease. Lock, and TryLock with lease 0, keep it alive with a
+// watchdog that renews it every lease/3 (default lease 30 s, [WithLease]);
+// TryLock with a positive lease holds it for that long, without renewal. The
+// client counts a lease from the moment the acquiring or renewing request was
+// sent, minus a safety margin ([WithDriftFactor]): it stops believing it holds
+// the lock before Redis lets it go, assuming the two clocks run at rates
+// within that factor of each other. When a hold ends without Unlock, Lost is
+// closed and HoldContext cancelled with cause [ErrLockLost]. Each fresh
+// acquisition gets a fencing token (Token) greater than every earlier one for
+// that name, even after the lock's keys expired or Redis restarted empty,
+// provided the Redis server's clock never steps back: pass it to the
+// resource you protect so it can reject a stale holder.
+//
+// # Waiting
+//
+// Waiters do not poll. Unlock publishes a message; all waiters of one go-redis
+// client share one pub/sub connection and one message wakes one of them. A
+// fallback timer, set to the remaining lease of the current hold, covers a
+// holder that died without publishing.
+//
+// # Redis
+//
+// Redis 7.0 or newer; a single node, Sentinel (redis.NewFailoverClient) or
+// Cluster client. A *redis.Ring is refused: it may move a key to another
+// shard, which would let two clients hold one lock. The lock's keys are
+// fairlock:r:{name} (a hash) and the channel fairlock:r:{name}:wake; a fair
+// and a reentrant lock of the same name are independent. Every key expires:
+// at most 30 s after the last hold ended, nothing is left.
+//
+// go-redis retries a command after a timeout or connection error even when
+// the first try ran; every script here is safe to run twice. Recommended
+// client options: ContextTimeoutEnabled: true, so a call's ctx bounds its
+// reads, and a ReadTimeout well below the lease.
+package reentrant

@@ -1,0 +1,115 @@
+package reentrant
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/core"
+)
+
+// kind is the reentrant lock's scripts and wait.
+type kind struct {
+	m       *core.Mutex
+	keys    []string
+	channel string
+	publish string
+}
+
+func newKind(m *core.Mutex) core.Kind {
+	return &kind{
+		m:       m,
+		keys:    []string{"fairlock:r:{" + m.Name + "}"},
+		channel: "fairlock:r:{" + m.Name + "}:wake",
+		publish: core.PublishCommand(m.Client),
+	}
+}
+
+// attempt makes one try. It returns a grant, or how long the current hold
+// may last.
+func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.Duration, error) {
+	cfg := k.m.Config()
+	since := cfg.Clock.Now()
+	v, err := cfg.Scripts.ReentrantAcquire.Run(ctx, k.m.Client, k.keys,
+		k.m.Owner(), k.m.RequestID(), core.Ms(a.Lease)).Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := core.Ints(v)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r[0] == 1 {
+		return &core.Grant{Count: int(r[1]), Token: r[2], Since: since}, 0, nil
+	}
+	return nil, time.Duration(r[1]) * time.Millisecond, nil
+}
+
+// Acquire tries once; if the lock is taken and the caller may wait, it
+// subscribes to the lock's channel, tries again once the subscription is
+// confirmed (so a release in between is not missed), then sleeps until a
+// release message, or until the current hold's lease would run out.
+func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
+	g, _, err := k.attempt(ctx, a)
+	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
+		return g, err
+	}
+	clk := k.m.Config().Clock
+	w := core.NewWaiter()
+	defer w.Close()
+	if !a.Forever {
+		t := w.After(clk, a.Wait, core.Timeout)
+		defer t.Stop()
+	}
+	sub, err := core.Subscribe(ctx, k.m.Client, k.channel, "")
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	switch w.WaitReady(ctx, sub) {
+	case core.Timeout:
+		return nil, nil
+	case core.Cancelled:
+		return nil, ctx.Err()
+	}
+	for {
+		g, ttl, err := k.attempt(ctx, a)
+		if err != nil || g != nil {
+			return g, err
+		}
+		fallback := w.After(clk, ttl+time.Millisecond, core.Retry)
+		wk := w.Next(ctx, sub)
+		fallback.Stop()
+		switch wk.Reason {
+		case core.Timeout:
+			return nil, nil
+		case core.Cancelled:
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (k *kind) Release(ctx context.Context, owner, req string, token int64) (int, error) {
+	v, err := k.m.Config().Scripts.ReentrantRelease.Run(ctx, k.m.Client, k.keys,
+		owner, req, token, k.publish, k.channel).Result()
+	if err != nil {
+		return 0, err
+	}
+	r, err := core.Ints(v)
+	if err != nil {
+		return 0, err
+	}
+	return int(r[0]), nil
+}
+
+func (k *kind) Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+	return core.Renew(ctx, k.m, k.keys, owner, token, lease, fromGrant)
+}
+
+func (k *kind) ForceUnlock(ctx context.Context) (bool, error) {
+	n, err := k.m.Config().Scripts.ReentrantForceUnlock.Run(ctx, k.m.Client, k.keys, k.publish, k.channel).Int()
+	return n == 1, err
+}
+
+func (k *kind) State(ctx context.Context) (core.HoldState, error) {
+	return core.State(ctx, k.m, k.keys)
+}

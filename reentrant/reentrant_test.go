@@ -1,0 +1,402 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+const key = "fairlock:r:{jobs}"
+
+// env is one test's miniredis, fake clock and client.
+type env struct {
+	t      *testing.T
+	mr     *miniredis.Miniredis
+	clk    *clock.Fake
+	client *redis.Client
+}
+
+func newEnv(t *testing.T) *env {
+	redistest.NoLeaks(t)
+	mr, clk, client := redistest.Mini(t)
+	return &env{t: t, mr: mr, clk: clk, client: client}
+}
+
+// handle returns a new handle on "jobs" driven by the fake clock.
+func (e *env) handle(opts ...reentrant.Option) *reentrant.Mutex {
+	e.t.Helper()
+	m, err := reentrant.New(e.client, "jobs", append([]reentrant.Option{reentrant.WithClock(e.clk)}, opts...)...)
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	return m
+}
+
+// unlockAll releases what m holds, so the test ends with no background work.
+func unlockAll(t *testing.T, m *reentrant.Mutex) {
+	t.Helper()
+	for {
+		if err := m.Unlock(context.Background()); err != nil {
+			return
+		}
+	}
+}
+
+func mustLock(t *testing.T, m *reentrant.Mutex) {
+	t.Helper()
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+}
+
+func holdCount(t *testing.T, m *reentrant.Mutex) int {
+	t.Helper()
+	n, err := m.HoldCount(context.Background())
+	if err != nil {
+		t.Fatalf("HoldCount: %v", err)
+	}
+	return n
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestReentryCountsAndNeedsAsManyUnlocks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.handle()
+	mustLock(t, m)
+	mustLock(t, m)
+	if ok, err := m.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("re-entry by TryLock = %v, %v; want true", ok, err)
+	}
+	if n := holdCount(t, m); n != 3 {
+		t.Fatalf("HoldCount after three locks = %d, want 3", n)
+	}
+	for want := 2; want >= 0; want-- {
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		if n := holdCount(t, m); n != want {
+			t.Fatalf("HoldCount = %d, want %d", n, want)
+		}
+		if locked, _ := m.IsLocked(ctx); locked != (want > 0) {
+			t.Fatalf("IsLocked = %v with %d holds left", locked, want)
+		}
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+		t.Fatalf("Unlock of a free lock = %v, want ErrNotHeld", err)
+	}
+	if isClosed(m.Lost()) {
+		t.Fatal("Lost closed by a normal Unlock")
+	}
+	if cause := context.Cause(m.HoldContext()); !errors.Is(cause, reentrant.ErrReleased) {
+		t.Fatalf("HoldContext cause after Unlock = %v, want ErrReleased", cause)
+	}
+}
+
+func TestNonOwnerUnlockChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	defer unlockAll(t, a)
+	before := e.mr.Dump()
+	if err := b.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+		t.Fatalf("Unlock by a non-owner = %v, want ErrNotHeld", err)
+	}
+	if after := e.mr.Dump(); after != before {
+		t.Fatalf("a non-owner's Unlock changed Redis:\nbefore %s\nafter %s", before, after)
+	}
+	if n := holdCount(t, a); n != 1 {
+		t.Fatalf("owner's HoldCount = %d after a non-owner's Unlock, want 1", n)
+	}
+}
+
+func TestStateQueries(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.handle(reentrant.WithLease(9*time.Second)), e.handle()
+	if locked, err := a.IsLocked(ctx); locked || err != nil {
+		t.Fatalf("IsLocked on a fresh lock = %v, %v", locked, err)
+	}
+	if ttl, err := a.TTL(ctx); ttl != 0 || err != nil {
+		t.Fatalf("TTL on a free lock = %v, %v; want 0", ttl, err)
+	}
+	if a.Token() != 0 {
+		t.Fatal("Token before any hold is not 0")
+	}
+	mustLock(t, a)
+	defer unlockAll(t, a)
+	e.clk.Advance(time.Second)
+	if ttl, _ := b.TTL(ctx); ttl != 8*time.Second {
+		t.Fatalf("TTL seen by another handle = %v, want 8s", ttl)
+	}
+	if locked, _ := b.IsLocked(ctx); !locked {
+		t.Fatal("IsLocked by another handle = false while held")
+	}
+	if n := holdCount(t, b); n != 0 {
+		t.Fatalf("HoldCount of a handle that does not hold = %d", n)
+	}
+	if a.Token() == 0 || b.Token() != 0 {
+		t.Fatalf("Token: holder %d, other %d", a.Token(), b.Token())
+	}
+}
+
+func TestForceUnlock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	mustLock(t, a)
+	if ok, err := b.ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock of a held lock = %v, %v; want true", ok, err)
+	}
+	if locked, _ := b.IsLocked(ctx); locked {
+		t.Fatal("still locked after ForceUnlock")
+	}
+	if ok, _ := b.ForceUnlock(ctx); ok {
+		t.Fatal("ForceUnlock of a free lock reported true")
+	}
+	// The old holder learns at its next renewal, or at Unlock.
+	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) || !errors.Is(err, reentrant.ErrNotHeld) {
+		t.Fatalf("Unlock after ForceUnlock = %v, want ErrLockLost (and ErrNotHeld)", err)
+	}
+	if !isClosed(a.Lost()) {
+		t.Fatal("Lost not closed for a hold removed by ForceUnlock")
+	}
+}
+
+func TestFixedLeaseExpires(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.handle(), e.handle()
+	if ok, err := a.TryLock(ctx, 0, 5*time.Second); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	hold := a.HoldContext()
+	e.clk.Advance(4 * time.Second)
+	if isClosed(a.Lost()) {
+		t.Fatal("fixed lease lost before it ran out")
+	}
+	if ttl, _ := a.TTL(ctx); ttl != time.Second {
+		t.Fatalf("TTL of a fixed lease after 4s of 5s = %v; it must not be renewed", ttl)
+	}
+	// The client gives up its belief a safety margin (1% + 2 ms = 52 ms)
+	// before Redis expires it.
+	e.clk.Advance(900 * time.Millisecond)
+	if isClosed(a.Lost()) {
+		t.Fatal("fixed lease lost more than its safety margin early")
+	}
+	e.clk.Advance(50 * time.Millisecond)
+	if !isClosed(a.Lost()) {
+		t.Fatal("Lost not closed within the safety margin before the lease ran out")
+	}
+	if locked, _ := b.IsLocked(ctx); !locked {
+		t.Fatal("Redis let the lock go before the lease ran out")
+	}
+	if cause := context.Cause(hold); !errors.Is(cause, reentrant.ErrLockLost) {
+		t.Fatalf("HoldContext cause = %v, want ErrLockLost", cause)
+	}
+	e.clk.Advance(50 * time.Millisecond)
+	if ok, _ := b.TryLock(ctx, 0, time.Second); !ok {
+		t.Fatal("another handle cannot take an expired lock")
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock of an expired hold = %v, want ErrLockLost", err)
+	}
+	unlockAll(t, b)
+}
+
+func TestWatchdogKeepsTheLeaseAlive(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.handle(reentrant.WithLease(3 * time.Second))
+	mustLock(t, a)
+	for i := 0; i < 40; i++ { // 10 leases
+		e.clk.Advance(750 * time.Millisecond)
+	}
+	if isClosed(a.Lost()) {
+		t.Fatal("a watched lease was lost")
+	}
+	if ttl, _ := a.TTL(ctx); ttl < 2*time.Second {
+		t.Fatalf("TTL after 10 leases = %v; the watchdog renews every lease/3", ttl)
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if e.clk.Pending() != 0 {
+		t.Fatalf("%d timers still pending after Unlock", e.clk.Pending())
+	}
+}
+
+func TestLostWhenDeletedBehindTheHoldersBack(t *testing.T) {
+	e := newEnv(t)
+	a := e.handle(reentrant.WithLease(3 * time.Second))
+	mustLock(t, a)
+	hold := a.HoldContext()
+	e.mr.Del(key)
+	e.clk.Advance(time.Second) // the next renewal
+	if !isClosed(a.Lost()) {
+		t.Fatal("Lost not closed after the lock was deleted")
+	}
+	if cause := context.Cause(hold); !errors.Is(cause, reentrant.ErrLockLost) {
+		t.Fatalf("HoldContext cause = %v, want ErrLockLost", cause)
+	}
+	if a.Token() != 0 {
+		t.Fatal("Token of a lost hold is not 0")
+	}
+	if err := a.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock = %v, want ErrLockLost", err)
+	}
+}
+
+func TestLostWhenTakenByAnother(t *testing.T) {
+	e := newEnv(t)
+	a := e.handle(reentrant.WithLease(3 * time.Second))
+	mustLock(t, a)
+	// Another owner's hold, written behind a's back.
+	e.mr.HSet(key, "o", "someone-else")
+	e.clk.Advance(time.Second)
+	if !isClosed(a.Lost()) {
+		t.Fatal("Lost not closed after the lock was taken by another owner")
+	}
+}
+
+func TestTokensIncreaseAcrossExpiryAndFlush(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.handle()
+	var last int64
+	take := func(what string) {
+		t.Helper()
+		if ok, err := m.TryLock(ctx, 0, time.Second); !ok || err != nil {
+			t.Fatalf("%s: TryLock = %v, %v", what, ok, err)
+		}
+		if tok := m.Token(); tok <= last {
+			t.Fatalf("%s: token %d not above the previous %d", what, tok, last)
+		} else {
+			last = tok
+		}
+	}
+	take("first")
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	take("after release")
+	mustLock(t, m) // a re-entry keeps the token
+	if m.Token() != last {
+		t.Fatal("re-entry changed the token")
+	}
+	unlockAll(t, m)
+	take("again")
+	e.clk.Advance(2 * time.Second)
+	take("after the lease expired")
+	e.clk.Advance(time.Minute)
+	if keys := e.mr.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left after every lease ran out: %v", keys)
+	}
+	take("after every key expired")
+	unlockAll(t, m)
+	e.mr.FlushAll()
+	e.clk.Advance(time.Microsecond)
+	take("after FLUSHALL")
+	unlockAll(t, m)
+}
+
+func TestScriptsAreSafeToRunTwice(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keys := []string{key}
+	acquire := func(req string) []any {
+		t.Helper()
+		v, err := lua.Default.ReentrantAcquire.Run(ctx, e.client, keys, "owner-1", req, 1000).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first := acquire("r1")
+	if again := acquire("r1"); again[1] != first[1] || again[2] != first[2] {
+		t.Fatalf("a retried acquisition was applied twice: %v then %v", first, again)
+	}
+	if n := e.mr.HGet(key, "c"); n != "1" {
+		t.Fatalf("count after a retried acquisition = %s, want 1", n)
+	}
+	acquire("r2") // re-entry
+	reentered := acquire("r2")
+	if reentered[1] != int64(2) {
+		t.Fatalf("retried re-entry answered count %v, want 2", reentered[1])
+	}
+	token := first[2]
+	release := func(req string) []any {
+		t.Helper()
+		v, err := lua.Default.ReentrantRelease.Run(ctx, e.client, keys, "owner-1", req, token, "PUBLISH", "c").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	release("r3")
+	if again := release("r3"); again[0] != int64(2) || e.mr.HGet(key, "c") != "1" {
+		t.Fatalf("a retried release was applied twice: %v, count %s", again, e.mr.HGet(key, "c"))
+	}
+	release("r4")
+	if again := release("r4"); again[0] != int64(1) {
+		t.Fatalf("a retried final release answered %v, want the first answer {1}", again)
+	}
+	if e.mr.HGet(key, "o") != "" {
+		t.Fatal("lock still held after the final release")
+	}
+}
+
+func TestNoKeysLeftBehind(t *testing.T) {
+	e := newEnv(t)
+	m := e.handle()
+	mustLock(t, m)
+	mustLock(t, m)
+	unlockAll(t, m)
+	for _, k := range e.mr.Keys() {
+		if ttl := e.mr.TTL(k); ttl <= 0 {
+			t.Fatalf("key %s has no TTL", k)
+		}
+	}
+	e.clk.Advance(31 * time.Second)
+	if keys := e.mr.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left 31 s after the last hold: %v", keys)
+	}
+}
+
+func TestLayoutVersionMismatchFailsLoudly(t *testing.T) {
+	e := newEnv(t)
+	e.mr.HSet(key, "v", "999")
+	_, err := e.handle().TryLock(context.Background(), 0, time.Second)
+	if err == nil || !contains(err.Error(), "layout") {
+		t.Fatalf("TryLock on a lock written by another layout = %v, want a layout error", err)
+	}
+}
+
+func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || len(sub) == 0 || indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
