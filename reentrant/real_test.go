@@ -1,0 +1,190 @@
+package reentrant_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// clientsFor returns n clients of one kind of real Redis.
+func clientsFor(t *testing.T, cluster bool, n int) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, n)
+	for i := range out {
+		if cluster {
+			out[i] = redistest.Cluster(t)
+		} else {
+			out[i] = redistest.Real(t)
+		}
+	}
+	return out
+}
+
+func TestRealMutualExclusion(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := map[bool]string{false: "single", true: "cluster"}[cluster]
+		t.Run(name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := clientsFor(t, cluster, 4)
+			lock := redistest.Name(t)
+			const workers, total = 16, 2000
+			var (
+				counter int // a plain counter: only the lock protects it
+				inside  atomic.Int32
+				next    atomic.Int64
+				mu      sync.Mutex // guards tokens, written only inside the lock anyway
+				tokens  []int64
+				wg      sync.WaitGroup
+			)
+			errs := make(chan error, workers)
+			for w := 0; w < workers; w++ {
+				m, err := reentrant.New(clients[w%4], lock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := context.Background()
+					for next.Add(1) <= total {
+						if err := m.Lock(ctx); err != nil {
+							errs <- err
+							return
+						}
+						if inside.Add(1) != 1 {
+							t.Error("two holders inside the lock at once")
+						}
+						counter++
+						mu.Lock()
+						tokens = append(tokens, m.Token())
+						mu.Unlock()
+						inside.Add(-1)
+						if err := m.Unlock(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if counter != total {
+				t.Fatalf("counter = %d after %d locked increments: an update was lost", counter, total)
+			}
+			for i := 1; i < len(tokens); i++ {
+				if tokens[i] <= tokens[i-1] {
+					t.Fatalf("token %d (%d) not above the one before (%d): tokens must grow in acquisition order", i, tokens[i], tokens[i-1])
+				}
+			}
+		})
+	}
+}
+
+func TestRealTwoGoroutinesOneHandleReenter(t *testing.T) {
+	redistest.NoLeaks(t)
+	m, err := reentrant.New(redistest.Real(t), redistest.Name(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Lock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n, err := m.HoldCount(ctx); n != 2 || err != nil {
+		t.Fatalf("HoldCount = %d, %v; want 2", n, err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// With the fallback timer far away, only the release message can wake the
+// waiter: it must come back promptly, having called Redis at most twice.
+func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := map[bool]string{false: "single", true: "cluster"}[cluster]
+		t.Run(name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := clientsFor(t, cluster, 2)
+			counter := &redistest.ScriptCounter{}
+			clients[1].AddHook(counter)
+			lock := redistest.Name(t)
+			a, _ := reentrant.New(clients[0], lock, reentrant.WithLease(time.Minute))
+			b, _ := reentrant.New(clients[1], lock)
+			ctx := context.Background()
+			if err := a.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Load the scripts on the server, then count only the wait.
+			if ok, _ := b.TryLock(ctx, 0, 0); ok {
+				t.Fatal("b took a held lock")
+			}
+			counter.Scripts.Store(0)
+			done := make(chan time.Time, 1)
+			go func() {
+				if err := b.Lock(ctx); err != nil {
+					t.Error(err)
+				}
+				done <- time.Now()
+			}()
+			time.Sleep(300 * time.Millisecond) // let b subscribe and fall asleep
+			if n := counter.Scripts.Load(); n != 2 {
+				t.Fatalf("b made %d script calls before sleeping, want 2 (try, subscribe, try again)", n)
+			}
+			released := time.Now()
+			if err := a.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case at := <-done:
+				if d := at.Sub(released); d > 200*time.Millisecond {
+					t.Fatalf("waiter returned %v after Unlock, want within 200ms", d)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter not woken by Unlock")
+			}
+			if n := counter.Scripts.Load(); n > 3 {
+				t.Fatalf("waiter made %d script calls in all, want at most 3 (2 while waiting, 1 to acquire)", n)
+			}
+			if err := b.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func BenchmarkUncontendedLockUnlock(b *testing.B) {
+	client := redistest.Real(b)
+	m, err := reentrant.New(client, redistest.Name(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// result of a TryLock or Lock run in a goroutine.
+type result struct {
+	ok  bool
+	err error
+}
+
+func tryLockAsync(m *reentrant.Mutex, ctx context.Context, wait time.Duration) <-chan result {
+	out := make(chan result, 1)
+	go func() {
+		ok, err := m.TryLock(ctx, wait, 0)
+		out <- result{ok, err}
+	}()
+	return out
+}
+
+// await returns the goroutine's result; the bound only catches a hang.
+func await(t *testing.T, c <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-c:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter did not return")
+		return result{}
+	}
+}
+
+// waitSubscribed blocks until n clients are subscribed to the lock's channel.
+func waitSubscribed(t *testing.T, e *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.mr.PubSubChannels("fairlock:r:{jobs}:wake")) == 0 || e.mr.PubSubNumSub("fairlock:r:{jobs}:wake")["fairlock:r:{jobs}:wake"] < n {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never subscribed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWaiterTakesTheLockWhenReleased(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	got := tryLockAsync(b, context.Background(), time.Hour)
+	waitSubscribed(t, e, 1)
+	if err := a.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := await(t, got); !r.ok || r.err != nil {
+		t.Fatalf("waiter after Unlock: %v, %v; want true", r.ok, r.err)
+	}
+	unlockAll(t, b)
+}
+
+func TestWaitElapses(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	defer unlockAll(t, a)
+	got := tryLockAsync(b, context.Background(), 5*time.Second)
+	waitSubscribed(t, e, 1)
+	e.clk.Advance(5 * time.Second)
+	if r := await(t, got); r.ok || r.err != nil {
+		t.Fatalf("TryLock whose wait elapsed = %v, %v; want false, nil", r.ok, r.err)
+	}
+}
+
+func TestWaitEndsWithContext(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	defer unlockAll(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := tryLockAsync(b, ctx, time.Hour)
+	waitSubscribed(t, e, 1)
+	cancel()
+	if r := await(t, got); r.ok || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("TryLock with ctx cancelled = %v, %v; want false, context.Canceled", r.ok, r.err)
+	}
+	if err := b.Lock(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled ctx = %v", err)
+	}
+}
+
+func TestFallbackTimerCoversAHolderThatDied(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.handle(), e.handle()
+	if ok, _ := a.TryLock(context.Background(), 0, 4*time.Second); !ok {
+		t.Fatal("TryLock failed")
+	}
+	got := tryLockAsync(b, context.Background(), time.Hour)
+	waitSubscribed(t, e, 1)
+	// a "dies": it never unlocks, so nothing is published.
+	e.clk.Advance(4*time.Second + time.Millisecond)
+	if r := await(t, got); !r.ok {
+		t.Fatalf("waiter behind a dead holder: %v, %v; want the lock once the lease ran out", r.ok, r.err)
+	}
+	unlockAll(t, b)
+}
+
+func TestHoldOutlivesTheCallContext(t *testing.T) {
+	e := newEnv(t)
+	a := e.handle(reentrant.WithLease(3 * time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	e.clk.Advance(10 * time.Second)
+	if n := holdCount(t, a); n != 1 {
+		t.Fatalf("hold ended with the Lock call's ctx: HoldCount %d", n)
+	}
+	// Unlock under defer with the cancelled ctx still releases.
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a cancelled ctx: %v", err)
+	}
+	if locked, _ := a.IsLocked(context.Background()); locked {
+		t.Fatal("Unlock with a cancelled ctx left the lock held")
+	}
+}
+
+func TestSharedHandleGoroutinesShareTheHold(t *testing.T) {
+	e := newEnv(t)
+	m := e.handle()
+	done := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() { done <- m.Lock(context.Background()) }()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := holdCount(t, m); n != 2 {
+		t.Fatalf("two goroutines on one handle: HoldCount %d, want 2", n)
+	}
+	unlockAll(t, m)
+}
+
+func TestBadInput(t *testing.T) {
+	redistest.NoLeaks(t)
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	var nilClient *redis.Client
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	cases := map[string]func() error{
+		"nil client":       func() error { _, err := reentrant.New(nil, "x"); return err },
+		"typed nil client": func() error { _, err := reentrant.New(nilClient, "x"); return err },
+		"ring client":      func() error { _, err := reentrant.New(ring, "x"); return err },
+		"empty name":       func() error { _, err := reentrant.New(client, ""); return err },
+		"name with {":      func() error { _, err := reentrant.New(client, "a{b"); return err },
+		"name with }":      func() error { _, err := reentrant.New(client, "a}b"); return err },
+		"negative lease":   func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(-time.Second)); return err },
+		"tiny lease":       func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(time.Millisecond)); return err },
+		"drift factor":     func() error { _, err := reentrant.New(client, "x", reentrant.WithDriftFactor(0.7)); return err },
+		"nil logger":       func() error { _, err := reentrant.New(client, "x", reentrant.WithLogger((*slog.Logger)(nil))); return err },
+		"nil clock":        func() error { _, err := reentrant.New(client, "x", reentrant.WithClock(nil)); return err },
+		"zero cleanup":     func() error { _, err := reentrant.New(client, "x", reentrant.WithCleanupTimeout(0)); return err },
+		"nil option":       func() error { _, err := reentrant.New(client, "x", nil); return err },
+		"negative wait": func() error {
+			m, _ := reentrant.New(client, "x")
+			_, err := m.TryLock(context.Background(), -1, 0)
+			return err
+		},
+		"negative TryLock lease": func() error {
+			m, _ := reentrant.New(client, "x")
+			_, err := m.TryLock(context.Background(), 0, -1)
+			return err
+		},
+	}
+	for name, f := range cases {
+		if err := f(); !errors.Is(err, reentrant.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want an error wrapping ErrInvalidArgument", name, err)
+		}
+	}
+}
