@@ -51,6 +51,19 @@ func waitSubscribed(t *testing.T, e *env, n int) {
 	}
 }
 
+// waitTimers blocks until n library timers are pending on the fake clock:
+// the waiters have gone to sleep.
+func waitTimers(t *testing.T, e *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.clk.Pending() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timers pending, want %d", e.clk.Pending(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestWaiterTakesTheLockWhenReleased(t *testing.T) {
 	e := newEnv(t)
 	a, b := e.handle(), e.handle()
@@ -103,7 +116,8 @@ func TestFallbackTimerCoversAHolderThatDied(t *testing.T) {
 		t.Fatal("TryLock failed")
 	}
 	got := tryLockAsync(b, context.Background(), time.Hour)
-	waitSubscribed(t, e, 1)
+	// a's loss deadline, b's wait bound and b's fallback timer.
+	waitTimers(t, e, 3)
 	// a "dies": it never unlocks, so nothing is published.
 	e.clk.Advance(4*time.Second + time.Millisecond)
 	if r := await(t, got); !r.ok {
@@ -168,10 +182,13 @@ func TestBadInput(t *testing.T) {
 		"negative lease":   func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(-time.Second)); return err },
 		"tiny lease":       func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(time.Millisecond)); return err },
 		"drift factor":     func() error { _, err := reentrant.New(client, "x", reentrant.WithDriftFactor(0.7)); return err },
-		"nil logger":       func() error { _, err := reentrant.New(client, "x", reentrant.WithLogger((*slog.Logger)(nil))); return err },
-		"nil clock":        func() error { _, err := reentrant.New(client, "x", reentrant.WithClock(nil)); return err },
-		"zero cleanup":     func() error { _, err := reentrant.New(client, "x", reentrant.WithCleanupTimeout(0)); return err },
-		"nil option":       func() error { _, err := reentrant.New(client, "x", nil); return err },
+		"nil logger": func() error {
+			_, err := reentrant.New(client, "x", reentrant.WithLogger((*slog.Logger)(nil)))
+			return err
+		},
+		"nil clock":    func() error { _, err := reentrant.New(client, "x", reentrant.WithClock(nil)); return err },
+		"zero cleanup": func() error { _, err := reentrant.New(client, "x", reentrant.WithCleanupTimeout(0)); return err },
+		"nil option":   func() error { _, err := reentrant.New(client, "x", nil); return err },
 		"negative wait": func() error {
 			m, _ := reentrant.New(client, "x")
 			_, err := m.TryLock(context.Background(), -1, 0)

@@ -1,0 +1,58 @@
+package reentrant_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	mr, _ := miniredis.Run() // any Redis >= 7.0 will do
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	m, err := reentrant.New(client, "nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		panic(err)
+	}
+	defer m.Unlock(ctx)
+
+	// Work under the lock stops by itself if the hold is lost.
+	work := m.HoldContext()
+	fmt.Println("holding:", work.Err() == nil)
+	// Output: holding: true
+}
+
+func ExampleMutex_TryLock() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	a, _ := reentrant.New(client, "cache-refresh")
+	b, _ := reentrant.New(client, "cache-refresh")
+
+	ok, _ := a.TryLock(ctx, 0, 10*time.Second) // fixed 10 s lease, no watchdog
+	fmt.Println("a:", ok)
+	ok, _ = b.TryLock(ctx, 0, 0) // one attempt, no waiting
+	fmt.Println("b:", ok)
+	ok, _ = a.TryLock(ctx, 0, 0) // re-entry
+	n, _ := a.HoldCount(ctx)
+	fmt.Println("a again:", ok, "hold count", n)
+	_ = a.Unlock(ctx)
+	_ = a.Unlock(ctx)
+	// Output:
+	// a: true
+	// b: false
+	// a again: true hold count 2
+}
