@@ -262,3 +262,11 @@ func (h *hub) confirmed(name string) {
 		}
 	}
 }
+
+// SetID changes the id that targeted messages must carry to reach s (a fair
+// waiter that re-joined the queue under a new entry).
+func (s *Sub) SetID(id string) {
+	s.h.mu.Lock()
+	s.id = id
+	s.h.mu.Unlock()
+}

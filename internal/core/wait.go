@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -37,6 +38,13 @@ const (
 	Cancelled               // the call's context ended
 	Notice                  // the fair heartbeat's news, in Payload
 )
+
+// asleep counts waiters blocked in Next, for tests that must not move a fake
+// clock before every waiter has gone to sleep.
+var asleep atomic.Int64
+
+// Asleep returns how many waiters, in this process, are waiting for a wake.
+func Asleep() int { return int(asleep.Load()) }
 
 // NewWaiter returns a waiter; Close it when the call returns.
 func NewWaiter() *Waiter {
@@ -76,6 +84,10 @@ func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
 			ready = nil // already confirmed: not news
 		default:
 		}
+	}
+	if ready == nil { // only a timer or a message can wake it now
+		asleep.Add(1)
+		defer asleep.Add(-1)
 	}
 	select {
 	case wk := <-w.c:

@@ -7,7 +7,8 @@
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
 -- Returns
---   {1, count, token}        held (fresh, re-entered, or granted to this entry)
+--   {1, count, token, 0}     held: a fresh acquisition or a re-entry
+--   {1, count, token, 1}     held: handed to this entry, not yet claimed
 --   {0, hold ms, head}       waiting: ms until the current hold expires, and
 --                            1 if the caller's entry is the live head
 --   {-1}                     the entry was evicted (deadline passed) or removed
@@ -36,14 +37,14 @@ if holder == owner then
   if granted_entry == entry then
     -- Step 4, this waiter's turn came by hand-off while it was away (its
     -- message may have been lost): the hold is its own, waiting for its claim.
-    return answer({1, count, token})
+    return answer({1, count, token, 1})
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.
   redis.call('ZREM', KEYS[3], entry)
   redis.call('HDEL', KEYS[4], entry)
   redis.call('HSET', KEYS[1], 'c', int(count + 1), 'x', int(math.max(expiry, now + lease)))
-  return answer({1, count + 1, token})
+  return answer({1, count + 1, token, 0})
 end
 
 if holder == nil then
@@ -57,7 +58,7 @@ if holder == nil then
     end
     token = next_token(now_us)
     redis.call('HSET', KEYS[1], 'o', owner, 'c', '1', 'x', int(now + lease), 't', int(token), 'b', label)
-    return answer({1, 1, token})
+    return answer({1, 1, token, 0})
   end
   -- Free, but a live waiter is first (the last hold expired, or the head just
   -- became first): it gets the lock, and its wake-up, now.

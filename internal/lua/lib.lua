@@ -121,24 +121,22 @@ end
 
 -- Fair lock, direct hand-off: with the lock free, grant it to the live head
 -- and publish the grant to that waiter alone ("<entry> <token>"): exactly one
--- message per hand-off, and the waiter needs no further round trip. The grant
--- expires after min(its lease, its wait timeout), so a grant to a waiter that
--- died is gone within one wait timeout; the grantee's claim extends it.
+-- message per hand-off, and the waiter needs no further round trip. Until the
+-- grantee claims it, the grant lasts no longer than the waiter's own queue
+-- deadline: a grant to a waiter that died ends when its eviction would have.
 -- Precondition: the lock is not held.
 local function hand_off(now, now_us, publish, channel)
-  local head = live_head(now)
+  local head, deadline = live_head(now)
   if not head then return nil end
   local info = redis.call('HGET', KEYS[4], head) or '0|0|'
-  local lease, wait, label = string.match(info, '^(%d+)|(%d+)|(.*)$')
-  lease, wait = tonumber(lease), tonumber(wait)
+  local lease, label = string.match(info, '^(%d+)|%d+|(.*)$')
   redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
   local token = next_token(now_us)
-  local first = math.min(lease, wait)
-  redis.call('HSET', KEYS[1], 'o', entry_owner(head), 'c', '1', 'x', int(now + first),
+  local expiry = math.min(now + tonumber(lease), deadline)
+  redis.call('HSET', KEYS[1], 'o', entry_owner(head), 'c', '1', 'x', int(expiry),
     't', int(token), 'e', head, 'g', int(now), 'b', label)
   redis.call(publish, channel, head .. ' ' .. int(token))
   return head
 end
-

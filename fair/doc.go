@@ -1,0 +1,71 @@
+// Package fair is a FIFO-fair, reentrant distributed lock on Redis.
+//
+// Waiters are served strictly in the order they joined the queue, across
+// processes and machines: for job runners whose jobs must run one at a time
+// in submission order, or services that must take turns. A Mutex has the API
+// of [github.com/fairlock/fairlock/reentrant.Mutex], plus a queue.
+//
+//	m, err := fair.New(client, "deploys", fair.WithLabel("deployer"))
+//	if err != nil { ... }
+//	if err := m.Lock(ctx); err != nil { ... } // joins the queue, waits its turn
+//	defer m.Unlock(context.Background())     // hands the lock to the next in line
+//
+// # Guarantees
+//
+//  1. Mutual exclusion: at most one handle holds the lock at any moment, by
+//     Redis's clock; a handle stops believing it holds it before Redis lets
+//     it go (see Leases in the reentrant package).
+//  2. FIFO: among waiters that stay alive, the lock is granted in the order
+//     they first joined the queue, however long any holder keeps it. A
+//     queued waiter keeps its place by refreshing its own deadline (now + its
+//     wait timeout, [WithWaitTimeout]) every wait timeout / 3; all waiters of
+//     one client on one lock share one heartbeat call.
+//  3. No barging: TryLock with wait 0 never joins the queue, and succeeds only
+//     when the lock is free and no live waiter is queued (or when this handle
+//     already holds it: a re-entry).
+//  4. Eviction: a waiter that falls silent (crash, partition) is dropped once
+//     its deadline passes. Waiters that die together delay the live ones
+//     behind them by at most one wait timeout plus one heartbeat interval and
+//     a round trip in all, not one timeout each. A live waiter that stalled
+//     for longer than its wait timeout has lost its place: it re-joins at the
+//     tail, and the logger ([WithLogger]) says so.
+//  5. Giving up: when Lock or TryLock returns without the lock (ctx ended,
+//     wait elapsed, an error), its queue entry is already gone; if Redis was
+//     unreachable then, it is evicted within one wait timeout. Whoever that
+//     makes first, while the lock is free, gets it.
+//  6. Targeted hand-off: releasing, giving up, evicting a dead head,
+//     ForceUnlock, or finding that a lease ran out grants the lock directly
+//     to the live head of the queue and publishes exactly one message, to
+//     that waiter. Until the new holder claims it in the background, the
+//     grant lasts no longer than the waiter's queue deadline, so a grant to a
+//     waiter that died frees itself when its eviction would have; the
+//     waiter's Lock returns on the message, with no further round trip. The heartbeat doubles as
+//     every waiter's fallback timer, so a lost message or a dead holder never
+//     strands anyone, and nobody polls.
+//  7. Cost: no script iterates over the waiters. Every call is O(log N) in
+//     the queue length, amortised: a dead or departed entry is removed once,
+//     when it reaches the head.
+//  8. Nothing leaks: every key carries a TTL that every write extends to the
+//     later of the hold's expiry and the last waiter's deadline, plus 30 s.
+//
+// Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
+// deadlines are per waiter and taken from Redis's clock (never "the
+// predecessor's deadline plus a wait", never a client's clock), so a long hold
+// does not purge live waiters, waiters with different timeouts do not disturb
+// one another, and clients with skewed clocks agree.
+//
+// # Data layout
+//
+// For a lock named N: the hash fairlock:f:{N} (the hold: owner, count,
+// expiry, token, last token issued, data layout version), the list
+// fairlock:f:{N}:queue (entry ids in join order), the sorted set
+// fairlock:f:{N}:deadlines (entry id by deadline; an entry missing here is a
+// tombstone left by a waiter that gave up), the hash fairlock:f:{N}:waiters
+// (each entry's lease, wait timeout and label), and the channel
+// fairlock:f:{N}:wake. internal/lua/*.lua documents every field and step,
+// and docs/queue-semantics.md walks through them. A fair and a reentrant lock
+// of the same name are independent.
+//
+// [Inspect] shows the holder and the queue of a live lock; `go run
+// ./cmd/fairlock inspect` prints it as a table.
+package fair

@@ -1,0 +1,151 @@
+package fair
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors. Compare with errors.Is; they are the same values as reentrant's.
+var (
+	// ErrInvalidArgument is wrapped by every error about bad input.
+	ErrInvalidArgument = core.ErrInvalidArgument
+	// ErrNotHeld is returned by Unlock when this handle does not hold the lock.
+	ErrNotHeld = core.ErrNotHeld
+	// ErrLockLost is returned by Unlock when the hold ended without it; it is
+	// also the cause of a HoldContext so ended. errors.Is(ErrLockLost, ErrNotHeld).
+	ErrLockLost = core.ErrLockLost
+	// ErrReleased is the cause of a HoldContext ended by Unlock or ForceUnlock.
+	ErrReleased = core.ErrReleased
+)
+
+// DefaultWaitTimeout is how long a queued waiter may be silent, unless
+// WithWaitTimeout says otherwise.
+const DefaultWaitTimeout = core.DefaultWaitTimeout
+
+// Option configures a Mutex.
+type Option = core.Option
+
+// WithLease sets the lease that the watchdog keeps alive for Lock and for
+// TryLock with lease 0 (default 30 s, at least 10 ms). It is renewed every
+// lease/3; if no renewal succeeds in time, the hold is lost.
+func WithLease(d time.Duration) Option { return core.WithLease(d) }
+
+// WithDriftFactor sets the part of each lease the client gives up so that
+// it stops believing it holds the lock before Redis expires it (default
+// 0.01, plus 2 ms; from 0 up to 0.5).
+func WithDriftFactor(f float64) Option { return core.WithDriftFactor(f) }
+
+// WithLogger sends background events (failed renewals, lost holds) to l
+// (default: none).
+func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
+
+// WithCleanupTimeout bounds the calls that run after the caller's ctx
+// ended, such as an Unlock under defer with a cancelled ctx (default 5 s).
+func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
+
+// WithWaitTimeout sets how long a queued waiter may fall silent before it
+// counts as dead and loses its place (default 10 s, at least 10 ms). Waiters
+// refresh their place every wait timeout / 3; each queue entry keeps the
+// timeout it joined with.
+func WithWaitTimeout(d time.Duration) Option { return core.WithWaitTimeout(d) }
+
+// WithLabel sets free text that Inspect shows for this handle's holds and
+// queue entries, next to its host name and process id (default empty; at
+// most 200 bytes).
+func WithLabel(s string) Option { return core.WithLabel(s) }
+
+// WithClock sets the clock behind the library's timers (default: the wall
+// clock). It takes an internal type: it exists for this module's tests.
+func WithClock(c clock.Clock) Option { return core.WithClock(c) }
+
+// WithScripts replaces the Redis scripts (default: the library's). It takes
+// an internal type: it exists for this module's tests.
+func WithScripts(s *lua.Scripts) Option { return core.WithScripts(s) }
+
+// Mutex is one handle on a fair lock. Its methods are safe for concurrent
+// use; goroutines sharing a handle share its hold (and each of their Lock
+// calls queues on its own until the handle holds the lock).
+type Mutex struct {
+	m *core.Mutex
+}
+
+// New returns a handle on the lock name, with its own owner id. It talks to
+// Redis only when used. Bad arguments get an error wrapping
+// ErrInvalidArgument: a nil or *redis.Ring client, an empty name, a name
+// with { or }, or an invalid option.
+func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
+	cfg, err := core.Apply(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := core.NewMutex(client, name, cfg, newKind)
+	if err != nil {
+		return nil, err
+	}
+	return &Mutex{m: m}, nil
+}
+
+// Lock joins the queue and waits until the lock is handed to this handle, or
+// re-enters it if the handle holds it, and keeps the lease alive with the
+// watchdog until Unlock. ctx bounds only the wait: the hold lasts until
+// Unlock, ForceUnlock or loss. When ctx ends first, Lock leaves the queue at
+// once and returns ctx.Err().
+func (m *Mutex) Lock(ctx context.Context) error { return m.m.Lock(ctx) }
+
+// TryLock tries to take or re-enter the lock for up to wait. Wait 0 is a
+// single attempt that never queues: it succeeds only if the lock is free and
+// no live waiter is queued, or if this handle holds it. A positive wait
+// queues like Lock, and leaves the queue at once when the wait elapses. With lease 0 the watchdog keeps the lease alive; a
+// positive lease holds the lock for that long, without renewal. The fresh
+// acquisition fixes the lease mode; a re-entry may lengthen the lease but
+// never shortens it. It returns (true, nil) when held, (false, nil) when
+// the wait elapsed, (false, ctx.Err()) when ctx ended first, and (false,
+// err) when Redis failed. Negative durations wrap ErrInvalidArgument.
+func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	return m.m.TryLock(ctx, wait, lease)
+}
+
+// Unlock undoes one Lock or successful TryLock; the last one hands the lock
+// straight to the first live waiter in the queue, if any. A handle that does not hold the lock gets
+// ErrNotHeld and changes nothing; a hold that was lost gets ErrLockLost.
+// If ctx has already ended, Unlock still runs, bounded by the cleanup
+// timeout. If the call fails, the handle stops renewing: the lock is freed
+// when its lease runs out.
+func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+
+// ForceUnlock ends whoever holds the lock, at any hold count; the queue
+// stays, and the lock is handed to its first live waiter. It reports whether
+// the lock was held.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
+
+// IsLocked reports whether any handle holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
+
+// HoldCount returns how many times this handle holds the lock: 0 if not.
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.m.HoldCount(ctx) }
+
+// TTL returns the remaining lease of the current hold, whoever holds it;
+// 0 when the lock is free.
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) { return m.m.TTL(ctx) }
+
+// Token returns the fencing token of this handle's current hold, 0 if it
+// holds none. Tokens only grow from one fresh acquisition to the next.
+func (m *Mutex) Token() int64 { return m.m.Token() }
+
+// Lost returns a channel closed if the current hold is lost: a renewal found
+// the lock gone or taken, or its lease ran out without a successful renewal
+// (a fixed lease included). It is never closed by Unlock. Before the first
+// hold it returns a channel that is never closed; after a hold ended it
+// returns that hold's channel.
+func (m *Mutex) Lost() <-chan struct{} { return m.m.Lost() }
+
+// HoldContext returns a context cancelled when the current hold ends for any
+// reason; context.Cause tells ErrLockLost from ErrReleased. Before the first
+// hold it returns a context already cancelled with cause ErrNotHeld.
+func (m *Mutex) HoldContext() context.Context { return m.m.HoldContext() }

@@ -1,0 +1,411 @@
+package fair_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestWaitersAreServedInJoinOrder(t *testing.T) {
+	e := newEnv(t)
+	a, b, c, d := e.named("a"), e.named("b"), e.named("c"), e.named("d")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	gotC := e.enqueue(c, 2)
+	gotD := e.enqueue(d, 3)
+	if q := e.queued(); !slices.Equal(q, []string{"b", "c", "d"}) {
+		t.Fatalf("queue = %v, want [b c d]", q)
+	}
+	// A long hold does not cost anyone their place.
+	for i := 0; i < 40; i++ {
+		e.clk.Advance(time.Second)
+	}
+	mustUnlock(t, a)
+	if r := await(t, gotB); !r.ok {
+		t.Fatalf("b: %v, %v", r.ok, r.err)
+	}
+	notYet(t, gotC, "c before b unlocked")
+	if h := e.holder(); h != "b" {
+		t.Fatalf("holder after a's unlock = %q, want b", h)
+	}
+	mustUnlock(t, b)
+	if r := await(t, gotC); !r.ok {
+		t.Fatalf("c: %v, %v", r.ok, r.err)
+	}
+	notYet(t, gotD, "d before c unlocked")
+	mustUnlock(t, c)
+	if r := await(t, gotD); !r.ok {
+		t.Fatalf("d: %v, %v", r.ok, r.err)
+	}
+	mustUnlock(t, d)
+}
+
+func TestTryLockWithoutWaitNeverBargesOrQueues(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b, c := e.named("a"), e.named("b"), e.named("c")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	if ok, err := c.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("TryLock(0) while held = %v, %v", ok, err)
+	}
+	if q := e.queued(); !slices.Equal(q, []string{"b"}) {
+		t.Fatalf("TryLock(0) joined the queue: %v", q)
+	}
+	if ok, _ := a.TryLock(ctx, 0, 0); !ok {
+		t.Fatal("the holder's re-entry by TryLock(0) failed")
+	}
+	mustUnlock(t, a)
+	mustUnlock(t, a)
+	// The lock went to b, not to whoever asks next.
+	if ok, _ := c.TryLock(ctx, 0, 0); ok {
+		t.Fatal("TryLock(0) took the lock ahead of a queued waiter")
+	}
+	if r := await(t, gotB); !r.ok {
+		t.Fatal("b did not get the lock")
+	}
+	mustUnlock(t, b)
+	if ok, _ := c.TryLock(ctx, 0, 0); !ok {
+		t.Fatal("TryLock(0) on a free lock with an empty queue failed")
+	}
+	mustUnlock(t, c)
+}
+
+func TestGivingUpLeavesTheQueueAtOnce(t *testing.T) {
+	e := newEnv(t)
+	a, b, c := e.named("a"), e.named("b"), e.named("c")
+	mustLock(t, a)
+	gotB := tryLockAsync(b, context.Background(), 5*time.Second, 0)
+	e.settle(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	gotC := e.enqueueCtx(ctx, c, 2)
+
+	cancel()
+	if r := await(t, gotC); r.ok || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("c after cancel: %v, %v", r.ok, r.err)
+	}
+	if q := e.queued(); !slices.Equal(q, []string{"b"}) {
+		t.Fatalf("queue right after c gave up = %v, want [b]", q)
+	}
+	e.clk.Advance(5 * time.Second)
+	if r := await(t, gotB); r.ok || r.err != nil {
+		t.Fatalf("b after its wait = %v, %v; want false, nil", r.ok, r.err)
+	}
+	if q := e.inspect().Queue; len(q) != 0 {
+		t.Fatalf("Inspect still lists waiters that gave up: %+v", q)
+	}
+	mustUnlock(t, a)
+}
+
+func TestGivingUpHandsAFreeLockToTheNext(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b, c := e.named("a"), e.named("b"), e.named("c")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	gotC := e.enqueue(c, 2)
+	// a's release hands the lock to b, but suppose b's grant message is not
+	// yet read when b gives up: simulate with a release that publishes
+	// nowhere, then cancel b's wait.
+	token := a.Token()
+	if err := lua.Default.FairRelease.Run(ctx, e.client, keysFor(), ownerOfHolder(t, e), "req-x", token, "PUBLISH", "nowhere").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.holder(); h != "b" {
+		t.Fatalf("holder after release = %q, want b", h)
+	}
+	_ = gotB
+	// b learns of the grant at its next heartbeat (the fallback for lost
+	// messages): it returns holding the lock.
+	e.clk.Advance(fair.DefaultWaitTimeout / 3)
+	if r := await(t, gotB); !r.ok {
+		t.Fatalf("b after a lost grant message: %v, %v", r.ok, r.err)
+	}
+	mustUnlock(t, b)
+	if r := await(t, gotC); !r.ok {
+		t.Fatal("c did not get the lock after b")
+	}
+	mustUnlock(t, c)
+	_ = a.Unlock(ctx) // a's hold was released behind its back
+}
+
+func keysFor() []string {
+	return []string{holdKey, holdKey + ":queue", holdKey + ":deadlines", holdKey + ":waiters"}
+}
+
+func ownerOfHolder(t *testing.T, e *env) string {
+	h := e.inspect().Holder
+	if h == nil {
+		t.Fatal("no holder")
+	}
+	return h.Owner
+}
+
+func TestOneMessagePerHandOff(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	watch := e.client.Subscribe(ctx, channel)
+	defer watch.Close()
+	if _, err := watch.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := watch.Channel()
+	handles := []*fair.Mutex{e.named("a"), e.named("b"), e.named("c")}
+	mustLock(t, handles[0])
+	got := []<-chan result{nil, e.enqueue(handles[1], 1), e.enqueue(handles[2], 2)}
+	for i := 0; i < 2; i++ {
+		mustUnlock(t, handles[i])
+		if r := await(t, got[i+1]); !r.ok {
+			t.Fatalf("waiter %d: %v %v", i+1, r.ok, r.err)
+		}
+		select {
+		case m := <-msgs:
+			if !strings.HasPrefix(m.Payload, "") || len(strings.Fields(m.Payload)) != 2 {
+				t.Fatalf("hand-off message %q, want \"<entry> <token>\"", m.Payload)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no hand-off message")
+		}
+		select {
+		case m := <-msgs:
+			t.Fatalf("a second message for one hand-off: %q", m.Payload)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	mustUnlock(t, handles[2])
+	select {
+	case m := <-msgs:
+		t.Fatalf("a message when nobody waits: %q", m.Payload)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestHandOffIsClaimedToAFullLease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.named("a")
+	b := e.named("b", fair.WithLease(time.Minute), fair.WithWaitTimeout(3*time.Second))
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	mustUnlock(t, a)
+	if r := await(t, gotB); !r.ok {
+		t.Fatal("b did not get the lock")
+	}
+	// Until claimed, the grant lasts no longer than b's queue deadline.
+	e.clk.Advance(0) // runs the claim
+	if ttl, _ := b.TTL(ctx); ttl != time.Minute {
+		t.Fatalf("TTL after the claim = %v, want the full lease of 1m", ttl)
+	}
+	if h := e.inspect().Holder; h == nil || h.Pending {
+		t.Fatalf("holder after the claim: %+v; want a claimed hold", h)
+	}
+	for i := 0; i < 10; i++ {
+		e.clk.Advance(30 * time.Second)
+	}
+	if isClosed(b.Lost()) {
+		t.Fatal("a handed-off hold was lost while its watchdog ran")
+	}
+	mustUnlock(t, b)
+}
+
+func TestEvictedWaiterRejoinsAtTheTailAndSaysSo(t *testing.T) {
+	e := newEnv(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	a, b, c := e.named("a"), e.named("b", fair.WithLogger(logger)), e.named("c")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	gotC := e.enqueue(c, 2)
+	// b stalls past its deadline: its entry is evicted behind its back.
+	st := e.inspect()
+	e.mr.ZRem(holdKey+":deadlines", st.Queue[0].Entry)
+	e.clk.Advance(fair.DefaultWaitTimeout / 3)
+	waitUntil(t, "b re-joined", func() bool { return slices.Equal(e.queued(), []string{"c", "b"}) })
+	mu.Lock()
+	if !strings.Contains(logs.String(), "re-joining at the tail") {
+		t.Fatalf("log does not say the waiter re-joined: %q", logs.String())
+	}
+	mu.Unlock()
+	mustUnlock(t, a)
+	if r := await(t, gotC); !r.ok {
+		t.Fatal("c did not get the lock")
+	}
+	mustUnlock(t, c)
+	if r := await(t, gotB); !r.ok {
+		t.Fatal("b did not get the lock after re-joining")
+	}
+	mustUnlock(t, b)
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestCrashedWaitersAreEvictedWithinTheBound(t *testing.T) {
+	e := newEnv(t)
+	wait := 3 * time.Second
+	a := e.named("a")
+	mustLock(t, a)
+	// b and c run on a machine that will crash; d is alive.
+	dead := e.process()
+	b, c := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait)), e.handleOn(dead, fair.WithLabel("c"), fair.WithWaitTimeout(wait))
+	d := e.named("d", fair.WithWaitTimeout(wait))
+	frozen, thaw := context.WithCancel(context.Background())
+	gotB := e.enqueueCtx(frozen, b, 1)
+	gotC := e.enqueueCtx(frozen, c, 2)
+	gotD := e.enqueue(d, 3)
+	crashed := e.clk.Now()
+	_ = dead.Close() // b and c fall silent
+	defer func() { // end the frozen goroutines
+		thaw()
+		await(t, gotB)
+		await(t, gotC)
+	}()
+	mustUnlock(t, a) // the lock goes to b, a dead head, until b's deadline
+	bound := wait + wait/3 + 10*time.Millisecond
+	for e.clk.Now().Sub(crashed) < bound {
+		select {
+		case r := <-gotD:
+			if !r.ok {
+				t.Fatalf("d: %v %v", r.ok, r.err)
+			}
+			mustUnlock(t, d)
+			return
+		default:
+		}
+		e.clk.Advance(10 * time.Millisecond)
+	}
+	if r := await(t, gotD); !r.ok {
+		t.Fatal("d never got the lock")
+	}
+	t.Fatalf("d got the lock more than one wait timeout + one heartbeat after b and c died")
+}
+
+func TestInspect(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if s := e.inspect(); s.Holder != nil || len(s.Queue) != 0 {
+		t.Fatalf("Inspect of an unused lock: %+v", s)
+	}
+	a := e.named("holder", fair.WithLease(20*time.Second))
+	b := e.named("waiter", fair.WithWaitTimeout(6*time.Second))
+	mustLock(t, a)
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	e.clk.Advance(time.Second)
+	s := e.inspect()
+	h := s.Holder
+	if h == nil || h.Label != "holder" || h.Count != 2 || h.TTL != 19*time.Second || h.Token != a.Token() || h.PID == 0 || h.Host == "" {
+		t.Fatalf("holder = %+v", h)
+	}
+	if len(s.Queue) != 1 {
+		t.Fatalf("queue = %+v", s.Queue)
+	}
+	w := s.Queue[0]
+	if w.Label != "waiter" || w.Expired || w.Deadline != 5*time.Second || w.Owner == "" || !strings.HasPrefix(w.Entry, w.Owner+"/") {
+		t.Fatalf("waiter = %+v", w)
+	}
+	before := e.mr.Dump()
+	e.inspect()
+	if e.mr.Dump() != before {
+		t.Fatal("Inspect changed Redis")
+	}
+	if _, err := fair.Inspect(ctx, e.client, "a{b}"); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Fatalf("Inspect of a bad name = %v", err)
+	}
+	if _, err := fair.Inspect(ctx, nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Fatalf("Inspect with a nil client = %v", err)
+	}
+	unlockAll(a)
+	await(t, gotB)
+	mustUnlock(t, b)
+}
+
+func TestNoKeysLeftBehind(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.named("a"), e.named("b")
+	mustLock(t, a)
+	got := tryLockAsync(b, ctx, 2*time.Second, 0)
+	e.settle(1)
+	for _, k := range e.mr.Keys() {
+		if e.mr.TTL(k) <= 0 {
+			t.Fatalf("key %s has no TTL", k)
+		}
+	}
+	e.clk.Advance(2 * time.Second)
+	await(t, got)
+	unlockAll(a)
+	e.clk.Advance(31 * time.Second)
+	if keys := e.mr.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left 31 s after the last hold and wait: %v", keys)
+	}
+}
+
+func TestHolderThatDiesIsReplacedWhenItsLeaseRunsOut(t *testing.T) {
+	e := newEnv(t)
+	dead := e.process()
+	a := e.handleOn(dead, fair.WithLabel("a"), fair.WithLease(5*time.Second))
+	b := e.named("b")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	_ = dead.Close()
+	e.clk.Advance(5*time.Second + time.Millisecond)
+	if r := await(t, gotB); !r.ok {
+		t.Fatalf("b after the dead holder's lease: %v %v", r.ok, r.err)
+	}
+	if !isClosed(a.Lost()) {
+		t.Fatal("the dead holder's Lost is not closed")
+	}
+	mustUnlock(t, b)
+}
+
+func TestFairBadInput(t *testing.T) {
+	redistest.NoLeaks(t)
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	for name, opt := range map[string]fair.Option{
+		"negative wait timeout": fair.WithWaitTimeout(-time.Second),
+		"zero wait timeout":     fair.WithWaitTimeout(0),
+		"long label":            fair.WithLabel(strings.Repeat("x", 201)),
+		"negative lease":        fair.WithLease(-1),
+	} {
+		if _, err := fair.New(client, "x", opt); !errors.Is(err, fair.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	for _, name := range []string{"", "{x}", "a}"} {
+		if _, err := fair.New(client, name); !errors.Is(err, fair.ErrInvalidArgument) {
+			t.Errorf("name %q: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("nil client: %v", err)
+	}
+	m, _ := fair.New(client, "x")
+	if _, err := m.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("negative wait: %v", err)
+	}
+	if err := m.Unlock(context.Background()); !errors.Is(err, fair.ErrNotHeld) {
+		t.Errorf("Unlock without a hold: %v", err)
+	}
+}

@@ -1,0 +1,177 @@
+package fair
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// The heartbeat: queued waiters keep their place by pushing their deadline
+// forward every wait timeout / 3. All waiters of one client on one lock share
+// one heartbeat, one script call per beat however many they are. It is also
+// every waiter's fallback timer: the script evicts dead heads, hands a free
+// lock to the live head, and reports grants whose message was lost.
+
+type heartbeatKey struct {
+	client  redis.UniversalClient
+	name    string
+	scripts *lua.Scripts
+	clock   clock.Clock
+}
+
+var (
+	beatsMu sync.Mutex
+	beats   = map[heartbeatKey]*heartbeat{}
+)
+
+// beatBatch bounds the waiters refreshed by one script call.
+const beatBatch = 1000
+
+type heartbeat struct {
+	key heartbeatKey
+	k   *kind // any member's kind: same keys, channel and scripts
+
+	mu      sync.Mutex
+	members map[*member]struct{}
+	every   time.Duration
+	timer   clock.Timer
+}
+
+type member struct {
+	mu     sync.Mutex
+	entry  string
+	wait   time.Duration
+	w      *core.Waiter
+	queued atomic.Int64 // unix nanos of the last request answered "queued"
+}
+
+func (m *member) queuedAt(t time.Time) {
+	for {
+		old := m.queued.Load()
+		if t.UnixNano() <= old || m.queued.CompareAndSwap(old, t.UnixNano()) {
+			return
+		}
+	}
+}
+
+func (m *member) lastQueued() time.Time { return time.Unix(0, m.queued.Load()) }
+
+func (m *member) rename(entry string) {
+	m.mu.Lock()
+	m.entry = entry
+	m.mu.Unlock()
+}
+
+func (m *member) current() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.entry
+}
+
+// joinHeartbeat adds a queued waiter to its client's heartbeat on the lock,
+// starting the beat with the first one; the beat runs at the pace of the
+// shortest wait timeout among its waiters.
+func joinHeartbeat(k *kind, entry string, w *core.Waiter) (*heartbeat, *member) {
+	cfg := k.m.Config()
+	key := heartbeatKey{client: k.m.Client, name: k.m.Name, scripts: cfg.Scripts, clock: cfg.Clock}
+	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
+	beatsMu.Lock()
+	defer beatsMu.Unlock()
+	hb := beats[key]
+	if hb == nil {
+		hb = &heartbeat{key: key, k: k, members: map[*member]struct{}{}}
+		beats[key] = hb
+	}
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.members[mem] = struct{}{}
+	if every := mem.wait / 3; hb.timer == nil || every < hb.every {
+		if hb.timer != nil {
+			hb.timer.Stop()
+		}
+		hb.every = every
+		hb.timer = key.clock.AfterFunc(every, hb.beat)
+	}
+	return hb, mem
+}
+
+// leave removes a waiter; the last one stops the beat.
+func (hb *heartbeat) leave(mem *member) {
+	beatsMu.Lock()
+	defer beatsMu.Unlock()
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	delete(hb.members, mem)
+	if len(hb.members) == 0 {
+		if hb.timer != nil {
+			hb.timer.Stop()
+			hb.timer = nil
+		}
+		if beats[hb.key] == hb {
+			delete(beats, hb.key)
+		}
+	}
+}
+
+// beat refreshes every member's deadline and delivers what it learned.
+func (hb *heartbeat) beat() {
+	hb.mu.Lock()
+	members := make([]*member, 0, len(hb.members))
+	for m := range hb.members {
+		members = append(members, m)
+	}
+	hb.mu.Unlock()
+	for start := 0; start < len(members); start += beatBatch {
+		hb.beatBatch(members[start:min(start+beatBatch, len(members))])
+	}
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if len(hb.members) > 0 && hb.timer != nil {
+		hb.timer.Stop() // a join may have re-armed it meanwhile
+		hb.timer = hb.key.clock.AfterFunc(hb.every, hb.beat)
+	}
+}
+
+func (hb *heartbeat) beatBatch(members []*member) {
+	k := hb.k
+	cfg := k.m.Config()
+	args := make([]any, 0, 2+2*len(members))
+	args = append(args, k.publish, k.channel)
+	entries := make([]string, len(members))
+	for i, m := range members {
+		entries[i] = m.current()
+		args = append(args, entries[i], core.Ms(m.wait))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
+	defer cancel()
+	sent := cfg.Clock.Now()
+	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, k.m.Client, k.keys, args...).Result()
+	if err != nil {
+		k.m.LogInfo("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
+		return
+	}
+	status, err := core.Ints(v)
+	if err != nil || len(status) != len(members) {
+		return
+	}
+	for i, m := range members {
+		if m.current() != entries[i] {
+			continue // it re-joined meanwhile: this news is about its old entry
+		}
+		switch s := status[i]; {
+		case s == 0:
+			m.queuedAt(sent)
+		case s < 0:
+			m.w.Fire(core.Notice, "evicted")
+		default:
+			m.w.Fire(core.Notice, "granted "+strconv.FormatInt(s, 10))
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package fair
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/core"
+)
+
+// kind is the fair lock's scripts and its queue wait.
+type kind struct {
+	m       *core.Mutex
+	keys    []string
+	channel string
+	publish string
+	label   string // "<host>\t<pid>\t<label>", as Inspect shows it
+}
+
+func keysOf(name string) []string {
+	base := "fairlock:f:{" + name + "}"
+	return []string{base, base + ":queue", base + ":deadlines", base + ":waiters"}
+}
+
+var hostname = func() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}()
+
+func newKind(m *core.Mutex) core.Kind {
+	return &kind{
+		m:       m,
+		keys:    keysOf(m.Name),
+		channel: "fairlock:f:{" + m.Name + "}:wake",
+		publish: core.PublishCommand(m.Client),
+		label:   hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + m.Config().Label,
+	}
+}
+
+// reply is fair_acquire.lua's answer.
+type reply struct {
+	held     bool
+	count    int
+	token    int64
+	handoff  bool          // held by a hand-off to this entry, not yet claimed
+	evicted  bool          // the entry lost its place
+	holdLeft time.Duration // waiting: how long the current hold may last
+	head     bool          // waiting: the entry is first in the queue
+}
+
+func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
+	cfg := k.m.Config()
+	v, err := cfg.Scripts.FairAcquire.Run(ctx, k.m.Client, k.keys,
+		k.m.Owner(), entry, k.m.RequestID(), core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
+		mode, k.label, k.publish, k.channel).Result()
+	if err != nil {
+		return reply{}, err
+	}
+	r, err := core.Ints(v)
+	if err != nil {
+		return reply{}, err
+	}
+	switch {
+	case r[0] == 1:
+		return reply{held: true, count: int(r[1]), token: r[2], handoff: r[3] == 1}, nil
+	case r[0] == -1:
+		return reply{evicted: true}, nil
+	default:
+		return reply{holdLeft: time.Duration(r[1]) * time.Millisecond, head: r[2] == 1}, nil
+	}
+}
+
+// Acquire is one Lock or TryLock. It tries once; TryLock with no wait stops
+// there (it never queues). Otherwise the first try queued the caller: it
+// subscribes, tries again once subscribed (a hand-off sent before that is not
+// missed), then sleeps until its hand-off message arrives. The client's
+// heartbeat keeps its place and is its fallback; the head also wakes when the
+// current hold's lease would run out.
+func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
+	cfg := k.m.Config()
+	clk := cfg.Clock
+	entry := k.newEntry()
+	mode := "join"
+	if a.Wait == 0 && !a.Forever {
+		mode = "try"
+	}
+	sent := clk.Now()
+	r, err := k.attempt(ctx, a, entry, mode)
+	if err != nil || r.held || mode == "try" {
+		return k.grant(r, a, sent, sent), err
+	}
+
+	// Queued. From here on every way out that is not a hold leaves the queue.
+	w := core.NewWaiter()
+	defer w.Close()
+	if !a.Forever {
+		t := w.After(clk, a.Wait, core.Timeout)
+		defer t.Stop()
+	}
+	sub, err := core.Subscribe(ctx, k.m.Client, k.channel, entry)
+	if err != nil {
+		k.leave(ctx, entry)
+		return nil, err
+	}
+	defer sub.Close()
+	hb, mem := joinHeartbeat(k, entry, w)
+	defer hb.leave(mem)
+	// The last request answered "queued" was processed before any hand-off
+	// to this entry: a granted lease counts from its send time.
+	mem.queuedAt(sent)
+
+	var fallback interface{ Stop() bool }
+	stopFallback := func() {
+		if fallback != nil {
+			fallback.Stop()
+			fallback = nil
+		}
+	}
+	defer stopFallback()
+	try := false
+	select {
+	case <-sub.Ready():
+		try = true
+	default:
+	}
+	for {
+		if try {
+			try = false
+			sent := clk.Now()
+			r, err := k.attempt(ctx, a, entry, "queued")
+			switch {
+			case err != nil:
+				k.leave(ctx, entry)
+				return nil, err
+			case r.held:
+				return k.grant(r, a, sent, mem.lastQueued()), nil
+			case r.evicted:
+				entry = k.rejoin(ctx, a, sub, mem, entry)
+				try = true
+				continue
+			}
+			mem.queuedAt(sent)
+			stopFallback()
+			if r.head {
+				fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
+			}
+		}
+		wk := w.Next(ctx, sub)
+		switch wk.Reason {
+		case core.Ready, core.Retry:
+			try = true
+		case core.Message:
+			target, token, _ := strings.Cut(wk.Payload, " ")
+			if target == entry {
+				tok, _ := strconv.ParseInt(token, 10, 64)
+				return k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued()), nil
+			}
+		case core.Notice:
+			switch {
+			case strings.HasPrefix(wk.Payload, "granted "):
+				tok, _ := strconv.ParseInt(strings.TrimPrefix(wk.Payload, "granted "), 10, 64)
+				return k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued()), nil
+			case wk.Payload == "evicted":
+				entry = k.rejoin(ctx, a, sub, mem, entry)
+				try = true
+			}
+		case core.Timeout:
+			k.leave(ctx, entry)
+			return nil, nil
+		case core.Cancelled:
+			k.leave(ctx, entry)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// grant turns a reply into a Grant. A fresh acquisition counts its lease from
+// sent. A hand-off counts from the last request answered "queued": the server
+// set this entry's deadline (now + wait timeout) after that request was sent,
+// and the grant lasts until min(grant time + lease, that deadline) until the
+// claim, so min(lease, wait timeout) from then is a safe first lease.
+func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Grant {
+	if !r.held {
+		return nil
+	}
+	if !r.handoff {
+		return &core.Grant{Count: r.count, Token: r.token, Since: sent}
+	}
+	cfg := k.m.Config()
+	owner, token, lease, fixed := k.m.Owner(), r.token, a.Lease, a.Fixed
+	return &core.Grant{
+		Count: r.count, Token: r.token, Since: queued,
+		First: min(lease, cfg.WaitTimeout),
+		Claim: func(ctx context.Context) (time.Time, bool, error) {
+			since := cfg.Clock.Now()
+			if fixed {
+				since = queued // a fixed lease counts from the grant
+			}
+			ok, err := core.Renew(ctx, k.m, k.keys, owner, token, lease, fixed)
+			return since, ok, err
+		},
+	}
+}
+
+// rejoin queues the caller again, at the tail, under a new entry: its old
+// entry was evicted after it fell silent for longer than its wait timeout.
+func (k *kind) rejoin(ctx context.Context, a core.Attempt, sub *core.Sub, mem *member, old string) string {
+	entry := k.newEntry()
+	k.m.LogInfo("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
+		"entry", old, "new_entry", entry)
+	sub.SetID(entry)
+	mem.rename(entry)
+	if _, err := k.attempt(ctx, a, entry, "join"); err == nil {
+		mem.queuedAt(k.m.Config().Clock.Now())
+	}
+	return entry
+}
+
+// leave takes the entry out of the queue, even when ctx has ended. If Redis
+// cannot be reached, the entry stops being refreshed and is evicted within
+// one wait timeout.
+func (k *kind) leave(ctx context.Context, entry string) {
+	ctx, cancel := k.m.CleanupContext(ctx)
+	defer cancel()
+	err := k.m.Config().Scripts.FairLeave.Run(ctx, k.m.Client, k.keys, k.m.Owner(), entry, k.publish, k.channel).Err()
+	if err != nil {
+		k.m.LogInfo("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
+	}
+}
+
+func (k *kind) newEntry() string { return k.m.Owner() + "/" + core.NextID() }
+
+func (k *kind) Release(ctx context.Context, owner, req string, token int64) (int, error) {
+	v, err := k.m.Config().Scripts.FairRelease.Run(ctx, k.m.Client, k.keys,
+		owner, req, token, k.publish, k.channel).Result()
+	if err != nil {
+		return 0, err
+	}
+	r, err := core.Ints(v)
+	if err != nil {
+		return 0, err
+	}
+	return int(r[0]), nil
+}
+
+func (k *kind) Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+	return core.Renew(ctx, k.m, k.keys, owner, token, lease, fromGrant)
+}
+
+func (k *kind) ForceUnlock(ctx context.Context) (bool, error) {
+	n, err := k.m.Config().Scripts.FairForceUnlock.Run(ctx, k.m.Client, k.keys, k.publish, k.channel).Int()
+	return n == 1, err
+}
+
+func (k *kind) State(ctx context.Context) (core.HoldState, error) {
+	s, err := core.State(ctx, k.m, k.keys)
+	if err != nil {
+		return s, fmt.Errorf("fairlock: reading lock %q: %w", k.m.Name, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,10 @@
+package fair_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
