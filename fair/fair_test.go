@@ -275,7 +275,7 @@ func TestCrashedWaitersAreEvictedWithinTheBound(t *testing.T) {
 	gotD := e.enqueue(d, 3)
 	crashed := e.clk.Now()
 	_ = dead.Close() // b and c fall silent
-	defer func() { // end the frozen goroutines
+	defer func() {   // end the frozen goroutines
 		thaw()
 		await(t, gotB)
 		await(t, gotC)

@@ -184,4 +184,3 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
-

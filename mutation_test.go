@@ -1,0 +1,135 @@
+package fairlock_test
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"pgregory.net/rapid"
+)
+
+// A specification that passes whatever the scripts do proves nothing. Each
+// mutation below is a plausible bug in one script; the specification must
+// find every one of them.
+var mutations = []struct {
+	name, file, from, to string
+}{
+	{
+		name: "a deadline that is never refreshed",
+		file: "fair_heartbeat.lua",
+		from: "redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)",
+		to:   "-- (refresh removed)",
+	},
+	{
+		name: "eviction of a live head",
+		file: "lib.lua",
+		from: "if deadline > now then return head, deadline end",
+		to:   "if deadline > now + 2500 then return head, deadline end",
+	},
+	{
+		name: "enqueueing at the head",
+		file: "fair_acquire.lua",
+		from: "redis.call('RPUSH', KEYS[2], entry)",
+		to:   "redis.call('LPUSH', KEYS[2], entry)",
+	},
+	{
+		name: "a queue key without TTL",
+		file: "lib.lua",
+		from: "redis.call('PEXPIRE', key, int(horizon + RETAIN_MS))",
+		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(horizon + RETAIN_MS)) end",
+	},
+	{
+		name: "re-entry without an ownership check",
+		file: "fair_acquire.lua",
+		from: "if holder == owner then",
+		to:   "if holder ~= nil then",
+	},
+}
+
+func TestSpecificationCatchesBrokenScripts(t *testing.T) {
+	// Few checks, no shrinking and no fail files: only "does it fail" counts.
+	for name, value := range map[string]string{"rapid.checks": "300", "rapid.shrinktime": "1ms", "rapid.nofailfile": "true"} {
+		old := flag.Lookup(name).Value.String()
+		_ = flag.Set(name, value)
+		defer flag.Set(name, old)
+	}
+	for _, mu := range mutations {
+		t.Run(mu.name, func(t *testing.T) {
+			src := lua.Sources()
+			if !strings.Contains(src[mu.file], mu.from) {
+				t.Fatalf("%s no longer contains %q: update the mutation", mu.file, mu.from)
+			}
+			src[mu.file] = strings.Replace(src[mu.file], mu.from, mu.to, 1)
+			rec := &recorder{}
+			rec.run(func() { rapid.Check(rec, fairLockSpec(lua.MustBuild(src))) })
+			if !rec.Failed() {
+				t.Fatalf("the specification passed with %s", mu.name)
+			}
+			t.Logf("caught: %s", rec.firstError())
+		})
+	}
+}
+
+// recorder is a rapid.TB that records failures instead of failing the test.
+type recorder struct {
+	mu     sync.Mutex
+	failed bool
+	errs   []string
+}
+
+type stop struct{}
+
+func (r *recorder) run(f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			if _, ok := v.(stop); !ok {
+				panic(v)
+			}
+		}
+	}()
+	f()
+}
+
+func (r *recorder) Helper()                           {}
+func (r *recorder) Name() string                      { return "mutation" }
+func (r *recorder) Logf(format string, args ...any)   {}
+func (r *recorder) Log(args ...any)                   {}
+func (r *recorder) Skipf(format string, args ...any)  { panic(stop{}) }
+func (r *recorder) Skip(args ...any)                  { panic(stop{}) }
+func (r *recorder) SkipNow()                          { panic(stop{}) }
+func (r *recorder) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
+func (r *recorder) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
+func (r *recorder) Fatalf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)); panic(stop{}) }
+func (r *recorder) Fatal(args ...any)                 { r.record(fmt.Sprint(args...)); panic(stop{}) }
+func (r *recorder) FailNow()                          { r.Fail(); panic(stop{}) }
+func (r *recorder) Fail()                             { r.mu.Lock(); r.failed = true; r.mu.Unlock() }
+
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+func (r *recorder) record(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	r.errs = append(r.errs, msg)
+}
+
+func (r *recorder) firstError() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.errs {
+		if i := strings.Index(e, "\n"); i > 0 {
+			e = e[:i]
+		}
+		if strings.TrimSpace(e) != "" {
+			return e
+		}
+	}
+	return ""
+}

@@ -1,0 +1,493 @@
+package fairlock_test
+
+// The executable specification of the fair lock.
+//
+// A rapid state machine drives real fair.Mutex handles, each on a client of
+// its own (a "process"), against miniredis, with the fake clock moving
+// miniredis's TIME and the library's timers together. Its actions are what
+// users and failures do: join the queue, try without waiting, re-enter,
+// unlock, give up, crash (fall silent), and let time pass in steps no longer
+// than a quarter of a heartbeat. After every step it checks what a user can
+// observe, one property per guarantee of package fair.
+//
+//	go test -run TestFairLockSpecification .                      # 1,000 checks (CI)
+//	RAPID_CHECKS=100000 go test -run TestFairLockSpecification -timeout 0 .
+//
+// TestSpecificationCatchesBrokenScripts runs the same machine against
+// deliberately broken scripts and expects it to fail for each.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"pgregory.net/rapid"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// The specification runs 1,000 checks unless told otherwise.
+	if os.Getenv("RAPID_CHECKS") == "" && !flagSet("rapid.checks") {
+		_ = flag.Set("rapid.checks", "1000")
+	}
+	os.Exit(redistest.Main(m))
+}
+
+func flagSet(name string) (set bool) {
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+const (
+	waitTimeout = 3 * time.Second
+	heartbeat   = waitTimeout / 3
+	lease       = 5 * time.Second
+	maxStep     = heartbeat / 4
+	processes   = 5
+	lockName    = "spec"
+)
+
+type phase int
+
+const (
+	idle phase = iota
+	waiting
+	holding
+	crashed
+)
+
+// proc is one handle on a client of its own.
+type proc struct {
+	label   string
+	client  *redis.Client
+	m       *fair.Mutex
+	phase   phase
+	count   int // holds, as the model counts them
+	joined  int // join order among waiters
+	entry   string
+	cancel  context.CancelFunc
+	result  chan error // the running Lock call's outcome
+	running bool       // a Lock call's goroutine has not returned
+
+	crashedAt    time.Time
+	crashedPhase phase
+}
+
+// spec is the model: only what a user can observe.
+type spec struct {
+	t         *rapid.T
+	mr        *miniredis.Miniredis
+	clk       *clock.Fake
+	probe     *redis.Client
+	procs     []*proc
+	joins     int
+	lastToken int64
+	freeSince time.Time // the lock was free while a live waiter waited, since
+}
+
+func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	mr.ClockTTL(true)
+	s := &spec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
+	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	for i := 0; i < processes; i++ {
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		m, err := fair.New(c, lockName, fair.WithClock(s.clk), fair.WithScripts(scripts),
+			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m})
+	}
+	return s
+}
+
+func (s *spec) inspect() fair.State {
+	st, err := fair.Inspect(context.Background(), s.probe, lockName)
+	if err != nil {
+		s.t.Fatalf("Inspect: %v", err)
+	}
+	return st
+}
+
+func (s *spec) pick(ph phase) *proc {
+	var c []*proc
+	for _, p := range s.procs {
+		if p.phase == ph {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		s.t.Skip("no such handle")
+	}
+	return rapid.SampledFrom(c).Draw(s.t, "handle")
+}
+
+// Actions.
+
+func (s *spec) join(t *rapid.T) {
+	p := s.pick(idle)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.joins++
+	p.phase, p.joined, p.cancel, p.entry = waiting, s.joins, cancel, ""
+	p.result, p.running = make(chan error, 1), true
+	go func() {
+		ok, err := p.m.TryLock(ctx, time.Hour, 0)
+		if err == nil && !ok {
+			err = errors.New("wait elapsed")
+		}
+		p.result <- err
+	}()
+	s.settle()
+}
+
+func (s *spec) tryWithoutWaiting(t *rapid.T) {
+	p := s.pick(idle)
+	before := s.inspect()
+	ok, err := p.m.TryLock(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatalf("%s TryLock(0): %v", p.label, err)
+	}
+	live := slices.ContainsFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
+	// Guarantee 3, no barging: only a free lock with no live waiter is taken.
+	if ok && (before.Holder != nil || live) {
+		t.Fatalf("no barging: %s took the lock with TryLock(0) while holder=%v and queue=%+v", p.label, before.Holder, before.Queue)
+	}
+	if !ok && before.Holder == nil && !live {
+		t.Fatalf("TryLock(0) by %s failed on a free lock with no live waiter", p.label)
+	}
+	if after := s.inspect(); len(after.Queue) > len(before.Queue) {
+		t.Fatalf("no barging: TryLock(0) by %s joined the queue", p.label)
+	}
+	if ok {
+		s.acquired(p)
+	}
+}
+
+func (s *spec) reenter(t *rapid.T) {
+	p := s.pick(holding)
+	ok, err := p.m.TryLock(context.Background(), 0, 0)
+	if !ok || err != nil {
+		t.Fatalf("re-entry by holder %s = %v, %v", p.label, ok, err)
+	}
+	p.count++
+}
+
+func (s *spec) unlock(t *rapid.T) {
+	p := s.pick(holding)
+	if err := p.m.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock by holder %s: %v", p.label, err)
+	}
+	p.count--
+	if p.count == 0 {
+		p.phase = idle
+	}
+	s.settle()
+}
+
+func (s *spec) giveUp(t *rapid.T) {
+	p := s.pick(waiting)
+	entry := p.entry
+	p.cancel()
+	err := <-p.result
+	p.running = false
+	if err == nil {
+		// Granted just before giving up: it holds the lock.
+		s.acquired(p)
+		return
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%s gave up with %v, want context.Canceled", p.label, err)
+	}
+	p.phase = idle
+	// Guarantee 5: once the call has returned, the entry is gone.
+	for _, w := range s.inspect().Queue {
+		if w.Label == p.label || (entry != "" && w.Entry == entry) {
+			t.Fatalf("giving up: %s's entry is still listed after TryLock returned", p.label)
+		}
+	}
+	s.settle()
+}
+
+func (s *spec) crash(t *rapid.T) {
+	var c []*proc
+	for _, p := range s.procs {
+		if p.phase != crashed {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("everyone crashed")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	p.crashedPhase, p.crashedAt, p.phase = p.phase, s.clk.Now(), crashed
+	_ = p.client.Close() // it falls silent: no heartbeat, renewal or unlock gets through
+	s.settle()
+}
+
+func (s *spec) advance(t *rapid.T) {
+	d := time.Duration(rapid.IntRange(1, int(maxStep/time.Millisecond)).Draw(t, "ms")) * time.Millisecond
+	s.clk.Advance(d)
+	s.settle()
+}
+
+// wait lets up to two wait timeouts pass, in full steps, checking after each.
+func (s *spec) wait(t *rapid.T) {
+	n := rapid.IntRange(1, int(2*waitTimeout/maxStep)).Draw(t, "steps")
+	for i := 0; i < n; i++ {
+		s.clk.Advance(maxStep)
+		s.settle()
+		s.check(t)
+	}
+}
+
+// acquired records a fresh acquisition by p.
+func (s *spec) acquired(p *proc) {
+	// Guarantee 2, FIFO: nobody alive who joined earlier is still waiting.
+	for _, o := range s.procs {
+		if o.phase == waiting && o != p && p.phase == waiting && o.joined < p.joined {
+			s.t.Fatalf("FIFO: %s (joined #%d) got the lock while %s (joined #%d) still waits", p.label, p.joined, o.label, o.joined)
+		}
+	}
+	tok := p.m.Token()
+	if tok <= s.lastToken {
+		s.t.Fatalf("fencing: %s got token %d, not above the previous %d", p.label, tok, s.lastToken)
+	}
+	s.lastToken = tok
+	p.phase, p.count = holding, 1
+}
+
+// settle lets every background reaction finish: each live waiter has either
+// returned or is asleep, and none has been handed the lock without knowing.
+func (s *spec) settle() {
+	deadline := time.Now().Add(10 * time.Second)
+	for spins := 0; ; spins++ {
+		running := 0
+		for _, p := range s.procs {
+			if !p.running {
+				continue
+			}
+			select {
+			case err := <-p.result:
+				p.running = false
+				if p.phase == crashed {
+					continue // a crashed process's call fails; nobody sees it
+				}
+				if err != nil {
+					s.t.Fatalf("%s's Lock failed: %v", p.label, err)
+				}
+				s.acquired(p)
+			default:
+				running++
+			}
+		}
+		if running == core.Asleep() && !s.grantPending() {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
+		}
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// grantPending reports a live waiter that Redis made the holder but whose
+// Lock has not returned yet (its hand-off message is on the way).
+func (s *spec) grantPending() bool {
+	h := s.inspect().Holder
+	if h == nil {
+		return false
+	}
+	for _, p := range s.procs {
+		if p.label == h.Label && p.phase == waiting {
+			return true
+		}
+	}
+	return false
+}
+
+// check runs after every step: each property is named after its guarantee.
+func (s *spec) check(t *rapid.T) {
+	st := s.inspect()
+	now := s.clk.Now()
+
+	// Guarantee 1, mutual exclusion: at most one handle believes it holds
+	// the lock, and Redis agrees with it, hold count included.
+	var holders []*proc
+	for _, p := range s.procs {
+		if p.phase == holding {
+			holders = append(holders, p)
+		}
+	}
+	if len(holders) > 1 {
+		t.Fatalf("mutual exclusion: %s and %s both hold the lock", holders[0].label, holders[1].label)
+	}
+	if len(holders) == 1 {
+		p := holders[0]
+		if st.Holder == nil || st.Holder.Label != p.label || st.Holder.Count != p.count {
+			t.Fatalf("mutual exclusion: %s holds %d times, Redis says %+v", p.label, p.count, st.Holder)
+		}
+		select {
+		case <-p.m.Lost():
+			t.Fatalf("%s lost a hold that its watchdog kept alive", p.label)
+		default:
+		}
+	}
+	if st.Holder != nil && st.Holder.Token < s.lastToken {
+		t.Fatalf("fencing: the holder's token %d is below one already issued, %d", st.Holder.Token, s.lastToken)
+	}
+
+	// Guarantee 2, FIFO: live waiters are queued in join order, each at the
+	// place it first got.
+	var live []*proc
+	for _, p := range s.procs {
+		if p.phase == waiting {
+			live = append(live, p)
+		}
+	}
+	slices.SortFunc(live, func(a, b *proc) int { return a.joined - b.joined })
+	var queued []string
+	for _, w := range st.Queue {
+		for _, p := range live {
+			if p.label == w.Label && !w.Expired {
+				queued = append(queued, p.label)
+				if p.entry == "" {
+					p.entry = w.Entry
+				} else if p.entry != w.Entry {
+					t.Fatalf("FIFO: live waiter %s lost its place (entry %s became %s)", p.label, p.entry, w.Entry)
+				}
+			}
+		}
+	}
+	var want []string
+	for _, p := range live {
+		want = append(want, p.label)
+	}
+	if !slices.Equal(queued, want) {
+		t.Fatalf("FIFO: live waiters queued as %v, want join order %v (queue %+v)", queued, want, st.Queue)
+	}
+
+	// Guarantee 4, eviction: a crashed waiter stops counting by its deadline
+	// (at most one wait timeout after it fell silent), and a grant handed to
+	// it ends by then too; a crashed holder's lease runs out.
+	for _, p := range s.procs {
+		if p.phase != crashed {
+			continue
+		}
+		silent := now.Sub(p.crashedAt)
+		if p.crashedPhase == waiting && silent >= waitTimeout {
+			for _, w := range st.Queue {
+				if w.Label == p.label && !w.Expired {
+					t.Fatalf("eviction: %s, silent for %v, is still a live waiter", p.label, silent)
+				}
+			}
+			if st.Holder != nil && st.Holder.Label == p.label {
+				t.Fatalf("eviction: %s, silent for %v, still holds a grant", p.label, silent)
+			}
+		}
+		if p.crashedPhase == holding && silent >= lease && st.Holder != nil && st.Holder.Label == p.label {
+			t.Fatalf("lease: %s crashed %v ago and still holds the lock", p.label, silent)
+		}
+	}
+
+	// Guarantee 6, hand-off: a free lock never keeps a live waiter waiting
+	// longer than one heartbeat (the fallback that covers lost messages).
+	if st.Holder == nil && len(live) > 0 {
+		if s.freeSince.IsZero() {
+			s.freeSince = now
+		} else if d := now.Sub(s.freeSince); d > heartbeat+maxStep {
+			t.Fatalf("hand-off: the lock has been free for %v while %s waits", d, live[0].label)
+		}
+	} else {
+		s.freeSince = time.Time{}
+	}
+
+	// Guarantee 8, nothing leaks: every key carries a TTL.
+	for _, k := range s.mr.Keys() {
+		if s.mr.TTL(k) <= 0 {
+			t.Fatalf("leak: key %s has no TTL", k)
+		}
+	}
+}
+
+// finish ends every hold and wait, then lets time pass: no key may be left.
+func (s *spec) finish() {
+	for _, p := range s.procs {
+		if p.running {
+			p.cancel()
+			<-p.result
+			p.running = false
+		}
+	}
+	for _, p := range s.procs {
+		if p.phase == holding {
+			for p.m.Unlock(context.Background()) == nil {
+			}
+		}
+	}
+	for i := 0; i < 60; i++ {
+		s.clk.Advance(time.Second)
+	}
+	if keys := s.mr.Keys(); len(keys) != 0 {
+		s.t.Fatalf("leak: keys left a minute after every client was gone: %v", keys)
+	}
+}
+
+func (s *spec) close() {
+	for _, p := range s.procs {
+		if p.running {
+			p.cancel()
+			<-p.result
+		}
+		_ = p.client.Close()
+	}
+	_ = s.probe.Close()
+	s.mr.Close()
+}
+
+// fairLockSpec is the property: any sequence of actions keeps every guarantee.
+func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		s := newSpec(t, scripts)
+		defer s.close()
+		s.t = t
+		t.Repeat(map[string]func(*rapid.T){
+			"join":              s.join,
+			"tryWithoutWaiting": s.tryWithoutWaiting,
+			"reenter":           s.reenter,
+			"unlock":            s.unlock,
+			"giveUp":            s.giveUp,
+			"crash":             s.crash,
+			"advance":           s.advance,
+			"wait":              s.wait,
+			"":                  s.check,
+		})
+		s.finish()
+	}
+}
+
+func TestFairLockSpecification(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	rapid.Check(t, fairLockSpec(lua.Default))
+}
