@@ -102,10 +102,13 @@ func (r *recorder) Skip(args ...any)                  { panic(stop{}) }
 func (r *recorder) SkipNow()                          { panic(stop{}) }
 func (r *recorder) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
 func (r *recorder) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
-func (r *recorder) Fatalf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)); panic(stop{}) }
-func (r *recorder) Fatal(args ...any)                 { r.record(fmt.Sprint(args...)); panic(stop{}) }
-func (r *recorder) FailNow()                          { r.Fail(); panic(stop{}) }
-func (r *recorder) Fail()                             { r.mu.Lock(); r.failed = true; r.mu.Unlock() }
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.record(fmt.Sprintf(format, args...))
+	panic(stop{})
+}
+func (r *recorder) Fatal(args ...any) { r.record(fmt.Sprint(args...)); panic(stop{}) }
+func (r *recorder) FailNow()          { r.Fail(); panic(stop{}) }
+func (r *recorder) Fail()             { r.mu.Lock(); r.failed = true; r.mu.Unlock() }
 
 func (r *recorder) Failed() bool {
 	r.mu.Lock()

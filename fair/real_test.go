@@ -1,0 +1,154 @@
+package fair_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func realClients(t *testing.T, cluster bool, n int) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, n)
+	for i := range out {
+		if cluster {
+			out[i] = redistest.Cluster(t)
+		} else {
+			out[i] = redistest.Real(t)
+		}
+	}
+	return out
+}
+
+var kinds = []struct {
+	name    string
+	cluster bool
+}{{"single", false}, {"cluster", true}}
+
+// Twelve handles join one after another, each only once Inspect shows the
+// previous one queued: they must get the lock in exactly that order.
+func TestRealStrictJoinOrder(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := realClients(t, kind.cluster, 4)
+			name := redistest.Name(t)
+			ctx := context.Background()
+			first, err := fair.New(clients[0], name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const n = 12
+			var mu sync.Mutex
+			var order []int
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				m, err := fair.New(clients[i%4], name, fair.WithLabel(fmt.Sprint(i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := m.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					if err := m.Unlock(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					st, err := fair.Inspect(ctx, clients[0], name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(st.Queue) == i+1 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("waiter %d never appeared in the queue: %+v", i, st.Queue)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if err := first.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i, got := range order {
+				if got != i {
+					t.Fatalf("acquisition order %v, want 0..%d in join order", order, n-1)
+				}
+			}
+			if len(order) != n {
+				t.Fatalf("%d of %d waiters got the lock", len(order), n)
+			}
+		})
+	}
+}
+
+func TestRealMutualExclusion(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := realClients(t, kind.cluster, 4)
+			name := redistest.Name(t)
+			const workers, total = 16, 2000
+			var (
+				counter int // plain: only the lock protects it
+				inside  atomic.Int32
+				next    atomic.Int64
+				last    int64 // written only inside the lock
+				wg      sync.WaitGroup
+			)
+			for w := 0; w < workers; w++ {
+				m, err := fair.New(clients[w%4], name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := context.Background()
+					for next.Add(1) <= total {
+						if err := m.Lock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							t.Error("two holders inside the lock at once")
+						}
+						counter++
+						if tok := m.Token(); tok <= last {
+							t.Errorf("token %d not above the previous holder's %d", tok, last)
+						} else {
+							last = tok
+						}
+						inside.Add(-1)
+						if err := m.Unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if counter != total {
+				t.Fatalf("counter = %d after %d locked increments: an update was lost", counter, total)
+			}
+		})
+	}
+}
