@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// locker is what the demo needs of either lock.
+type locker interface {
+	Lock(ctx context.Context) error
+	Unlock(ctx context.Context) error
+}
+
+type demoConfig struct {
+	addr     string
+	workers  int
+	jobs     int
+	hold     time.Duration
+	interval time.Duration
+}
+
+// report is one lock's run.
+type report struct {
+	lock       string
+	served     int
+	violations int
+	waits      []time.Duration
+	elapsed    time.Duration
+}
+
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c demoConfig
+	fs.StringVar(&c.addr, "redis", "", "Redis address, host:port (default: an embedded miniredis)")
+	fs.IntVar(&c.workers, "workers", 8, "workers, each a handle on its own client, as if on its own machine")
+	fs.IntVar(&c.jobs, "jobs", 120, "jobs submitted per lock")
+	fs.DurationVar(&c.hold, "hold", 15*time.Millisecond, "how long each job holds the lock")
+	fs.DurationVar(&c.interval, "interval", 5*time.Millisecond, "time between two submissions")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `Usage: fairlock demo [flags]
+
+Workers submit jobs that must run one at a time, in submission order. The demo
+runs them under the fair lock, then under the reentrant lock, and reports jobs
+served, order violations (a job run while an earlier one still waited) and the
+wait from submission to start, side by side.`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() != 0:
+		fs.Usage()
+		return fmt.Errorf("demo takes no arguments, got %q", fs.Args())
+	case c.workers < 2:
+		return fmt.Errorf("-workers must be at least 2, got %d", c.workers)
+	case c.jobs < 1:
+		return fmt.Errorf("-jobs must be at least 1, got %d", c.jobs)
+	case c.hold < 0 || c.interval < 0:
+		return errors.New("-hold and -interval must not be negative")
+	}
+
+	addr := c.addr
+	if addr == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return fmt.Errorf("starting the embedded miniredis: %w", err)
+		}
+		defer mr.Close()
+		mr.ClockTTL(true) // key expiry follows the wall clock
+		addr = mr.Addr()
+		fmt.Fprintf(stdout, "embedded miniredis on %s (use -redis host:port for a real server)\n", addr)
+	} else {
+		probe := redis.NewClient(&redis.Options{Addr: addr})
+		err := probe.Ping(ctx).Err()
+		probe.Close()
+		if err != nil {
+			return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+		}
+		fmt.Fprintf(stdout, "Redis at %s\n", addr)
+	}
+	name := fmt.Sprintf("demo-%d", time.Now().UnixNano())
+	fmt.Fprintf(stdout, "%d workers, %d jobs per lock, each holding %v, one submitted every %v\n", c.workers, c.jobs, c.hold, c.interval)
+	if c.addr != "" {
+		fmt.Fprintf(stdout, "watch the queue: go run ./cmd/fairlock inspect -redis %s %s\n", addr, name)
+	}
+	fmt.Fprintln(stdout)
+
+	var reports []report
+	for _, kind := range []string{"fair", "reentrant"} {
+		r, err := runJobs(ctx, c, addr, name, kind, stdout)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, r)
+	}
+	printReport(stdout, reports)
+	return nil
+}
+
+// runJobs submits c.jobs jobs to c.workers workers, one lock kind.
+func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.Writer) (report, error) {
+	type job struct {
+		id        int
+		submitted time.Time
+	}
+	var (
+		mu       sync.Mutex
+		started  = make([]bool, c.jobs)
+		next     int // the earliest job not started yet
+		rep      = report{lock: kind}
+		firstErr error
+	)
+	type worker struct {
+		label string
+		inbox chan job
+	}
+	free := make(chan worker, c.workers)
+	var wg sync.WaitGroup
+	for w := 0; w < c.workers; w++ {
+		client := redis.NewClient(&redis.Options{Addr: addr})
+		defer client.Close()
+		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
+		var l locker
+		var err error
+		if kind == "fair" {
+			l, err = fair.New(client, name, fair.WithLabel(me.label))
+		} else {
+			l, err = reentrant.New(client, name)
+		}
+		if err != nil {
+			return rep, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range me.inbox {
+				if err := l.Lock(ctx); err != nil {
+					mu.Lock()
+					firstErr = errors.Join(firstErr, err)
+					mu.Unlock()
+					free <- me
+					continue
+				}
+				mu.Lock()
+				rep.waits = append(rep.waits, time.Since(j.submitted))
+				if j.id != next {
+					rep.violations++ // an earlier job is still waiting
+				}
+				started[j.id] = true
+				for next < c.jobs && started[next] {
+					next++
+				}
+				rep.served++
+				mu.Unlock()
+				time.Sleep(c.hold) // the job
+				_ = l.Unlock(context.Background())
+				free <- me
+			}
+		}()
+		free <- me
+	}
+
+	probe := redis.NewClient(&redis.Options{Addr: addr})
+	defer probe.Close()
+	begin := time.Now()
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	progress := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "\r%-9s %4d/%d jobs run, %d order violations", kind, rep.served, c.jobs, rep.violations)
+	}
+	isStarted := func(id int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return started[id]
+	}
+	for id := 0; id < c.jobs && ctx.Err() == nil; id++ {
+		var w worker
+		select {
+		case w = <-free:
+		case <-ctx.Done():
+		}
+		if w.inbox == nil {
+			break
+		}
+		w.inbox <- job{id: id, submitted: time.Now()}
+		if kind == "fair" {
+			// A job counts as submitted once it stands in the lock's queue
+			// (or runs): the next one is submitted after it.
+			waitJoined(ctx, probe, name, w.label, func() bool { return isStarted(id) })
+		}
+		select {
+		case <-ticker.C:
+			progress()
+		case <-time.After(c.interval):
+		case <-ctx.Done():
+		}
+	}
+	for idle := 0; idle < c.workers; {
+		select {
+		case w := <-free:
+			close(w.inbox)
+			idle++
+		case <-ticker.C:
+			progress()
+		}
+	}
+	wg.Wait()
+	rep.elapsed = time.Since(begin)
+	progress()
+	fmt.Fprintln(out)
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	return rep, firstErr
+}
+
+// waitJoined waits until the fair lock's queue lists label, or started
+// reports the job running.
+func waitJoined(ctx context.Context, probe *redis.Client, name, label string, started func() bool) {
+	deadline := time.Now().Add(5 * time.Second)
+	for !started() && ctx.Err() == nil && time.Now().Before(deadline) {
+		st, err := fair.Inspect(ctx, probe, name)
+		if err != nil {
+			return
+		}
+		if slices.ContainsFunc(st.Queue, func(w fair.Waiter) bool { return w.Label == label }) {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func printReport(w io.Writer, reports []report) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "lock\tjobs served\torder violations\twait p50\twait p99\truntime\t")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%v\t\n", r.lock, r.served, r.violations,
+			percentile(r.waits, 50), percentile(r.waits, 99), r.elapsed.Round(time.Millisecond))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nwait: from a job's submission to its start. An order violation is a job that")
+	fmt.Fprintln(w, "started while a job submitted before it was still waiting.")
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(i, len(s))-1)].Round(100 * time.Microsecond)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestDemoReportsTheFairLockInOrder(t *testing.T) {
+	redistest.NoLeaks(t)
+	out, _, err := runCLI(t, "demo", "-workers", "4", "-jobs", "30", "-hold", "5ms", "-interval", "2ms")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	fairRow := regexp.MustCompile(`(?m)^\s*fair\s+30\s+0\s`)
+	if !fairRow.MatchString(out) {
+		t.Fatalf("report does not show 30 jobs served by the fair lock with 0 order violations:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^\s*reentrant\s+30\s+\d+\s`).MatchString(out) {
+		t.Fatalf("report has no reentrant row with 30 jobs:\n%s", out)
+	}
+	for _, col := range []string{"order violations", "wait p50", "wait p99"} {
+		if !strings.Contains(out, col) {
+			t.Fatalf("report lacks %q:\n%s", col, out)
+		}
+	}
+}
+
+func TestInspectPrintsHolderAndQueue(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	holder, _ := fair.New(client, "reports", fair.WithLabel("nightly"))
+	waiter, _ := fair.New(client, "reports", fair.WithLabel("adhoc"))
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- waiter.Lock(wctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, _ := fair.Inspect(ctx, client, "reports")
+		if len(st.Queue) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	out, _, err := runCLI(t, "inspect", "-redis", mr.Addr(), "reports")
+	cancel()
+	<-done
+	_ = holder.Unlock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`fair lock "reports"`, "HOLDER", "nightly", "WAITER", "adhoc", "waiting"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	cases := map[string][]string{
+		"no command":       {},
+		"unknown command":  {"frobnicate"},
+		"inspect no redis": {"inspect", "x"},
+		"inspect no name":  {"inspect", "-redis", "127.0.0.1:1"},
+		"inspect bad name": {"inspect", "-redis", "127.0.0.1:1", "a{b}"},
+		"demo one worker":  {"demo", "-workers", "1"},
+		"demo no jobs":     {"demo", "-jobs", "0"},
+		"demo stray arg":   {"demo", "extra"},
+		"demo bad redis":   {"demo", "-redis", "127.0.0.1:1"},
+	}
+	for name, args := range cases {
+		if _, _, err := runCLI(t, args...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	for _, cmd := range []string{"demo", "inspect"} {
+		_, stderr, err := runCLI(t, cmd, "-h")
+		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "Usage: fairlock "+cmd) {
+			t.Errorf("%s -h: %v, %q", cmd, err, stderr)
+		}
+	}
+}
