@@ -152,3 +152,20 @@ func TestRealMutualExclusion(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkUncontendedLockUnlock(b *testing.B) {
+	m, err := fair.New(redistest.Real(b), redistest.Name(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

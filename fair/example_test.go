@@ -1,0 +1,68 @@
+package fair_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	mr, _ := miniredis.Run() // any Redis >= 7.0 will do
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	m, err := fair.New(client, "deploys", fair.WithLabel("deployer"))
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Lock(ctx); err != nil { // joins the queue, waits its turn
+		panic(err)
+	}
+	defer m.Unlock(ctx) // hands the lock to the next in line
+
+	fmt.Println("deploying with fencing token", m.Token() > 0)
+	// Output: deploying with fencing token true
+}
+
+func ExampleInspect() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	holder, _ := fair.New(client, "reports", fair.WithLabel("nightly"))
+	waiter, _ := fair.New(client, "reports", fair.WithLabel("ad hoc"))
+	_ = holder.Lock(ctx)
+
+	// The waiter gives up after 100 ms; meanwhile it is in the queue.
+	done := make(chan bool)
+	go func() {
+		ok, _ := waiter.TryLock(ctx, 100*time.Millisecond, 0)
+		done <- ok
+	}()
+	for {
+		st, _ := fair.Inspect(ctx, client, "reports")
+		if len(st.Queue) == 1 {
+			fmt.Println("holder:", st.Holder.Label, "count", st.Holder.Count)
+			fmt.Println("queued:", st.Queue[0].Label)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("waiter got it:", <-done)
+	st, _ := fair.Inspect(ctx, client, "reports")
+	fmt.Println("queue after it gave up:", len(st.Queue))
+	_ = holder.Unlock(ctx)
+	// Output:
+	// holder: nightly count 1
+	// queued: ad hoc
+	// waiter got it: false
+	// queue after it gave up: 0
+}
