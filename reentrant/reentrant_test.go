@@ -402,3 +402,20 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+func TestUncontendedLockUnlockIsTwoScriptCalls(t *testing.T) {
+	e := newEnv(t)
+	counter := &redistest.ScriptCounter{}
+	e.client.AddHook(counter)
+	m := e.handle()
+	mustLock(t, m) // loads the scripts
+	unlockAll(t, m)
+	counter.Scripts.Store(0)
+	mustLock(t, m)
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.Scripts.Load(); n != 2 {
+		t.Fatalf("uncontended Lock+Unlock made %d script calls, want 2", n)
+	}
+}

@@ -180,3 +180,6 @@ func Main(m *testing.M) int {
 func Name(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", "{", "(", "}", ")").Replace(t.Name()), time.Now().UnixNano())
 }
+
+// Exit runs a package's tests, stops the servers they started and exits.
+func Exit(m *testing.M) { os.Exit(Main(m)) }

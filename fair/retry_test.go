@@ -1,0 +1,65 @@
+package fair_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+func TestUncontendedLockUnlockIsTwoScriptCalls(t *testing.T) {
+	e := newEnv(t)
+	counter := &redistest.ScriptCounter{}
+	e.client.AddHook(counter)
+	m := e.named("a")
+	mustLock(t, m) // loads the scripts
+	mustUnlock(t, m)
+	counter.Scripts.Store(0)
+	mustLock(t, m)
+	mustUnlock(t, m)
+	if n := counter.Scripts.Load(); n != 2 {
+		t.Fatalf("uncontended Lock+Unlock made %d script calls, want 2", n)
+	}
+}
+
+func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keys := keysFor()
+	acquire := func(owner, entry, req string) []any {
+		t.Helper()
+		v, err := lua.Default.FairAcquire.Run(ctx, e.client, keys, owner, entry, req, 30000, 10000, "join", "", "PUBLISH", channel).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first := acquire("o1", "o1/1", "r1")
+	again := acquire("o1", "o1/1", "r1")
+	if again[1] != first[1] || again[2] != first[2] || e.mr.HGet(holdKey, "c") != "1" {
+		t.Fatalf("a retried acquisition was applied twice: %v then %v", first, again)
+	}
+	acquire("o2", "o2/1", "r2") // queued
+	acquire("o2", "o2/1", "r3") // a retried join: still one entry
+	if l, _ := e.mr.List(holdKey + ":queue"); len(l) != 1 {
+		t.Fatalf("a retried join queued the waiter twice: %v", l)
+	}
+	acquire("o3", "o3/1", "r4") // queued behind o2
+	release := func() []any {
+		t.Helper()
+		v, err := lua.Default.FairRelease.Run(ctx, e.client, keys, "o1", "r5", first[2], "PUBLISH", channel).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	release()
+	token := e.mr.HGet(holdKey, "t")
+	if again := release(); again[0] != int64(1) {
+		t.Fatalf("a retried release answered %v, want its first answer {1}", again)
+	}
+	if o, tok := e.mr.HGet(holdKey, "o"), e.mr.HGet(holdKey, "t"); o != "o2" || tok != token {
+		t.Fatalf("a retried release handed the lock on again: owner %q token %s (was o2, %s)", o, tok, token)
+	}
+}

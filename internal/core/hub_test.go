@@ -1,0 +1,134 @@
+package core_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { redistest.Exit(m) }
+
+func pubsubConnections(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
+}
+
+func received(s *core.Sub) (string, bool) {
+	select {
+	case p := <-s.C:
+		return p, true
+	case <-time.After(300 * time.Millisecond):
+		return "", false
+	}
+}
+
+func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
+	redistest.NoLeaks(t)
+	ctx := context.Background()
+	client := redistest.Real(t)
+	admin := redistest.Real(t)
+	channel := "fairlock:test:{" + redistest.Name(t) + "}"
+	before := pubsubConnections(t, admin)
+
+	var subs []*core.Sub
+	for i := 0; i < 1000; i++ {
+		s, err := core.Subscribe(ctx, client, channel, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+	}
+	<-subs[0].Ready()
+	if n := pubsubConnections(t, admin) - before; n != 1 {
+		t.Fatalf("1,000 waiters opened %d pub/sub connections, want 1", n)
+	}
+
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := received(subs[0]); !ok {
+		t.Fatal("the longest waiter was not woken")
+	}
+	for _, s := range subs[1:5] {
+		if _, ok := received(s); ok {
+			t.Fatal("one message woke more than one waiter")
+		}
+	}
+
+	// A waiter that leaves with a wake-up it did not consume passes it on.
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	subs[0].Close()
+	if _, ok := received(subs[1]); !ok {
+		t.Fatal("a wake-up given to a waiter that left was not passed on")
+	}
+	for _, s := range subs[1:] {
+		s.Close()
+	}
+	if n := pubsubConnections(t, admin) - before; n != 0 {
+		t.Fatalf("%d pub/sub connections left after every waiter left", n)
+	}
+}
+
+func TestHubTargetsMessagesByID(t *testing.T) {
+	redistest.NoLeaks(t)
+	ctx := context.Background()
+	client, admin := redistest.Real(t), redistest.Real(t)
+	channel := "fairlock:test:{" + redistest.Name(t) + "}"
+	a, _ := core.Subscribe(ctx, client, channel, "entry-a")
+	b, _ := core.Subscribe(ctx, client, channel, "entry-b")
+	defer a.Close()
+	defer b.Close()
+	<-a.Ready()
+	_ = admin.Publish(ctx, channel, "entry-b 42").Err()
+	if p, ok := received(b); !ok || p != "entry-b 42" {
+		t.Fatalf("the targeted waiter got %q, %v", p, ok)
+	}
+	if _, ok := received(a); ok {
+		t.Fatal("a message for entry-b woke entry-a")
+	}
+}
+
+func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
+	redistest.NoLeaks(t)
+	ctx := context.Background()
+	client, admin := redistest.Real(t), redistest.Real(t)
+	channel := "fairlock:test:{" + redistest.Name(t) + "}"
+	a, _ := core.Subscribe(ctx, client, channel, "")
+	b, _ := core.Subscribe(ctx, client, channel, "x")
+	defer a.Close()
+	defer b.Close()
+	<-a.Ready()
+	// Messages published while the connection is down are lost: every
+	// waiter must be told to look again once it is subscribed again.
+	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*core.Sub{"a": a, "b": b} {
+		select {
+		case p := <-s.C:
+			if p != "" {
+				t.Fatalf("waiter %s got %q after a reconnect, want a retry", name, p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %s was not told to retry after the pub/sub connection came back", name)
+		}
+	}
+}
