@@ -38,14 +38,14 @@ var mutations = []struct {
 	{
 		name: "a queue key without TTL",
 		file: "lib.lua",
-		from: "redis.call('PEXPIRE', key, int(horizon + RETAIN_MS))",
-		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(horizon + RETAIN_MS)) end",
+		from: "redis.call('PEXPIRE', key, int(keep - now))",
+		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(keep - now)) end",
 	},
 	{
 		name: "re-entry without an ownership check",
 		file: "fair_acquire.lua",
-		from: "if holder == owner then",
-		to:   "if holder ~= nil then",
+		from: "if who == owner then",
+		to:   "if who ~= nil then",
 	},
 }
 

@@ -228,7 +228,7 @@ func (s *story) capture(step string) {
 			for _, f := range fields {
 				v := mr.HGet(k, f)
 				switch f {
-				case "x", "g":
+				case "x", "g", "h", "k":
 					v = at(v)
 				case "b":
 					v = strings.ReplaceAll(v, "\t", " ")

@@ -15,40 +15,42 @@
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local publish, channel = ARGV[8], ARGV[9]
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
-local now, now_us = clock()
 
 -- A retry of a request that already ran gets the first run's answer.
-local last = redis.call('HMGET', KEYS[1], 'q', 'a')
-if last[1] == req then return decode(last[2]) end
+if s.q == req then return decode(s.a) end
 
+local now, now_us = clock()
+local w = {}
 local function answer(t)
-  redis.call('HSET', KEYS[1], 'q', req, 'a', encode(t), 'v', LAYOUT)
-  retain(now)
+  w.q, w.a = req, encode(t)
+  commit(s, w, now, false)
   return t
 end
 
 -- Step 1, queue cleanup: pop given-up and dead waiters off the head.
 local head = live_head(now)
 
-local holder, count, expiry, token, granted_entry = hold(now)
-if holder == owner then
-  if granted_entry == entry then
+local who, count, expiry, token = holder(s, now)
+if who == owner then
+  if s.e == entry then
     -- Step 4, this waiter's turn came by hand-off while it was away (its
     -- message may have been lost): the hold is its own, waiting for its claim.
     return answer({1, count, token, 1})
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.
-  redis.call('ZREM', KEYS[3], entry)
-  redis.call('HDEL', KEYS[4], entry)
-  redis.call('HSET', KEYS[1], 'c', int(count + 1), 'x', int(math.max(expiry, now + lease)))
+  if mode ~= 'try' then
+    redis.call('ZREM', KEYS[3], entry)
+    redis.call('HDEL', KEYS[4], entry)
+  end
+  w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
   return answer({1, count + 1, token, 0})
 end
 
-if holder == nil then
-  clear_hold()
+if who == nil then
   if head == nil or head == entry then
     -- Step 2, acquire: the lock is free and nobody live is ahead of the caller.
     if head == entry then
@@ -56,23 +58,27 @@ if holder == nil then
       redis.call('ZREM', KEYS[3], entry)
       redis.call('HDEL', KEYS[4], entry)
     end
-    token = next_token(now_us)
-    redis.call('HSET', KEYS[1], 'o', owner, 'c', '1', 'x', int(now + lease), 't', int(token), 'b', label)
+    if s.e then redis.call('HDEL', KEYS[1], 'e', 'g') end
+    token = next_token(s, w, now_us)
+    w.o, w.c, w.x, w.t, w.b = owner, '1', int(now + lease), int(token), label
     return answer({1, 1, token, 0})
   end
   -- Free, but a live waiter is first (the last hold expired, or the head just
   -- became first): it gets the lock, and its wake-up, now.
-  hand_off(now, now_us, publish, channel)
+  hand_off(s, w, now, now_us, publish, channel)
   head = live_head(now)
-  holder, count, expiry = hold(now)
+  expiry = tonumber(w.x)
 end
 
 -- Step 5, the caller waits. "try" never queues: no barging past waiters.
 if mode == 'try' then
-  retain(now)
+  if next(w) ~= nil then
+    commit(s, w, now, false)
+  end
   return {0, expiry - now, 0}
 end
 local deadline = redis.call('ZSCORE', KEYS[3], entry)
+local created = false
 if deadline and tonumber(deadline) > now then
   -- Already queued: being here is a sign of life, so refresh the deadline.
   redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
@@ -81,7 +87,9 @@ elseif deadline or mode == 'queued' then
   -- it lost its place. Its list element stays as a tombstone.
   redis.call('ZREM', KEYS[3], entry)
   redis.call('HDEL', KEYS[4], entry)
-  retain(now)
+  if next(w) ~= nil then
+    commit(s, w, now, false)
+  end
   return {-1}
 else
   -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
@@ -90,8 +98,10 @@ else
   redis.call('ZADD', KEYS[3], int(now + wait), entry)
   redis.call('HSET', KEYS[4], entry, int(lease) .. '|' .. int(wait) .. '|' .. label)
   if head == nil then head = entry end
+  created = true -- the queue keys may be new: they need their TTL now
 end
-retain(now)
+horizon(s, w, now + wait)
+commit(s, w, now, created)
 local first = 0
 if head == entry then first = 1 end
 return {0, expiry - now, first}

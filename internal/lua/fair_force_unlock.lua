@@ -1,12 +1,13 @@
 -- fair_force_unlock.lua: end whoever's hold, keep the queue, and hand the lock
 -- to the live head. KEYS[1..4]: hold, queue, deadlines, waiters.
 -- ARGV[1] publish command, ARGV[2] channel. Returns 1 if the lock was held.
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
 local now, now_us = clock()
 local was = 0
-if hold(now) ~= nil then was = 1 end
-clear_hold()
-hand_off(now, now_us, ARGV[1], ARGV[2])
-retain(now)
+if holder(s, now) ~= nil then was = 1 end
+local w = {}
+if not hand_off(s, w, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end
+if next(w) ~= nil then save(w) end
 return was

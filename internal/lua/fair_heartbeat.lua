@@ -7,27 +7,29 @@
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
 -- token of a hold granted to it.
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
 local now, now_us = clock()
+local w = {}
 
 -- Cleanup, and the hand-off that a lost release or an expired lease left undone.
-if hold(now) == nil then
-  clear_hold()
-  hand_off(now, now_us, ARGV[1], ARGV[2])
+if holder(s, now) == nil then
+  hand_off(s, w, now, now_us, ARGV[1], ARGV[2])
 else
   live_head(now)
 end
+local granted, token = w.e or s.e, w.t or s.t
 
-local _, _, _, token, granted_entry = hold(now)
 local status = {}
 for i = 3, #ARGV, 2 do
   local entry, wait = ARGV[i], tonumber(ARGV[i + 1])
   local deadline = redis.call('ZSCORE', KEYS[3], entry)
-  if entry == granted_entry then
-    status[#status + 1] = token
+  if entry == granted then
+    status[#status + 1] = tonumber(token)
   elseif deadline and tonumber(deadline) > now then
     redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+    horizon(s, w, now + wait)
     status[#status + 1] = 0
   else
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
@@ -37,5 +39,5 @@ for i = 3, #ARGV, 2 do
     status[#status + 1] = -1
   end
 end
-retain(now)
+commit(s, w, now, false)
 return status

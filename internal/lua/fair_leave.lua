@@ -6,22 +6,22 @@
 -- ARGV[1] owner id, ARGV[2] entry id, ARGV[3] publish command, ARGV[4] channel.
 -- Returns 1 if a grant to this entry was given back.
 local owner, entry = ARGV[1], ARGV[2]
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
 local now, now_us = clock()
 
 redis.call('ZREM', KEYS[3], entry)
 redis.call('HDEL', KEYS[4], entry)
-local holder, _, _, _, granted_entry = hold(now)
+local who = holder(s, now)
 local returned = 0
-if holder == owner and granted_entry == entry then
-  clear_hold()
-  returned = 1
-  holder = nil
+if who == owner and s.e == entry then
+  who, returned = nil, 1
 end
 -- If leaving made someone else first while the lock is free, they get it.
-if holder == nil then
-  hand_off(now, now_us, ARGV[3], ARGV[4])
+if who == nil then
+  local w = {}
+  if not hand_off(s, w, now, now_us, ARGV[3], ARGV[4]) and returned == 1 then clear_hold(s) end
+  if next(w) ~= nil then save(w) end
 end
-retain(now)
 return returned

@@ -5,25 +5,29 @@
 -- ARGV[4] publish command, ARGV[5] channel.
 -- Returns {1} released, {2, count} still held count times, {0} not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
+
+-- A retried release returns its first answer instead of releasing twice.
+if s.q == req then return decode(s.a) end
+
 local now, now_us = clock()
+local who, count, _, held_token = holder(s, now)
+if who ~= owner or held_token ~= token then return {0} end
 
-local last = redis.call('HMGET', KEYS[1], 'q', 'a')
-if last[1] == req then return decode(last[2]) end
-
-local holder, count, _, held_token = hold(now)
-if holder ~= owner or held_token ~= token then return {0} end
-
-local answer
+local w, answer = {}, nil
 if count > 1 then
-  redis.call('HSET', KEYS[1], 'c', int(count - 1))
+  w.c = int(count - 1)
   answer = {2, count - 1}
 else
-  clear_hold()
-  hand_off(now, now_us, ARGV[4], ARGV[5])
+  -- The next live waiter gets the lock in this same call; with nobody
+  -- waiting the hold just ends.
+  if not hand_off(s, w, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end
   answer = {1}
 end
-redis.call('HSET', KEYS[1], 'q', req, 'a', encode(answer))
-retain(now)
+-- The keys already live past the hold and every deadline (commit), and a
+-- hand-off's grant ends no later than the grantee's deadline: no PEXPIRE.
+w.q, w.a = req, encode(answer)
+save(w)
 return answer

@@ -10,20 +10,29 @@
 --       t  fencing token of the hold                        }
 --       f  last fencing token issued for this lock (survives releases)
 --       q  id of the last owner request applied, a its answer (retry safety)
---       fair lock only, set by a direct hand-off until the grantee claims it:
---       e  queue entry the hold was granted to, g grant time (ms), b label
+--       k  time until which every key of the lock is kept (its TTL, in ms)
+--       fair lock only:
+--       h  the latest waiter deadline ever written (bounds the queue's life)
+--       e  queue entry a direct hand-off granted the hold to, until claimed
+--       g  grant time of that hand-off; b the holder's label
 --   fair lock only:
 --   KEYS[2] fairlock:f:{N}:queue      list, queue entry ids in join order
 --   KEYS[3] fairlock:f:{N}:deadlines  zset, entry id -> deadline (Redis ms);
 --       an entry in the list but not here is a tombstone (it gave up or died)
 --   KEYS[4] fairlock:f:{N}:waiters    hash, entry id -> "lease|wait|label"
 --
--- Time is always Redis's own (TIME), never a client's.
+-- Time is always Redis's own (TIME), never a client's. Each script reads the
+-- hold hash once (load) and writes it once (save): Redis time is spent per
+-- call, so calls are counted.
 
 local LAYOUT = '1'
--- How long the hash outlives its last hold: long enough for a retried request
--- to find its answer (q/a) and for the fence (f) to bridge quick re-locks.
+-- How long keys outlive the last hold and the last deadline: long enough for
+-- a retried request to find its answer (q/a) and for the fence (f) to bridge
+-- quick re-locks.
 local RETAIN_MS = 30000
+-- TTLs are pushed this much further than needed, so that most writes (each
+-- watchdog renewal, say) find them long enough and skip the PEXPIREs.
+local SLACK_MS = 10000
 
 local function clock()
   local t = redis.call('TIME')
@@ -36,13 +45,48 @@ local function int(n)
   return string.format('%d', n)
 end
 
-local function layout_error()
-  local v = redis.call('HGET', KEYS[1], 'v')
-  if v and v ~= LAYOUT then
+local FIELDS = {'v', 'q', 'a', 'o', 'c', 'x', 't', 'e', 'g', 'f', 'h', 'k', 'b'}
+
+-- load reads the hold hash: strings by field name, absent fields nil.
+local function load()
+  local values = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+  local s = {}
+  for i, name in ipairs(FIELDS) do
+    if values[i] then s[name] = values[i] end
+  end
+  return s
+end
+
+local function layout_error(s)
+  if s.v and s.v ~= LAYOUT then
     return redis.error_reply('fairlock: lock ' .. KEYS[1] .. ' has data layout ' ..
-      v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
+      s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
   end
   return nil
+end
+
+-- Is the lock held now? Returns owner, count, expiry, token (owner nil if free).
+local function holder(s, now)
+  if s.o and tonumber(s.x) > now then
+    return s.o, tonumber(s.c), tonumber(s.x), tonumber(s.t)
+  end
+  return nil
+end
+
+-- save writes the fields of w, a table of name -> string, in one HSET.
+local function save(w)
+  local args = {'v', LAYOUT}
+  for name, value in pairs(w) do
+    args[#args + 1] = name
+    args[#args + 1] = value
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
+end
+
+-- clear_hold ends the hold (the fence, answers and horizons stay).
+local function clear_hold(s)
+  redis.call('HDEL', KEYS[1], 'o', 'c', 'x', 't', 'e', 'g', 'b')
+  s.o, s.c, s.x, s.t, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil, nil
 end
 
 -- Answers are stored as comma-separated integers so a retried request can get
@@ -62,40 +106,41 @@ end
 -- Fencing: strictly above every token issued before, and above the server's
 -- clock in microseconds, so tokens keep rising even after every key expired
 -- or the server restarted empty (assuming the server clock never steps back).
-local function next_token(now_us)
-  local last = tonumber(redis.call('HGET', KEYS[1], 'f') or '0')
-  local token = math.max(last + 1, now_us)
-  redis.call('HSET', KEYS[1], 'f', int(token), 'v', LAYOUT)
+local function next_token(s, w, now_us)
+  local token = math.max(tonumber(s.f or '0') + 1, now_us)
+  s.f, w.f = int(token), int(token)
   return token
 end
 
--- Is the lock held now? Returns owner, count, expiry, token (owner nil if free).
-local function hold(now)
-  local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'x', 't', 'e', 'g')
-  if h[1] and tonumber(h[3]) > now then
-    return h[1], tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), h[5], tonumber(h[6])
+-- Every write ends here: commit saves w, then makes sure each key of the lock
+-- lives until the later of the hold's expiry and the last waiter's deadline,
+-- plus RETAIN_MS, so nothing is left once every client is gone. The time all
+-- keys are kept until is stored in k; only when a write needs longer are they
+-- extended (all of them, with SLACK_MS to spare). force: this write may have
+-- created a queue key, which has no TTL yet.
+local function commit(s, w, now, force)
+  local need = now
+  local x = tonumber(w.x or s.x or '0')
+  if x > need then need = x end
+  local h = tonumber(w.h or s.h or '0')
+  if h > need then need = h end
+  need = need + RETAIN_MS
+  local keep = nil
+  if force or need > tonumber(s.k or '0') then
+    keep = need + SLACK_MS
+    w.k = int(keep)
   end
-  return nil
+  save(w)
+  if keep then
+    for _, key in ipairs(KEYS) do
+      redis.call('PEXPIRE', key, int(keep - now))
+    end
+  end
 end
 
-local function clear_hold()
-  redis.call('HDEL', KEYS[1], 'o', 'c', 'x', 't', 'e', 'g', 'b')
-end
-
--- Every write ends here: each key of the lock lives until the later of the
--- hold's expiry and the last waiter's deadline, plus RETAIN_MS. Nothing is left
--- behind once every client is gone. O(log N): one ZRANGE of the top score.
-local function retain(now)
-  local horizon = 0
-  local x = tonumber(redis.call('HGET', KEYS[1], 'x') or '0')
-  if x > now then horizon = x - now end
-  if #KEYS >= 3 then
-    local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    if top[2] and tonumber(top[2]) - now > horizon then horizon = tonumber(top[2]) - now end
-  end
-  for _, key in ipairs(KEYS) do
-    redis.call('PEXPIRE', key, int(horizon + RETAIN_MS))
-  end
+-- Fair lock: a waiter's deadline was pushed to d; keep h the latest one.
+local function horizon(s, w, d)
+  if d > tonumber(w.h or s.h or '0') then w.h = int(d) end
 end
 
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
@@ -124,8 +169,8 @@ end
 -- message per hand-off, and the waiter needs no further round trip. Until the
 -- grantee claims it, the grant lasts no longer than the waiter's own queue
 -- deadline: a grant to a waiter that died ends when its eviction would have.
--- Precondition: the lock is not held.
-local function hand_off(now, now_us, publish, channel)
+-- Precondition: the lock is not held. Writes go to w (saved by the caller).
+local function hand_off(s, w, now, now_us, publish, channel)
   local head, deadline = live_head(now)
   if not head then return nil end
   local info = redis.call('HGET', KEYS[4], head) or '0|0|'
@@ -133,10 +178,10 @@ local function hand_off(now, now_us, publish, channel)
   redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
-  local token = next_token(now_us)
-  local expiry = math.min(now + tonumber(lease), deadline)
-  redis.call('HSET', KEYS[1], 'o', entry_owner(head), 'c', '1', 'x', int(expiry),
-    't', int(token), 'e', head, 'g', int(now), 'b', label)
+  local token = next_token(s, w, now_us)
+  w.o, w.c, w.x, w.t = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline)), int(token)
+  w.e, w.g, w.b = head, int(now), label
   redis.call(publish, channel, head .. ' ' .. int(token))
   return head
 end
+

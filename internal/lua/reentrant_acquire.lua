@@ -3,30 +3,30 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms.
 -- Returns {1, count, token} when held, {0, ms until the current hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
-local now, now_us = clock()
 
 -- A retry of a request that already ran (go-redis retries after timeouts)
 -- gets the first run's answer: a re-entry or a token is never applied twice.
-local last = redis.call('HMGET', KEYS[1], 'q', 'a')
-if last[1] == req then return decode(last[2]) end
+if s.q == req then return decode(s.a) end
 
-local holder, count, expiry, token = hold(now)
-local answer
-if holder == nil then
+local now, now_us = clock()
+local who, count, expiry, token = holder(s, now)
+local w, answer = {}, nil
+if who == nil then
   -- Free, or the last hold's lease ran out: take it with a fresh token.
-  token = next_token(now_us)
-  redis.call('HSET', KEYS[1], 'o', owner, 'c', '1', 'x', int(now + lease), 't', int(token))
+  token = next_token(s, w, now_us)
+  w.o, w.c, w.x, w.t = owner, '1', int(now + lease), int(token)
   answer = {1, 1, token}
-elseif holder == owner then
+elseif who == owner then
   -- Re-entry by the same handle: count it; the lease may grow, never shrink.
-  redis.call('HSET', KEYS[1], 'c', int(count + 1), 'x', int(math.max(expiry, now + lease)))
+  w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
   answer = {1, count + 1, token}
 else
   -- Held by another handle: tell the caller how long the hold can last.
   return {0, expiry - now}
 end
-redis.call('HSET', KEYS[1], 'q', req, 'a', encode(answer), 'v', LAYOUT)
-retain(now)
+w.q, w.a = req, encode(answer)
+commit(s, w, now, false)
 return answer

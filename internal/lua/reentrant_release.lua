@@ -5,27 +5,28 @@
 -- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel.
 -- Returns {1} released, {2, count} still held count times, {0} not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
-local now = clock()
 
 -- A retried release returns its first answer instead of releasing twice.
-local last = redis.call('HMGET', KEYS[1], 'q', 'a')
-if last[1] == req then return decode(last[2]) end
+if s.q == req then return decode(s.a) end
 
 -- Only the owner of this very hold may release it; anyone else changes nothing.
-local holder, count, _, held_token = hold(now)
-if holder ~= owner or held_token ~= token then return {0} end
+local now = clock()
+local who, count, _, held_token = holder(s, now)
+if who ~= owner or held_token ~= token then return {0} end
 
-local answer
+local w, answer = {}, nil
 if count > 1 then
-  redis.call('HSET', KEYS[1], 'c', int(count - 1))
+  w.c = int(count - 1)
   answer = {2, count - 1}
 else
-  clear_hold()
+  clear_hold(s)
   redis.call(ARGV[4], ARGV[5], '')
   answer = {1}
 end
-redis.call('HSET', KEYS[1], 'q', req, 'a', encode(answer))
-retain(now)
+-- The hash outlives the hold by RETAIN_MS already (commit), so no PEXPIRE.
+w.q, w.a = req, encode(answer)
+save(w)
 return answer

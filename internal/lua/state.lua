@@ -1,9 +1,10 @@
 -- state.lua: read-only view of the hold, for IsLocked, HoldCount and TTL.
 -- KEYS[1] the hold hash.
 -- Returns {} when free, else {owner, count, ms until expiry, token, label}.
-local bad = layout_error()
+local s = load()
+local bad = layout_error(s)
 if bad then return bad end
 local now = clock()
-local holder, count, expiry, token = hold(now)
-if holder == nil then return {} end
-return {holder, count, expiry - now, token, redis.call('HGET', KEYS[1], 'b') or ''}
+local who, count, expiry, token = holder(s, now)
+if who == nil then return {} end
+return {who, count, expiry - now, token, s.b or ''}
