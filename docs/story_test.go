@@ -131,7 +131,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.capture("11-d-releases")
-	clk.Advance(31 * time.Second)
+	clk.Advance(71 * time.Second) // past k: D's claimed lease (t+90s) plus 40 s
 	s.capture("12-nothing-left")
 	b.cancel()
 	<-b.done

@@ -45,8 +45,9 @@
 //  7. Cost: no script iterates over the waiters. Every call is O(log N) in
 //     the queue length, amortised: a dead or departed entry is removed once,
 //     when it reaches the head.
-//  8. Nothing leaks: every key carries a TTL that every write extends to the
-//     later of the hold's expiry and the last waiter's deadline, plus 30 s.
+//  8. Nothing leaks: every key carries a TTL, kept past the later of the
+//     hold's lease and the last waiter's deadline by 30 to 40 s. When every
+//     client is gone, nothing is left.
 //
 // Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
 // deadlines are per waiter and taken from Redis's clock (never "the

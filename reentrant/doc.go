@@ -48,7 +48,8 @@
 // shard, which would let two clients hold one lock. The lock's keys are
 // fairlock:r:{name} (a hash) and the channel fairlock:r:{name}:wake; a fair
 // and a reentrant lock of the same name are independent. Every key expires:
-// at most 30 s after the last hold ended, nothing is left.
+// at most 40 s after the end of the last lease Redis granted (the lease as
+// acquired or last renewed, whenever the hold was released), nothing is left.
 //
 // go-redis retries a command after a timeout or connection error even when
 // the first try ran; every script here is safe to run twice. Recommended
