@@ -90,6 +90,15 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 	if a.Wait == 0 && !a.Forever {
 		mode = "try"
 	}
+	// On a busy lock the channel is already subscribed: listen for this
+	// entry's hand-off before the first try, and no second try is needed.
+	var sub *core.Sub
+	if mode == "join" {
+		sub = core.SubscribeIfLive(k.m.Client, k.channel, entry)
+	}
+	if sub != nil {
+		defer sub.Close()
+	}
 	sent := clk.Now()
 	r, err := k.attempt(ctx, a, entry, mode)
 	if err != nil || r.held || mode == "try" {
@@ -103,12 +112,15 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 		t := w.After(clk, a.Wait, core.Timeout)
 		defer t.Stop()
 	}
-	sub, err := core.Subscribe(ctx, k.m.Client, k.channel, entry)
-	if err != nil {
-		k.leave(ctx, entry)
-		return nil, err
+	listening := sub != nil
+	if sub == nil {
+		sub, err = core.Subscribe(ctx, k.m.Client, k.channel, entry)
+		if err != nil {
+			k.leave(ctx, entry)
+			return nil, err
+		}
+		defer sub.Close()
 	}
-	defer sub.Close()
 	hb, mem := joinHeartbeat(k, entry, w)
 	defer hb.leave(mem)
 	// The last request answered "queued" was processed before any hand-off
@@ -123,11 +135,16 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 		}
 	}
 	defer stopFallback()
+	if listening && r.head {
+		fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
+	}
 	try := false
-	select {
-	case <-sub.Ready():
-		try = true
-	default:
+	if !listening {
+		select {
+		case <-sub.Ready():
+			try = true
+		default:
+		}
 	}
 	for {
 		if try {

@@ -47,9 +47,17 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 // Acquire tries once; if the lock is taken and the caller may wait, it
 // subscribes to the lock's channel, tries again once the subscription is
 // confirmed (so a release in between is not missed), then sleeps until a
-// release message, or until the current hold's lease would run out.
+// release message, or until the current hold's lease would run out. When the
+// channel is already subscribed (a busy lock), the waiter listens before its
+// first try and needs no second one.
 func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
-	g, _, err := k.attempt(ctx, a)
+	// On a busy lock the channel is already subscribed: listen before the
+	// first try, and no release can slip between the try and the wait.
+	sub := core.SubscribeIfLive(k.m.Client, k.channel, "")
+	if sub != nil {
+		defer sub.Close()
+	}
+	g, ttl, err := k.attempt(ctx, a)
 	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
 		return g, err
 	}
@@ -60,32 +68,49 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 		t := w.After(clk, a.Wait, core.Timeout)
 		defer t.Stop()
 	}
-	sub, err := core.Subscribe(ctx, k.m.Client, k.channel, "")
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Close()
-	switch w.WaitReady(ctx, sub) {
-	case core.Timeout:
-		return nil, nil
-	case core.Cancelled:
-		return nil, ctx.Err()
+	if sub == nil {
+		sub, err = core.Subscribe(ctx, k.m.Client, k.channel, "")
+		if err != nil {
+			return nil, err
+		}
+		defer sub.Close()
+		switch w.WaitReady(ctx, sub) {
+		case core.Timeout:
+			return nil, nil
+		case core.Cancelled:
+			return nil, ctx.Err()
+		}
+	} else {
+		// Subscribed before the first try: nothing was missed. Sleep first.
+		if done, g, err := k.sleep(ctx, w, sub, ttl); done {
+			return g, err
+		}
 	}
 	for {
 		g, ttl, err := k.attempt(ctx, a)
 		if err != nil || g != nil {
 			return g, err
 		}
-		fallback := w.After(clk, ttl+time.Millisecond, core.Retry)
-		wk := w.Next(ctx, sub)
-		fallback.Stop()
-		switch wk.Reason {
-		case core.Timeout:
-			return nil, nil
-		case core.Cancelled:
-			return nil, ctx.Err()
+		if done, g, err := k.sleep(ctx, w, sub, ttl); done {
+			return g, err
 		}
 	}
+}
+
+// sleep waits for a wake-up, with a fallback timer at ttl (the current
+// hold's remaining lease). done reports that the wait is over without the
+// lock (the wait elapsed, or ctx ended).
+func (k *kind) sleep(ctx context.Context, w *core.Waiter, sub *core.Sub, ttl time.Duration) (bool, *core.Grant, error) {
+	fallback := w.After(k.m.Config().Clock, ttl+time.Millisecond, core.Retry)
+	wk := w.Next(ctx, sub)
+	fallback.Stop()
+	switch wk.Reason {
+	case core.Timeout:
+		return true, nil, nil
+	case core.Cancelled:
+		return true, nil, ctx.Err()
+	}
+	return false, nil, nil
 }
 
 func (k *kind) Release(ctx context.Context, owner, req string, token int64) (int, error) {

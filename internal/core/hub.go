@@ -11,8 +11,10 @@ import (
 )
 
 // The hub: all waiters of one go-redis client share one pub/sub connection
-// (on Cluster, one per shard node, with sharded pub/sub). Channels are
-// subscribed while at least one local waiter needs them.
+// (on Cluster, one per shard node, with sharded pub/sub). A channel stays
+// subscribed while a local waiter needs it, and for HubLinger after the last
+// one left, so a busy lock does not subscribe and unsubscribe at every wait;
+// a hub with no channel left closes its connection.
 //
 // A message on a channel wakes one local waiter: the one whose id is the
 // first word of the payload (the fair lock's targeted hand-off), or, for an
@@ -20,6 +22,9 @@ import (
 // client, not the herd). When the connection comes back after a failure,
 // messages sent meanwhile are lost, so every waiter of every re-confirmed
 // channel is woken to try again.
+
+// HubLinger is how long a channel stays subscribed with no waiter.
+var HubLinger = 30 * time.Second
 
 var (
 	hubsMu sync.Mutex
@@ -32,10 +37,10 @@ type hub struct {
 	sharded bool
 	done    chan struct{} // closed when receive has returned
 	closing chan struct{}
+	sweep   *time.Timer
 
 	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
 	mu      sync.Mutex
-	refs    int
 	chans   map[string]*channel
 	pending map[string]int // subscribe confirmations still to come
 }
@@ -44,6 +49,7 @@ type channel struct {
 	ready     chan struct{}
 	confirmed bool
 	subs      []*Sub
+	idleSince time.Time // when the last waiter left; zero while in use
 }
 
 // Sub is one waiter's subscription. C delivers wake-ups: a payload, or ""
@@ -56,17 +62,23 @@ type Sub struct {
 	ch      *channel
 }
 
-// Subscribe registers a waiter with id on the lock's channel of client.
-// Ready is closed once Redis confirmed the subscription.
-func Subscribe(ctx context.Context, client redis.UniversalClient, name, id string) (*Sub, error) {
-	var key any = client
-	var sharded bool
+func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any, bool, error) {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		key, sharded = node, true
+		return node, true, nil
+	}
+	return client, false, nil
+}
+
+// Subscribe registers a waiter with id on the channel name of client,
+// subscribing it if needed. Ready is closed once Redis confirmed it.
+func Subscribe(ctx context.Context, client redis.UniversalClient, name, id string) (*Sub, error) {
+	key, sharded, err := hubKey(ctx, client, name)
+	if err != nil {
+		return nil, err
 	}
 	hubsMu.Lock()
 	h := hubs[key]
@@ -82,12 +94,11 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 		hubs[key] = h
 		go h.receive()
 	}
-	h.refs++
+	h.cmdMu.Lock()
+	defer h.cmdMu.Unlock()
 	hubsMu.Unlock()
 
 	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
-	h.cmdMu.Lock()
-	defer h.cmdMu.Unlock()
 	h.mu.Lock()
 	ch := h.chans[name]
 	first := ch == nil
@@ -96,11 +107,9 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 		h.chans[name] = ch
 		h.pending[name]++
 	}
-	ch.subs = append(ch.subs, s)
-	s.ch = ch
+	h.attachLocked(ch, s)
 	h.mu.Unlock()
 	if first {
-		var err error
 		if sharded {
 			err = h.ps.SSubscribe(ctx, name)
 		} else {
@@ -113,15 +122,52 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 	return s, nil
 }
 
+// SubscribeIfLive registers a waiter on a channel that is already subscribed
+// and confirmed, without any network call; otherwise it returns nil. A waiter
+// registered before its first attempt needs no second attempt: no message
+// can fall between the two.
+func SubscribeIfLive(client redis.UniversalClient, name, id string) *Sub {
+	var key any = client
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(context.Background(), name)
+		if err != nil {
+			return nil
+		}
+		key = node
+	}
+	hubsMu.Lock()
+	h := hubs[key]
+	hubsMu.Unlock()
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.chans[name]
+	if ch == nil || !ch.confirmed {
+		return nil
+	}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
+	h.attachLocked(ch, s)
+	return s
+}
+
+func (h *hub) attachLocked(ch *channel, s *Sub) {
+	ch.subs = append(ch.subs, s)
+	ch.idleSince = time.Time{}
+	s.ch = ch
+}
+
 // Ready is closed once the subscription is confirmed.
 func (s *Sub) Ready() <-chan struct{} { return s.ch.ready }
 
 // Close unregisters the waiter. A wake-up it did not consume is passed on to
-// the next waiter when it was meant for anyone.
+// the next waiter when it was meant for anyone. The channel stays subscribed
+// for HubLinger.
 func (s *Sub) Close() {
 	h := s.h
-	h.cmdMu.Lock()
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	ch := s.ch
 	for i, o := range ch.subs {
 		if o == s {
@@ -136,34 +182,78 @@ func (s *Sub) Close() {
 		}
 	default:
 	}
-	last := len(ch.subs) == 0
-	if last {
-		delete(h.chans, s.channel)
+	if len(ch.subs) == 0 {
+		ch.idleSince = time.Now()
+		if h.sweep == nil {
+			h.sweep = time.AfterFunc(HubLinger, func() { h.closeIdle(HubLinger) })
+		}
+	}
+}
+
+// CloseIdleHubs unsubscribes every channel without waiters now, and closes
+// hubs left with none. Tests call it before checking for leaked goroutines.
+func CloseIdleHubs() {
+	hubsMu.Lock()
+	all := make([]*hub, 0, len(hubs))
+	for _, h := range hubs {
+		all = append(all, h)
+	}
+	hubsMu.Unlock()
+	for _, h := range all {
+		h.closeIdle(0)
+	}
+}
+
+// closeIdle unsubscribes channels idle for at least linger; a hub with no
+// channel left closes; one with channels still idle sweeps again later.
+func (h *hub) closeIdle(linger time.Duration) {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	if hubs[h.key] != h {
+		return
+	}
+	h.cmdMu.Lock()
+	h.mu.Lock()
+	if h.sweep != nil {
+		h.sweep.Stop()
+		h.sweep = nil
+	}
+	var idle []string
+	waitMore := false
+	for name, ch := range h.chans {
+		if len(ch.subs) > 0 {
+			continue
+		}
+		if time.Since(ch.idleSince) >= linger {
+			idle = append(idle, name)
+			delete(h.chans, name)
+		} else {
+			waitMore = true
+		}
+	}
+	empty := len(h.chans) == 0
+	if waitMore {
+		h.sweep = time.AfterFunc(linger, func() { h.closeIdle(HubLinger) })
 	}
 	h.mu.Unlock()
-	if last {
+	if empty {
+		delete(hubs, h.key)
+		h.cmdMu.Unlock()
+		close(h.closing)
+		_ = h.ps.Close()
+		<-h.done
+		return
+	}
+	if len(idle) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if h.sharded {
-			_ = h.ps.SUnsubscribe(ctx, s.channel)
+			_ = h.ps.SUnsubscribe(ctx, idle...)
 		} else {
-			_ = h.ps.Unsubscribe(ctx, s.channel)
+			_ = h.ps.Unsubscribe(ctx, idle...)
 		}
 		cancel()
 	}
 	h.cmdMu.Unlock()
-
-	hubsMu.Lock()
-	h.refs--
-	closeIt := h.refs == 0
-	if closeIt {
-		delete(hubs, h.key)
-	}
-	hubsMu.Unlock()
-	if closeIt {
-		close(h.closing)
-		_ = h.ps.Close()
-		<-h.done
-	}
 }
 
 // deliverLocked wakes one waiter of ch for payload.
@@ -217,10 +307,9 @@ func (h *hub) receive() {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
-				continue
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				h.confirmed(m.Channel)
 			}
-			h.confirmed(m.Channel)
 		case *redis.Message:
 			h.mu.Lock()
 			if ch := h.chans[m.Channel]; ch != nil {
