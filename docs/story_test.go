@@ -124,7 +124,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 		t.Fatalf("D: %v", err)
 	}
 	s.capture("9-hand-off-to-d")
-	clk.Advance(0) // D's background claim
+	clk.Advance(5 * time.Second) // D's claim, halfway through its first lease
 	s.capture("10-d-claims")
 
 	if err := d.m.Unlock(ctx); err != nil {

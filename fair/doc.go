@@ -36,9 +36,10 @@
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue and publishes exactly one message, to
-//     that waiter. Until the new holder claims it in the background, the
-//     grant lasts no longer than the waiter's queue deadline, so a grant to a
-//     waiter that died frees itself when its eviction would have; the
+//     that waiter. The grant lasts no longer than the waiter's queue
+//     deadline until the new holder claims it (in the background, halfway
+//     through that first lease; a shorter hold never needs to), so a grant to
+//     a waiter that died frees itself when its eviction would have. The
 //     waiter's Lock returns on the message, with no further round trip. The heartbeat doubles as
 //     every waiter's fallback timer, so a lost message or a dead holder never
 //     strands anyone, and nobody polls.

@@ -202,10 +202,17 @@ func TestHandOffIsClaimedToAFullLease(t *testing.T) {
 	if r := await(t, gotB); !r.ok {
 		t.Fatal("b did not get the lock")
 	}
-	// Until claimed, the grant lasts no longer than b's queue deadline.
-	e.clk.Advance(0) // runs the claim
-	if ttl, _ := b.TTL(ctx); ttl != time.Minute {
-		t.Fatalf("TTL after the claim = %v, want the full lease of 1m", ttl)
+	// Until claimed, the grant lasts no longer than b's queue deadline (3 s).
+	if ttl, _ := b.TTL(ctx); ttl > 3*time.Second {
+		t.Fatalf("TTL before the claim = %v, want at most b's wait timeout, 3s", ttl)
+	}
+	if h := e.inspect().Holder; h == nil || !h.Pending {
+		t.Fatalf("holder before the claim: %+v; want a pending hand-off", h)
+	}
+	// The claim runs halfway through that first lease.
+	e.clk.Advance(1500 * time.Millisecond)
+	if ttl, _ := b.TTL(ctx); ttl < 59*time.Second || ttl > time.Minute {
+		t.Fatalf("TTL after the claim = %v, want about the full lease of 1m", ttl)
 	}
 	if h := e.inspect().Holder; h == nil || h.Pending {
 		t.Fatalf("holder after the claim: %+v; want a claimed hold", h)

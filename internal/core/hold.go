@@ -20,8 +20,9 @@ type Grant struct {
 	// First is the lease the server granted from Since; the hold runs on it
 	// until Claim succeeds. Zero means the full lease.
 	First time.Duration
-	// Claim, if set, makes the grant a full hold (a direct hand-off's claim):
-	// it returns the local time the new lease counts from, or ok=false if the
+	// Claim, if set, makes the grant a full hold (a direct hand-off's claim),
+	// run halfway through the first lease if the hold lasts that long: it
+	// returns the local time the new lease counts from, or ok=false if the
 	// hold is gone.
 	Claim func(ctx context.Context) (since time.Time, ok bool, err error)
 }
@@ -55,8 +56,11 @@ func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
 	defer h.mu.Unlock()
 	h.extendLocked(g.Since, first)
 	if g.Claim != nil {
-		// The claim is off the caller's path: the hold is usable at once.
-		h.renew = m.cfg.Clock.AfterFunc(0, func() { h.claim(g.Claim) })
+		// The hold is usable at once. It is claimed (extended to the full
+		// lease) halfway through its first lease: a short hold is released
+		// before that and never costs Redis a claim.
+		half := h.deadline.Sub(m.cfg.Clock.Now()) / 2
+		h.renew = m.cfg.Clock.AfterFunc(max(half, 0), func() { h.claim(g.Claim) })
 	} else if !fixed {
 		h.scheduleRenewLocked(lease / 3)
 	}
