@@ -94,11 +94,14 @@ elseif deadline or mode == 'queued' then
 else
   -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  redis.call('RPUSH', KEYS[2], entry)
+  local length = redis.call('RPUSH', KEYS[2], entry)
   redis.call('ZADD', KEYS[3], int(now + wait), entry)
   redis.call('HSET', KEYS[4], entry, int(lease) .. '|' .. int(wait) .. '|' .. label)
   if head == nil then head = entry end
-  created = true -- the queue keys may be new: they need their TTL now
+  -- A queue key this call created has no TTL yet. The list is new if this
+  -- entry is its only element; the deadlines and waiters (which hold the
+  -- same live entries) are new if this is their only live entry.
+  created = length == 1 or head == entry or redis.call('ZCARD', KEYS[3]) == 1
 end
 horizon(s, w, now + wait)
 commit(s, w, now, created)
