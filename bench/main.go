@@ -1,0 +1,296 @@
+// Command bench measures fairlock against the physical floor of a Redis lock
+// and against the Go peers, in one run, and prints a markdown table.
+//
+//	cd bench && go run . [-redis host:port] [-seconds S] [-reps R] [-plot FILE]
+//
+// Without -redis it starts its own redis-server on loopback. Repetitions are
+// interleaved across implementations (rep 1 of each, then rep 2, ...) because
+// a shared machine's speed drifts; every figure is a median over reps, and
+// throughputs are shown as ratios to the floor of the same rep.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	addr    string
+	seconds float64
+	reps    int
+	plot    string
+	queue   string
+	cpuprof string
+	only    string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	fs.StringVar(&c.addr, "redis", "", "Redis address (default: start a redis-server on loopback)")
+	fs.Float64Var(&c.seconds, "seconds", 2, "duration of each measurement, in seconds")
+	fs.IntVar(&c.reps, "reps", 3, "interleaved repetitions (0: only the queue cost)")
+	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the client side to this file")
+	fs.StringVar(&c.plot, "plot", "", "write a chart of the ratios to the floor to this PNG file")
+	fs.StringVar(&c.only, "only", "", "run only the floor and the implementations whose name contains this")
+	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.seconds <= 0 || c.reps < 0 {
+		return fmt.Errorf("-seconds must be positive and -reps not negative")
+	}
+	if c.only != "" {
+		var keep []impl
+		for _, im := range impls {
+			if im.name == "floor" || strings.Contains(im.name, c.only) {
+				keep = append(keep, im)
+			}
+		}
+		impls = keep
+	}
+	if c.cpuprof != "" {
+		f, err := os.Create(c.cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	addr := c.addr
+	if addr == "" {
+		a, stopServer, err := startRedis()
+		if err != nil {
+			return err
+		}
+		defer stopServer()
+		addr = a
+	}
+	e := &env{addr: addr, opts: redis.Options{PoolSize: 16, MaxRetries: -1}}
+	probe := e.client()
+	defer probe.Close()
+	ver, err := probe.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+	}
+	fmt.Fprintf(stderr, "Redis %s at %s, %d cores, %s\n", field(ver, "redis_version"), addr, runtime.NumCPU(), runtime.Version())
+
+	r := newResults(c.reps)
+	dur := time.Duration(c.seconds * float64(time.Second))
+	for rep := 0; rep < c.reps; rep++ {
+		rtt := e.rtt(ctx)
+		r.rtt[rep] = rtt
+		fmt.Fprintf(stderr, "rep %d/%d: round trip %v\n", rep+1, c.reps, rtt)
+		for _, im := range impls {
+			fmt.Fprintf(stderr, "  %-20s uncontended", im.name)
+			v, err := e.pairs(ctx, im, 1, dur)
+			if err != nil {
+				return err
+			}
+			r.uncontended[im.name][rep] = v
+			fmt.Fprintf(stderr, " %.0f/s, 8 names", v)
+			v, err = e.pairs(ctx, im, 8, dur)
+			if err != nil {
+				return err
+			}
+			r.names[im.name][rep] = v
+			fmt.Fprintf(stderr, " %.0f/s, contended", v)
+			ct, err := e.contend(ctx, im, 8, dur)
+			if err != nil {
+				return err
+			}
+			r.contended[im.name][rep] = ct
+			fmt.Fprintf(stderr, " %.0f acq/s\n", ct.acqPerSec)
+		}
+	}
+	var queue []queueCost
+	if c.queue != "" {
+		for _, s := range strings.Split(c.queue, ",") {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 0 {
+				return fmt.Errorf("bad -queue entry %q", s)
+			}
+			fmt.Fprintf(stderr, "fair lock, head acquisition with %d queued\n", n)
+			q, err := e.headAcquisition(ctx, n)
+			if err != nil {
+				return err
+			}
+			queue = append(queue, q)
+		}
+	}
+	if c.reps > 0 {
+		r.print(stdout)
+	}
+	printQueue(stdout, queue)
+	if c.plot != "" && c.reps > 0 {
+		if err := r.chart(c.plot); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "chart written to %s\n", c.plot)
+	}
+	return nil
+}
+
+func field(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// startRedis starts a throwaway redis-server on a free loopback port.
+func startRedis() (string, func(), error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("redis-server not found: install it or pass -redis host:port")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "fairlock-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "log"))
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for start := time.Now(); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			stop()
+			return "", nil, fmt.Errorf("redis-server on %s did not start", addr)
+		}
+	}
+	return addr, stop, nil
+}
+
+// results holds every rep's figures.
+type results struct {
+	reps        int
+	rtt         []time.Duration
+	uncontended map[string][]float64
+	names       map[string][]float64
+	contended   map[string][]contention
+}
+
+func newResults(reps int) *results {
+	r := &results{reps: reps, rtt: make([]time.Duration, reps), uncontended: map[string][]float64{},
+		names: map[string][]float64{}, contended: map[string][]contention{}}
+	for _, im := range impls {
+		r.uncontended[im.name] = make([]float64, reps)
+		r.names[im.name] = make([]float64, reps)
+		r.contended[im.name] = make([]contention, reps)
+	}
+	return r
+}
+
+// ratio is the median over reps of v / the floor's v in the same rep.
+func ratio(v, floor []float64) float64 {
+	var out []float64
+	for i := range v {
+		if floor[i] > 0 {
+			out = append(out, v[i]/floor[i])
+		}
+	}
+	return medianF(out)
+}
+
+func (r *results) contendedRates(name string) []float64 {
+	var out []float64
+	for _, c := range r.contended[name] {
+		out = append(out, c.acqPerSec)
+	}
+	return out
+}
+
+func (r *results) print(w io.Writer) {
+	rtt := median(r.rtt)
+	fmt.Fprintf(w, "Round trip (median PING): %v. Ratios are to the floor of the same rep; medians of %d interleaved reps.\n\n", rtt.Round(time.Microsecond), r.reps)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "| implementation\t| uncontended\t| 8 names\t| contended acq/s\t| hand-off p50\t| hand-off p99\t| out of FIFO\t| max/min per handle\t| PUBLISH per hand-off\t| pub/sub conns (8 clients)\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	for _, im := range impls {
+		var p50, p99, fifo, maxMin, pubs []float64
+		var p50us, p99us []time.Duration
+		subs := 0
+		for i, c := range r.contended[im.name] {
+			p50us = append(p50us, percentile(c.handoffs, 50))
+			p99us = append(p99us, percentile(c.handoffs, 99))
+			p50 = append(p50, float64(percentile(c.handoffs, 50))/float64(r.rtt[i]))
+			p99 = append(p99, float64(percentile(c.handoffs, 99))/float64(r.rtt[i]))
+			if c.acquisition > 0 {
+				fifo = append(fifo, 100*float64(c.outOfFIFO)/float64(c.acquisition))
+				pubs = append(pubs, float64(c.publishes)/float64(c.acquisition))
+			}
+			maxMin = append(maxMin, c.maxMin)
+			subs = max(subs, c.subConns)
+		}
+		fmt.Fprintf(tw, "| %s\t| %.0f/s (%.2fx)\t| %.0f/s (%.2fx)\t| %.0f (%.2fx)\t| %v (%.1f RTT)\t| %v (%.1f RTT)\t| %.1f %%\t| %.2f\t| %.2f\t| %d\t|\n",
+			im.name,
+			medianF(r.uncontended[im.name]), ratio(r.uncontended[im.name], r.uncontended["floor"]),
+			medianF(r.names[im.name]), ratio(r.names[im.name], r.names["floor"]),
+			medianF(r.contendedRates(im.name)), ratio(r.contendedRates(im.name), r.contendedRates("floor")),
+			median(p50us).Round(time.Microsecond), medianF(p50), median(p99us).Round(time.Microsecond), medianF(p99),
+			medianF(fifo), medianF(maxMin), medianF(pubs), subs)
+	}
+	tw.Flush()
+}
+
+func printQueue(w io.Writer, queue []queueCost) {
+	if len(queue) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFair lock, head acquisition with N queued (10 % dead); Redis-side time from INFO commandstats,")
+	fmt.Fprintln(w, "each N measured back to back with a lock nobody waits for:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| queued | Redis µs per acquisition | same moment, 0 queued | ratio | bytes per queued waiter |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, q := range queue {
+		mem := "-"
+		if q.queued > 0 {
+			mem = fmt.Sprintf("%.0f", q.bytesPerWaitr)
+		}
+		fmt.Fprintf(w, "| %d | %.1f | %.1f | %.2fx | %s |\n", q.queued, q.usecPerAcq, q.usecEmpty, q.usecPerAcq/q.usecEmpty, mem)
+	}
+}
