@@ -2,7 +2,6 @@ package fair
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -33,14 +32,17 @@ var hostname = func() string {
 	return h
 }()
 
-func newKind(m *core.Mutex) core.Kind {
-	return &kind{
+func newKind(m *core.Mutex) (core.Kind, core.Layout) {
+	k := &kind{
 		m:       m,
 		keys:    keysOf(m.Name),
 		channel: "fairlock:f:{" + m.Name + "}:wake",
 		publish: core.PublishCommand(m.Client),
 		label:   hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + m.Config().Label,
 	}
+	scripts := m.Config().Scripts
+	return k, core.Layout{Keys: k.keys, Channel: k.channel, Publish: k.publish,
+		Release: scripts.FairRelease, ForceUnlock: scripts.FairForceUnlock}
 }
 
 // reply is fair_acquire.lua's answer.
@@ -210,7 +212,7 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 		return &core.Grant{Count: r.count, Token: r.token, Since: sent}
 	}
 	cfg := k.m.Config()
-	owner, token, lease, fixed := k.m.Owner(), r.token, a.Lease, a.Fixed
+	token, lease, fixed := r.token, a.Lease, a.Fixed
 	return &core.Grant{
 		Count: r.count, Token: r.token, Since: queued,
 		First: min(lease, cfg.WaitTimeout),
@@ -219,7 +221,7 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 			if fixed {
 				since = queued // a fixed lease counts from the grant
 			}
-			ok, err := core.Renew(ctx, k.m, k.keys, owner, token, lease, fixed)
+			ok, err := k.m.Renew(ctx, token, lease, fixed)
 			return since, ok, err
 		},
 	}
@@ -252,33 +254,3 @@ func (k *kind) leave(ctx context.Context, entry string) {
 }
 
 func (k *kind) newEntry() string { return k.m.Owner() + "/" + core.NextID() }
-
-func (k *kind) Release(ctx context.Context, owner, req string, token int64) (int, error) {
-	v, err := k.m.Config().Scripts.FairRelease.Run(ctx, k.m.Client, k.keys,
-		owner, req, token, k.publish, k.channel).Result()
-	if err != nil {
-		return 0, err
-	}
-	r, err := core.Ints(v)
-	if err != nil {
-		return 0, err
-	}
-	return int(r[0]), nil
-}
-
-func (k *kind) Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error) {
-	return core.Renew(ctx, k.m, k.keys, owner, token, lease, fromGrant)
-}
-
-func (k *kind) ForceUnlock(ctx context.Context) (bool, error) {
-	n, err := k.m.Config().Scripts.FairForceUnlock.Run(ctx, k.m.Client, k.keys, k.publish, k.channel).Int()
-	return n == 1, err
-}
-
-func (k *kind) State(ctx context.Context) (core.HoldState, error) {
-	s, err := core.State(ctx, k.m, k.keys)
-	if err != nil {
-		return s, fmt.Errorf("fairlock: reading lock %q: %w", k.m.Name, err)
-	}
-	return s, nil
-}

@@ -10,20 +10,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
-
-func realClients(t *testing.T, cluster bool, n int) []redis.UniversalClient {
-	out := make([]redis.UniversalClient, n)
-	for i := range out {
-		if cluster {
-			out[i] = redistest.Cluster(t)
-		} else {
-			out[i] = redistest.Real(t)
-		}
-	}
-	return out
-}
 
 var kinds = []struct {
 	name    string
@@ -36,7 +23,7 @@ func TestRealStrictJoinOrder(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := realClients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind.cluster, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
 			first, err := fair.New(clients[0], name)
@@ -104,7 +91,7 @@ func TestRealMutualExclusion(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := realClients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind.cluster, 4)
 			name := redistest.Name(t)
 			const workers, total = 16, 2000
 			var (

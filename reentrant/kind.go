@@ -15,13 +15,16 @@ type kind struct {
 	publish string
 }
 
-func newKind(m *core.Mutex) core.Kind {
-	return &kind{
+func newKind(m *core.Mutex) (core.Kind, core.Layout) {
+	k := &kind{
 		m:       m,
 		keys:    []string{"fairlock:r:{" + m.Name + "}"},
 		channel: "fairlock:r:{" + m.Name + "}:wake",
 		publish: core.PublishCommand(m.Client),
 	}
+	scripts := m.Config().Scripts
+	return k, core.Layout{Keys: k.keys, Channel: k.channel, Publish: k.publish,
+		Release: scripts.ReentrantRelease, ForceUnlock: scripts.ReentrantForceUnlock}
 }
 
 // attempt makes one try. It returns a grant, or how long the current hold
@@ -111,30 +114,4 @@ func (k *kind) sleep(ctx context.Context, w *core.Waiter, sub *core.Sub, ttl tim
 		return true, nil, ctx.Err()
 	}
 	return false, nil, nil
-}
-
-func (k *kind) Release(ctx context.Context, owner, req string, token int64) (int, error) {
-	v, err := k.m.Config().Scripts.ReentrantRelease.Run(ctx, k.m.Client, k.keys,
-		owner, req, token, k.publish, k.channel).Result()
-	if err != nil {
-		return 0, err
-	}
-	r, err := core.Ints(v)
-	if err != nil {
-		return 0, err
-	}
-	return int(r[0]), nil
-}
-
-func (k *kind) Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error) {
-	return core.Renew(ctx, k.m, k.keys, owner, token, lease, fromGrant)
-}
-
-func (k *kind) ForceUnlock(ctx context.Context) (bool, error) {
-	n, err := k.m.Config().Scripts.ReentrantForceUnlock.Run(ctx, k.m.Client, k.keys, k.publish, k.channel).Int()
-	return n == 1, err
-}
-
-func (k *kind) State(ctx context.Context) (core.HoldState, error) {
-	return core.State(ctx, k.m, k.keys)
 }

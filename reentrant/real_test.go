@@ -9,28 +9,15 @@ import (
 
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
-	"github.com/redis/go-redis/v9"
 )
 
 // clientsFor returns n clients of one kind of real Redis.
-func clientsFor(t *testing.T, cluster bool, n int) []redis.UniversalClient {
-	out := make([]redis.UniversalClient, n)
-	for i := range out {
-		if cluster {
-			out[i] = redistest.Cluster(t)
-		} else {
-			out[i] = redistest.Real(t)
-		}
-	}
-	return out
-}
-
 func TestRealMutualExclusion(t *testing.T) {
 	for _, cluster := range []bool{false, true} {
 		name := map[bool]string{false: "single", true: "cluster"}[cluster]
 		t.Run(name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := clientsFor(t, cluster, 4)
+			clients := redistest.Clients(t, cluster, 4)
 			lock := redistest.Name(t)
 			const workers, total = 16, 2000
 			var (
@@ -123,7 +110,7 @@ func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
 		name := map[bool]string{false: "single", true: "cluster"}[cluster]
 		t.Run(name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := clientsFor(t, cluster, 2)
+			clients := redistest.Clients(t, cluster, 2)
 			counter := &redistest.ScriptCounter{}
 			clients[1].AddHook(counter)
 			lock := redistest.Name(t)

@@ -119,7 +119,7 @@ func (h *hold) watchdog() {
 	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.CleanupTimeout)
 	defer cancel()
 	since := h.m.cfg.Clock.Now()
-	ok, err := h.m.kind.Renew(ctx, h.m.owner, h.token, h.lease, false)
+	ok, err := h.m.Renew(ctx, h.token, h.lease, false)
 	if err == nil && !ok {
 		h.end(ErrLockLost, "the lock was deleted or taken by another owner")
 		return

@@ -9,20 +9,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Kind is what differs between the locks: their scripts and how they wait.
+// Kind is what differs between the locks: how a caller acquires and waits.
 type Kind interface {
 	// Acquire takes or re-enters the lock for m, waiting as a says. It
 	// returns nil, nil when the wait elapsed.
 	Acquire(ctx context.Context, m *Mutex, a Attempt) (*Grant, error)
-	// Release undoes one level of owner's hold with this token: 1 released,
-	// 2 still held, 0 not held.
-	Release(ctx context.Context, owner, req string, token int64) (int, error)
-	// Renew extends owner's hold with this token by lease; false if it is gone.
-	Renew(ctx context.Context, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error)
-	// ForceUnlock ends whoever's hold; true if the lock was held.
-	ForceUnlock(ctx context.Context) (bool, error)
-	// State reads the hold: owner "" when free.
-	State(ctx context.Context) (HoldState, error)
+}
+
+// Layout is where a kind keeps a lock and which of its scripts end a hold;
+// the shared scripts (renew.lua, state.lua) work on both layouts.
+type Layout struct {
+	Keys        []string // the hold hash first
+	Channel     string   // where releases are published
+	Publish     string   // PUBLISH or SPUBLISH
+	Release     *redis.Script
+	ForceUnlock *redis.Script
 }
 
 // Attempt is one Lock or TryLock call.
@@ -49,6 +50,7 @@ type Mutex struct {
 	cfg    Config
 	owner  string
 	kind   Kind
+	layout Layout
 
 	mu   sync.Mutex
 	cur  *hold // the hold this handle believes in, nil if none
@@ -56,7 +58,7 @@ type Mutex struct {
 }
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id.
-func NewMutex(client redis.UniversalClient, name string, cfg Config, kind func(*Mutex) Kind) (*Mutex, error) {
+func NewMutex(client redis.UniversalClient, name string, cfg Config, kind func(*Mutex) (Kind, Layout)) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
@@ -64,7 +66,7 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config, kind func(*
 		return nil, err
 	}
 	m := &Mutex{Client: client, Name: name, cfg: cfg, owner: NewOwnerID()}
-	m.kind = kind(m)
+	m.kind, m.layout = kind(m)
 	return m, nil
 }
 
@@ -136,7 +138,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	ctx, cancel := m.CleanupContext(ctx)
 	defer cancel()
-	status, err := m.kind.Release(ctx, m.owner, m.RequestID(), h.token)
+	status, err := m.release(ctx, h.token)
 	switch {
 	case err != nil:
 		// The outcome is unknown. Stop renewing: at worst the lease runs out.
@@ -167,7 +169,7 @@ func (m *Mutex) forget(h *hold) {
 
 // ForceUnlock implements both locks' ForceUnlock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	ok, err := m.kind.ForceUnlock(ctx)
+	ok, err := m.forceUnlock(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -183,13 +185,13 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 
 // IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	s, err := m.kind.State(ctx)
+	s, err := m.state(ctx)
 	return s.Owner != "", err
 }
 
 // HoldCount returns this handle's re-entry count, 0 if it does not hold it.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	s, err := m.kind.State(ctx)
+	s, err := m.state(ctx)
 	if err != nil || s.Owner != m.owner {
 		return 0, err
 	}
@@ -198,7 +200,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 
 // TTL returns the remaining lease, 0 when the lock is free.
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
-	s, err := m.kind.State(ctx)
+	s, err := m.state(ctx)
 	return s.TTL, err
 }
 

@@ -59,13 +59,36 @@ func ReadState(v any) (HoldState, error) {
 	return HoldState{Owner: owner, Count: int(count), TTL: time.Duration(ttl) * time.Millisecond, Token: token, Label: label}, nil
 }
 
-// Renew runs renew.lua on keys (the first is the hold hash).
-func Renew(ctx context.Context, m *Mutex, keys []string, owner string, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+// release undoes one level of this handle's hold with token: 1 released,
+// 2 still held, 0 not held.
+func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
+	l := m.layout
+	v, err := l.Release.Run(ctx, m.Client, l.Keys, m.owner, m.RequestID(), token, l.Publish, l.Channel).Result()
+	if err != nil {
+		return 0, err
+	}
+	r, err := Ints(v)
+	if err != nil {
+		return 0, err
+	}
+	return int(r[0]), nil
+}
+
+// forceUnlock ends whoever's hold; true if the lock was held.
+func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
+	l := m.layout
+	n, err := l.ForceUnlock.Run(ctx, m.Client, l.Keys, l.Publish, l.Channel).Int()
+	return n == 1, err
+}
+
+// Renew extends this handle's hold with token by lease (from the hand-off's
+// grant when fromGrant); false if the hold is gone.
+func (m *Mutex) Renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
 	fixed := "0"
 	if fromGrant {
 		fixed = "1"
 	}
-	v, err := m.cfg.Scripts.Renew.Run(ctx, m.Client, keys, owner, token, Ms(lease), fixed).Result()
+	v, err := m.cfg.Scripts.Renew.Run(ctx, m.Client, m.layout.Keys, m.owner, token, Ms(lease), fixed).Result()
 	if err != nil {
 		return false, err
 	}
@@ -76,11 +99,11 @@ func Renew(ctx context.Context, m *Mutex, keys []string, owner string, token int
 	return r[0] == 1, nil
 }
 
-// State runs state.lua on keys (the first is the hold hash).
-func State(ctx context.Context, m *Mutex, keys []string) (HoldState, error) {
-	v, err := m.cfg.Scripts.State.Run(ctx, m.Client, keys[:1]).Result()
+// state reads the hold as Redis sees it: owner "" when free.
+func (m *Mutex) state(ctx context.Context) (HoldState, error) {
+	v, err := m.cfg.Scripts.State.Run(ctx, m.Client, m.layout.Keys[:1]).Result()
 	if err != nil {
-		return HoldState{}, err
+		return HoldState{}, fmt.Errorf("fairlock: reading lock %q: %w", m.Name, err)
 	}
 	return ReadState(v)
 }

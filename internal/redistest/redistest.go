@@ -185,3 +185,17 @@ func Name(t testing.TB) string {
 
 // Exit runs a package's tests, stops the servers they started and exits.
 func Exit(m *testing.M) { os.Exit(Main(m)) }
+
+// Clients returns n clients of a real Redis: a plain server, or the cluster.
+func Clients(t testing.TB, cluster bool, n int) []redis.UniversalClient {
+	t.Helper()
+	out := make([]redis.UniversalClient, n)
+	for i := range out {
+		if cluster {
+			out[i] = Cluster(t)
+		} else {
+			out[i] = Real(t)
+		}
+	}
+	return out
+}
