@@ -58,10 +58,15 @@ type reply struct {
 
 func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
 	cfg := k.m.Config()
+	req := k.m.RequestID()
 	v, err := cfg.Scripts.FairAcquire.Run(ctx, k.m.Client, k.keys,
-		k.m.Owner(), entry, k.m.RequestID(), core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
+		k.m.Owner(), entry, req, core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
 		mode, k.label, k.publish, k.channel).Result()
 	if err != nil {
+		k.m.Undo(ctx, req) // it may have run: never hold the lock unknowingly
+		if mode != "try" {
+			k.leave(ctx, entry) // nor stay queued
+		}
 		return reply{}, err
 	}
 	r, err := core.Ints(v)
@@ -155,7 +160,6 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 			r, err := k.attempt(ctx, a, entry, "queued")
 			switch {
 			case err != nil:
-				k.leave(ctx, entry)
 				return nil, err
 			case r.held:
 				return k.grant(r, a, sent, mem.lastQueued()), nil

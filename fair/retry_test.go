@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
@@ -62,4 +63,34 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	if o, tok := e.mr.HGet(holdKey, "o"), e.mr.HGet(holdKey, "t"); o != "o2" || tok != token {
 		t.Fatalf("a retried release handed the lock on again: owner %q token %s (was o2, %s)", o, tok, token)
 	}
+}
+
+func TestAcquisitionWhoseReplyIsLostIsUndone(t *testing.T) {
+	e := newEnv(t)
+	lost := &redistest.LostReply{}
+	client := e.process()
+	client.AddHook(lost)
+	a, b := e.handleOn(client, fair.WithLabel("a")), e.named("b")
+	mustLock(t, a) // load the scripts
+	mustUnlock(t, a)
+
+	// A fresh acquisition whose reply is lost: the lock must not stay held.
+	lost.Armed.Store(true)
+	if err := a.Lock(context.Background()); err == nil {
+		t.Fatal("Lock succeeded although its reply was lost")
+	}
+	if s := e.inspect(); s.Holder != nil || len(s.Queue) != 0 {
+		t.Fatalf("after a lost acquisition reply: holder %+v, queue %+v; want a free, empty lock", s.Holder, s.Queue)
+	}
+
+	// A join whose reply is lost: the entry must not stay queued.
+	mustLock(t, b)
+	lost.Armed.Store(true)
+	if err := a.Lock(context.Background()); err == nil {
+		t.Fatal("Lock succeeded although its reply was lost")
+	}
+	if q := e.queued(); len(q) != 0 {
+		t.Fatalf("a join whose reply was lost stayed queued: %v", q)
+	}
+	mustUnlock(t, b)
 }

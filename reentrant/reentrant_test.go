@@ -421,3 +421,21 @@ func TestUncontendedLockUnlockIsTwoScriptCalls(t *testing.T) {
 		t.Fatalf("uncontended Lock+Unlock made %d script calls, want 2", n)
 	}
 }
+
+func TestAcquisitionWhoseReplyIsLostIsUndone(t *testing.T) {
+	e := newEnv(t)
+	lost := &redistest.LostReply{}
+	e.client.AddHook(lost)
+	m := e.handle()
+	mustLock(t, m) // load the scripts
+	unlockAll(t, m)
+	lost.Armed.Store(true)
+	if err := m.Lock(context.Background()); err == nil {
+		t.Fatal("Lock succeeded although its reply was lost")
+	}
+	if locked, _ := m.IsLocked(context.Background()); locked {
+		t.Fatal("an acquisition whose reply was lost left the lock held by a handle that does not know it")
+	}
+	mustLock(t, m)
+	unlockAll(t, m)
+}

@@ -74,6 +74,21 @@ func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
 	return int(r[0]), nil
 }
 
+// Undo releases what the acquiring request req granted, if it was applied:
+// its caller got an error instead of the answer (often its ctx ended while
+// the script ran), so it does not know it holds the lock. Without this, the
+// lock would stay held, and a fair lock's queue stalled, until the lease ran
+// out. It runs even when ctx has ended.
+func (m *Mutex) Undo(ctx context.Context, req string) {
+	ctx, cancel := m.CleanupContext(ctx)
+	defer cancel()
+	l := m.layout
+	err := l.Release.Run(ctx, m.Client, l.Keys, m.owner, m.RequestID(), 0, l.Publish, l.Channel, req).Err()
+	if err != nil {
+		m.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
+	}
+}
+
 // forceUnlock ends whoever's hold; true if the lock was held.
 func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
 	l := m.layout

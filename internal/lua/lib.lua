@@ -103,6 +103,17 @@ local function decode(s)
   return t
 end
 
+-- Undo: a release may name the acquiring request whose answer its caller
+-- never got (its context ended while the script ran). If that request was
+-- applied and granted a hold, the release applies to that hold's token;
+-- otherwise there is nothing to undo. Returns the token, or nil.
+local function undone_token(s, undo)
+  if undo == nil or undo == '' or s.q ~= undo then return nil end
+  local answer = decode(s.a)
+  if answer[1] ~= 1 then return nil end
+  return answer[3]
+end
+
 -- Fencing: strictly above every token issued before, and above the server's
 -- clock in microseconds, so tokens keep rising even after every key expired
 -- or the server restarted empty (assuming the server clock never steps back).

@@ -2,7 +2,8 @@
 -- lock and publishes one wake-up on the lock's channel.
 -- KEYS[1] the hold hash.
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
--- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel.
+-- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel,
+-- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
 -- Returns {1} released, {2, count} still held count times, {0} not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
@@ -11,6 +12,10 @@ if bad then return bad end
 
 -- A retried release returns its first answer instead of releasing twice.
 if s.q == req then return decode(s.a) end
+if ARGV[6] then
+  token = undone_token(s, ARGV[6])
+  if token == nil then return {0} end
+end
 
 -- Only the owner of this very hold may release it; anyone else changes nothing.
 local now = clock()

@@ -38,3 +38,29 @@ func (c *ScriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		return next(ctx, cmds)
 	}
 }
+
+// LostReply is a go-redis hook that, once armed, lets the next script run on
+// the server and then reports context.DeadlineExceeded to the caller: a reply
+// lost after the work was done.
+type LostReply struct {
+	Armed atomic.Bool
+}
+
+// DialHook passes through.
+func (l *LostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook loses one script reply when armed.
+func (l *LostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") && l.Armed.CompareAndSwap(true, false) {
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// ProcessPipelineHook passes through.
+func (l *LostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
