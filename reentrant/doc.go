@@ -39,7 +39,9 @@
 // Waiters do not poll. Unlock publishes a message; all waiters of one go-redis
 // client share one pub/sub connection and one message wakes one of them. A
 // fallback timer, set to the remaining lease of the current hold, covers a
-// holder that died without publishing.
+// holder that died without publishing. A lock's channel stays subscribed for
+// 30 s after its last waiter left; [github.com/fairlock/fairlock.CloseIdleConnections]
+// closes idle connections at once.
 //
 // # Redis
 //
