@@ -418,3 +418,26 @@ func TestFairBadInput(t *testing.T) {
 		t.Errorf("Unlock without a hold: %v", err)
 	}
 }
+
+func TestEvictedWaiterThatRejoinsAFreeLockHoldsItOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.named("a"), e.named("b")
+	mustLock(t, a)
+	gotB := e.enqueue(b, 1)
+	// b stalls past its deadline, and a releases meanwhile: nobody is left
+	// to hand the lock to.
+	e.mr.ZRem(holdKey+":deadlines", e.inspect().Queue[0].Entry)
+	mustUnlock(t, a)
+	e.clk.Advance(fair.DefaultWaitTimeout / 3) // b's heartbeat: evicted, re-join
+	if r := await(t, gotB); !r.ok {
+		t.Fatalf("b after re-joining a free lock: %v, %v", r.ok, r.err)
+	}
+	if n, _ := b.HoldCount(ctx); n != 1 {
+		t.Fatalf("b holds the lock %d times after one Lock, want 1", n)
+	}
+	mustUnlock(t, b)
+	if locked, _ := b.IsLocked(ctx); locked {
+		t.Fatal("the lock is still held after b's one Unlock")
+	}
+}

@@ -145,7 +145,7 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 	if listening && r.head {
 		fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
 	}
-	try := false
+	try, next := false, "queued" // next: the mode of the next attempt
 	if !listening {
 		select {
 		case <-sub.Ready():
@@ -157,15 +157,15 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 		if try {
 			try = false
 			sent := clk.Now()
-			r, err := k.attempt(ctx, a, entry, "queued")
+			r, err := k.attempt(ctx, a, entry, next)
+			next = "queued"
 			switch {
 			case err != nil:
 				return nil, err
 			case r.held:
 				return k.grant(r, a, sent, mem.lastQueued()), nil
 			case r.evicted:
-				entry = k.rejoin(ctx, a, sub, mem, entry)
-				try = true
+				entry, next, try = k.rejoin(sub, mem, entry), "join", true
 				continue
 			}
 			mem.queuedAt(sent)
@@ -190,8 +190,7 @@ func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*cor
 				tok, _ := strconv.ParseInt(strings.TrimPrefix(wk.Payload, "granted "), 10, 64)
 				return k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued()), nil
 			case wk.Payload == "evicted":
-				entry = k.rejoin(ctx, a, sub, mem, entry)
-				try = true
+				entry, next, try = k.rejoin(sub, mem, entry), "join", true
 			}
 		case core.Timeout:
 			k.leave(ctx, entry)
@@ -231,17 +230,15 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 	}
 }
 
-// rejoin queues the caller again, at the tail, under a new entry: its old
-// entry was evicted after it fell silent for longer than its wait timeout.
-func (k *kind) rejoin(ctx context.Context, a core.Attempt, sub *core.Sub, mem *member, old string) string {
+// rejoin gives the caller a new entry, for the next attempt to join at the
+// tail: its old entry was evicted after it fell silent for longer than its
+// wait timeout.
+func (k *kind) rejoin(sub *core.Sub, mem *member, old string) string {
 	entry := k.newEntry()
 	k.m.LogInfo("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 		"entry", old, "new_entry", entry)
 	sub.SetID(entry)
 	mem.rename(entry)
-	if _, err := k.attempt(ctx, a, entry, "join"); err == nil {
-		mem.queuedAt(k.m.Config().Clock.Now())
-	}
 	return entry
 }
 
