@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
@@ -17,6 +18,9 @@ type kind struct {
 	channel string
 	publish string
 	label   string // "<host>\t<pid>\t<label>", as Inspect shows it
+
+	mu        sync.Mutex
+	abandoned []string // entries this handle could not take out of the queue
 }
 
 func keysOf(name string) []string {
@@ -92,6 +96,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
 	cfg := k.m.Config()
 	clk := cfg.Clock
+	k.leaveAbandoned(ctx)
 	entry := k.newEntry()
 	mode := "join"
 	if a.Wait == 0 && !a.Forever {
@@ -248,10 +253,41 @@ func (k *kind) rejoin(sub *core.Sub, mem *member, old string) string {
 func (k *kind) leave(ctx context.Context, entry string) {
 	ctx, cancel := k.m.CleanupContext(ctx)
 	defer cancel()
-	err := k.m.Config().Scripts.FairLeave.Run(ctx, k.m.Client, k.keys, k.m.Owner(), entry, k.publish, k.channel).Err()
-	if err != nil {
+	if err := k.leaveOnce(ctx, entry); err != nil {
 		k.m.LogInfo("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
+		// Until then the lock could be handed to it, and this handle would
+		// take that grant for its own: the next Lock removes it first.
+		k.mu.Lock()
+		k.abandoned = append(k.abandoned, entry)
+		k.mu.Unlock()
 	}
+}
+
+func (k *kind) leaveOnce(ctx context.Context, entry string) error {
+	return k.m.Config().Scripts.FairLeave.Run(ctx, k.m.Client, k.keys, k.m.Owner(), entry, k.publish, k.channel).Err()
+}
+
+// leaveAbandoned removes the entries earlier calls could not remove, giving
+// back any grant made to them, before this handle joins again.
+func (k *kind) leaveAbandoned(ctx context.Context) {
+	k.mu.Lock()
+	entries := k.abandoned
+	k.abandoned = nil
+	k.mu.Unlock()
+	if len(entries) == 0 {
+		return
+	}
+	ctx, cancel := k.m.CleanupContext(ctx)
+	defer cancel()
+	var left []string
+	for _, e := range entries {
+		if err := k.leaveOnce(ctx, e); err != nil {
+			left = append(left, e)
+		}
+	}
+	k.mu.Lock()
+	k.abandoned = append(k.abandoned, left...)
+	k.mu.Unlock()
 }
 
 func (k *kind) newEntry() string { return k.m.Owner() + "/" + core.NextID() }

@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"sync/atomic"
 
@@ -63,4 +65,45 @@ func (l *LostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook passes through.
 func (l *LostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// Partition is a go-redis hook that, while On, fails every command of its
+// client without sending it: the process is cut off from Redis. Pub/sub
+// messages already on their way may still arrive.
+type Partition struct {
+	On atomic.Bool
+}
+
+// ErrPartitioned is what commands return during a Partition.
+var ErrPartitioned = errors.New("redistest: partitioned from Redis")
+
+// DialHook fails dials during the partition.
+func (p *Partition) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if p.On.Load() {
+			return nil, ErrPartitioned
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook fails commands during the partition.
+func (p *Partition) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if p.On.Load() {
+			cmd.SetErr(ErrPartitioned)
+			return ErrPartitioned
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook fails pipelines during the partition.
+func (p *Partition) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if p.On.Load() {
+			return ErrPartitioned
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -1,0 +1,83 @@
+package fair_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+func TestWaiterCutOffLongerThanItsWaitTimeoutRejoinsAtTheTail(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.named("a"), e.named("b")
+	cut := &redistest.Partition{}
+	cClient := e.process()
+	cClient.AddHook(cut)
+	c := e.handleOn(cClient, fair.WithLabel("c"))
+	mustLock(t, a)
+	gotC := e.enqueue(c, 1)
+	gotB := e.enqueue(b, 2)
+	old := e.inspect().Queue[0].Entry
+
+	cut.On.Store(true) // c is partitioned: its heartbeats fail
+	for i := 0; i < 48; i++ {
+		e.clk.Advance(250 * time.Millisecond) // 12 s, past c's 10 s wait timeout
+	}
+	if q := e.queued(); !slices.Equal(q, []string{"b"}) {
+		t.Fatalf("queue after c was cut off for 12 s = %v, want [b]", q)
+	}
+	cut.On.Store(false)
+	for i := 0; i < 16; i++ {
+		e.clk.Advance(250 * time.Millisecond) // c's next heartbeat
+	}
+	st := e.inspect()
+	if q := e.queued(); !slices.Equal(q, []string{"b", "c"}) {
+		t.Fatalf("queue after c came back = %v (%+v), want [b c]: c re-joins at the tail", q, st.Queue)
+	}
+	if st.Queue[1].Entry == old {
+		t.Fatal("c re-joined under its old entry")
+	}
+	mustUnlock(t, a)
+	if r := await(t, gotB); !r.ok {
+		t.Fatal("b did not get the lock")
+	}
+	mustUnlock(t, b)
+	if r := await(t, gotC); !r.ok {
+		t.Fatal("c did not get the lock after re-joining")
+	}
+	mustUnlock(t, c)
+}
+
+func TestEntryAbandonedWhileCutOffIsRemovedBeforeTheNextJoin(t *testing.T) {
+	e := newEnv(t)
+	a := e.named("a")
+	cut := &redistest.Partition{}
+	cClient := e.process()
+	cClient.AddHook(cut)
+	c := e.handleOn(cClient, fair.WithLabel("c"))
+	mustLock(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	gotC := e.enqueueCtx(ctx, c, 1)
+	cut.On.Store(true)
+	cancel() // c gives up, but cannot leave: its entry stays, live for 10 s
+	if r := await(t, gotC); r.ok {
+		t.Fatal("c got the lock while cut off")
+	}
+	cut.On.Store(false)
+	mustUnlock(t, a) // the lock is handed to c's abandoned entry
+	if h := e.holder(); h != "c" {
+		t.Fatalf("holder = %q, want the abandoned entry's handle c", h)
+	}
+	// c's next Lock must not mistake that grant for a hold of its own.
+	mustLock(t, c)
+	if n, _ := c.HoldCount(context.Background()); n != 1 {
+		t.Fatalf("c holds the lock %d times after one Lock, want 1", n)
+	}
+	mustUnlock(t, c)
+	if locked, _ := c.IsLocked(context.Background()); locked {
+		t.Fatal("the lock is still held after c's one Unlock")
+	}
+}
