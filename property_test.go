@@ -6,8 +6,9 @@ package fairlock_test
 // its own (a "process"), against miniredis, with the fake clock moving
 // miniredis's TIME and the library's timers together. Its actions are what
 // users and failures do: join the queue, try without waiting, re-enter,
-// unlock, give up, crash (fall silent), and let time pass in steps no longer
-// than a quarter of a heartbeat. After every step it checks what a user can
+// unlock, give up, crash (fall silent for good), stall (a waiter cut off from
+// Redis for a while, then back), and let time pass in steps no longer than a
+// quarter of a heartbeat. After every step it checks what a user can
 // observe, one property per guarantee of package fair.
 //
 //	go test -run TestFairLockSpecification .                      # 1,000 checks (CI)
@@ -85,6 +86,19 @@ type proc struct {
 
 	crashedAt    time.Time
 	crashedPhase phase
+
+	cut        *redistest.Partition // cuts the process off from Redis
+	stalled    bool                 // cut off now
+	stalledAt  time.Time
+	wasStalled bool     // stalled since its Lock call began: it may lose its place once
+	orphans    []orphan // entries left behind by calls that failed while cut off
+}
+
+// orphan is a queue entry whose waiter's call failed while it was cut off
+// from Redis: it could not leave, so the entry must die by its deadline.
+type orphan struct {
+	entry string
+	since time.Time // the waiter's last contact with Redis was before this
 }
 
 // spec is the model: only what a user can observe.
@@ -109,12 +123,14 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		cut := &redistest.Partition{}
+		c.AddHook(cut)
 		m, err := fair.New(c, lockName, fair.WithClock(s.clk), fair.WithScripts(scripts),
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m})
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut})
 	}
 	return s
 }
@@ -130,7 +146,7 @@ func (s *spec) inspect() fair.State {
 func (s *spec) pick(ph phase) *proc {
 	var c []*proc
 	for _, p := range s.procs {
-		if p.phase == ph {
+		if p.phase == ph && !p.stalled {
 			c = append(c, p)
 		}
 	}
@@ -146,7 +162,7 @@ func (s *spec) join(t *rapid.T) {
 	p := s.pick(idle)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.joins++
-	p.phase, p.joined, p.cancel, p.entry = waiting, s.joins, cancel, ""
+	p.phase, p.joined, p.cancel, p.entry, p.wasStalled = waiting, s.joins, cancel, "", false
 	p.result, p.running = make(chan error, 1), true
 	go func() {
 		ok, err := p.m.TryLock(ctx, time.Hour, 0)
@@ -165,7 +181,9 @@ func (s *spec) tryWithoutWaiting(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("%s TryLock(0): %v", p.label, err)
 	}
-	live := slices.ContainsFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
+	// The caller's own entries, left behind by calls that failed while it was
+	// cut off, are removed by this call before it tries: they do not count.
+	live := slices.ContainsFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired && !p.isOrphan(w.Entry) })
 	// Guarantee 3, no barging: only a free lock with no live waiter is taken.
 	if ok && (before.Holder != nil || live) {
 		t.Fatalf("no barging: %s took the lock with TryLock(0) while holder=%v and queue=%+v", p.label, before.Holder, before.Queue)
@@ -219,7 +237,7 @@ func (s *spec) giveUp(t *rapid.T) {
 	p.phase = idle
 	// Guarantee 5: once the call has returned, the entry is gone.
 	for _, w := range s.inspect().Queue {
-		if w.Label == p.label || (entry != "" && w.Entry == entry) {
+		if (w.Label == p.label && !p.isOrphan(w.Entry)) || (entry != "" && w.Entry == entry) {
 			t.Fatalf("giving up: %s's entry is still listed after TryLock returned", p.label)
 		}
 	}
@@ -239,6 +257,52 @@ func (s *spec) crash(t *rapid.T) {
 	p := rapid.SampledFrom(c).Draw(t, "handle")
 	p.crashedPhase, p.crashedAt, p.phase = p.phase, s.clk.Now(), crashed
 	_ = p.client.Close() // it falls silent: no heartbeat, renewal or unlock gets through
+	s.settle()
+}
+
+// stall cuts a waiter off from Redis: its heartbeats fail, so once its
+// deadline passes it is dead to the queue.
+func (s *spec) stall(t *rapid.T) {
+	p := s.pick(waiting)
+	p.cut.On.Store(true)
+	p.stalled, p.stalledAt, p.wasStalled = true, s.clk.Now(), true
+	s.settle()
+}
+
+// stallFor cuts a waiter off for up to two wait timeouts, checking after
+// every step, then reconnects it.
+func (s *spec) stallFor(t *rapid.T) {
+	p := s.pick(waiting)
+	p.cut.On.Store(true)
+	p.stalled, p.stalledAt, p.wasStalled = true, s.clk.Now(), true
+	s.settle()
+	n := rapid.IntRange(1, int(2*waitTimeout/maxStep)).Draw(t, "steps")
+	for i := 0; i < n; i++ {
+		s.clk.Advance(maxStep)
+		s.settle()
+		s.check(t)
+	}
+	if p.stalled {
+		p.cut.On.Store(false)
+		p.stalled = false
+		s.settle()
+	}
+}
+
+// resume reconnects a stalled process.
+func (s *spec) resume(t *rapid.T) {
+	var c []*proc
+	for _, p := range s.procs {
+		if p.stalled && p.phase != crashed {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("nobody is stalled")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	p.cut.On.Store(false)
+	p.stalled = false
 	s.settle()
 }
 
@@ -262,7 +326,7 @@ func (s *spec) wait(t *rapid.T) {
 func (s *spec) acquired(p *proc) {
 	// Guarantee 2, FIFO: nobody alive who joined earlier is still waiting.
 	for _, o := range s.procs {
-		if o.phase == waiting && o != p && p.phase == waiting && o.joined < p.joined {
+		if o.phase == waiting && !o.wasStalled && o != p && p.phase == waiting && o.joined < p.joined {
 			s.t.Fatalf("FIFO: %s (joined #%d) got the lock while %s (joined #%d) still waits", p.label, p.joined, o.label, o.joined)
 		}
 	}
@@ -289,6 +353,12 @@ func (s *spec) settle() {
 				p.running = false
 				if p.phase == crashed {
 					continue // a crashed process's call fails; nobody sees it
+				}
+				if err != nil && p.stalled {
+					// Cut off, its call failed and could not leave the queue.
+					p.orphans = append(p.orphans, orphan{entry: p.entry, since: p.stalledAt})
+					p.phase = idle
+					continue
 				}
 				if err != nil {
 					s.t.Fatalf("%s's Lock failed: %v", p.label, err)
@@ -329,14 +399,37 @@ func (s *spec) grantPending() bool {
 
 // check runs after every step: each property is named after its guarantee.
 func (s *spec) check(t *rapid.T) {
-	st := s.inspect()
 	now := s.clk.Now()
+
+	// A hold is lost only by a process that was cut off from Redis; its
+	// Unlock then says so.
+	for _, p := range s.procs {
+		if p.phase != holding {
+			continue
+		}
+		select {
+		case <-p.m.Lost():
+		default:
+			continue
+		}
+		if !p.wasStalled {
+			t.Fatalf("%s lost a hold that its watchdog kept alive", p.label)
+		}
+		if p.stalled {
+			continue // it cannot even tell Redis yet
+		}
+		if err := p.m.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
+			t.Fatalf("Unlock of %s's lost hold = %v, want ErrLockLost", p.label, err)
+		}
+		p.phase, p.count = idle, 0
+	}
+	st := s.inspect()
 
 	// Guarantee 1, mutual exclusion: at most one handle believes it holds
 	// the lock, and Redis agrees with it, hold count included.
 	var holders []*proc
 	for _, p := range s.procs {
-		if p.phase == holding {
+		if p.phase == holding && !isClosed(p.m.Lost()) {
 			holders = append(holders, p)
 		}
 	}
@@ -348,49 +441,85 @@ func (s *spec) check(t *rapid.T) {
 		if st.Holder == nil || st.Holder.Label != p.label || st.Holder.Count != p.count {
 			t.Fatalf("mutual exclusion: %s holds %d times, Redis says %+v", p.label, p.count, st.Holder)
 		}
-		select {
-		case <-p.m.Lost():
-			t.Fatalf("%s lost a hold that its watchdog kept alive", p.label)
-		default:
-		}
 	}
 	if st.Holder != nil && st.Holder.Token < s.lastToken {
 		t.Fatalf("fencing: the holder's token %d is below one already issued, %d", st.Holder.Token, s.lastToken)
 	}
 
 	// Guarantee 2, FIFO: live waiters are queued in join order, each at the
-	// place it first got.
+	// place it first got. Guarantee 4, second half: a waiter that was cut
+	// off for longer than its wait timeout may have lost its place; it then
+	// re-joins at the tail.
 	var live []*proc
 	for _, p := range s.procs {
-		if p.phase == waiting {
+		if p.phase == waiting && !p.stalled {
 			live = append(live, p)
 		}
 	}
-	slices.SortFunc(live, func(a, b *proc) int { return a.joined - b.joined })
+	listed := map[*proc]bool{}
 	var queued []string
 	for _, w := range st.Queue {
 		for _, p := range live {
-			if p.label == w.Label && !w.Expired {
-				queued = append(queued, p.label)
-				if p.entry == "" {
-					p.entry = w.Entry
-				} else if p.entry != w.Entry {
-					t.Fatalf("FIFO: live waiter %s lost its place (entry %s became %s)", p.label, p.entry, w.Entry)
-				}
+			if p.label != w.Label || w.Expired || p.isOrphan(w.Entry) {
+				continue
+			}
+			listed[p] = true
+			queued = append(queued, p.label)
+			switch {
+			case p.entry == "":
+				p.entry = w.Entry
+			case p.entry != w.Entry && !p.wasStalled:
+				t.Fatalf("FIFO: live waiter %s lost its place (entry %s became %s)", p.label, p.entry, w.Entry)
+			case p.entry != w.Entry:
+				// Evicted during its stall, it re-joined: from now on it
+				// counts from the tail.
+				s.joins++
+				p.joined, p.entry, p.wasStalled = s.joins, w.Entry, false
 			}
 		}
 	}
+	slices.SortFunc(live, func(a, b *proc) int { return a.joined - b.joined })
 	var want []string
 	for _, p := range live {
+		if p.wasStalled && !listed[p] {
+			continue // evicted during its stall; its re-join is on the way
+		}
 		want = append(want, p.label)
 	}
 	if !slices.Equal(queued, want) {
 		t.Fatalf("FIFO: live waiters queued as %v, want join order %v (queue %+v)", queued, want, st.Queue)
 	}
 
-	// Guarantee 4, eviction: a crashed waiter stops counting by its deadline
-	// (at most one wait timeout after it fell silent), and a grant handed to
-	// it ends by then too; a crashed holder's lease runs out.
+	// Guarantee 4, eviction: a waiter cut off from Redis (stalled, or
+	// crashed) stops counting by its deadline, at most one wait timeout
+	// after it fell silent, and a grant handed to it ends by then too; a
+	// crashed holder's lease runs out. Guarantee 5: an entry a waiter could
+	// not remove when it gave up is gone within one wait timeout.
+	for _, p := range s.procs {
+		if p.stalled && p.phase == waiting && now.Sub(p.stalledAt) >= waitTimeout {
+			for _, w := range st.Queue {
+				if w.Entry == p.entry && !w.Expired {
+					t.Fatalf("eviction: %s, cut off for %v, is still a live waiter", p.label, now.Sub(p.stalledAt))
+				}
+			}
+			if st.Holder != nil && st.Holder.Label == p.label {
+				t.Fatalf("eviction: %s, cut off for %v, still holds a grant", p.label, now.Sub(p.stalledAt))
+			}
+		}
+		kept := p.orphans[:0]
+		for _, o := range p.orphans {
+			if now.Sub(o.since) < waitTimeout {
+				kept = append(kept, o)
+				continue
+			}
+			for _, w := range st.Queue {
+				if w.Entry == o.entry && !w.Expired {
+					t.Fatalf("giving up: %s's entry, left behind while cut off, is still live %v later", p.label, now.Sub(o.since))
+				}
+			}
+		}
+		p.orphans = kept
+	}
 	for _, p := range s.procs {
 		if p.phase != crashed {
 			continue
@@ -431,8 +560,25 @@ func (s *spec) check(t *rapid.T) {
 	}
 }
 
+func (p *proc) isOrphan(entry string) bool {
+	return slices.ContainsFunc(p.orphans, func(o orphan) bool { return o.entry == entry })
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // finish ends every hold and wait, then lets time pass: no key may be left.
 func (s *spec) finish() {
+	for _, p := range s.procs {
+		p.cut.On.Store(false)
+		p.stalled = false
+	}
 	for _, p := range s.procs {
 		if p.running {
 			p.cancel()
@@ -479,6 +625,9 @@ func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
 			"unlock":            s.unlock,
 			"giveUp":            s.giveUp,
 			"crash":             s.crash,
+			"stall":             s.stall,
+			"stallFor":          s.stallFor,
+			"resume":            s.resume,
 			"advance":           s.advance,
 			"wait":              s.wait,
 			"":                  s.check,
