@@ -31,6 +31,8 @@ type Holder struct {
 	// Pending is true while a hand-off has not been claimed by the grantee:
 	// if it died, the hold expires within one wait timeout.
 	Pending bool
+	// Entry is the queue entry a pending hand-off was granted to.
+	Entry string
 	Origin
 }
 
@@ -86,7 +88,7 @@ func parseInspect(v []any) (State, error) {
 	if owner := str(1); owner != "" {
 		s.Holder = &Holder{
 			Owner: owner, Count: int(num(2)), TTL: time.Duration(num(3)) * time.Millisecond,
-			Token: num(4), Origin: parseOrigin(str(5)), Pending: str(6) != "",
+			Token: num(4), Origin: parseOrigin(str(5)), Pending: str(6) != "", Entry: str(6),
 		}
 	}
 	now := num(0)
