@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RAPID_CHECKS") == "" && !flagSet("rapid.checks") {
 		_ = flag.Set("rapid.checks", "1000")
 	}
-	os.Exit(redistest.Main(m))
+	redistest.Exit(m)
 }
 
 func flagSet(name string) (set bool) {

@@ -49,8 +49,6 @@ func (e *env) handleOn(c *redis.Client, opts ...fair.Option) *fair.Mutex {
 	return m
 }
 
-func (e *env) handle(opts ...fair.Option) *fair.Mutex { return e.handleOn(e.client, opts...) }
-
 func (e *env) inspect() fair.State {
 	e.t.Helper()
 	s, err := fair.Inspect(context.Background(), e.client, lockName)
@@ -96,10 +94,6 @@ func tryLockAsync(m *fair.Mutex, ctx context.Context, wait, lease time.Duration)
 		out <- result{ok, err}
 	}()
 	return out
-}
-
-func lockAsync(m *fair.Mutex) <-chan result {
-	return tryLockAsync(m, context.Background(), time.Hour, 0)
 }
 
 func await(t *testing.T, c <-chan result) result {

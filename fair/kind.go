@@ -93,7 +93,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 // missed), then sleeps until its hand-off message arrives. The client's
 // heartbeat keeps its place and is its fallback; the head also wakes when the
 // current hold's lease would run out.
-func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
+func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	cfg := k.m.Config()
 	clk := cfg.Clock
 	k.leaveAbandoned(ctx)

@@ -3,8 +3,8 @@ package fair_test
 import (
 	"context"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,51 +91,9 @@ func TestRealMutualExclusion(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, kind.cluster, 4)
 			name := redistest.Name(t)
-			const workers, total = 16, 2000
-			var (
-				counter int // plain: only the lock protects it
-				inside  atomic.Int32
-				next    atomic.Int64
-				last    int64 // written only inside the lock
-				wg      sync.WaitGroup
-			)
-			for w := 0; w < workers; w++ {
-				m, err := fair.New(clients[w%4], name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx := context.Background()
-					for next.Add(1) <= total {
-						if err := m.Lock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
-						if inside.Add(1) != 1 {
-							t.Error("two holders inside the lock at once")
-						}
-						counter++
-						if tok := m.Token(); tok <= last {
-							t.Errorf("token %d not above the previous holder's %d", tok, last)
-						} else {
-							last = tok
-						}
-						inside.Add(-1)
-						if err := m.Unlock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if counter != total {
-				t.Fatalf("counter = %d after %d locked increments: an update was lost", counter, total)
-			}
+			redistest.MutualExclusion(t, redistest.Clients(t, kind.cluster, 4), 16, 2000,
+				func(c redis.UniversalClient) (redistest.Locker, error) { return fair.New(c, name) })
 		})
 	}
 }

@@ -55,7 +55,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 // release message, or until the current hold's lease would run out. When the
 // channel is already subscribed (a busy lock), the waiter listens before its
 // first try and needs no second one.
-func (k *kind) Acquire(ctx context.Context, _ *core.Mutex, a core.Attempt) (*core.Grant, error) {
+func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	// On a busy lock the channel is already subscribed: listen before the
 	// first try, and no release can slip between the try and the wait.
 	sub := core.SubscribeIfLive(k.m.Client, k.channel, "")

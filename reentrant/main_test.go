@@ -1,10 +1,9 @@
 package reentrant_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+func TestMain(m *testing.M) { redistest.Exit(m) }

@@ -2,8 +2,8 @@ package reentrant_test
 
 import (
 	"context"
+	"github.com/redis/go-redis/v9"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,63 +14,11 @@ import (
 // clientsFor returns n clients of one kind of real Redis.
 func TestRealMutualExclusion(t *testing.T) {
 	for _, cluster := range []bool{false, true} {
-		name := map[bool]string{false: "single", true: "cluster"}[cluster]
-		t.Run(name, func(t *testing.T) {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, cluster, 4)
-			lock := redistest.Name(t)
-			const workers, total = 16, 2000
-			var (
-				counter int // a plain counter: only the lock protects it
-				inside  atomic.Int32
-				next    atomic.Int64
-				mu      sync.Mutex // guards tokens, written only inside the lock anyway
-				tokens  []int64
-				wg      sync.WaitGroup
-			)
-			errs := make(chan error, workers)
-			for w := 0; w < workers; w++ {
-				m, err := reentrant.New(clients[w%4], lock)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx := context.Background()
-					for next.Add(1) <= total {
-						if err := m.Lock(ctx); err != nil {
-							errs <- err
-							return
-						}
-						if inside.Add(1) != 1 {
-							t.Error("two holders inside the lock at once")
-						}
-						counter++
-						mu.Lock()
-						tokens = append(tokens, m.Token())
-						mu.Unlock()
-						inside.Add(-1)
-						if err := m.Unlock(ctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			if counter != total {
-				t.Fatalf("counter = %d after %d locked increments: an update was lost", counter, total)
-			}
-			for i := 1; i < len(tokens); i++ {
-				if tokens[i] <= tokens[i-1] {
-					t.Fatalf("token %d (%d) not above the one before (%d): tokens must grow in acquisition order", i, tokens[i], tokens[i-1])
-				}
-			}
+			name := redistest.Name(t)
+			redistest.MutualExclusion(t, redistest.Clients(t, cluster, 4), 16, 2000,
+				func(c redis.UniversalClient) (redistest.Locker, error) { return reentrant.New(c, name) })
 		})
 	}
 }

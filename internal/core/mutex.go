@@ -11,9 +11,9 @@ import (
 
 // Kind is what differs between the locks: how a caller acquires and waits.
 type Kind interface {
-	// Acquire takes or re-enters the lock for m, waiting as a says. It
-	// returns nil, nil when the wait elapsed.
-	Acquire(ctx context.Context, m *Mutex, a Attempt) (*Grant, error)
+	// Acquire takes or re-enters the lock for the kind's handle, waiting as
+	// a says. It returns nil, nil when the wait elapsed.
+	Acquire(ctx context.Context, a Attempt) (*Grant, error)
 }
 
 // Layout is where a kind keeps a lock and which of its scripts end a hold;
@@ -104,7 +104,7 @@ func (m *Mutex) acquire(ctx context.Context, a Attempt) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	g, err := m.kind.Acquire(ctx, m, a)
+	g, err := m.kind.Acquire(ctx, a)
 	if err != nil || g == nil {
 		return false, err
 	}
