@@ -584,8 +584,13 @@ func (s *spec) finish() {
 	for _, p := range s.procs {
 		if p.running {
 			p.cancel()
-			<-p.result
+			err := <-p.result
 			p.running = false
+			if err == nil && p.phase == waiting {
+				// Granted just before giving up, as in giveUp: it holds the
+				// lock, and is unlocked below.
+				p.phase, p.count = holding, 1
+			}
 		}
 	}
 	for _, p := range s.procs {

@@ -168,7 +168,11 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			case err != nil:
 				return nil, err
 			case r.held:
-				return k.grant(r, a, sent, mem.lastQueued()), nil
+				if g := k.usable(ctx, k.grant(r, a, sent, mem.lastQueued())); g != nil {
+					return g, nil
+				}
+				try = true
+				continue
 			case r.evicted:
 				entry, next, try = k.rejoin(sub, mem, entry), "join", true
 				continue
@@ -187,13 +191,21 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			target, token, _ := strings.Cut(wk.Payload, " ")
 			if target == entry {
 				tok, _ := strconv.ParseInt(token, 10, 64)
-				return k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued()), nil
+				g := k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued())
+				if g = k.usable(ctx, g); g != nil {
+					return g, nil
+				}
+				try = true
 			}
 		case core.Notice:
 			switch {
 			case strings.HasPrefix(wk.Payload, "granted "):
 				tok, _ := strconv.ParseInt(strings.TrimPrefix(wk.Payload, "granted "), 10, 64)
-				return k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued()), nil
+				g := k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued())
+				if g = k.usable(ctx, g); g != nil {
+					return g, nil
+				}
+				try = true
 			case wk.Payload == "evicted":
 				entry, next, try = k.rejoin(sub, mem, entry), "join", true
 			}
@@ -233,6 +245,30 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 			return since, ok, err
 		},
 	}
+}
+
+// usable vets a hand-off before Lock returns it. Normally the grant arrives
+// at once and most of its first lease is left. If it came late (this client
+// was cut off from Redis while its entry was still live, say), so that less
+// than half of that lease is left locally, Lock would return a hold about to
+// be lost: it is claimed now instead, and returned as a full hold. If the
+// claim fails, nil: the caller keeps waiting, and its next attempt finds out
+// where it stands (a grant still in force is reported again; one that ran
+// out is handed on).
+func (k *kind) usable(ctx context.Context, g *core.Grant) *core.Grant {
+	if g == nil || g.Claim == nil {
+		return g
+	}
+	cfg := k.m.Config()
+	left := g.Since.Add(g.First - cfg.Margin(g.First)).Sub(cfg.Clock.Now())
+	if left >= g.First/2 {
+		return g
+	}
+	since, ok, err := g.Claim(ctx)
+	if err != nil || !ok {
+		return nil
+	}
+	return &core.Grant{Count: g.Count, Token: g.Token, Since: since}
 }
 
 // rejoin gives the caller a new entry, for the next attempt to join at the

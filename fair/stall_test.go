@@ -81,3 +81,54 @@ func TestEntryAbandonedWhileCutOffIsRemovedBeforeTheNextJoin(t *testing.T) {
 		t.Fatal("the lock is still held after c's one Unlock")
 	}
 }
+
+func TestHandOffArrivingLateIsClaimedBeforeLockReturns(t *testing.T) {
+	for _, reconnect := range []bool{true, false} {
+		name := map[bool]string{true: "reconnected", false: "still cut off"}[reconnect]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			a := e.named("a")
+			cut := &redistest.Partition{}
+			cClient := e.process()
+			cClient.AddHook(cut)
+			c := e.handleOn(cClient, fair.WithLabel("c"), fair.WithWaitTimeout(3*time.Second))
+			mustLock(t, a)
+			gotC := e.enqueue(c, 1)
+
+			// c's heartbeats fail, so its deadline stays where its join put
+			// it. 2.99 s later its entry is still live, but the first lease c
+			// may count on for a hand-off (its wait timeout from that join,
+			// less the drift margin) is over.
+			cut.On.Store(true)
+			for i := 0; i < 299; i++ {
+				e.clk.Advance(10 * time.Millisecond)
+			}
+			cut.On.Store(!reconnect)
+			mustUnlock(t, a) // hands the lock to c; the message reaches c at once
+			r := await(t, gotC)
+			if !reconnect {
+				// The claim cannot reach Redis, so neither can the next try:
+				// Lock fails instead of returning a hold that is already over.
+				if r.ok || r.err == nil {
+					t.Fatalf("Lock while cut off = %v, %v; want an error", r.ok, r.err)
+				}
+				return
+			}
+			if !r.ok || r.err != nil {
+				t.Fatalf("Lock = %v, %v; want the handed-off lock", r.ok, r.err)
+			}
+			if isClosed(c.Lost()) {
+				t.Fatal("Lock returned a hold that was already lost")
+			}
+			// Claimed at once: the full 30 s lease, kept by the watchdog.
+			e.clk.Advance(5 * time.Second)
+			if isClosed(c.Lost()) || c.Token() == 0 {
+				t.Fatal("the late hand-off's hold was lost")
+			}
+			if ttl, err := c.TTL(context.Background()); err != nil || ttl < 20*time.Second {
+				t.Fatalf("TTL after the claim = %v, %v; want most of the 30 s lease", ttl, err)
+			}
+			mustUnlock(t, c)
+		})
+	}
+}
