@@ -222,11 +222,15 @@ func (s *story) capture(step string) {
 		var contents string
 		switch k {
 		case base:
-			fields, _ := mr.HKeys(k)
+			hold := redistest.Hold(s.t, mr, k)
+			fields := make([]string, 0, len(hold))
+			for f := range hold {
+				fields = append(fields, f)
+			}
 			sort.Strings(fields)
 			var parts []string
 			for _, f := range fields {
-				v := mr.HGet(k, f)
+				v := hold[f]
 				switch f {
 				case "x", "g", "h", "k":
 					v = at(v)
@@ -261,6 +265,9 @@ func (s *story) capture(step string) {
 			contents = strings.Join(parts, ", ")
 		}
 		t := mr.Type(k)
+		if k == base {
+			t = "string, JSON"
+		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k, t, contents, ttl(k))
 	}
 	s.states[step] = b.String()

@@ -58,8 +58,8 @@
 //
 // # Data layout
 //
-// For a lock named N: the hash fairlock:f:{N} (the hold: owner, count,
-// expiry, token, last token issued, data layout version), the list
+// For a lock named N: the string fairlock:f:{N} (the hold, one JSON object:
+// owner, count, expiry, token, last token issued, data layout version), the list
 // fairlock:f:{N}:queue (entry ids in join order), the sorted set
 // fairlock:f:{N}:deadlines (entry id by deadline; an entry missing here is a
 // tombstone left by a waiter that gave up), the hash fairlock:f:{N}:waiters

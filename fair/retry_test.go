@@ -38,7 +38,7 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	}
 	first := acquire("o1", "o1/1", "r1")
 	again := acquire("o1", "o1/1", "r1")
-	if again[1] != first[1] || again[2] != first[2] || e.mr.HGet(holdKey, "c") != "1" {
+	if again[1] != first[1] || again[2] != first[2] || redistest.HoldField(t, e.mr, holdKey, "c") != "1" {
 		t.Fatalf("a retried acquisition was applied twice: %v then %v", first, again)
 	}
 	acquire("o2", "o2/1", "r2") // queued
@@ -56,11 +56,11 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 		return v
 	}
 	release()
-	token := e.mr.HGet(holdKey, "t")
+	token := redistest.HoldField(t, e.mr, holdKey, "t")
 	if again := release(); again[0] != int64(1) {
 		t.Fatalf("a retried release answered %v, want its first answer {1}", again)
 	}
-	if o, tok := e.mr.HGet(holdKey, "o"), e.mr.HGet(holdKey, "t"); o != "o2" || tok != token {
+	if o, tok := redistest.HoldField(t, e.mr, holdKey, "o"), redistest.HoldField(t, e.mr, holdKey, "t"); o != "o2" || tok != token {
 		t.Fatalf("a retried release handed the lock on again: owner %q token %s (was o2, %s)", o, tok, token)
 	}
 }

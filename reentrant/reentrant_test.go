@@ -270,7 +270,7 @@ func TestLostWhenTakenByAnother(t *testing.T) {
 	a := e.handle(reentrant.WithLease(3 * time.Second))
 	mustLock(t, a)
 	// Another owner's hold, written behind a's back.
-	e.mr.HSet(key, "o", "someone-else")
+	redistest.SetHoldField(t, e.mr, key, "o", "someone-else")
 	e.clk.Advance(time.Second)
 	if !isClosed(a.Lost()) {
 		t.Fatal("Lost not closed after the lock was taken by another owner")
@@ -335,7 +335,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	if again := acquire("r1"); again[1] != first[1] || again[2] != first[2] {
 		t.Fatalf("a retried acquisition was applied twice: %v then %v", first, again)
 	}
-	if n := e.mr.HGet(key, "c"); n != "1" {
+	if n := redistest.HoldField(t, e.mr, key, "c"); n != "1" {
 		t.Fatalf("count after a retried acquisition = %s, want 1", n)
 	}
 	acquire("r2") // re-entry
@@ -353,14 +353,14 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 		return v
 	}
 	release("r3")
-	if again := release("r3"); again[0] != int64(2) || e.mr.HGet(key, "c") != "1" {
-		t.Fatalf("a retried release was applied twice: %v, count %s", again, e.mr.HGet(key, "c"))
+	if again := release("r3"); again[0] != int64(2) || redistest.HoldField(t, e.mr, key, "c") != "1" {
+		t.Fatalf("a retried release was applied twice: %v, count %s", again, redistest.HoldField(t, e.mr, key, "c"))
 	}
 	release("r4")
 	if again := release("r4"); again[0] != int64(1) {
 		t.Fatalf("a retried final release answered %v, want the first answer {1}", again)
 	}
-	if e.mr.HGet(key, "o") != "" {
+	if redistest.HoldField(t, e.mr, key, "o") != "" {
 		t.Fatal("lock still held after the final release")
 	}
 }
@@ -384,11 +384,22 @@ func TestNoKeysLeftBehind(t *testing.T) {
 }
 
 func TestLayoutVersionMismatchFailsLoudly(t *testing.T) {
-	e := newEnv(t)
-	e.mr.HSet(key, "v", "999")
-	_, err := e.handle().TryLock(context.Background(), 0, time.Second)
-	if err == nil || !contains(err.Error(), "layout") {
-		t.Fatalf("TryLock on a lock written by another layout = %v, want a layout error", err)
+	for name, write := range map[string]func(e *env){
+		"a later version":               func(e *env) { redistest.SetHoldField(t, e.mr, key, "v", "999") },
+		"layout 1 (the hold as a hash)": func(e *env) { e.mr.HSet(key, "v", "1", "f", "5") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			write(e)
+			before := e.mr.Dump()
+			_, err := e.handle().TryLock(context.Background(), 0, time.Second)
+			if err == nil || !contains(err.Error(), "layout") {
+				t.Fatalf("TryLock on a lock written by another layout = %v, want a layout error", err)
+			}
+			if e.mr.Dump() != before {
+				t.Fatal("a layout error changed the lock's data")
+			}
+		})
 	}
 }
 

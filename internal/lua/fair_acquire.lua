@@ -30,8 +30,10 @@ local function answer(t)
   return t
 end
 
--- Step 1, queue cleanup: pop given-up and dead waiters off the head.
-local head = live_head(now)
+-- Step 1, queue cleanup: pop given-up and dead waiters off the head (when
+-- there can be a live one at all).
+local head = nil
+if may_have_waiters(s, w, now) then head = live_head(now) end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner then
@@ -58,7 +60,7 @@ if who == nil then
       redis.call('ZREM', KEYS[3], entry)
       redis.call('HDEL', KEYS[4], entry)
     end
-    if s.e then redis.call('HDEL', KEYS[1], 'e', 'g') end
+    w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.t, w.b = owner, '1', int(now + lease), int(token), label
     return answer({1, 1, token, 0})
@@ -97,7 +99,9 @@ else
   local length = redis.call('RPUSH', KEYS[2], entry)
   redis.call('ZADD', KEYS[3], int(now + wait), entry)
   redis.call('HSET', KEYS[4], entry, int(lease) .. '|' .. int(wait) .. '|' .. label)
-  if head == nil then head = entry end
+  -- Cleanup was skipped if no waiter could be live; dead entries may still
+  -- be ahead of this one.
+  if head == nil then head = live_head(now) end
   -- A queue key this call created has no TTL yet. The list is new if this
   -- entry is its only element; the deadlines and waiters (which hold the
   -- same live entries) are new if this is their only live entry.

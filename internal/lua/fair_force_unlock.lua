@@ -9,5 +9,5 @@ local was = 0
 if holder(s, now) ~= nil then was = 1 end
 local w = {}
 if not hand_off(s, w, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end
-if next(w) ~= nil then save(w) end
+save_changes(s, w)
 return was

@@ -22,6 +22,6 @@ end
 if who == nil then
   local w = {}
   if not hand_off(s, w, now, now_us, ARGV[3], ARGV[4]) and returned == 1 then clear_hold(s) end
-  if next(w) ~= nil then save(w) end
+  save_changes(s, w)
 end
 return returned

@@ -34,5 +34,5 @@ end
 -- The keys already live past the hold and every deadline (commit), and a
 -- hand-off's grant ends no later than the grantee's deadline: no PEXPIRE.
 w.q, w.a = req, encode(answer)
-save(w)
+save(s, w)
 return answer

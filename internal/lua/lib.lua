@@ -2,7 +2,8 @@
 --
 -- Data layout, for a lock named N (the braces are Redis Cluster's hash tag, so
 -- all keys of one lock live in one slot):
---   KEYS[1] fairlock:<kind>:{N}            hash, the hold
+--   KEYS[1] fairlock:<kind>:{N}   string, the hold: one JSON object whose
+--                                 fields are all strings
 --       v  layout version (LAYOUT below); a mismatch fails loudly
 --       o  owner id of the hold ("<client>.<handle>")      } present only while
 --       c  hold count (re-entries)                          } a hold exists;
@@ -22,10 +23,13 @@
 --   KEYS[4] fairlock:f:{N}:waiters    hash, entry id -> "lease|wait|label"
 --
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
--- hold hash once (load) and writes it once (save): Redis time is spent per
--- call, so calls are counted.
+-- hold once (load: GET and cjson.decode) and writes it at most once (save:
+-- cjson.encode and SET). Redis time is spent per redis.call, so calls are
+-- counted: the hold is one string rather than a hash because one GET and one
+-- SET of it cost Redis about half of what HMGET and HSET of its fields did
+-- (docs/performance.md).
 
-local LAYOUT = '1'
+local LAYOUT = '2'
 -- How long keys outlive the last hold and the last deadline: long enough for
 -- a retried request to find its answer (q/a) and for the fence (f) to bridge
 -- quick re-locks.
@@ -45,16 +49,22 @@ local function int(n)
   return string.format('%d', n)
 end
 
-local FIELDS = {'v', 'q', 'a', 'o', 'c', 'x', 't', 'e', 'g', 'f', 'h', 'k', 'b'}
+-- missing: the hold key did not exist when load ran; changed: clear_hold
+-- changed the hold, so it must be saved even with nothing else to write.
+local missing, changed = false, false
 
--- load reads the hold hash: strings by field name, absent fields nil.
+-- load reads the hold: strings by field name, absent fields nil.
 local function load()
-  local values = redis.call('HMGET', KEYS[1], unpack(FIELDS))
-  local s = {}
-  for i, name in ipairs(FIELDS) do
-    if values[i] then s[name] = values[i] end
+  local raw = redis.pcall('GET', KEYS[1])
+  if type(raw) == 'table' then
+    -- Not a string: a hash of layout 1 (or anything else) under our name.
+    return {v = 'of another type (' .. redis.call('TYPE', KEYS[1]).ok .. ')'}
   end
-  return s
+  if not raw then
+    missing = true
+    return {}
+  end
+  return cjson.decode(raw)
 end
 
 local function layout_error(s)
@@ -73,27 +83,42 @@ local function holder(s, now)
   return nil
 end
 
--- save writes the fields of w, a table of name -> string, in one HSET.
-local function save(w)
-  local args = {'v', LAYOUT}
-  for name, value in pairs(w) do
-    args[#args + 1] = name
-    args[#args + 1] = value
+-- save writes the hold: s with the fields of w (name -> string) over it, in
+-- one SET. ttl (ms) sets the key's TTL; without it the key keeps its TTL, or,
+-- had it not existed, gets RETAIN_MS (callers without a ttl normally act on a
+-- key that commit already made outlive every hold and deadline).
+local function save(s, w, ttl)
+  for name, value in pairs(w) do s[name] = value end
+  s.v = LAYOUT
+  if ttl == nil and missing then ttl = RETAIN_MS end
+  if ttl then
+    redis.call('SET', KEYS[1], cjson.encode(s), 'PX', int(ttl))
+  else
+    redis.call('SET', KEYS[1], cjson.encode(s), 'KEEPTTL')
   end
-  redis.call('HSET', KEYS[1], unpack(args))
 end
 
--- clear_hold ends the hold (the fence, answers and horizons stay).
+-- clear_hold ends the hold (the fence, answers and horizons stay); the
+-- caller saves.
 local function clear_hold(s)
-  redis.call('HDEL', KEYS[1], 'o', 'c', 'x', 't', 'e', 'g', 'b')
   s.o, s.c, s.x, s.t, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil, nil
+  changed = true
+end
+
+-- save_changes saves only if w holds a write or the hold was cleared.
+local function save_changes(s, w)
+  if changed or next(w) ~= nil then save(s, w) end
 end
 
 -- Answers are stored as comma-separated integers so a retried request can get
 -- the very answer its first run produced.
 local function encode(t)
   local parts = {}
-  for i, n in ipairs(t) do parts[i] = int(n) end
+  for i, n in ipairs(t) do
+    -- Lua writes numbers with 14 significant digits: exact below 1e14 (and
+    -- faster than string.format); tokens are longer.
+    if n >= 1e14 or n <= -1e14 then parts[i] = int(n) else parts[i] = tostring(n) end
+  end
   return table.concat(parts, ',')
 end
 
@@ -123,12 +148,13 @@ local function next_token(s, w, now_us)
   return token
 end
 
--- Every write ends here: commit saves w, then makes sure each key of the lock
+-- Every write ends here: commit saves w, and makes sure each key of the lock
 -- lives until the later of the hold's expiry and the last waiter's deadline,
 -- plus RETAIN_MS, so nothing is left once every client is gone. The time all
 -- keys are kept until is stored in k; only when a write needs longer are they
--- extended (all of them, with SLACK_MS to spare). force: this write may have
--- created a queue key, which has no TTL yet.
+-- extended (all of them, with SLACK_MS to spare: the hold by its SET, the
+-- queue keys by PEXPIRE). force: this write may have created a queue key,
+-- which has no TTL yet.
 local function commit(s, w, now, force)
   local need = now
   local x = tonumber(w.x or s.x or '0')
@@ -141,9 +167,10 @@ local function commit(s, w, now, force)
     keep = need + SLACK_MS
     w.k = int(keep)
   end
-  save(w)
+  save(s, w, keep and keep - now)
   if keep then
-    for _, key in ipairs(KEYS) do
+    for i = 2, #KEYS do
+      local key = KEYS[i]
       redis.call('PEXPIRE', key, int(keep - now))
     end
   end
@@ -152,6 +179,14 @@ end
 -- Fair lock: a waiter's deadline was pushed to d; keep h the latest one.
 local function horizon(s, w, d)
   if d > tonumber(w.h or s.h or '0') then w.h = int(d) end
+end
+
+-- Fair lock: can any waiter be live? Every deadline ever written is at most
+-- h, so once h has passed (or no one ever queued) the queue holds only the
+-- dead, and the lookups of live_head can be skipped: the common uncontended
+-- call never touches the queue keys.
+local function may_have_waiters(s, w, now)
+  return tonumber(w.h or s.h or '0') > now
 end
 
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
@@ -182,6 +217,7 @@ end
 -- deadline: a grant to a waiter that died ends when its eviction would have.
 -- Precondition: the lock is not held. Writes go to w (saved by the caller).
 local function hand_off(s, w, now, now_us, publish, channel)
+  if not may_have_waiters(s, w, now) then return nil end
   local head, deadline = live_head(now)
   if not head then return nil end
   local info = redis.call('HGET', KEYS[4], head) or '0|0|'

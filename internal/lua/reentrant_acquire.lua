@@ -1,5 +1,5 @@
 -- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock.
--- KEYS[1] the hold hash.
+-- KEYS[1] the hold (see lib.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms.
 -- Returns {1, count, token} when held, {0, ms until the current hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])

@@ -1,7 +1,7 @@
 -- renew.lua: the watchdog's renewal, and the grantee's claim after a direct
 -- hand-off. Extends the hold only if this very hold (owner and token) is
 -- still in force; never shortens it. Safe to run twice.
--- KEYS[1] the hold hash (fair lock: KEYS[2..4] too, for their TTL).
+-- KEYS[1] the hold (fair lock: KEYS[2..4] too, for their TTL).
 -- ARGV[1] owner id, ARGV[2] token, ARGV[3] lease in ms,
 -- ARGV[4] "1" if the lease is fixed: a fixed lease counts from the grant.
 -- Returns {1, ms until expiry} or {0} when the hold is gone.
@@ -18,7 +18,7 @@ if fixed and s.g then from = tonumber(s.g) end
 local w = {x = int(math.max(expiry, from + lease))}
 if s.e then
   -- The grant is claimed: it is now an ordinary hold.
-  redis.call('HDEL', KEYS[1], 'e', 'g')
+  s.e, s.g = nil, nil
 end
 commit(s, w, now, false)
 return {1, tonumber(w.x) - now}
