@@ -114,11 +114,7 @@ end
 -- the very answer its first run produced.
 local function encode(t)
   local parts = {}
-  for i, n in ipairs(t) do
-    -- Lua writes numbers with 14 significant digits: exact below 1e14 (and
-    -- faster than string.format); tokens are longer.
-    if n >= 1e14 or n <= -1e14 then parts[i] = int(n) else parts[i] = tostring(n) end
-  end
+  for i, n in ipairs(t) do parts[i] = int(n) end
   return table.concat(parts, ',')
 end
 
