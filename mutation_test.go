@@ -32,8 +32,8 @@ var mutations = []struct {
 	{
 		name: "enqueueing at the head",
 		file: "fair_acquire.lua",
-		from: "redis.call('RPUSH', KEYS[2], entry)",
-		to:   "redis.call('LPUSH', KEYS[2], entry)",
+		from: "redis.call('RPUSH', KEYS[2],",
+		to:   "redis.call('LPUSH', KEYS[2],",
 	},
 	{
 		name: "a queue key without TTL",

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,11 +275,13 @@ type queueCost struct {
 
 // headAcquisition fills a fair lock's queue with n waiters through the
 // library (10 % dead: half gave up, half crashed past their deadline), then
-// measures Redis's own time (INFO commandstats, reset just before) for 50
-// acquisitions by the head: each a release that hands the lock over (a hold
-// this short is never claimed). With n = 0, 50 plain Lock+Unlock pairs.
+// measures Redis's own time (INFO commandstats, reset around each chunk of 10)
+// for 80 acquisitions by the head: each a release that hands the lock over
+// (a hold this short is never claimed). With n = 0, 80 plain Lock+Unlock
+// pairs. Chunks of the baseline (pairs on a lock nobody waits for) alternate
+// with the measured ones.
 func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
-	const measured = 50
+	const measured, chunks = 80, 8
 	res := queueCost{queued: n}
 	client := e.client()
 	defer client.Close()
@@ -342,66 +346,82 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	time.Sleep(1500 * time.Millisecond)
 	if n > 0 {
 		var bytes int64
-		for _, suffix := range []string{":queue", ":deadlines", ":waiters"} {
+		for _, suffix := range []string{":queue", ":deadlines"} {
 			b, _ := client.MemoryUsage(ctx, "fairlock:f:{"+name+"}"+suffix, 0).Result()
 			bytes += b
 		}
 		res.bytesPerWaitr = float64(bytes) / float64(n)
 	}
 
-	// The baseline, right before: Lock+Unlock on a lock nobody waits for.
+	// The baseline: Lock+Unlock on a lock nobody waits for, in chunks
+	// interleaved with the measured ones (this machine's speed drifts).
 	empty, err := fair.New(client, name+"-empty", opts...)
 	if err != nil {
 		return res, err
 	}
 	_ = empty.Lock(ctx) // loads the scripts
 	_ = empty.Unlock(ctx)
-	_ = client.ConfigResetStat(ctx).Err()
-	for i := 0; i < measured; i++ {
-		if err := empty.Lock(ctx); err != nil {
-			return res, err
+	pairs := func(m *fair.Mutex) error {
+		for i := 0; i < measured/chunks; i++ {
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			if err := m.Unlock(ctx); err != nil {
+				return err
+			}
 		}
-		if err := empty.Unlock(ctx); err != nil {
-			return res, err
-		}
+		return nil
 	}
-	_, base := commandStat(ctx, client, "evalsha")
-	res.usecEmpty = base / measured
-
 	// Each measured acquisition costs Redis one acquisition and one release
 	// (n = 0), or one release that hands the lock over (n > 0).
-	if n == 0 {
-		if err := holder.Unlock(ctx); err != nil {
-			return res, err
-		}
-		_ = client.ConfigResetStat(ctx).Err()
-		for i := 0; i < measured; i++ {
-			if err := holder.Lock(ctx); err != nil {
-				return res, err
-			}
-			if err := holder.Unlock(ctx); err != nil {
-				return res, err
-			}
-		}
-	} else {
-		_ = client.ConfigResetStat(ctx).Err()
-		if err := holder.Unlock(ctx); err != nil {
-			return res, err
-		}
-		for i := 0; i < measured; i++ {
+	handoffs := func() error {
+		for i := 0; i < measured/chunks; i++ {
 			if last != nil {
 				close(last.done)
+			} else if err := holder.Unlock(ctx); err != nil {
+				return err
 			}
 			select {
 			case last = <-acquired:
 			case <-time.After(30 * time.Second):
-				return res, fmt.Errorf("hand-off %d never happened", i)
+				return fmt.Errorf("hand-off %d never happened", i)
 			}
 		}
+		return nil
 	}
-	_, usec := commandStat(ctx, client, "evalsha")
-	_, usec2 := commandStat(ctx, client, "eval")
-	res.usecPerAcq = (usec + usec2) / measured
+	measure := func(f func() error) (float64, error) {
+		_ = client.ConfigResetStat(ctx).Err()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		_, usec := commandStat(ctx, client, "evalsha")
+		_, usec2 := commandStat(ctx, client, "eval")
+		return usec + usec2, nil
+	}
+	if n == 0 {
+		if err := holder.Unlock(ctx); err != nil {
+			return res, err
+		}
+		handoffs = func() error { return pairs(holder) }
+	}
+	// No garbage collection while measuring: with 10,000 waiting goroutines
+	// it would take CPU from Redis, whose time INFO commandstats measures.
+	runtime.GC()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var base, queued float64
+	for c := 0; c < chunks; c++ {
+		b, err := measure(func() error { return pairs(empty) })
+		if err != nil {
+			return res, err
+		}
+		q, err := measure(handoffs)
+		if err != nil {
+			return res, err
+		}
+		base, queued = base+b, queued+q
+	}
+	res.usecEmpty = base / measured
+	res.usecPerAcq = queued / measured
 	if last != nil {
 		close(last.done)
 	}

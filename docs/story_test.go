@@ -246,21 +246,19 @@ func (s *story) capture(step string) {
 			contents = strings.Join(parts, ", ")
 		case base + ":queue":
 			l, _ := mr.List(k)
-			contents = s.friendly(strings.Join(l, ", "))
+			var parts []string
+			for _, element := range l {
+				entry, info, _ := strings.Cut(element, "|")
+				info = strings.ReplaceAll(strings.ReplaceAll(info, "\t", " "), "|", "\\|")
+				parts = append(parts, s.friendly(entry)+" `"+info+"`")
+			}
+			contents = strings.Join(parts, ", ")
 		case base + ":deadlines":
 			members, _ := mr.ZMembers(k)
 			var parts []string
 			for _, m := range members {
 				sc, _ := mr.ZScore(k, m)
 				parts = append(parts, s.friendly(m)+" → "+at(strconv.FormatInt(int64(sc), 10)))
-			}
-			contents = strings.Join(parts, ", ")
-		case base + ":waiters":
-			fields, _ := mr.HKeys(k)
-			var parts []string
-			for _, f := range fields {
-				info := strings.ReplaceAll(strings.ReplaceAll(mr.HGet(k, f), "\t", " "), "|", "\\|")
-				parts = append(parts, s.friendly(f)+" → `"+info+"`")
 			}
 			contents = strings.Join(parts, ", ")
 		}

@@ -59,12 +59,11 @@
 // # Data layout
 //
 // For a lock named N: the string fairlock:f:{N} (the hold, one JSON object:
-// owner, count, expiry, token, last token issued, data layout version), the list
-// fairlock:f:{N}:queue (entry ids in join order), the sorted set
-// fairlock:f:{N}:deadlines (entry id by deadline; an entry missing here is a
-// tombstone left by a waiter that gave up), the hash fairlock:f:{N}:waiters
-// (each entry's lease, wait timeout and label), and the channel
-// fairlock:f:{N}:wake. internal/lua/*.lua documents every field and step,
+// owner, count, expiry, token, last token issued, data layout version), the
+// list fairlock:f:{N}:queue (entries in join order, each with its lease, wait
+// timeout and label), the sorted set fairlock:f:{N}:deadlines (entry id by
+// deadline; an entry missing here is a tombstone left by a waiter that gave
+// up), and the channel fairlock:f:{N}:wake. internal/lua/*.lua documents every field and step,
 // and docs/queue-semantics.md walks through them. A fair and a reentrant lock
 // of the same name are independent.
 //

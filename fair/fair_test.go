@@ -141,7 +141,7 @@ func TestGivingUpHandsAFreeLockToTheNext(t *testing.T) {
 }
 
 func keysFor() []string {
-	return []string{holdKey, holdKey + ":queue", holdKey + ":deadlines", holdKey + ":waiters"}
+	return []string{holdKey, holdKey + ":queue", holdKey + ":deadlines"}
 }
 
 func ownerOfHolder(t *testing.T, e *env) string {

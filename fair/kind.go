@@ -25,7 +25,7 @@ type kind struct {
 
 func keysOf(name string) []string {
 	base := "fairlock:f:{" + name + "}"
-	return []string{base, base + ":queue", base + ":deadlines", base + ":waiters"}
+	return []string{base, base + ":queue", base + ":deadlines"}
 }
 
 var hostname = func() string {

@@ -1,5 +1,5 @@
 -- fair_acquire.lua: one attempt of a fair-lock waiter, the six steps of the
--- fair queue. KEYS[1..4]: hold, queue, deadlines, waiters (see lib.lua).
+-- fair queue. KEYS[1..3]: hold, queue, deadlines (see lib.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel.
@@ -44,10 +44,7 @@ if who == owner then
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.
-  if mode ~= 'try' then
-    redis.call('ZREM', KEYS[3], entry)
-    redis.call('HDEL', KEYS[4], entry)
-  end
+  if mode ~= 'try' then redis.call('ZREM', KEYS[3], entry) end
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
   return answer({1, count + 1, token, 0})
 end
@@ -58,7 +55,6 @@ if who == nil then
     if head == entry then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], entry)
-      redis.call('HDEL', KEYS[4], entry)
     end
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
@@ -88,7 +84,6 @@ elseif deadline or mode == 'queued' then
   -- The entry's deadline passed (it fell silent too long), or it was removed:
   -- it lost its place. Its list element stays as a tombstone.
   redis.call('ZREM', KEYS[3], entry)
-  redis.call('HDEL', KEYS[4], entry)
   if next(w) ~= nil then
     commit(s, w, now, false)
   end
@@ -96,15 +91,14 @@ elseif deadline or mode == 'queued' then
 else
   -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  local length = redis.call('RPUSH', KEYS[2], entry)
+  local length = redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
   redis.call('ZADD', KEYS[3], int(now + wait), entry)
-  redis.call('HSET', KEYS[4], entry, int(lease) .. '|' .. int(wait) .. '|' .. label)
   -- Cleanup was skipped if no waiter could be live; dead entries may still
   -- be ahead of this one.
   if head == nil then head = live_head(now) end
   -- A queue key this call created has no TTL yet. The list is new if this
-  -- entry is its only element; the deadlines and waiters (which hold the
-  -- same live entries) are new if this is their only live entry.
+  -- entry is its only element; the deadlines (which hold the same live
+  -- entries) are new if this is their only live entry.
   created = length == 1 or head == entry or redis.call('ZCARD', KEYS[3]) == 1
 end
 horizon(s, w, now + wait)

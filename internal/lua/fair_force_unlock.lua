@@ -1,5 +1,5 @@
 -- fair_force_unlock.lua: end whoever's hold, keep the queue, and hand the lock
--- to the live head. KEYS[1..4]: hold, queue, deadlines, waiters.
+-- to the live head. KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel. Returns 1 if the lock was held.
 local s = load()
 local bad = layout_error(s)

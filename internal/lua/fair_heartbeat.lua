@@ -3,7 +3,7 @@
 -- deadline to now + their own wait timeout. It is also the waiters' fallback:
 -- it evicts dead heads, hands a free lock to the live head, and tells each
 -- waiter whether the lock was already handed to it (a lost message).
--- KEYS[1..4]: hold, queue, deadlines, waiters.
+-- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
 -- token of a hold granted to it.
@@ -35,7 +35,6 @@ for i = 3, #ARGV, 2 do
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
     -- not reached its list element yet.
     redis.call('ZREM', KEYS[3], entry)
-    redis.call('HDEL', KEYS[4], entry)
     status[#status + 1] = -1
   end
 end

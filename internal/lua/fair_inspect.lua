@@ -1,5 +1,5 @@
 -- fair_inspect.lua: read-only snapshot of a fair lock for fair.Inspect.
--- KEYS[1..4]: hold, queue, deadlines, waiters. Changes nothing: dead and
+-- KEYS[1..3]: hold, queue, deadlines. Changes nothing: dead and
 -- given-up entries are reported, not removed.
 -- Returns {now ms, holder, count, ms left, token, label, granted entry,
 --          then per list element: entry, deadline ms or -1, waiter info}.
@@ -10,9 +10,10 @@ local now = clock()
 local who, count, expiry, token = holder(s, now)
 local out = {now, who or '', count or 0, who and (expiry - now) or 0, token or 0,
   (who and s.b) or '', (who and s.e) or ''}
-for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+for _, element in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  local entry, info = string.match(element, '^([^|]*)|(.*)$')
   out[#out + 1] = entry
   out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[3], entry) or '-1')
-  out[#out + 1] = redis.call('HGET', KEYS[4], entry) or ''
+  out[#out + 1] = info
 end
 return out

@@ -2,7 +2,7 @@
 -- an error). Its deadline goes at once, so it is no longer queued; its list
 -- element stays as a tombstone for cleanup: O(log N), no list scan. If the
 -- lock had already been handed to it, the grant is passed on to the next.
--- KEYS[1..4]: hold, queue, deadlines, waiters.
+-- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] owner id, ARGV[2] entry id, ARGV[3] publish command, ARGV[4] channel.
 -- Returns 1 if a grant to this entry was given back.
 local owner, entry = ARGV[1], ARGV[2]
@@ -12,7 +12,6 @@ if bad then return bad end
 local now, now_us = clock()
 
 redis.call('ZREM', KEYS[3], entry)
-redis.call('HDEL', KEYS[4], entry)
 local who = holder(s, now)
 local returned = 0
 if who == owner and s.e == entry then

@@ -1,6 +1,6 @@
 -- fair_release.lua: undo one level of a fair hold; the last level hands the
 -- lock straight to the live head of the queue (see hand_off in lib.lua).
--- KEYS[1..4]: hold, queue, deadlines, waiters.
+-- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.

@@ -17,10 +17,11 @@
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
 --   fair lock only:
---   KEYS[2] fairlock:f:{N}:queue      list, queue entry ids in join order
+--   KEYS[2] fairlock:f:{N}:queue      list, the queue in join order; each
+--       element is "<entry id>|<lease ms>|<wait ms>|<label>" (entry ids have
+--       no '|'), so the head's lease and label come with it
 --   KEYS[3] fairlock:f:{N}:deadlines  zset, entry id -> deadline (Redis ms);
 --       an entry in the list but not here is a tombstone (it gave up or died)
---   KEYS[4] fairlock:f:{N}:waiters    hash, entry id -> "lease|wait|label"
 --
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
 -- hold once (load: GET and cjson.decode) and writes it at most once (save:
@@ -185,19 +186,25 @@ local function may_have_waiters(s, w, now)
   return tonumber(w.h or s.h or '0') > now
 end
 
+-- The entry id of a queue element.
+local function element_entry(element)
+  return string.match(element, '^[^|]*')
+end
+
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
 -- deadline passed from the head, until the head is a live waiter. Each entry
 -- is popped once in its life, so this is O(1) amortised per entry.
--- Returns the live head and its deadline, or nil.
+-- Returns the live head's entry id and its deadline, or nil.
 local function live_head(now)
   while true do
-    local head = redis.call('LINDEX', KEYS[2], 0)
-    if not head then return nil end
-    local deadline = tonumber(redis.call('ZSCORE', KEYS[3], head) or '0')
+    local element = redis.call('LINDEX', KEYS[2], 0)
+    if not element then return nil end
+    local head = element_entry(element)
+    local score = redis.call('ZSCORE', KEYS[3], head)
+    local deadline = tonumber(score or '0')
     if deadline > now then return head, deadline end
     redis.call('LPOP', KEYS[2])
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+    if score then redis.call('ZREM', KEYS[3], head) end
   end
 end
 
@@ -214,13 +221,17 @@ end
 -- Precondition: the lock is not held. Writes go to w (saved by the caller).
 local function hand_off(s, w, now, now_us, publish, channel)
   if not may_have_waiters(s, w, now) then return nil end
-  local head, deadline = live_head(now)
-  if not head then return nil end
-  local info = redis.call('HGET', KEYS[4], head) or '0|0|'
-  local lease, label = string.match(info, '^(%d+)|%d+|(.*)$')
-  redis.call('LPOP', KEYS[2])
-  redis.call('ZREM', KEYS[3], head)
-  redis.call('HDEL', KEYS[4], head)
+  -- Step 1 and the grant in one pass: pop until a live entry is popped.
+  local element, head, deadline
+  repeat
+    element = redis.call('LPOP', KEYS[2])
+    if not element then return nil end
+    head = element_entry(element)
+    local score = redis.call('ZSCORE', KEYS[3], head)
+    deadline = tonumber(score or '0')
+    if score then redis.call('ZREM', KEYS[3], head) end
+  until deadline > now
+  local lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
   local token = next_token(s, w, now_us)
   w.o, w.c, w.x, w.t = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline)), int(token)
   w.e, w.g, w.b = head, int(now), label
