@@ -199,6 +199,8 @@ func (s *spec) tryWithoutWaiting(t *rapid.T) {
 	if ok {
 		s.acquired(p)
 	}
+	// Giving back a grant made to an abandoned entry hands the lock on.
+	s.settle()
 }
 
 func (s *spec) reenter(t *rapid.T) {
@@ -356,8 +358,9 @@ func (s *spec) settle() {
 				if p.phase == crashed {
 					continue // a crashed process's call fails; nobody sees it
 				}
-				if err != nil && p.stalled {
-					// Cut off, its call failed and could not leave the queue.
+				if err != nil && (p.stalled || (p.wasStalled && errors.Is(err, redistest.ErrPartitioned))) {
+					// Cut off, its call failed and could not leave the queue
+					// (seen here possibly only after it was reconnected).
 					p.orphans = append(p.orphans, orphan{entry: p.entry, since: p.stalledAt})
 					p.phase = idle
 					continue

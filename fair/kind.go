@@ -248,20 +248,20 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 }
 
 // usable vets a hand-off before Lock returns it. Normally the grant arrives
-// at once and most of its first lease is left. If it came late (this client
-// was cut off from Redis while its entry was still live, say), so that less
-// than half of that lease is left locally, Lock would return a hold about to
-// be lost: it is claimed now instead, and returned as a full hold. If the
-// claim fails, nil: the caller keeps waiting, and its next attempt finds out
-// where it stands (a grant still in force is reported again; one that ran
-// out is handed on).
+// at once and most of its first lease is left. If it came so late (this
+// client was cut off from Redis while its entry was still live, say) that
+// less than the drift margin of that lease is left as this client counts it,
+// Lock would return a hold already lost: it is claimed now instead, and
+// returned as a full hold. If the claim fails, nil: the caller keeps
+// waiting, and its next attempt finds out where it stands (a grant still in
+// force is reported again; one that ran out is handed on).
 func (k *kind) usable(ctx context.Context, g *core.Grant) *core.Grant {
 	if g == nil || g.Claim == nil {
 		return g
 	}
 	cfg := k.m.Config()
-	left := g.Since.Add(g.First - cfg.Margin(g.First)).Sub(cfg.Clock.Now())
-	if left >= g.First/2 {
+	margin := cfg.Margin(g.First)
+	if left := g.Since.Add(g.First - margin).Sub(cfg.Clock.Now()); left >= margin {
 		return g
 	}
 	since, ok, err := g.Claim(ctx)

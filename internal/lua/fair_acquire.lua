@@ -91,15 +91,15 @@ elseif deadline or mode == 'queued' then
 else
   -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  local length = redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
+  redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
   redis.call('ZADD', KEYS[3], int(now + wait), entry)
+  -- A queue key this call created has no TTL yet. With a live head ahead,
+  -- both keys already existed (that head is in both), and every write that
+  -- could create them set their TTL; with none, they may be new.
+  created = head == nil
   -- Cleanup was skipped if no waiter could be live; dead entries may still
   -- be ahead of this one.
   if head == nil then head = live_head(now) end
-  -- A queue key this call created has no TTL yet. The list is new if this
-  -- entry is its only element; the deadlines (which hold the same live
-  -- entries) are new if this is their only live entry.
-  created = length == 1 or head == entry or redis.call('ZCARD', KEYS[3]) == 1
 end
 horizon(s, w, now + wait)
 commit(s, w, now, created)
