@@ -110,17 +110,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rep %d/%d: round trip %v\n", rep+1, c.reps, rtt)
 		for _, im := range impls {
 			fmt.Fprintf(stderr, "  %-20s uncontended", im.name)
-			v, err := e.pairs(ctx, im, 1, dur)
+			v, cost, err := e.pairs(ctx, im, 1, dur)
 			if err != nil {
 				return err
 			}
-			r.uncontended[im.name][rep] = v
+			r.uncontended[im.name][rep], r.cpu1[im.name][rep] = v, cost
 			fmt.Fprintf(stderr, " %.0f/s, 8 names", v)
-			v, err = e.pairs(ctx, im, 8, dur)
+			v, cost, err = e.pairs(ctx, im, 8, dur)
 			if err != nil {
 				return err
 			}
-			r.names[im.name][rep] = v
+			r.names[im.name][rep], r.cpu8[im.name][rep] = v, cost
 			fmt.Fprintf(stderr, " %.0f/s, contended", v)
 			ct, err := e.contend(ctx, im, 8, dur)
 			if err != nil {
@@ -212,12 +212,16 @@ type results struct {
 	uncontended map[string][]float64
 	names       map[string][]float64
 	contended   map[string][]contention
+	cpu1, cpu8  map[string][]cpuCost // CPU per pair: uncontended, 8 names
 }
 
 func newResults(reps int) *results {
 	r := &results{reps: reps, rtt: make([]time.Duration, reps), uncontended: map[string][]float64{},
-		names: map[string][]float64{}, contended: map[string][]contention{}}
+		names: map[string][]float64{}, contended: map[string][]contention{},
+		cpu1: map[string][]cpuCost{}, cpu8: map[string][]cpuCost{}}
 	for _, im := range impls {
+		r.cpu1[im.name] = make([]cpuCost, reps)
+		r.cpu8[im.name] = make([]cpuCost, reps)
 		r.uncontended[im.name] = make([]float64, reps)
 		r.names[im.name] = make([]float64, reps)
 		r.contended[im.name] = make([]contention, reps)
@@ -273,6 +277,28 @@ func (r *results) print(w io.Writer) {
 			medianF(r.contendedRates(im.name)), ratio(r.contendedRates(im.name), r.contendedRates("floor")),
 			median(p50us).Round(time.Microsecond), medianF(p50), median(p99us).Round(time.Microsecond), medianF(p99),
 			medianF(fifo), medianF(maxMin), medianF(pubs), subs)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nCPU time per Lock+Unlock pair, µs (the benchmark process, the client side; redis-server, from INFO cpu):")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "| implementation\t| uncontended: client\t| uncontended: Redis\t| 8 names: client\t| 8 names: Redis\t| 8 names: total\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|")
+	for _, im := range impls {
+		pick := func(cs []cpuCost, f func(cpuCost) float64) float64 {
+			var v []float64
+			for _, c := range cs {
+				v = append(v, f(c))
+			}
+			return medianF(v)
+		}
+		client := func(c cpuCost) float64 { return c.client }
+		rds := func(c cpuCost) float64 { return c.redis }
+		sum := func(c cpuCost) float64 { return c.client + c.redis }
+		fmt.Fprintf(tw, "| %s\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t|\n", im.name,
+			pick(r.cpu1[im.name], client), pick(r.cpu1[im.name], rds),
+			pick(r.cpu8[im.name], client), pick(r.cpu8[im.name], rds), pick(r.cpu8[im.name], sum))
 	}
 	tw.Flush()
 }

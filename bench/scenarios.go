@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
@@ -48,21 +49,54 @@ func (e *env) rtt(ctx context.Context) time.Duration {
 	return median(d)
 }
 
-// pairs runs g goroutines, each with its own handle on its own name (or on
-// one shared name when shared), each doing Lock+Unlock for dur. It returns
-// pairs per second.
-func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (float64, error) {
+// cpuCost is the CPU time one Lock+Unlock pair costs, in µs: the benchmark
+// process's (the client side: go-redis, the lock, the kernel's network work
+// done on its behalf) and redis-server's (INFO cpu).
+type cpuCost struct{ client, redis float64 }
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is redis-server's user+system CPU time so far.
+func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
+	info, _ := c.Info(ctx, "cpu").Result()
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// pairs runs g goroutines, each with its own handle on its own name, each
+// doing Lock+Unlock for dur. It returns pairs per second and what a pair
+// cost in CPU.
+func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (float64, cpuCost, error) {
 	c := e.client()
 	defer c.Close()
+	admin := e.client()
+	defer admin.Close()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, g)
-	deadline := time.Now().Add(dur)
-	for i := 0; i < g; i++ {
+	handles := make([]locker, g)
+	for i := range handles {
 		h, err := im.new(c, lockName("pairs"))
 		if err != nil {
-			return 0, err
+			return 0, cpuCost{}, err
 		}
+		handles[i] = h
+	}
+	cpu0, redis0 := processCPU(), redisCPU(ctx, admin)
+	deadline := time.Now().Add(dur)
+	for _, h := range handles {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,11 +114,16 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 		}()
 	}
 	wg.Wait()
+	n := float64(total.Load())
+	cost := cpuCost{
+		client: float64(processCPU()-cpu0) / float64(time.Microsecond) / n,
+		redis:  float64(redisCPU(ctx, admin)-redis0) / float64(time.Microsecond) / n,
+	}
 	close(errs)
 	for err := range errs {
-		return 0, fmt.Errorf("%s: %w", im.name, err)
+		return 0, cost, fmt.Errorf("%s: %w", im.name, err)
 	}
-	return float64(total.Load()) / dur.Seconds(), nil
+	return n / dur.Seconds(), cost, nil
 }
 
 // contention is the 8-handles-on-one-name scenario's outcome.
