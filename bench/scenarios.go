@@ -433,9 +433,12 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 		if err := f(); err != nil {
 			return 0, err
 		}
-		_, usec := commandStat(ctx, client, "evalsha")
-		_, usec2 := commandStat(ctx, client, "eval")
-		return usec + usec2, nil
+		var usec float64
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			_, u := commandStat(ctx, client, cmd)
+			usec += u
+		}
+		return usec, nil
 	}
 	if n == 0 {
 		if err := holder.Unlock(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,11 +20,11 @@ type Kind interface {
 // Layout is where a kind keeps a lock and which of its scripts end a hold;
 // the shared scripts (renew.lua, state.lua) work on both layouts.
 type Layout struct {
-	Keys        []string // the hold hash first
+	Keys        []string // the hold first
 	Channel     string   // where releases are published
 	Publish     string   // PUBLISH or SPUBLISH
-	Release     *redis.Script
-	ForceUnlock *redis.Script
+	Release     *lua.Script
+	ForceUnlock *lua.Script
 }
 
 // Attempt is one Lock or TryLock call.

@@ -1,16 +1,25 @@
 // Package lua holds fairlock's Redis scripts. Each script is a file of this
-// folder, embedded at build time, with lib.lua's helpers put in front of it;
-// each is loaded once as a *redis.Script (EVALSHA, with EVAL when the server
-// does not have it yet).
+// folder, embedded at build time, with lib.lua's helpers put in front of it.
+//
+// Where the server has Redis Functions (Redis 7 and later), all scripts are
+// loaded as one function library and called with FCALL: lib.lua then runs
+// once per load, not at every call (about 2 µs of Redis time per call on the
+// machine of docs/performance.md). Elsewhere (miniredis, Redis 6, an ACL
+// that forbids Functions) each runs as a plain script: EVALSHA, with EVAL
+// when the server does not have it yet.
 //
 // Every script takes "now" from Redis's TIME and touches only keys passed in
 // KEYS, which share one lock's hash tag: every script is single-slot.
 package lua
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"sort"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,17 +30,17 @@ var files embed.FS
 // Scripts is one complete set of fairlock's scripts. Their KEYS and ARGV are
 // documented at the top of each file.
 type Scripts struct {
-	ReentrantAcquire     *redis.Script
-	ReentrantRelease     *redis.Script
-	ReentrantForceUnlock *redis.Script
-	Renew                *redis.Script
-	State                *redis.Script
-	FairAcquire          *redis.Script
-	FairRelease          *redis.Script
-	FairLeave            *redis.Script
-	FairHeartbeat        *redis.Script
-	FairForceUnlock      *redis.Script
-	FairInspect          *redis.Script
+	ReentrantAcquire     *Script
+	ReentrantRelease     *Script
+	ReentrantForceUnlock *Script
+	Renew                *Script
+	State                *Script
+	FairAcquire          *Script
+	FairRelease          *Script
+	FairLeave            *Script
+	FairHeartbeat        *Script
+	FairForceUnlock      *Script
+	FairInspect          *Script
 }
 
 // Default is the set the library runs.
@@ -52,12 +61,38 @@ func Sources() map[string]string {
 // it to run deliberately broken variants. It panics on a missing file.
 func MustBuild(src map[string]string) *Scripts {
 	lib := src["lib.lua"]
-	get := func(name string) *redis.Script {
-		body, ok := src[name]
+	names := make([]string, 0, len(src))
+	for name := range src {
+		if name != "lib.lua" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+
+	// The function library: lib.lua once, then each script as the body of a
+	// function. The helpers read KEYS and ARGV, which a function receives as
+	// arguments, so they are upvalues that each call sets first, together
+	// with lib.lua's per-call flags. Its name carries a hash of its text, so
+	// that libraries of different fairlock versions (function names are
+	// global to a server) live side by side.
+	sum := sha1.Sum([]byte(strings.Join(append([]string{lib}, bodies(src, names)...), "\x00")))
+	prefix := "fairlock_" + hex.EncodeToString(sum[:6])
+	var code strings.Builder
+	fmt.Fprintf(&code, "#!lua name=%s\nlocal KEYS, ARGV\n%s\n", prefix, lib)
+	l := &library{name: prefix}
+	scripts := map[string]*Script{}
+	for _, name := range names {
+		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
+		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed = keys, args, false, false\n%s\nend)\n", fn, src[name])
+		scripts[name] = &Script{lib: l, fn: fn, eval: redis.NewScript(lib + src[name])}
+	}
+	l.code = code.String()
+	get := func(name string) *Script {
+		s, ok := scripts[name]
 		if !ok {
 			panic(fmt.Sprintf("lua: no script %s", name))
 		}
-		return redis.NewScript(lib + body)
+		return s
 	}
 	return &Scripts{
 		ReentrantAcquire:     get("reentrant_acquire.lua"),
@@ -72,4 +107,12 @@ func MustBuild(src map[string]string) *Scripts {
 		FairForceUnlock:      get("fair_force_unlock.lua"),
 		FairInspect:          get("fair_inspect.lua"),
 	}
+}
+
+func bodies(src map[string]string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n + "\x00" + src[n]
+	}
+	return out
 }

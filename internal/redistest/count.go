@@ -10,8 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ScriptCounter is a go-redis hook that counts script calls (EVAL, EVALSHA
-// and their read-only forms) and PUBLISH commands made through a client.
+// isScript: a script or function call (EVAL, EVALSHA, FCALL and their
+// read-only forms).
+func isScript(cmd redis.Cmder) bool {
+	name := strings.ToLower(cmd.Name())
+	return strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall")
+}
+
+// ScriptCounter is a go-redis hook that counts script calls (EVAL, EVALSHA,
+// FCALL and their read-only forms) made through a client.
 type ScriptCounter struct {
 	Scripts atomic.Int64
 }
@@ -22,7 +29,7 @@ func (c *ScriptCounter) DialHook(next redis.DialHook) redis.DialHook { return ne
 // ProcessHook counts scripts.
 func (c *ScriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
+		if isScript(cmd) {
 			c.Scripts.Add(1)
 		}
 		return next(ctx, cmd)
@@ -33,7 +40,7 @@ func (c *ScriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *ScriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
+			if isScript(cmd) {
 				c.Scripts.Add(1)
 			}
 		}
@@ -55,7 +62,7 @@ func (l *LostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (l *LostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") && l.Armed.CompareAndSwap(true, false) {
+		if isScript(cmd) && l.Armed.CompareAndSwap(true, false) {
 			return context.DeadlineExceeded
 		}
 		return err

@@ -1,0 +1,145 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script is one of fairlock's scripts, runnable on any go-redis client.
+type Script struct {
+	lib  *library
+	fn   string        // its function in the library
+	eval *redis.Script // the same script for EVAL
+}
+
+// library is the function library of one Scripts set.
+type library struct {
+	name string
+	code string
+}
+
+// How a client's server runs scripts, learnt at its first call.
+type mode int
+
+const (
+	modeUnknown   mode = iota
+	modeFunctions      // FCALL
+	modeEval           // no Functions: EVALSHA
+)
+
+// modes remembers the mode of each client, without keeping clients alive.
+var modes sync.Map // weak.Pointer[redis.Client] or weak.Pointer[redis.ClusterClient] -> mode
+
+func clientKey(c redis.UniversalClient) any {
+	switch c := c.(type) {
+	case *redis.Client:
+		return weak.Make(c)
+	case *redis.ClusterClient:
+		return weak.Make(c)
+	}
+	return nil // other kinds (Ring, ...) always use EVALSHA
+}
+
+func modeOf(c redis.UniversalClient) mode {
+	key := clientKey(c)
+	if key == nil {
+		return modeEval
+	}
+	if m, ok := modes.Load(key); ok {
+		return m.(mode)
+	}
+	return modeUnknown
+}
+
+func setMode(c redis.UniversalClient, m mode) {
+	key := clientKey(c)
+	if key == nil {
+		return
+	}
+	if old, known := modes.Swap(key, m); !known || old == nil {
+		// Forget the client with it.
+		switch c := c.(type) {
+		case *redis.Client:
+			runtime.AddCleanup(c, func(k any) { modes.Delete(k) }, key)
+		case *redis.ClusterClient:
+			runtime.AddCleanup(c, func(k any) { modes.Delete(k) }, key)
+		}
+	}
+}
+
+// Run runs the script with keys and args, like redis.Script.Run: as a
+// function call where the server has Functions (loading the library on the
+// node that owns keys[0] when it is missing there: at first use, after a
+// restart without persistence, after FUNCTION FLUSH), otherwise with
+// EVALSHA. A call that failed for lack of the function did not run, so
+// retrying it is safe.
+func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	if modeOf(c) != modeEval {
+		cmd := c.FCall(ctx, s.fn, keys, args...)
+		switch err := cmd.Err(); {
+		case err == nil:
+			setMode(c, modeFunctions)
+			return cmd
+		case unsupported(err):
+			setMode(c, modeEval)
+		case functionMissing(err):
+			lerr := s.lib.load(ctx, c, keys)
+			if lerr == nil {
+				setMode(c, modeFunctions)
+				return c.FCall(ctx, s.fn, keys, args...)
+			}
+			if !unsupported(lerr) {
+				cmd.SetErr(lerr)
+				return cmd
+			}
+			setMode(c, modeEval)
+		default:
+			return cmd // the script's own error, or the network's
+		}
+	}
+	return s.eval.Run(ctx, c, keys, args...)
+}
+
+// load loads the library on the server (on Cluster, on the master that owns
+// keys[0]).
+func (l *library) load(ctx context.Context, c redis.UniversalClient, keys []string) error {
+	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return err
+		}
+		return node.FunctionLoadReplace(ctx, l.code).Err()
+	}
+	return c.FunctionLoadReplace(ctx, l.code).Err()
+}
+
+// redisError returns the text of an error Redis replied with, or "".
+func redisError(err error) string {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	return ""
+}
+
+// unsupported: the server has no Functions, or this user may not use them.
+func unsupported(err error) bool {
+	msg := strings.ToLower(redisError(err))
+	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm")
+}
+
+func functionMissing(err error) bool {
+	return strings.Contains(strings.ToLower(redisError(err)), "function not found")
+}
+
+// Library returns the function library's name and code (for tests and
+// operators who load it themselves).
+func (s *Scripts) Library() (name, code string) {
+	return s.FairAcquire.lib.name, s.FairAcquire.lib.code
+}

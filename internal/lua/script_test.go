@@ -1,0 +1,141 @@
+package lua_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { redistest.Exit(m) }
+
+// commands records the script-related commands a client sends (FCALL,
+// FUNCTION, EVALSHA, EVAL; on Cluster, FUNCTION goes through a node's own
+// client and is not seen).
+type commands struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch name := strings.ToLower(cmd.Name()); name {
+		case "fcall", "function", "evalsha", "eval":
+			c.mu.Lock()
+			c.names = append(c.names, name)
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (c *commands) take() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := strings.Join(c.names, " ")
+	c.names = nil
+	return s
+}
+
+// state runs state.lua (read-only) on a lock that does not exist: {}.
+func state(t *testing.T, s *lua.Scripts, c redis.UniversalClient, name string) {
+	t.Helper()
+	v, err := s.State.Run(context.Background(), c, []string{"fairlock:r:{" + name + "}"}).Slice()
+	if err != nil || len(v) != 0 {
+		t.Fatalf("state of a free lock = %v, %v; want []", v, err)
+	}
+}
+
+func TestFunctionsOnRedis(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single node", true: "cluster"}[cluster], func(t *testing.T) {
+			var c redis.UniversalClient
+			if cluster {
+				c = redistest.Cluster(t)
+			} else {
+				c = redistest.Real(t)
+			}
+			rec := &commands{}
+			c.AddHook(rec)
+			ctx := context.Background()
+			name := redistest.Name(t)
+			// A library of its own (the sources differ by a comment), so that
+			// deleting it below cannot disturb other tests on this server.
+			src := lua.Sources()
+			src["lib.lua"] += "\n-- script_test\n"
+			s := lua.MustBuild(src)
+			lib, _ := s.Library()
+			if def, _ := lua.Default.Library(); def == lib {
+				t.Fatal("the test's library has the default library's name")
+			}
+
+			state(t, s, c, name)
+			// Loaded at first use unless an earlier test or process did.
+			loaded := "fcall function fcall"
+			if cluster {
+				loaded = "fcall fcall"
+			}
+			if got := rec.take(); got != "fcall" && got != loaded {
+				t.Fatalf("first call sent %q, want fcall (after loading the library if missing)", got)
+			}
+			state(t, s, c, name)
+			if got := rec.take(); got != "fcall" {
+				t.Fatalf("second call sent %q, want fcall", got)
+			}
+
+			// A server that lost its functions gets the library again.
+			flush := func(rc *redis.Client) error {
+				return rc.FunctionDelete(ctx, lib).Err()
+			}
+			if cc, ok := c.(*redis.ClusterClient); ok {
+				if err := cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error { return flush(rc) }); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := flush(c.(*redis.Client)); err != nil {
+				t.Fatal(err)
+			}
+			rec.take()
+			state(t, s, c, name)
+			if got := rec.take(); got != loaded {
+				t.Fatalf("call after the library was deleted sent %q, want %s", got, loaded)
+			}
+
+			// A set built from other sources is another library, side by side.
+			src["state.lua"] = "-- a variant\n" + src["state.lua"]
+			other := lua.MustBuild(src)
+			if otherLib, _ := other.Library(); otherLib == lib {
+				t.Fatalf("two different script sets share the library name %s", lib)
+			}
+			state(t, other, c, name)
+			state(t, s, c, name)
+			if got := rec.take(); got != loaded+" fcall" {
+				t.Fatalf("calls of two sets sent %q, want the second library loaded beside the first", got)
+			}
+		})
+	}
+}
+
+func TestScriptsWithoutFunctions(t *testing.T) {
+	// miniredis has no Functions: the first call finds out, every later one
+	// uses EVALSHA (EVAL when the script is not cached yet).
+	_, _, c := redistest.Mini(t)
+	rec := &commands{}
+	c.AddHook(rec)
+	s := lua.MustBuild(lua.Sources())
+	state(t, s, c, redistest.Name(t))
+	if got := rec.take(); got != "fcall evalsha eval" {
+		t.Fatalf("first call sent %q, want fcall evalsha eval", got)
+	}
+	state(t, s, c, redistest.Name(t))
+	if got := rec.take(); got != "evalsha" {
+		t.Fatalf("second call sent %q, want evalsha", got)
+	}
+}
