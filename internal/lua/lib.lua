@@ -139,10 +139,12 @@ end
 -- Fencing: strictly above every token issued before, and above the server's
 -- clock in microseconds, so tokens keep rising even after every key expired
 -- or the server restarted empty (assuming the server clock never steps back).
+-- Returns the token, and as a string.
 local function next_token(s, w, now_us)
   local token = math.max(tonumber(s.f or '0') + 1, now_us)
-  s.f, w.f = int(token), int(token)
-  return token
+  local text = int(token)
+  s.f, w.f = text, text
+  return token, text
 end
 
 -- Every write ends here: commit saves w, and makes sure each key of the lock
@@ -232,10 +234,10 @@ local function hand_off(s, w, now, now_us, publish, channel)
     if score then redis.call('ZREM', KEYS[3], head) end
   until deadline > now
   local lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
-  local token = next_token(s, w, now_us)
-  w.o, w.c, w.x, w.t = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline)), int(token)
+  local _, token = next_token(s, w, now_us)
+  w.o, w.c, w.x, w.t = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline)), token
   w.e, w.g, w.b = head, int(now), label
-  redis.call(publish, channel, head .. ' ' .. int(token))
+  redis.call(publish, channel, head .. ' ' .. token)
   return head
 end
 
