@@ -48,8 +48,9 @@
 // Redis 7.0 or newer; a single node, Sentinel (redis.NewFailoverClient) or
 // Cluster client. A *redis.Ring is refused: it may move a key to another
 // shard, which would let two clients hold one lock. The lock's keys are
-// fairlock:r:{name} (a hash) and the channel fairlock:r:{name}:wake; a fair
-// and a reentrant lock of the same name are independent. Every key expires:
+// fairlock:r:{name} (a string holding one JSON object) and the channel
+// fairlock:r:{name}:wake; a fair and a reentrant lock of the same name are
+// independent. Every key expires:
 // at most 40 s after the end of the last lease Redis granted (the lease as
 // acquired or last renewed, whenever the hold was released), nothing is left.
 //
