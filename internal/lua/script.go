@@ -62,7 +62,7 @@ func setMode(c redis.UniversalClient, m mode) {
 	if key == nil {
 		return
 	}
-	if old, known := modes.Swap(key, m); !known || old == nil {
+	if _, known := modes.Swap(key, m); !known {
 		// Forget the client with it.
 		switch c := c.(type) {
 		case *redis.Client:
@@ -80,11 +80,13 @@ func setMode(c redis.UniversalClient, m mode) {
 // EVALSHA. A call that failed for lack of the function did not run, so
 // retrying it is safe.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	if modeOf(c) != modeEval {
+	if m := modeOf(c); m != modeEval {
 		cmd := c.FCall(ctx, s.fn, keys, args...)
 		switch err := cmd.Err(); {
 		case err == nil:
-			setMode(c, modeFunctions)
+			if m == modeUnknown {
+				setMode(c, modeFunctions)
+			}
 			return cmd
 		case unsupported(err):
 			setMode(c, modeEval)
@@ -128,14 +130,18 @@ func redisError(err error) string {
 	return ""
 }
 
-// unsupported: the server has no Functions, or this user may not use them.
+// unsupported: the server has no FCALL or FUNCTION command, or this user
+// may not use them. (An unknown command called from inside a script reads
+// "Unknown Redis command called from script": not this.)
 func unsupported(err error) bool {
 	msg := strings.ToLower(redisError(err))
-	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm")
+	return strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm")
 }
 
+// functionMissing: the server has Functions but not this one ("ERR Function
+// not found").
 func functionMissing(err error) bool {
-	return strings.Contains(strings.ToLower(redisError(err)), "function not found")
+	return strings.HasPrefix(strings.ToLower(redisError(err)), "err function not found")
 }
 
 // Library returns the function library's name and code (for tests and

@@ -139,3 +139,28 @@ func TestScriptsWithoutFunctions(t *testing.T) {
 		t.Fatalf("second call sent %q, want evalsha", got)
 	}
 }
+
+func TestFunctionsForbiddenByACL(t *testing.T) {
+	admin := redistest.Real(t)
+	ctx := context.Background()
+	user := "fairlock-" + redistest.Name(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">fairlock-test", "~*", "&*", "+@all", "-fcall", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := *admin.Options()
+	opts.Username, opts.Password = user, "fairlock-test"
+	c := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = c.Close() })
+	rec := &commands{}
+	c.AddHook(rec)
+	s := lua.MustBuild(lua.Sources())
+	state(t, s, c, redistest.Name(t))
+	if got := rec.take(); !strings.HasPrefix(got, "fcall evalsha") {
+		t.Fatalf("first call sent %q, want fcall (refused) then evalsha", got)
+	}
+	state(t, s, c, redistest.Name(t))
+	if got := rec.take(); got != "evalsha" {
+		t.Fatalf("second call sent %q, want evalsha", got)
+	}
+}
