@@ -92,14 +92,15 @@ func TestFunctionsOnRedis(t *testing.T) {
 			}
 
 			// A server that lost its functions gets the library again.
-			flush := func(rc *redis.Client) error {
-				return rc.FunctionDelete(ctx, lib).Err()
-			}
-			if cc, ok := c.(*redis.ClusterClient); ok {
-				if err := cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error { return flush(rc) }); err != nil {
-					t.Fatal(err)
+			deleteLibrary := func(name string) error {
+				if cc, ok := c.(*redis.ClusterClient); ok {
+					return cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {
+						return rc.FunctionDelete(ctx, name).Err()
+					})
 				}
-			} else if err := flush(c.(*redis.Client)); err != nil {
+				return c.(*redis.Client).FunctionDelete(ctx, name).Err()
+			}
+			if err := deleteLibrary(lib); err != nil {
 				t.Fatal(err)
 			}
 			rec.take()
@@ -118,6 +119,12 @@ func TestFunctionsOnRedis(t *testing.T) {
 			state(t, s, c, name)
 			if got := rec.take(); got != loaded+" fcall" {
 				t.Fatalf("calls of two sets sent %q, want the second library loaded beside the first", got)
+			}
+			otherLib, _ := other.Library()
+			for _, name := range []string{lib, otherLib} {
+				if err := deleteLibrary(name); err != nil {
+					t.Fatalf("deleting the test's library %s: %v", name, err)
+				}
 			}
 		})
 	}
