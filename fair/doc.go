@@ -59,7 +59,7 @@
 // # Data layout
 //
 // For a lock named N: the string fairlock:f:{N} (the hold, one JSON object:
-// owner, count, expiry, token, last token issued, data layout version), the
+// owner, count, expiry, the last token issued, data layout version), the
 // list fairlock:f:{N}:queue (entries in join order, each with its lease, wait
 // timeout and label), the sorted set fairlock:f:{N}:deadlines (entry id by
 // deadline; an entry missing here is a tombstone left by a waiter that gave

@@ -56,11 +56,11 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 		return v
 	}
 	release()
-	token := redistest.HoldField(t, e.mr, holdKey, "t")
+	token := redistest.HoldField(t, e.mr, holdKey, "f")
 	if again := release(); again[0] != int64(1) {
 		t.Fatalf("a retried release answered %v, want its first answer {1}", again)
 	}
-	if o, tok := redistest.HoldField(t, e.mr, holdKey, "o"), redistest.HoldField(t, e.mr, holdKey, "t"); o != "o2" || tok != token {
+	if o, tok := redistest.HoldField(t, e.mr, holdKey, "o"), redistest.HoldField(t, e.mr, holdKey, "f"); o != "o2" || tok != token {
 		t.Fatalf("a retried release handed the lock on again: owner %q token %s (was o2, %s)", o, tok, token)
 	}
 }

@@ -57,7 +57,7 @@ if who == nil then
       redis.call('ZREM', KEYS[3], entry)
     end
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
-    token, w.t = next_token(s, w, now_us)
+    token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
     return answer({1, 1, token, 0})
   end

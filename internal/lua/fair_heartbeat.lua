@@ -19,7 +19,7 @@ if holder(s, now) == nil then
 else
   live_head(now)
 end
-local granted, token = w.e or s.e, w.t or s.t
+local granted, token = w.e or s.e, w.f or s.f
 
 local status = {}
 for i = 3, #ARGV, 2 do

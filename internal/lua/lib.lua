@@ -8,8 +8,9 @@
 --       o  owner id of the hold ("<client>.<handle>")      } present only while
 --       c  hold count (re-entries)                          } a hold exists;
 --       x  expiry of the hold, Redis time in ms             } held = o and x > now
---       t  fencing token of the hold                        }
---       f  last fencing token issued for this lock (survives releases)
+--       f  last fencing token issued for this lock (survives releases); a
+--          token is issued only with a new hold, so while one exists, f is
+--          its token
 --       q  id of the last owner request applied, a its answer (retry safety)
 --       k  time until which every key of the lock is kept (its TTL, in ms)
 --       fair lock only:
@@ -79,7 +80,7 @@ end
 -- Is the lock held now? Returns owner, count, expiry, token (owner nil if free).
 local function holder(s, now)
   if s.o and tonumber(s.x) > now then
-    return s.o, tonumber(s.c), tonumber(s.x), tonumber(s.t)
+    return s.o, tonumber(s.c), tonumber(s.x), tonumber(s.f)
   end
   return nil
 end
@@ -102,7 +103,7 @@ end
 -- clear_hold ends the hold (the fence, answers and horizons stay); the
 -- caller saves.
 local function clear_hold(s)
-  s.o, s.c, s.x, s.t, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil, nil
+  s.o, s.c, s.x, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil
   changed = true
 end
 
@@ -235,7 +236,7 @@ local function hand_off(s, w, now, now_us, publish, channel)
   until deadline > now
   local lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
   local _, token = next_token(s, w, now_us)
-  w.o, w.c, w.x, w.t = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline)), token
+  w.o, w.c, w.x = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline))
   w.e, w.g, w.b = head, int(now), label
   redis.call(publish, channel, head .. ' ' .. token)
   return head

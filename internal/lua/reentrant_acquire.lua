@@ -16,7 +16,7 @@ local who, count, expiry, token = holder(s, now)
 local w, answer = {}, nil
 if who == nil then
   -- Free, or the last hold's lease ran out: take it with a fresh token.
-  token, w.t = next_token(s, w, now_us)
+  token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
   answer = {1, 1, token}
 elseif who == owner then
