@@ -62,10 +62,13 @@ type reply struct {
 
 func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
 	cfg := k.m.Config()
-	req := k.m.RequestID()
+	req, stale := k.m.RequestID(), k.m.StaleToken()
 	v, err := cfg.Scripts.FairAcquire.Run(ctx, k.m.Client, k.keys,
 		k.m.Owner(), entry, req, core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
-		mode, k.label, k.publish, k.channel).Result()
+		mode, k.label, k.publish, k.channel, stale).Result()
+	if err == nil {
+		k.m.StaleHandled(stale)
+	}
 	if err != nil {
 		k.m.Undo(ctx, req) // it may have run: never hold the lock unknowingly
 		if mode != "try" {

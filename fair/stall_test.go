@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -131,4 +132,38 @@ func TestHandOffArrivingLateIsClaimedBeforeLockReturns(t *testing.T) {
 			mustUnlock(t, c)
 		})
 	}
+}
+
+func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
+	e := newEnv(t)
+	cut := &redistest.Partition{}
+	aClient := e.process()
+	aClient.AddHook(cut)
+	a := e.handleOn(aClient, fair.WithLabel("a"))
+	b := e.named("b")
+	mustLock(t, a)
+	// Cut off, a's renewals fail. After 29.8 s of its 30 s lease the client
+	// has given the hold up (a 302 ms safety margin), while Redis still has
+	// it for 200 ms. b is queued meanwhile.
+	cut.On.Store(true)
+	gotB := e.enqueue(b, 1)
+	for i := 0; i < 298; i++ {
+		e.clk.Advance(100 * time.Millisecond)
+	}
+	cut.On.Store(false)
+	if !isClosed(a.Lost()) {
+		t.Fatal("the hold is not lost after 29.8 s without a renewal")
+	}
+	if err := a.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
+		t.Fatalf("Unlock of the lost hold = %v, want ErrLockLost", err)
+	}
+	// a's next TryLock must neither count that hold as a re-entry nor barge:
+	// the hold ends and goes to b, the live head.
+	if ok, err := a.TryLock(context.Background(), 0, 0); ok || err != nil {
+		t.Fatalf("TryLock(0) with b queued = %v, %v; want false", ok, err)
+	}
+	if r := await(t, gotB); !r.ok {
+		t.Fatal("b did not get the lock that a's client had given up")
+	}
+	mustUnlock(t, b)
 }

@@ -32,13 +32,14 @@ func newKind(m *core.Mutex) (core.Kind, core.Layout) {
 func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.Duration, error) {
 	cfg := k.m.Config()
 	since := cfg.Clock.Now()
-	req := k.m.RequestID()
+	req, stale := k.m.RequestID(), k.m.StaleToken()
 	v, err := cfg.Scripts.ReentrantAcquire.Run(ctx, k.m.Client, k.keys,
-		k.m.Owner(), req, core.Ms(a.Lease)).Result()
+		k.m.Owner(), req, core.Ms(a.Lease), stale).Result()
 	if err != nil {
 		k.m.Undo(ctx, req) // it may have run: never hold the lock unknowingly
 		return nil, 0, err
 	}
+	k.m.StaleHandled(stale)
 	r, err := core.Ints(v)
 	if err != nil {
 		return nil, 0, err

@@ -450,3 +450,43 @@ func TestAcquisitionWhoseReplyIsLostIsUndone(t *testing.T) {
 	mustLock(t, m)
 	unlockAll(t, m)
 }
+
+func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
+	e := newEnv(t)
+	cut := &redistest.Partition{}
+	c := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(cut)
+	a, err := reentrant.New(c, "jobs", reentrant.WithClock(e.clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, a)
+	// Cut off, a's renewals fail. After 29.8 s of its 30 s lease the client
+	// has given the hold up (a 302 ms safety margin), while Redis still has
+	// it for 200 ms.
+	cut.On.Store(true)
+	for i := 0; i < 298; i++ {
+		e.clk.Advance(100 * time.Millisecond)
+	}
+	cut.On.Store(false)
+	if !isClosed(a.Lost()) {
+		t.Fatal("the hold is not lost after 29.8 s without a renewal")
+	}
+	if err := a.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock of the lost hold = %v, want ErrLockLost", err)
+	}
+	// The next Lock must not count that hold as a re-entry: one Lock, one hold.
+	if ok, err := a.TryLock(context.Background(), 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock after the lost hold = %v, %v", ok, err)
+	}
+	if n := holdCount(t, a); n != 1 {
+		t.Fatalf("hold count after one Lock = %d, want 1 (the lost hold taken for a re-entry)", n)
+	}
+	if err := a.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := a.IsLocked(context.Background()); locked {
+		t.Fatal("the lock is still held after its one Unlock")
+	}
+}

@@ -164,6 +164,7 @@ func (h *hold) end(cause error, why string) bool {
 	}
 	h.mu.Unlock()
 	if cause == ErrLockLost {
+		h.m.stale.Store(h.token)
 		close(h.lost)
 		h.m.logError("lock lost: "+why, h.token)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
@@ -56,6 +57,13 @@ type Mutex struct {
 	mu   sync.Mutex
 	cur  *hold // the hold this handle believes in, nil if none
 	last *hold // the most recent hold, for Lost and HoldContext
+
+	// stale is the token of this handle's latest hold that ended as lost:
+	// the client stopped counting on it (its lease ran out as the client
+	// counts it, a safety margin before Redis's), so Redis may still have
+	// it for a moment. The next acquiring request ends it there first, so
+	// it is neither taken for a re-entry nor left to run out. 0: none.
+	stale atomic.Int64
 }
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id.
@@ -76,6 +84,17 @@ func (m *Mutex) Config() *Config { return &m.cfg }
 
 // Owner returns the handle's owner id.
 func (m *Mutex) Owner() string { return m.owner }
+
+// StaleToken returns the token of a hold this handle gave up for lost that
+// Redis may still have, or 0; acquiring scripts end such a hold first.
+func (m *Mutex) StaleToken() int64 { return m.stale.Load() }
+
+// StaleHandled records that a request carrying StaleToken t reached Redis.
+func (m *Mutex) StaleHandled(t int64) {
+	if t != 0 {
+		m.stale.CompareAndSwap(t, 0)
+	}
+}
 
 // RequestID returns a fresh id for one state-changing request of this handle.
 func (m *Mutex) RequestID() string { return m.owner + "#" + NextID() }

@@ -2,7 +2,8 @@
 -- fair queue. KEYS[1..3]: hold, queue, deadlines (see lib.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
--- ARGV[8] publish command, ARGV[9] channel.
+-- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
+-- handle gave up for lost ("0": none).
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
@@ -36,6 +37,14 @@ local head = nil
 if may_have_waiters(s, w, now) then head = live_head(now) end
 
 local who, count, expiry, token = holder(s, now)
+if who == owner and token == tonumber(ARGV[10]) then
+  -- A hold this handle gave up for lost (its lease ran out as the client
+  -- counts it, a margin before Redis's): end it, as its release would have
+  -- (the lock goes to the live head below), rather than count this call as
+  -- a re-entry of it.
+  clear_hold(s)
+  who = nil
+end
 if who == owner then
   if s.e == entry then
     -- Step 4, this waiter's turn came by hand-off while it was away (its

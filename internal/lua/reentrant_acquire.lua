@@ -1,6 +1,7 @@
 -- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock.
 -- KEYS[1] the hold (see lib.lua).
--- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms.
+-- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
+-- token of a hold this handle gave up for lost ("0": none).
 -- Returns {1, count, token} when held, {0, ms until the current hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
@@ -13,6 +14,13 @@ if s.q == req then return decode(s.a) end
 
 local now, now_us = clock()
 local who, count, expiry, token = holder(s, now)
+if who == owner and token == tonumber(ARGV[4]) then
+  -- A hold this handle gave up for lost (its lease ran out as the client
+  -- counts it, a margin before Redis's): end it, as its release would have,
+  -- rather than count this call as a re-entry of it.
+  clear_hold(s)
+  who = nil
+end
 local w, answer = {}, nil
 if who == nil then
   -- Free, or the last hold's lease ran out: take it with a fresh token.
