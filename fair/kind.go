@@ -66,9 +66,6 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 	v, err := cfg.Scripts.FairAcquire.Run(ctx, k.m.Client, k.keys,
 		k.m.Owner(), entry, req, core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
 		mode, k.label, k.publish, k.channel, stale).Result()
-	if err == nil {
-		k.m.StaleHandled(stale)
-	}
 	if err != nil {
 		k.m.Undo(ctx, req) // it may have run: never hold the lock unknowingly
 		if mode != "try" {
@@ -76,6 +73,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 		}
 		return reply{}, err
 	}
+	k.m.StaleHandled(stale)
 	r, err := core.Ints(v)
 	if err != nil {
 		return reply{}, err
