@@ -151,6 +151,13 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if listening && r.head {
 		fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
 	}
+	// handedOff is the hold a hand-off message (or the heartbeat's notice of
+	// a lost one) granted this entry; nil if it came too late to use and
+	// could not be claimed, and the next try tells where the entry stands.
+	handedOff := func(tok int64) *core.Grant {
+		r := reply{held: true, count: 1, token: tok, handoff: true}
+		return k.usable(ctx, k.grant(r, a, time.Time{}, mem.lastQueued()))
+	}
 	try, next := false, "queued" // next: the mode of the next attempt
 	if !listening {
 		select {
@@ -192,8 +199,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			target, token, _ := strings.Cut(wk.Payload, " ")
 			if target == entry {
 				tok, _ := strconv.ParseInt(token, 10, 64)
-				g := k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued())
-				if g = k.usable(ctx, g); g != nil {
+				if g := handedOff(tok); g != nil {
 					return g, nil
 				}
 				try = true
@@ -202,8 +208,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			switch {
 			case strings.HasPrefix(wk.Payload, "granted "):
 				tok, _ := strconv.ParseInt(strings.TrimPrefix(wk.Payload, "granted "), 10, 64)
-				g := k.grant(reply{held: true, count: 1, token: tok, handoff: true}, a, time.Time{}, mem.lastQueued())
-				if g = k.usable(ctx, g); g != nil {
+				if g := handedOff(tok); g != nil {
 					return g, nil
 				}
 				try = true
