@@ -11,6 +11,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -112,13 +113,40 @@ func address(t testing.TB, kind, env string) string {
 	return a
 }
 
+// freePort returns a loopback port free now. A cluster node also listens on
+// its port + 10000 (the cluster bus), so for one the port must be at most
+// 55535 and both must be free.
+func freePort(cluster bool) (int, error) {
+	if !cluster {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	for range 1000 {
+		port := 20000 + rand.IntN(55535-20000+1)
+		a, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+		_ = a.Close()
+		if err != nil {
+			continue
+		}
+		_ = b.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port pair for a cluster node")
+}
+
 func start(bin string, cluster bool) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort(cluster)
 	if err != nil {
 		return "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	dir, err := os.MkdirTemp("", "fairlock-redis-")
 	if err != nil {
 		return "", err
