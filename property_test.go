@@ -348,9 +348,12 @@ func (s *spec) acquired(p *proc) {
 }
 
 // settle lets every background reaction finish: each live waiter has either
-// returned or is asleep, and none has been handed the lock without knowing.
+// returned or is asleep, no message is on its way to one (the hubs have read
+// all Redis sent, and every waiter took what was delivered to it), and none
+// has been handed the lock without knowing.
 func (s *spec) settle() {
 	deadline := time.Now().Add(10 * time.Second)
+	synced := false
 	for spins := 0; ; spins++ {
 		running := 0
 		for _, p := range s.procs {
@@ -378,9 +381,17 @@ func (s *spec) settle() {
 				running++
 			}
 		}
-		if running == core.Asleep() && !s.grantPending() {
-			return
+		if running == core.Asleep() && core.Unread() == 0 && !s.grantPending() {
+			if synced {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			core.SyncHubs(ctx)
+			cancel()
+			synced = true
+			continue
 		}
+		synced = false
 		if time.Now().After(deadline) {
 			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
 		}

@@ -146,7 +146,7 @@ func (e *env) enqueueCtx(ctx context.Context, m *fair.Mutex, n int) <-chan resul
 // settle waits until n waiters are queued and asleep.
 func (e *env) settle(n int) {
 	e.t.Helper()
-	waitUntil(e.t, "the waiters are queued and asleep", func() bool {
+	redistest.Quiet(e.t, "the waiters are queued and asleep", func() bool {
 		return len(e.queued()) == n && core.Asleep() == n
 	})
 }

@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,7 +44,8 @@ type hub struct {
 	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
 	mu      sync.Mutex
 	chans   map[string]*channel
-	pending map[string]int // subscribe confirmations still to come
+	pending map[string]int           // subscribe confirmations still to come
+	syncs   map[string]chan struct{} // SyncHubs pings awaiting their pong
 }
 
 type channel struct {
@@ -90,7 +93,7 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 			ps = client.Subscribe(ctx)
 		}
 		h = &hub{key: key, ps: ps, sharded: sharded, done: make(chan struct{}), closing: make(chan struct{}),
-			chans: map[string]*channel{}, pending: map[string]int{}}
+			chans: map[string]*channel{}, pending: map[string]int{}, syncs: map[string]chan struct{}{}}
 		hubs[key] = h
 		go h.receive()
 	}
@@ -177,6 +180,7 @@ func (s *Sub) Close() {
 	}
 	select {
 	case p := <-s.C:
+		unread.Add(-1)
 		if p == "" {
 			h.deliverLocked(ch, "")
 		}
@@ -265,6 +269,7 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 		}
 		select {
 		case s.C <- payload:
+			unread.Add(1)
 			return
 		default:
 			if target != "" {
@@ -272,9 +277,11 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 				// a grant matters more than "try again".
 				select {
 				case <-s.C:
+					unread.Add(-1)
 				default:
 				}
 				s.C <- payload
+				unread.Add(1)
 				return
 			}
 		}
@@ -316,6 +323,13 @@ func (h *hub) receive() {
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()
+		case *redis.Pong:
+			h.mu.Lock()
+			if c := h.syncs[m.Payload]; c != nil {
+				close(c)
+				delete(h.syncs, m.Payload)
+			}
+			h.mu.Unlock()
 		}
 	}
 }
@@ -347,6 +361,7 @@ func (h *hub) confirmed(name string) {
 	for _, s := range ch.subs {
 		select {
 		case s.C <- "":
+			unread.Add(1)
 		default:
 		}
 	}
@@ -358,4 +373,44 @@ func (s *Sub) SetID(id string) {
 	s.h.mu.Lock()
 	s.id = id
 	s.h.mu.Unlock()
+}
+
+// unread counts wake-ups delivered to a Sub that its waiter has not taken.
+var unread atomic.Int64
+
+// Unread returns how many wake-ups, in this process, wait in a Sub for their
+// waiter to take them.
+func Unread() int { return int(unread.Load()) }
+
+var syncSeq atomic.Int64
+
+// SyncHubs returns once every hub has read all that Redis sent it before the
+// call: each hub pings on its pub/sub connection, and Redis answers after the
+// messages it queued ahead of the ping. Tests use it with Unread and Asleep to
+// know that no message is still on its way to a waiter before they move a
+// fake clock. A hub whose connection fails is skipped.
+func SyncHubs(ctx context.Context) {
+	hubsMu.Lock()
+	all := make([]*hub, 0, len(hubs))
+	for _, h := range hubs {
+		all = append(all, h)
+	}
+	hubsMu.Unlock()
+	for _, h := range all {
+		payload := "fairlock-sync-" + strconv.FormatInt(syncSeq.Add(1), 10)
+		c := make(chan struct{})
+		h.mu.Lock()
+		h.syncs[payload] = c
+		h.mu.Unlock()
+		if err := h.ps.Ping(ctx, payload); err == nil {
+			select {
+			case <-c:
+			case <-h.done:
+			case <-ctx.Done():
+			}
+		}
+		h.mu.Lock()
+		delete(h.syncs, payload)
+		h.mu.Unlock()
+	}
 }

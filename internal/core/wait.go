@@ -94,6 +94,7 @@ func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
 		w.cur = wk.done
 		return wk
 	case p := <-msgs:
+		unread.Add(-1)
 		if p == "" {
 			return Wake{Reason: Retry}
 		}

@@ -227,3 +227,31 @@ func Clients(t testing.TB, cluster bool, n int) []redis.UniversalClient {
 	}
 	return out
 }
+
+// Quiet waits until cond holds with no wake-up on its way to a waiter: every
+// message Redis published has been read by its hub (core.SyncHubs) and taken
+// by its waiter (core.Unread). Tests call it before moving a fake clock, so
+// a waiter's reaction to a message (arming a timer, say) happens at the fake
+// time the message was sent. The bound only catches a hang.
+func Quiet(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	synced := false
+	for {
+		if cond() && core.Unread() == 0 {
+			if synced {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			core.SyncHubs(ctx)
+			cancel()
+			synced = true
+			continue
+		}
+		synced = false
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
