@@ -26,8 +26,8 @@ var mutations = []struct {
 	{
 		name: "eviction of a live head",
 		file: "lib.lua",
-		from: "if deadline > now then return head, deadline end",
-		to:   "if deadline > now + 2500 then return head, deadline end",
+		from: "if deadline > now then return head, popped end",
+		to:   "if deadline > now + 2500 then return head, popped end",
 	},
 	{
 		name: "enqueueing at the head",
@@ -40,6 +40,12 @@ var mutations = []struct {
 		file: "lib.lua",
 		from: "redis.call('PEXPIRE', key, int(keep - now))",
 		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(keep - now)) end",
+	},
+	{
+		name: "no head notice: a waiter that becomes head while the lock is held is not told when the hold ends",
+		file: "lib.lua",
+		from: "return head .. ' head ' .. int(expiry)",
+		to:   "return 'nobody head ' .. int(expiry)",
 	},
 	{
 		name: "re-entry without an ownership check",

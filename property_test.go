@@ -60,6 +60,10 @@ const (
 	maxStep     = heartbeat / 4
 	processes   = 5
 	lockName    = "spec"
+	// leaseEndSlack is how long after a hold's end (Redis's clock) the head
+	// may still wait: its timer fires 1 ms after the expiry, and one more
+	// for rounding. A real network adds one round trip.
+	leaseEndSlack = 2 * time.Millisecond
 )
 
 type phase int
@@ -113,6 +117,11 @@ type spec struct {
 	joins     int
 	lastToken int64
 	freeSince time.Time // the lock was free while a live waiter waited, since
+
+	// The hold seen at the last check, and the waiter then at the front of
+	// the queue: when that hold ends, this waiter must take over at once.
+	holdEnds time.Time
+	headThen string
 }
 
 func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
@@ -571,6 +580,26 @@ func (s *spec) check(t *rapid.T) {
 		}
 	} else {
 		s.freeSince = time.Time{}
+	}
+
+	// Guarantee 6, progress after a lease ends: when a hold ends because its
+	// lease ran out (a holder that crashed or was cut off, a grant never
+	// claimed), no message says so; the live waiter that was at the front of
+	// the queue while it was held must hold the lock within leaseEndSlack of
+	// the hold's end, not a heartbeat later.
+	if st.Holder != nil {
+		s.holdEnds, s.headThen = now.Add(st.Holder.TTL), ""
+		if len(st.Queue) > 0 && !st.Queue[0].Expired {
+			s.headThen = st.Queue[0].Entry
+		}
+	} else if s.headThen != "" && now.Sub(s.holdEnds) > leaseEndSlack &&
+		len(st.Queue) > 0 && st.Queue[0].Entry == s.headThen {
+		for _, p := range live {
+			if p.entry == s.headThen && !p.wasStalled {
+				t.Fatalf("progress after a lease ends: the hold ended %v ago and %s, at the head of the queue since before, still waits",
+					now.Sub(s.holdEnds), p.label)
+			}
+		}
 	}
 
 	// Guarantee 8, nothing leaks: every key carries a TTL.

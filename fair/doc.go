@@ -36,12 +36,22 @@
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue and publishes exactly one message, to
-//     that waiter. The grant lasts no longer than the waiter's queue
-//     deadline until the new holder claims it (in the background, halfway
-//     through that first lease; a shorter hold never needs to), so a grant to
-//     a waiter that died frees itself when its eviction would have. The
-//     waiter's Lock returns on the message, with no further round trip. The heartbeat doubles as
-//     every waiter's fallback timer, so a lost message or a dead holder never
+//     that waiter (the same message tells the waiter behind it that it is
+//     head now). The grant lasts no longer than the waiter's queue deadline
+//     until the new holder claims it (in the background, halfway through
+//     that first lease; a shorter hold never needs to), so a grant to a
+//     waiter that died frees itself when its eviction would have. The
+//     waiter's Lock returns on the message, with no further round trip.
+//     Progress after a lease ends: a hold that ends because its lease ran out
+//     (a fixed lease, a holder that died, a grant never claimed) sends no
+//     message, so the live head always knows when the current hold expires;
+//     it holds the lock within 1 ms and one round trip of that expiry, by
+//     Redis's clock (two at worst: it places the expiry on its own clock
+//     with an offset read from a reply, which may be a round trip late). Whenever the head changes while the lock is held (the
+//     head takes the lock, gives up, or is evicted), one message, to the new
+//     head only, tells it the expiry: one message and one timer per change
+//     of head, whatever the queue's length, and never a herd. The heartbeat
+//     doubles as every waiter's fallback timer, so a lost message never
 //     strands anyone, and nobody polls.
 //  7. Cost: no script iterates over the waiters. Every call is O(log N) in
 //     the queue length, amortised: a dead or departed entry is removed once,

@@ -58,6 +58,10 @@ type reply struct {
 	evicted  bool          // the entry lost its place
 	holdLeft time.Duration // waiting: how long the current hold may last
 	head     bool          // waiting: the entry is first in the queue
+	// waiting: Redis's clock minus this client's when the reply was read; it
+	// places a head notice's expiry (Redis time) on this client's clock, at
+	// most one round trip late, never early.
+	offset time.Duration
 }
 
 func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
@@ -74,6 +78,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 		return reply{}, err
 	}
 	k.m.StaleHandled(stale)
+	read := cfg.Clock.Now()
 	r, err := core.Ints(v)
 	if err != nil {
 		return reply{}, err
@@ -84,7 +89,8 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 	case r[0] == -1:
 		return reply{evicted: true}, nil
 	default:
-		return reply{holdLeft: time.Duration(r[1]) * time.Millisecond, head: r[2] == 1}, nil
+		return reply{holdLeft: time.Duration(r[1]) * time.Millisecond, head: r[2] == 1,
+			offset: time.UnixMilli(r[3]).Sub(read)}, nil
 	}
 }
 
@@ -92,8 +98,10 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 // there (it never queues). Otherwise the first try queued the caller: it
 // subscribes, tries again once subscribed (a hand-off sent before that is not
 // missed), then sleeps until its hand-off message arrives. The client's
-// heartbeat keeps its place and is its fallback; the head also wakes when the
-// current hold's lease would run out.
+// heartbeat keeps its place and is its fallback. The head also wakes when the
+// current hold's lease would run out: it learns how long that is from its
+// own attempt's reply when it joins as head, or from the head notice sent to
+// it when it becomes head later (a lease that runs out sends no message).
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	cfg := k.m.Config()
 	clk := cfg.Clock
@@ -140,16 +148,23 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	// to this entry: a granted lease counts from its send time.
 	mem.queuedAt(sent)
 
+	// The fallback timer: the head wakes 1 ms after the current hold would
+	// expire, in case its lease runs out (no message says so).
 	var fallback interface{ Stop() bool }
-	stopFallback := func() {
+	wakeAfter := func(d time.Duration) {
 		if fallback != nil {
 			fallback.Stop()
-			fallback = nil
 		}
+		fallback = w.After(clk, max(d, 0)+time.Millisecond, core.Retry)
 	}
-	defer stopFallback()
+	defer func() {
+		if fallback != nil {
+			fallback.Stop()
+		}
+	}()
+	offset := r.offset
 	if listening && r.head {
-		fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
+		wakeAfter(r.holdLeft)
 	}
 	// handedOff is the hold a hand-off message (or the heartbeat's notice of
 	// a lost one) granted this entry; nil if it came too late to use and
@@ -186,9 +201,12 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 				continue
 			}
 			mem.queuedAt(sent)
-			stopFallback()
+			offset = r.offset
 			if r.head {
-				fallback = w.After(clk, r.holdLeft+time.Millisecond, core.Retry)
+				wakeAfter(r.holdLeft)
+			} else if fallback != nil {
+				fallback.Stop()
+				fallback = nil
 			}
 		}
 		wk := w.Next(ctx, sub)
@@ -196,14 +214,23 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		case core.Ready, core.Retry:
 			try = true
 		case core.Message:
-			target, token, _ := strings.Cut(wk.Payload, " ")
-			if target == entry {
-				tok, _ := strconv.ParseInt(token, 10, 64)
-				if g := handedOff(tok); g != nil {
-					return g, nil
-				}
-				try = true
+			target, note, _ := strings.Cut(wk.Payload, " ")
+			if target != entry {
+				break
 			}
+			if ms, ok := strings.CutPrefix(note, "head "); ok {
+				// This entry became the head while the lock is held: wake
+				// when that hold would expire (Redis time, placed on this
+				// client's clock).
+				expiry, _ := strconv.ParseInt(ms, 10, 64)
+				wakeAfter(time.UnixMilli(expiry).Add(-offset).Sub(clk.Now()))
+				break
+			}
+			tok, _ := strconv.ParseInt(note, 10, 64)
+			if g := handedOff(tok); g != nil {
+				return g, nil
+			}
+			try = true
 		case core.Notice:
 			switch {
 			case strings.HasPrefix(wk.Payload, "granted "):

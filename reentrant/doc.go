@@ -39,7 +39,11 @@
 // Waiters do not poll. Unlock publishes a message; all waiters of one go-redis
 // client share one pub/sub connection and one message wakes one of them. A
 // fallback timer, set to the remaining lease of the current hold, covers a
-// holder that died without publishing. A lock's channel stays subscribed for
+// hold that ends by its lease (a fixed lease, or a holder that died without
+// publishing): one waiter takes the lock within 1 ms and a round trip of the
+// lease's end. Every waiter has that timer, so then each makes one attempt
+// (one script call per waiter per lease that runs out); the fair lock wakes
+// only its head. A lock's channel stays subscribed for
 // 30 s after its last waiter left; [github.com/fairlock/fairlock.CloseIdleConnections]
 // closes idle connections at once.
 //

@@ -18,12 +18,13 @@ import (
 // one left, so a busy lock does not subscribe and unsubscribe at every wait;
 // a hub with no channel left closes its connection.
 //
-// A message on a channel wakes one local waiter: the one whose id is the
-// first word of the payload (the fair lock's targeted hand-off), or, for an
-// empty payload, the longest-waiting one (the reentrant lock: one wake-up per
-// client, not the herd). When the connection comes back after a failure,
-// messages sent meanwhile are lost, so every waiter of every re-confirmed
-// channel is woken to try again.
+// A message on a channel wakes one local waiter per note it carries (notes
+// are separated by ';'): the one whose id is the note's first word (the fair
+// lock's targeted hand-off and head notice), or, for an empty payload, the
+// longest-waiting one (the reentrant lock: one wake-up per client, not the
+// herd). When the connection comes back after a failure, messages sent
+// meanwhile are lost, so every waiter of every re-confirmed channel is woken
+// to try again.
 
 // HubLinger is how long a channel stays subscribed with no waiter.
 var HubLinger = 30 * time.Second
@@ -260,8 +261,17 @@ func (h *hub) closeIdle(linger time.Duration) {
 	h.cmdMu.Unlock()
 }
 
-// deliverLocked wakes one waiter of ch for payload.
+// deliverLocked wakes, for each note of payload (notes are separated by
+// ';'), the one waiter of ch that the note is for.
 func (h *hub) deliverLocked(ch *channel, payload string) {
+	for note := range strings.SplitSeq(payload, ";") {
+		h.deliverNoteLocked(ch, note)
+	}
+}
+
+// deliverNoteLocked wakes one waiter of ch for one note: the waiter it names,
+// or any waiter for "".
+func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 	target, _, _ := strings.Cut(payload, " ")
 	for _, s := range ch.subs {
 		if target != "" && s.id != target {
@@ -273,8 +283,10 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 			return
 		default:
 			if target != "" {
-				// A targeted waiter with a wake-up still pending: replace it,
-				// a grant matters more than "try again".
+				// A targeted waiter with a wake-up still pending: replace it.
+				// A grant matters more than "try again"; of two notes for one
+				// entry the later is the newer news (a head notice comes
+				// before the grant, never after).
 				select {
 				case <-s.C:
 					unread.Add(-1)

@@ -10,8 +10,9 @@
 -- Returns
 --   {1, count, token, 0}     held: a fresh acquisition or a re-entry
 --   {1, count, token, 1}     held: handed to this entry, not yet claimed
---   {0, hold ms, head}       waiting: ms until the current hold expires, and
---                            1 if the caller's entry is the live head
+--   {0, hold ms, head, now}  waiting: ms until the current hold expires, 1 if
+--                            the caller's entry is the live head, and Redis's
+--                            clock in ms (head notices give absolute expiries)
 --   {-1}                     the entry was evicted (deadline passed) or removed
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
@@ -32,9 +33,9 @@ local function answer(t)
 end
 
 -- Step 1, queue cleanup: pop given-up and dead waiters off the head (when
--- there can be a live one at all).
-local head = nil
-if may_have_waiters(s, w, now) then head = live_head(now) end
+-- there can be a live one at all). popped: the live head changed.
+local head, popped = nil, false
+if may_have_waiters(s, w, now) then head, popped = live_head(now) end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
@@ -53,21 +54,33 @@ if who == owner then
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.
-  if mode ~= 'try' then redis.call('ZREM', KEYS[3], entry) end
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
+  if mode ~= 'try' then
+    redis.call('ZREM', KEYS[3], entry)
+    -- If it was the head, its tombstone goes now.
+    if head == entry then head, popped = live_head(now) end
+  end
+  if popped and head then
+    -- The head changed while the lock stays held: tell the new one.
+    tell_head(head, tonumber(w.x), publish, channel)
+  end
   return answer({1, count + 1, token, 0})
 end
 
 if who == nil then
   if head == nil or head == entry then
     -- Step 2, acquire: the lock is free and nobody live is ahead of the caller.
-    if head == entry then
-      redis.call('LPOP', KEYS[2])
-      redis.call('ZREM', KEYS[3], entry)
-    end
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
+    if head == entry then
+      -- The head took the lock itself (the last hold's lease ran out): the
+      -- waiter behind it is head now, and must hear when this lease ends.
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], entry)
+      local next_head = live_head(now)
+      if next_head then tell_head(next_head, now + lease, publish, channel) end
+    end
     return answer({1, 1, token, 0})
   end
   -- Free, but a live waiter is first (the last hold expired, or the head just
@@ -75,6 +88,10 @@ if who == nil then
   hand_off(s, w, now, now_us, publish, channel)
   head = live_head(now)
   expiry = tonumber(w.x)
+elseif popped and head and head ~= entry then
+  -- Held by another, and cleanup removed the head (dead past its deadline):
+  -- the new head must hear when the hold ends.
+  tell_head(head, expiry, publish, channel)
 end
 
 -- Step 5, the caller waits. "try" never queues: no barging past waiters.
@@ -82,7 +99,7 @@ if mode == 'try' then
   if next(w) ~= nil then
     commit(s, w, now, false)
   end
-  return {0, expiry - now, 0}
+  return {0, expiry - now, 0, now}
 end
 local deadline = redis.call('ZSCORE', KEYS[3], entry)
 local created = false
@@ -114,4 +131,4 @@ horizon(s, w, now + wait)
 commit(s, w, now, created)
 local first = 0
 if head == entry then first = 1 end
-return {0, expiry - now, first}
+return {0, expiry - now, first, now}

@@ -13,11 +13,15 @@ if bad then return bad end
 local now, now_us = clock()
 local w = {}
 
--- Cleanup, and the hand-off that a lost release or an expired lease left undone.
-if holder(s, now) == nil then
+-- Cleanup, and the hand-off that a lost release or an expired lease left
+-- undone. While the lock is held, cleanup may evict a dead head: the waiter
+-- behind it is told it is head now.
+local _, _, expiry = holder(s, now)
+if expiry == nil then
   hand_off(s, w, now, now_us, ARGV[1], ARGV[2])
 else
-  live_head(now)
+  local head, popped = live_head(now)
+  if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end
 end
 local granted, token = w.e or s.e, w.f or s.f
 

@@ -197,18 +197,38 @@ end
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
 -- deadline passed from the head, until the head is a live waiter. Each entry
 -- is popped once in its life, so this is O(1) amortised per entry.
--- Returns the live head's entry id and its deadline, or nil.
+-- Returns the live head's entry id (nil if none), and whether anything was
+-- popped. Every script that ends a head's turn pops it at once (with the
+-- tombstones behind it), so the front of the list is the live head that was
+-- told it is head, and a pop here means the head changed: it died.
 local function live_head(now)
+  local popped = false
   while true do
     local element = redis.call('LINDEX', KEYS[2], 0)
-    if not element then return nil end
+    if not element then return nil, popped end
     local head = element_entry(element)
     local score = redis.call('ZSCORE', KEYS[3], head)
     local deadline = tonumber(score or '0')
-    if deadline > now then return head, deadline end
+    if deadline > now then return head, popped end
     redis.call('LPOP', KEYS[2])
     if score then redis.call('ZREM', KEYS[3], head) end
+    popped = true
   end
+end
+
+-- Fair lock, the head notice: the waiter that just became the live head while
+-- the lock is held learns when that hold expires ("<entry> head <expiry>", in
+-- Redis ms), so that it tries again the moment a lease runs out (a fixed
+-- lease, a holder that died, a grant never claimed). Nobody else would wake
+-- it then: a lease that runs out sends no message. One message per change of
+-- head. The expiry is absolute, so a notice read late still wakes its waiter
+-- on time (the waiter knows Redis's clock from its last reply).
+local function head_notice(head, expiry)
+  return head .. ' head ' .. int(expiry)
+end
+
+local function tell_head(head, expiry, publish, channel)
+  redis.call(publish, channel, head_notice(head, expiry))
 end
 
 -- The owner of a queue entry: entry ids are "<owner>/<join number>".
@@ -216,12 +236,16 @@ local function entry_owner(entry)
   return string.match(entry, '^(.*)/[^/]*$')
 end
 
--- Fair lock, direct hand-off: with the lock free, grant it to the live head
--- and publish the grant to that waiter alone ("<entry> <token>"): exactly one
--- message per hand-off, and the waiter needs no further round trip. Until the
--- grantee claims it, the grant lasts no longer than the waiter's own queue
--- deadline: a grant to a waiter that died ends when its eviction would have.
--- Precondition: the lock is not held. Writes go to w (saved by the caller).
+-- Fair lock, direct hand-off: grant the lock to the live head and publish the
+-- grant to that waiter alone ("<entry> <token>"): the waiter needs no further
+-- round trip. The same message carries the head notice for the waiter behind
+-- it (";<next> head <expiry>"), so a hand-off is still one message. Until
+-- the grantee claims it, the grant lasts no longer than the waiter's own queue
+-- deadline: a grant to a waiter that died ends when its eviction would have,
+-- and the next head, told of that end, takes the lock then.
+-- Used whenever the lock is free (released, expired, given back, forced):
+-- the new hold's fields in w replace whatever hold s still records.
+-- Writes go to w (saved by the caller). Returns the grantee's entry, or nil.
 local function hand_off(s, w, now, now_us, publish, channel)
   if not may_have_waiters(s, w, now) then return nil end
   -- Step 1 and the grant in one pass: pop until a live entry is popped.
@@ -236,9 +260,12 @@ local function hand_off(s, w, now, now_us, publish, channel)
   until deadline > now
   local lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
   local _, token = next_token(s, w, now_us)
-  w.o, w.c, w.x = entry_owner(head), '1', int(math.min(now + tonumber(lease), deadline))
+  local expiry = math.min(now + tonumber(lease), deadline)
+  w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
   w.e, w.g, w.b = head, int(now), label
-  redis.call(publish, channel, head .. ' ' .. token)
+  local message = head .. ' ' .. token
+  local next_head = live_head(now)
+  if next_head then message = message .. ';' .. head_notice(next_head, expiry) end
+  redis.call(publish, channel, message)
   return head
 end
-
