@@ -122,6 +122,8 @@ type spec struct {
 	// the queue: when that hold ends, this waiter must take over at once.
 	holdEnds time.Time
 	headThen string
+
+	synced string // what had been published when the hubs were last synced
 }
 
 func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
@@ -362,7 +364,6 @@ func (s *spec) acquired(p *proc) {
 // has been handed the lock without knowing.
 func (s *spec) settle() {
 	deadline := time.Now().Add(10 * time.Second)
-	synced := false
 	for spins := 0; ; spins++ {
 		running := 0
 		for _, p := range s.procs {
@@ -390,17 +391,22 @@ func (s *spec) settle() {
 				running++
 			}
 		}
-		if running == core.Asleep() && core.Unread() == 0 && !s.grantPending() {
-			if synced {
+		if running == core.Asleep() && core.Unread() == 0 {
+			st := s.inspect()
+			if !s.grantPending(st) {
+				// Every message a script publishes comes with a new
+				// holder token or a new front of the queue list: if
+				// neither changed since the last sync, none is in flight.
+				if pub := published(st); pub != s.synced {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					core.SyncHubs(ctx)
+					cancel()
+					s.synced = pub
+					continue // look again: a waiter may have woken
+				}
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			core.SyncHubs(ctx)
-			cancel()
-			synced = true
-			continue
 		}
-		synced = false
 		if time.Now().After(deadline) {
 			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
 		}
@@ -412,10 +418,24 @@ func (s *spec) settle() {
 	}
 }
 
+// published names what Redis has published so far: the holder's token and
+// the front of the queue list change with every message.
+func published(st fair.State) string {
+	var token int64
+	if st.Holder != nil {
+		token = st.Holder.Token
+	}
+	front := ""
+	if len(st.Queue) > 0 {
+		front = st.Queue[0].Entry
+	}
+	return fmt.Sprint(token, " ", front)
+}
+
 // grantPending reports a live waiter that Redis made the holder but whose
 // Lock has not returned yet (its hand-off message is on the way).
-func (s *spec) grantPending() bool {
-	h := s.inspect().Holder
+func (s *spec) grantPending(st fair.State) bool {
+	h := st.Holder
 	if h == nil {
 		return false
 	}

@@ -336,12 +336,7 @@ func (h *hub) receive() {
 			}
 			h.mu.Unlock()
 		case *redis.Pong:
-			h.mu.Lock()
-			if c := h.syncs[m.Payload]; c != nil {
-				close(c)
-				delete(h.syncs, m.Payload)
-			}
-			h.mu.Unlock()
+			h.pong(m.Payload)
 		}
 	}
 }
@@ -387,6 +382,17 @@ func (s *Sub) SetID(id string) {
 	s.h.mu.Unlock()
 }
 
+// pong ends the SyncHubs wait for payload, once: whoever takes it out of
+// syncs closes it.
+func (h *hub) pong(payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.syncs[payload]; c != nil {
+		delete(h.syncs, payload)
+		close(c)
+	}
+}
+
 // unread counts wake-ups delivered to a Sub that its waiter has not taken.
 var unread atomic.Int64
 
@@ -400,7 +406,7 @@ var syncSeq atomic.Int64
 // call: each hub pings on its pub/sub connection, and Redis answers after the
 // messages it queued ahead of the ping. Tests use it with Unread and Asleep to
 // know that no message is still on its way to a waiter before they move a
-// fake clock. A hub whose connection fails is skipped.
+// fake clock. All hubs ping at once; a hub whose connection fails is skipped.
 func SyncHubs(ctx context.Context) {
 	hubsMu.Lock()
 	all := make([]*hub, 0, len(hubs))
@@ -408,21 +414,28 @@ func SyncHubs(ctx context.Context) {
 		all = append(all, h)
 	}
 	hubsMu.Unlock()
+	type ping struct {
+		h       *hub
+		payload string
+		pong    chan struct{}
+	}
+	pings := make([]ping, 0, len(all))
 	for _, h := range all {
-		payload := "fairlock-sync-" + strconv.FormatInt(syncSeq.Add(1), 10)
-		c := make(chan struct{})
+		p := ping{h, "fairlock-sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{})}
 		h.mu.Lock()
-		h.syncs[payload] = c
+		h.syncs[p.payload] = p.pong
 		h.mu.Unlock()
-		if err := h.ps.Ping(ctx, payload); err == nil {
-			select {
-			case <-c:
-			case <-h.done:
-			case <-ctx.Done():
-			}
+		pings = append(pings, p)
+		if h.ps.Ping(ctx, p.payload) != nil {
+			h.pong(p.payload) // nothing will answer
 		}
-		h.mu.Lock()
-		delete(h.syncs, payload)
-		h.mu.Unlock()
+	}
+	for _, p := range pings {
+		select {
+		case <-p.pong:
+		case <-p.h.done:
+		case <-ctx.Done():
+		}
+		p.h.pong(p.payload)
 	}
 }
