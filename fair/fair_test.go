@@ -174,8 +174,8 @@ func TestOneMessagePerHandOff(t *testing.T) {
 			// The grant, and for the waiter behind the grantee (c, at the
 			// first hand-off) the head notice, in the same message.
 			grant, notice, _ := strings.Cut(m.Payload, ";")
-			if len(strings.Fields(grant)) != 2 {
-				t.Fatalf("hand-off message %q, want \"<entry> <token>\" first", m.Payload)
+			if len(strings.Fields(grant)) != 3 {
+				t.Fatalf("hand-off message %q, want \"<entry> <token> <grant time>\" first", m.Payload)
 			}
 			if f := strings.Fields(notice); (i == 0) != (len(f) == 3 && f[1] == "head") {
 				t.Fatalf("hand-off %d message %q: want a head notice \"<entry> head <expiry>\" exactly when a waiter is behind the grantee", i, m.Payload)

@@ -158,9 +158,10 @@ func (hb *heartbeat) beatBatch(members []*member) {
 		return
 	}
 	status, err := core.Ints(v)
-	if err != nil || len(status) != len(members) {
+	if err != nil || len(status) != len(members)+1 {
 		return
 	}
+	grantedAt := strconv.FormatInt(status[len(members)], 10)
 	for i, m := range members {
 		if m.current() != entries[i] {
 			continue // it re-joined meanwhile: this news is about its old entry
@@ -171,7 +172,7 @@ func (hb *heartbeat) beatBatch(members []*member) {
 		case s < 0:
 			m.w.Fire(core.Notice, "evicted")
 		default:
-			m.w.Fire(core.Notice, "granted "+strconv.FormatInt(s, 10))
+			m.w.Fire(core.Notice, "granted "+strconv.FormatInt(s, 10)+" "+grantedAt)
 		}
 	}
 }

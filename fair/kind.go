@@ -51,21 +51,37 @@ func newKind(m *core.Mutex) (core.Kind, core.Layout) {
 
 // reply is fair_acquire.lua's answer.
 type reply struct {
-	held     bool
-	count    int
-	token    int64
-	handoff  bool          // held by a hand-off to this entry, not yet claimed
-	evicted  bool          // the entry lost its place
-	holdLeft time.Duration // waiting: how long the current hold may last
-	head     bool          // waiting: the entry is first in the queue
-	// waiting: Redis's clock minus this client's when the reply was read; it
-	// places a head notice's expiry (Redis time) on this client's clock, at
-	// most one round trip late, never early.
-	offset time.Duration
+	held      bool
+	count     int
+	token     int64
+	handoff   bool          // held by a hand-off to this entry, not yet claimed
+	grantedAt int64         // handoff: the grant's Redis time, ms
+	evicted   bool          // the entry lost its place
+	holdLeft  time.Duration // waiting: how long the current hold may last
+	head      bool          // waiting: the entry is first in the queue
+	clock     redisClock    // waiting: where Redis's clock stood
 }
+
+// redisClock places Redis times (ms) on this client's clock, from a reply
+// that carried Redis's clock: the script ran between the request's send and
+// the reply's read, so each bound errs by at most one round trip, on the side
+// its use can afford.
+type redisClock struct {
+	atSend time.Duration // Redis's clock minus this client's at the send
+	atRead time.Duration // and at the read
+}
+
+// notLater places ms no later than it is on this client's clock: the start
+// of a lease.
+func (c redisClock) notLater(ms int64) time.Time { return time.UnixMilli(ms).Add(-c.atSend) }
+
+// notEarlier places ms no earlier than it is: when to look whether a hold
+// has expired.
+func (c redisClock) notEarlier(ms int64) time.Time { return time.UnixMilli(ms).Add(-c.atRead) }
 
 func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
 	cfg := k.m.Config()
+	sent := cfg.Clock.Now()
 	req, stale := k.m.RequestID(), k.m.StaleToken()
 	v, err := cfg.Scripts.FairAcquire.Run(ctx, k.m.Client, k.keys,
 		k.m.Owner(), entry, req, core.Ms(a.Lease), core.Ms(cfg.WaitTimeout),
@@ -84,13 +100,16 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 		return reply{}, err
 	}
 	switch {
+	case r[0] == 1 && r[3] == 1:
+		return reply{held: true, count: int(r[1]), token: r[2], handoff: true, grantedAt: r[4]}, nil
 	case r[0] == 1:
-		return reply{held: true, count: int(r[1]), token: r[2], handoff: r[3] == 1}, nil
+		return reply{held: true, count: int(r[1]), token: r[2]}, nil
 	case r[0] == -1:
 		return reply{evicted: true}, nil
 	default:
+		redisNow := time.UnixMilli(r[3])
 		return reply{holdLeft: time.Duration(r[1]) * time.Millisecond, head: r[2] == 1,
-			offset: time.UnixMilli(r[3]).Sub(read)}, nil
+			clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
 	}
 }
 
@@ -123,7 +142,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	sent := clk.Now()
 	r, err := k.attempt(ctx, a, entry, mode)
 	if err != nil || r.held || mode == "try" {
-		return k.grant(r, a, sent, sent), err
+		return k.grant(r, a, sent, sent, time.Time{}), err // a fresh entry is never handed the lock
 	}
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
@@ -145,7 +164,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	hb, mem := joinHeartbeat(k, entry, w)
 	defer hb.leave(mem)
 	// The last request answered "queued" was processed before any hand-off
-	// to this entry: a granted lease counts from its send time.
+	// to this entry: a granted lease counts from no earlier than its send.
 	mem.queuedAt(sent)
 
 	// The fallback timer: the head wakes 1 ms after the current hold would
@@ -162,16 +181,16 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			fallback.Stop()
 		}
 	}()
-	offset := r.offset
+	rc := r.clock
 	if listening && r.head {
 		wakeAfter(r.holdLeft)
 	}
-	// handedOff is the hold a hand-off message (or the heartbeat's notice of
-	// a lost one) granted this entry; nil if it came too late to use and
-	// could not be claimed, and the next try tells where the entry stands.
-	handedOff := func(tok int64) *core.Grant {
-		r := reply{held: true, count: 1, token: tok, handoff: true}
-		return k.usable(ctx, k.grant(r, a, time.Time{}, mem.lastQueued()))
+	// handedOff is the hold a hand-off (its message, the heartbeat's notice
+	// of a lost one, or an attempt's reply) granted this entry at Redis time
+	// grantedAt; nil if it came too late to use and could not be claimed, and
+	// the next try tells where the entry stands.
+	handedOff := func(r reply) *core.Grant {
+		return k.usable(ctx, k.grant(r, a, time.Time{}, mem.lastQueued(), rc.notLater(r.grantedAt)), a.Lease)
 	}
 	try, next := false, "queued" // next: the mode of the next attempt
 	if !listening {
@@ -190,18 +209,20 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			switch {
 			case err != nil:
 				return nil, err
-			case r.held:
-				if g := k.usable(ctx, k.grant(r, a, sent, mem.lastQueued())); g != nil {
+			case r.held && r.handoff:
+				if g := handedOff(r); g != nil {
 					return g, nil
 				}
 				try = true
 				continue
+			case r.held:
+				return k.grant(r, a, sent, sent, time.Time{}), nil
 			case r.evicted:
 				entry, next, try = k.rejoin(sub, mem, entry), "join", true
 				continue
 			}
 			mem.queuedAt(sent)
-			offset = r.offset
+			rc = r.clock
 			if r.head {
 				wakeAfter(r.holdLeft)
 			} else if fallback != nil {
@@ -223,19 +244,17 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 				// when that hold would expire (Redis time, placed on this
 				// client's clock).
 				expiry, _ := strconv.ParseInt(ms, 10, 64)
-				wakeAfter(time.UnixMilli(expiry).Add(-offset).Sub(clk.Now()))
+				wakeAfter(rc.notEarlier(expiry).Sub(clk.Now()))
 				break
 			}
-			tok, _ := strconv.ParseInt(note, 10, 64)
-			if g := handedOff(tok); g != nil {
+			if g := handedOff(parseGrant(note)); g != nil {
 				return g, nil
 			}
 			try = true
 		case core.Notice:
 			switch {
 			case strings.HasPrefix(wk.Payload, "granted "):
-				tok, _ := strconv.ParseInt(strings.TrimPrefix(wk.Payload, "granted "), 10, 64)
-				if g := handedOff(tok); g != nil {
+				if g := handedOff(parseGrant(strings.TrimPrefix(wk.Payload, "granted "))); g != nil {
 					return g, nil
 				}
 				try = true
@@ -252,12 +271,22 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	}
 }
 
+// parseGrant reads "<token> <grant time>" of a hand-off message or notice.
+func parseGrant(note string) reply {
+	token, at, _ := strings.Cut(note, " ")
+	tok, _ := strconv.ParseInt(token, 10, 64)
+	ms, _ := strconv.ParseInt(at, 10, 64)
+	return reply{held: true, count: 1, token: tok, handoff: true, grantedAt: ms}
+}
+
 // grant turns a reply into a Grant. A fresh acquisition counts its lease from
-// sent. A hand-off counts from the last request answered "queued": the server
-// set this entry's deadline (now + wait timeout) after that request was sent,
-// and the grant lasts until min(grant time + lease, that deadline) until the
-// claim, so min(lease, wait timeout) from then is a safe first lease.
-func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Grant {
+// sent. A hand-off counts from its grant time, grantedAt, placed no later
+// than it is on this client's clock, and never before the last request
+// answered "queued" (the grant came after it). Until it is claimed, Redis
+// keeps the grant until min(grant time + lease, the entry's deadline), and
+// that deadline is at least queued + wait timeout: the server set it after
+// that request was sent. So the first lease runs until the earlier of both.
+func (k *kind) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
 	if !r.held {
 		return nil
 	}
@@ -265,17 +294,21 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 		return &core.Grant{Count: r.count, Token: r.token, Since: sent}
 	}
 	cfg := k.m.Config()
+	since := queued
+	if grantedAt.After(since) {
+		since = grantedAt
+	}
 	token, lease, fixed := r.token, a.Lease, a.Fixed
 	return &core.Grant{
-		Count: r.count, Token: r.token, Since: queued,
-		First: min(lease, cfg.WaitTimeout),
+		Count: r.count, Token: r.token, Since: since,
+		First: min(lease, queued.Add(cfg.WaitTimeout).Sub(since)),
 		Claim: func(ctx context.Context) (time.Time, bool, error) {
-			since := cfg.Clock.Now()
+			from := cfg.Clock.Now()
 			if fixed {
-				since = queued // a fixed lease counts from the grant
+				from = since // a fixed lease counts from the grant
 			}
 			ok, err := k.m.Renew(ctx, token, lease, fixed)
-			return since, ok, err
+			return from, ok, err
 		},
 	}
 }
@@ -283,17 +316,18 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued time.Time) *core.Gran
 // usable vets a hand-off before Lock returns it. Normally the grant arrives
 // at once and most of its first lease is left. If it came so late (this
 // client was cut off from Redis while its entry was still live, say) that
-// less than the drift margin of that lease is left as this client counts it,
-// Lock would return a hold already lost: it is claimed now instead, and
+// less than the drift margin of a full first lease (min(lease, wait
+// timeout)) is left as this client counts it, Lock would return a hold
+// about to be lost: it is claimed now instead, and
 // returned as a full hold. If the claim fails, nil: the caller keeps
 // waiting, and its next attempt finds out where it stands (a grant still in
 // force is reported again; one that ran out is handed on).
-func (k *kind) usable(ctx context.Context, g *core.Grant) *core.Grant {
+func (k *kind) usable(ctx context.Context, g *core.Grant, lease time.Duration) *core.Grant {
 	if g == nil || g.Claim == nil {
 		return g
 	}
 	cfg := k.m.Config()
-	margin := cfg.Margin(g.First)
+	margin := cfg.Margin(min(lease, cfg.WaitTimeout)) // the longest first lease a grant can have
 	if left := g.Since.Add(g.First - margin).Sub(cfg.Clock.Now()); left >= margin {
 		return g
 	}

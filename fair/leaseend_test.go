@@ -297,3 +297,36 @@ func TestOneNoticePerChangeOfHead(t *testing.T) {
 		mustUnlock(t, handles[i])
 	}
 }
+
+// A hand-off to a waiter that asked for a fixed lease shorter than the time
+// since its last heartbeat: Redis grants that lease from the hand-off, and
+// the hold the waiter's TryLock returns must count it from there too, not be
+// lost at birth.
+func TestHandOffWithAShortFixedLeaseIsNotLostAtBirth(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.named("a")
+	b := e.named("b", fair.WithWaitTimeout(9*time.Second)) // heartbeat every 3 s
+	mustLock(t, a)
+	c := e.calls()
+	ib := c.add(ctx, b, time.Hour, time.Second, 1)
+	e.clk.Advance(3 * time.Second) // b's heartbeat
+	c.settle(1)
+	e.clk.Advance(2 * time.Second) // 2 s after it, a hands the lock to b
+	mustUnlock(t, a)
+	r, _ := c.until(ib, 0, time.Hour)
+	if !r.ok || r.err != nil {
+		t.Fatalf("b: %v, %v", r.ok, r.err)
+	}
+	e.clk.Advance(900 * time.Millisecond)
+	if isClosed(b.Lost()) || b.Token() == 0 {
+		t.Fatal("b's 1 s hold, granted 900 ms ago, is already lost")
+	}
+	if ttl, err := b.TTL(ctx); err != nil || ttl != 100*time.Millisecond {
+		t.Fatalf("Redis's TTL of b's hold = %v, %v; want the 100 ms left of its 1 s lease", ttl, err)
+	}
+	e.clk.Advance(100 * time.Millisecond)
+	if !isClosed(b.Lost()) {
+		t.Fatal("b's hold outlived its fixed lease")
+	}
+}

@@ -386,6 +386,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 func TestLayoutVersionMismatchFailsLoudly(t *testing.T) {
 	for name, write := range map[string]func(e *env){
 		"a later version":               func(e *env) { redistest.SetHoldField(t, e.mr, key, "v", "999") },
+		"layout 2 (before grant times)": func(e *env) { redistest.SetHoldField(t, e.mr, key, "v", "2") },
 		"layout 1 (the hold as a hash)": func(e *env) { e.mr.HSet(key, "v", "1", "f", "5") },
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -9,7 +9,8 @@
 -- its entry is gone it is told so and does not re-join by itself.
 -- Returns
 --   {1, count, token, 0}     held: a fresh acquisition or a re-entry
---   {1, count, token, 1}     held: handed to this entry, not yet claimed
+--   {1, count, token, 1, g}  held: handed to this entry at Redis time g (ms),
+--                            not yet claimed
 --   {0, hold ms, head, now}  waiting: ms until the current hold expires, 1 if
 --                            the caller's entry is the live head, and Redis's
 --                            clock in ms (head notices give absolute expiries)
@@ -50,7 +51,7 @@ if who == owner then
   if s.e == entry then
     -- Step 4, this waiter's turn came by hand-off while it was away (its
     -- message may have been lost): the hold is its own, waiting for its claim.
-    return answer({1, count, token, 1})
+    return answer({1, count, token, 1, tonumber(s.g)})
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.

@@ -6,7 +6,7 @@
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
--- token of a hold granted to it.
+-- token of a hold granted to it; then the grant's time (Redis ms, 0: none).
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
@@ -43,4 +43,5 @@ for i = 3, #ARGV, 2 do
   end
 end
 commit(s, w, now, false)
+status[#status + 1] = tonumber(w.g or s.g or '0')
 return status

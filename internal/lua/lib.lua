@@ -31,7 +31,10 @@
 -- SET of it cost Redis about half of what HMGET and HSET of its fields did
 -- (docs/performance.md).
 
-local LAYOUT = '2'
+-- Layout 1 kept the hold as a hash; 2 as one JSON string; 3 is 2's data with
+-- a changed protocol (hand-offs carry their grant time, head notices), which
+-- a layout-2 client would misread: the version says so before it can.
+local LAYOUT = '3'
 -- How long keys outlive the last hold and the last deadline: long enough for
 -- a retried request to find its answer (q/a) and for the fence (f) to bridge
 -- quick re-locks.
@@ -237,8 +240,8 @@ local function entry_owner(entry)
 end
 
 -- Fair lock, direct hand-off: grant the lock to the live head and publish the
--- grant to that waiter alone ("<entry> <token>"): the waiter needs no further
--- round trip. The same message carries the head notice for the waiter behind
+-- grant to that waiter alone ("<entry> <token> <grant time>", Redis ms): the
+-- waiter needs no further round trip, and counts its lease from the grant. The same message carries the head notice for the waiter behind
 -- it (";<next> head <expiry>"), so a hand-off is still one message. Until
 -- the grantee claims it, the grant lasts no longer than the waiter's own queue
 -- deadline: a grant to a waiter that died ends when its eviction would have,
@@ -263,7 +266,7 @@ local function hand_off(s, w, now, now_us, publish, channel)
   local expiry = math.min(now + tonumber(lease), deadline)
   w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
   w.e, w.g, w.b = head, int(now), label
-  local message = head .. ' ' .. token
+  local message = head .. ' ' .. token .. ' ' .. int(now)
   local next_head = live_head(now)
   if next_head then message = message .. ';' .. head_notice(next_head, expiry) end
   redis.call(publish, channel, message)
