@@ -154,13 +154,7 @@ func ownerOfHolder(t *testing.T, e *env) string {
 
 func TestOneMessagePerHandOff(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	watch := e.client.Subscribe(ctx, channel)
-	defer watch.Close()
-	if _, err := watch.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	msgs := watch.Channel()
+	msgs := e.watch()
 	handles := []*fair.Mutex{e.named("a"), e.named("b"), e.named("c")}
 	mustLock(t, handles[0])
 	got := []<-chan result{nil, e.enqueue(handles[1], 1), e.enqueue(handles[2], 2)}

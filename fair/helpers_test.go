@@ -58,6 +58,18 @@ func (e *env) inspect() fair.State {
 	return s
 }
 
+// watch subscribes to the lock's channel, for tests that count messages.
+func (e *env) watch() <-chan *redis.Message {
+	e.t.Helper()
+	ctx := context.Background()
+	watch := e.client.Subscribe(ctx, channel)
+	e.t.Cleanup(func() { _ = watch.Close() })
+	if _, err := watch.Receive(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return watch.Channel()
+}
+
 // queued returns the labels of the queue's live waiters, in order.
 func (e *env) queued() []string {
 	var out []string

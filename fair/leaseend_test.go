@@ -251,12 +251,7 @@ func TestUnclaimedGrantEndsAndTheNextTakesTheLock(t *testing.T) {
 func TestOneNoticePerChangeOfHead(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	watch := e.client.Subscribe(ctx, channel)
-	defer watch.Close()
-	if _, err := watch.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	msgs := watch.Channel()
+	msgs := e.watch()
 	a := e.named("a")
 	if ok, err := a.TryLock(ctx, 0, 500*time.Millisecond); !ok || err != nil {
 		t.Fatalf("a: %v, %v", ok, err)

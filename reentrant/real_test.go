@@ -2,7 +2,6 @@ package reentrant_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -126,50 +125,15 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 	}
 }
 
-// Fixed leases that end with nobody unlocking: every waiter's own fallback
-// timer fires when the current hold would expire, so one of them takes the
-// lock right after each lease (in no particular order: this lock is not
-// fair). The same when the holders' processes are gone.
-func TestRealFixedLeasesEndingInTurn(t *testing.T) {
-	const lease = 500 * time.Millisecond
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
-			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, cluster, 6)
-			name := redistest.Name(t)
-			redistest.LeaseTurns(t, 6, lease, false, func(i int, start func()) (redistest.Holder, error) {
-				m, err := reentrant.New(clients[i], name)
-				if err != nil {
-					return nil, err
-				}
-				start()
-				ok, err := m.TryLock(context.Background(), 10*time.Second, lease)
-				if err == nil && !ok {
-					err = errors.New("TryLock = false")
-				}
-				return m, err
-			})
-		})
-	}
-}
-
-func TestRealDeadHoldersLeasesEndInTurn(t *testing.T) {
-	const lease = 500 * time.Millisecond
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
-			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, cluster, 6)
-			name := redistest.Name(t)
-			redistest.LeaseTurns(t, 6, lease, false, func(i int, start func()) (redistest.Holder, error) {
-				m, err := reentrant.New(clients[i], name, reentrant.WithLease(lease))
-				if err != nil {
-					return nil, err
-				}
-				start()
-				err = m.Lock(context.Background())
-				_ = clients[i].Close() // the process dies holding the lock
-				return m, err
-			})
-		})
-	}
+// Holds that end by their lease, with nobody unlocking: every waiter's own
+// fallback timer fires when the current hold would expire, so one of them
+// takes the lock right after each lease (in no particular order: this lock
+// is not fair).
+func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
+	redistest.HoldsEndingByLease(t, false, func(c redis.UniversalClient, name string, _ int, lease time.Duration) (redistest.TurnLocker, error) {
+		if lease > 0 {
+			return reentrant.New(c, name, reentrant.WithLease(lease))
+		}
+		return reentrant.New(c, name)
+	})
 }

@@ -1,16 +1,67 @@
 package redistest
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Holder is a handle whose hold can be watched.
 type Holder interface {
 	Lost() <-chan struct{}
+}
+
+// TurnLocker is a lock handle as HoldsEndingByLease drives it.
+type TurnLocker interface {
+	Holder
+	Lock(ctx context.Context) error
+	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+}
+
+// HoldsEndingByLease runs LeaseTurns on single node and cluster, with six
+// handles of one lock taking 500 ms holds that nobody unlocks, two ways:
+// TryLock(wait 10 s, lease 500 ms), and Lock with a 500 ms watchdog lease
+// whose client is closed at once (a holder whose process died). newLock
+// makes handle i on c; lease, when not 0, is its watchdog lease.
+func HoldsEndingByLease(t *testing.T, ordered bool, newLock func(c redis.UniversalClient, name string, i int, lease time.Duration) (TurnLocker, error)) {
+	const lease = 500 * time.Millisecond
+	for _, cluster := range []bool{false, true} {
+		for _, dies := range []bool{false, true} {
+			name := map[bool]string{false: "single", true: "cluster"}[cluster] + "/" +
+				map[bool]string{false: "fixed leases", true: "holders that die"}[dies]
+			t.Run(name, func(t *testing.T) {
+				NoLeaks(t)
+				clients := Clients(t, cluster, 6)
+				lock := Name(t)
+				LeaseTurns(t, 6, lease, ordered, func(i int, start func()) (Holder, error) {
+					watchdog := time.Duration(0)
+					if dies {
+						watchdog = lease
+					}
+					m, err := newLock(clients[i], lock, i, watchdog)
+					if err != nil {
+						return nil, err
+					}
+					start()
+					if dies {
+						err = m.Lock(context.Background())
+						_ = clients[i].Close() // the process dies holding the lock
+						return m, err
+					}
+					ok, err := m.TryLock(context.Background(), 10*time.Second, lease)
+					if err == nil && !ok {
+						err = errors.New("TryLock = false")
+					}
+					return m, err
+				})
+			})
+		}
+	}
 }
 
 // LeaseTurns checks that holds ending by their lease pass the lock on at
