@@ -139,7 +139,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		cut := &redistest.Partition{}
 		c.AddHook(cut)
-		m, err := fair.New(c, lockName, fair.WithClock(s.clk), fair.WithScripts(scripts),
+		m, err := fair.New(c, lockName, core.WithClock(s.clk), core.WithScripts(scripts),
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease))
 		if err != nil {
 			t.Fatal(err)

@@ -5,9 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,14 +57,6 @@ func WithWaitTimeout(d time.Duration) Option { return core.WithWaitTimeout(d) }
 // queue entries, next to its host name and process id (default empty; at
 // most 200 bytes).
 func WithLabel(s string) Option { return core.WithLabel(s) }
-
-// WithClock sets the clock behind the library's timers (default: the wall
-// clock). It takes an internal type: it exists for this module's tests.
-func WithClock(c clock.Clock) Option { return core.WithClock(c) }
-
-// WithScripts replaces the Redis scripts (default: the library's). It takes
-// an internal type: it exists for this module's tests.
-func WithScripts(s *lua.Scripts) Option { return core.WithScripts(s) }
 
 // Mutex is one handle on a fair lock. Its methods are safe for concurrent
 // use; goroutines sharing a handle share its hold (and each of their Lock

@@ -42,7 +42,7 @@ func (e *env) process() *redis.Client {
 
 func (e *env) handleOn(c *redis.Client, opts ...fair.Option) *fair.Mutex {
 	e.t.Helper()
-	m, err := fair.New(c, lockName, append([]fair.Option{fair.WithClock(e.clk)}, opts...)...)
+	m, err := fair.New(c, lockName, append([]fair.Option{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

@@ -5,9 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,14 +43,6 @@ func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
 // ended, such as an Unlock under defer with a cancelled ctx (default 5 s).
 func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
 
-// WithClock sets the clock behind the library's timers (default: the wall
-// clock). It takes an internal type: it exists for this module's tests.
-func WithClock(c clock.Clock) Option { return core.WithClock(c) }
-
-// WithScripts replaces the Redis scripts (default: the library's). It takes
-// an internal type: it exists for this module's tests.
-func WithScripts(s *lua.Scripts) Option { return core.WithScripts(s) }
-
 // Mutex is one handle on a reentrant lock. Its methods are safe for
 // concurrent use; goroutines sharing a handle share its hold.
 type Mutex struct {
@@ -62,11 +52,15 @@ type Mutex struct {
 // New returns a handle on the lock name, with its own owner id. It talks to
 // Redis only when used. Bad arguments get an error wrapping
 // ErrInvalidArgument: a nil or *redis.Ring client, an empty name, a name
-// with { or }, or an invalid option.
+// with { or }, an invalid option, or an option of the fair lock
+// (fair.WithWaitTimeout, fair.WithLabel: this lock has no queue).
 func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
 	cfg, err := core.Apply(opts)
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.FairOnly) > 0 {
+		return nil, core.Invalid("%s is an option of the fair lock (package fair); the reentrant lock has no queue", cfg.FairOnly[0])
 	}
 	m, err := core.NewMutex(client, name, cfg, newKind)
 	if err != nil {

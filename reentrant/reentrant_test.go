@@ -8,6 +8,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -33,7 +34,7 @@ func newEnv(t *testing.T) *env {
 // handle returns a new handle on "jobs" driven by the fake clock.
 func (e *env) handle(opts ...reentrant.Option) *reentrant.Mutex {
 	e.t.Helper()
-	m, err := reentrant.New(e.client, "jobs", append([]reentrant.Option{reentrant.WithClock(e.clk)}, opts...)...)
+	m, err := reentrant.New(e.client, "jobs", append([]reentrant.Option{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
@@ -458,7 +459,7 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	c.AddHook(cut)
-	a, err := reentrant.New(c, "jobs", reentrant.WithClock(e.clk))
+	a, err := reentrant.New(c, "jobs", core.WithClock(e.clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithClock sets the clock that drives the library's timers.
+// WithClock sets the clock that drives the library's timers. Not part of the
+// public API (its type is internal): this module's tests pass it to New.
 func WithClock(clk clock.Clock) Option {
 	return func(c *Config) error {
 		if clk == nil {
@@ -83,7 +84,8 @@ func WithClock(clk clock.Clock) Option {
 	}
 }
 
-// WithScripts replaces the script set.
+// WithScripts replaces the script set. Not part of the public API: this
+// module's tests (the mutation test, say) pass it to New.
 func WithScripts(s *lua.Scripts) Option {
 	return func(c *Config) error {
 		if s == nil {
@@ -101,6 +103,7 @@ func WithWaitTimeout(d time.Duration) Option {
 			return err
 		}
 		c.WaitTimeout = d
+		c.FairOnly = append(c.FairOnly, "WithWaitTimeout")
 		return nil
 	}
 }
@@ -112,6 +115,7 @@ func WithLabel(s string) Option {
 			return Invalid("label must be at most 200 bytes, got %d", len(s))
 		}
 		c.Label = s
+		c.FairOnly = append(c.FairOnly, "WithLabel")
 		return nil
 	}
 }
