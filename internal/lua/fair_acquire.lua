@@ -1,5 +1,5 @@
--- fair_acquire.lua: one attempt of a fair-lock waiter, the six steps of the
--- fair queue. KEYS[1..3]: hold, queue, deadlines (see lib.lua).
+-- fair_acquire.lua: one attempt of a fair-lock waiter, the seven steps of the
+-- fair queue, numbered in the order they run (docs/queue-semantics.md). KEYS[1..3]: hold, queue, deadlines (see lib.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
@@ -40,7 +40,7 @@ if may_have_waiters(s, w, now) then head, popped = live_head(now) end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
-  -- A hold this handle gave up for lost (its lease ran out as the client
+  -- Still step 1: a hold this handle gave up for lost (its lease ran out as the client
   -- counts it, a margin before Redis's): end it, as its release would have
   -- (the lock goes to the live head below), rather than count this call as
   -- a re-entry of it.
@@ -49,7 +49,7 @@ if who == owner and token == tonumber(ARGV[10]) then
 end
 if who == owner then
   if s.e == entry then
-    -- Step 4, this waiter's turn came by hand-off while it was away (its
+    -- Step 2, this waiter's turn came by hand-off while it was away (its
     -- message may have been lost): the hold is its own, waiting for its claim.
     return answer({1, count, token, 1, tonumber(s.g)})
   end
@@ -70,7 +70,7 @@ end
 
 if who == nil then
   if head == nil or head == entry then
-    -- Step 2, acquire: the lock is free and nobody live is ahead of the caller.
+    -- Step 4, acquire: the lock is free and nobody live is ahead of the caller.
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
@@ -84,8 +84,9 @@ if who == nil then
     end
     return answer({1, 1, token, 0})
   end
-  -- Free, but a live waiter is first (the last hold expired, or the head just
-  -- became first): it gets the lock, and its wake-up, now.
+  -- Step 5, hand-off: free, but a live waiter is first (the last hold
+  -- expired, or the head just became first): it gets the lock, and its
+  -- wake-up, now.
   hand_off(s, w, now, now_us, publish, channel)
   head = live_head(now)
   expiry = tonumber(w.x)
@@ -95,7 +96,7 @@ elseif popped and head and head ~= entry then
   tell_head(head, expiry, publish, channel)
 end
 
--- Step 5, the caller waits. "try" never queues: no barging past waiters.
+-- Step 6, the caller waits. "try" never queues: no barging past waiters.
 if mode == 'try' then
   if next(w) ~= nil then
     commit(s, w, now, false)
@@ -116,7 +117,7 @@ elseif deadline or mode == 'queued' then
   end
   return {-1}
 else
-  -- Step 6, enqueue at the tail with the caller's own deadline (its own wait
+  -- Step 7, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
   redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
   redis.call('ZADD', KEYS[3], int(now + wait), entry)

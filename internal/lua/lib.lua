@@ -56,6 +56,9 @@ end
 
 -- missing: the hold key did not exist when load ran; changed: clear_hold
 -- changed the hold, so it must be saved even with nothing else to write.
+-- Both are per call. As a plain script (EVALSHA) this file runs at every
+-- call; in the Functions library it runs once, so lua.go resets both by
+-- these names at the start of every function: rename them there too.
 local missing, changed = false, false
 
 -- load reads the hold: strings by field name, absent fields nil.
@@ -246,8 +249,10 @@ end
 -- the grantee claims it, the grant lasts no longer than the waiter's own queue
 -- deadline: a grant to a waiter that died ends when its eviction would have,
 -- and the next head, told of that end, takes the lock then.
--- Used whenever the lock is free (released, expired, given back, forced):
--- the new hold's fields in w replace whatever hold s still records.
+-- Callers use it when the lock is free (expired, given back) or is being
+-- freed by this very call (the last release, ForceUnlock): the new hold's
+-- fields in w replace whatever hold s still records, which those callers
+-- rely on.
 -- Writes go to w (saved by the caller). Returns the grantee's entry, or nil.
 local function hand_off(s, w, now, now_us, publish, channel)
   if not may_have_waiters(s, w, now) then return nil end

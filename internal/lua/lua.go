@@ -72,7 +72,9 @@ func MustBuild(src map[string]string) *Scripts {
 	// The function library: lib.lua once, then each script as the body of a
 	// function. The helpers read KEYS and ARGV, which a function receives as
 	// arguments, so they are upvalues that each call sets first, together
-	// with lib.lua's per-call flags. Its name carries a hash of its text, so
+	// with lib.lua's per-call flags, missing and changed (declared in
+	// lib.lua, reset here by name: rename them in both places). Its name
+	// carries a hash of its text, so
 	// that libraries of different fairlock versions (function names are
 	// global to a server) live side by side.
 	sum := sha1.Sum([]byte(strings.Join(append([]string{lib}, bodies(src, names)...), "\x00")))

@@ -1,7 +1,8 @@
 -- renew.lua: the watchdog's renewal, and the grantee's claim after a direct
 -- hand-off. Extends the hold only if this very hold (owner and token) is
 -- still in force; never shortens it. Safe to run twice.
--- KEYS[1] the hold (fair lock: KEYS[2..4] too, for their TTL).
+-- KEYS[1] the hold (fair lock: KEYS[2..3] too, the queue and deadlines, so
+-- that commit keeps their TTL in step).
 -- ARGV[1] owner id, ARGV[2] token, ARGV[3] lease in ms,
 -- ARGV[4] "1" if the lease is fixed: a fixed lease counts from the grant.
 -- Returns {1, ms until expiry} or {0} when the hold is gone.
