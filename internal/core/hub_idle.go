@@ -1,0 +1,75 @@
+package core
+
+// Idle sweeping: a channel without waiters stays subscribed for HubLinger,
+// then is unsubscribed; a hub left with no channel closes its connection.
+
+import (
+	"context"
+	"time"
+)
+
+// CloseIdleHubs unsubscribes every channel without waiters now, and closes
+// hubs left with none. Tests call it before checking for leaked goroutines.
+func CloseIdleHubs() {
+	hubsMu.Lock()
+	all := make([]*hub, 0, len(hubs))
+	for _, h := range hubs {
+		all = append(all, h)
+	}
+	hubsMu.Unlock()
+	for _, h := range all {
+		h.closeIdle(0)
+	}
+}
+
+// closeIdle unsubscribes channels idle for at least linger; a hub with no
+// channel left closes; one with channels still idle sweeps again later.
+func (h *hub) closeIdle(linger time.Duration) {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	if hubs[h.key] != h {
+		return
+	}
+	h.cmdMu.Lock()
+	h.mu.Lock()
+	if h.sweep != nil {
+		h.sweep.Stop()
+		h.sweep = nil
+	}
+	var idle []string
+	waitMore := false
+	for name, ch := range h.chans {
+		if len(ch.subs) > 0 {
+			continue
+		}
+		if time.Since(ch.idleSince) >= linger {
+			idle = append(idle, name)
+			delete(h.chans, name)
+		} else {
+			waitMore = true
+		}
+	}
+	empty := len(h.chans) == 0
+	if waitMore {
+		h.sweep = time.AfterFunc(linger, func() { h.closeIdle(HubLinger) })
+	}
+	h.mu.Unlock()
+	if empty {
+		delete(hubs, h.key)
+		h.cmdMu.Unlock()
+		close(h.closing)
+		_ = h.ps.Close()
+		<-h.done
+		return
+	}
+	if len(idle) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if h.sharded {
+			_ = h.ps.SUnsubscribe(ctx, idle...)
+		} else {
+			_ = h.ps.Unsubscribe(ctx, idle...)
+		}
+		cancel()
+	}
+	h.cmdMu.Unlock()
+}
