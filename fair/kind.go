@@ -54,12 +54,12 @@ type reply struct {
 	held      bool
 	count     int
 	token     int64
-	handoff   bool          // held by a hand-off to this entry, not yet claimed
-	grantedAt int64         // handoff: the grant's Redis time, ms
-	evicted   bool          // the entry lost its place
-	holdLeft  time.Duration // waiting: how long the current hold may last
-	head      bool          // waiting: the entry is first in the queue
-	clock     redisClock    // waiting: where Redis's clock stood
+	handoff   bool       // held by a hand-off to this entry, not yet claimed
+	grantedAt int64      // handoff: the grant's Redis time, ms
+	evicted   bool       // the entry lost its place
+	holdEnds  int64      // waiting: when the current hold expires, Redis ms
+	head      bool       // waiting: the entry is first in the queue
+	clock     redisClock // waiting: where Redis's clock stood
 }
 
 // redisClock places Redis times (ms) on this client's clock, from a reply
@@ -108,7 +108,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 		return reply{evicted: true}, nil
 	default:
 		redisNow := time.UnixMilli(r[3])
-		return reply{holdLeft: time.Duration(r[1]) * time.Millisecond, head: r[2] == 1,
+		return reply{holdEnds: r[3] + r[1], head: r[2] == 1,
 			clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
 	}
 }
@@ -168,13 +168,16 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	mem.queuedAt(sent)
 
 	// The fallback timer: the head wakes 1 ms after the current hold would
-	// expire, in case its lease runs out (no message says so).
+	// expire (Redis ms), in case its lease runs out (no message says so).
+	// The expiry is placed on this client's clock no earlier than it is, and
+	// the timer set at that time, not after a duration: a notice handled
+	// late still wakes the head on time.
 	var fallback interface{ Stop() bool }
-	wakeAfter := func(d time.Duration) {
+	wakeAtEnd := func(rc redisClock, expiry int64) {
 		if fallback != nil {
 			fallback.Stop()
 		}
-		fallback = w.After(clk, max(d, 0)+time.Millisecond, core.Retry)
+		fallback = w.At(clk, rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
 	}
 	defer func() {
 		if fallback != nil {
@@ -183,7 +186,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	}()
 	rc := r.clock
 	if listening && r.head {
-		wakeAfter(r.holdLeft)
+		wakeAtEnd(rc, r.holdEnds)
 	}
 	// handedOff is the hold a hand-off (its message, the heartbeat's notice
 	// of a lost one, or an attempt's reply) granted this entry at Redis time
@@ -224,7 +227,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			mem.queuedAt(sent)
 			rc = r.clock
 			if r.head {
-				wakeAfter(r.holdLeft)
+				wakeAtEnd(rc, r.holdEnds)
 			} else if fallback != nil {
 				fallback.Stop()
 				fallback = nil
@@ -244,7 +247,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 				// when that hold would expire (Redis time, placed on this
 				// client's clock).
 				expiry, _ := strconv.ParseInt(ms, 10, 64)
-				wakeAfter(rc.notEarlier(expiry).Sub(clk.Now()))
+				wakeAtEnd(rc, expiry)
 				break
 			}
 			if g := handedOff(parseGrant(note)); g != nil {

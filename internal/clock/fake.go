@@ -47,12 +47,28 @@ func (c *Fake) Now() time.Time {
 }
 
 // AfterFunc schedules f for Now()+d. A timer due now runs at the next Advance
-// (Advance(0) included).
+// (Advance(0) included), or in the Advance running now.
 func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.scheduleLocked(c.now.Add(d), f)
+}
+
+// AtFunc schedules f for when the clock reads t (at once if it already
+// passed t: as AfterFunc with d <= 0). Unlike AfterFunc(t.Sub(Now())), no
+// Advance can move the clock between reading it and scheduling.
+func (c *Fake) AtFunc(t time.Time, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.Before(c.now) {
+		t = c.now
+	}
+	return c.scheduleLocked(t, f)
+}
+
+func (c *Fake) scheduleLocked(when time.Time, f func()) *fakeTimer {
 	c.seq++
-	t := &fakeTimer{c: c, when: c.now.Add(d), seq: c.seq, f: f}
+	t := &fakeTimer{c: c, when: when, seq: c.seq, f: f}
 	c.timers = append(c.timers, t)
 	return t
 }

@@ -52,3 +52,26 @@ func TestFakeAdvanceZeroRunsTimersDueNow(t *testing.T) {
 		t.Fatal("a timer due now did not run at Advance(0)")
 	}
 }
+
+// AtFunc schedules at a time, not after a duration: a call made while an
+// Advance is running (here from a timer it fired) still runs at the time it
+// asked for, and one for a time already passed runs at once, in the same
+// Advance.
+func TestAtFuncRunsAtItsTimeWhenScheduledDuringAnAdvance(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := NewFake(start, nil)
+	var at, late time.Time
+	c.AfterFunc(10*time.Millisecond, func() {
+		AtFunc(c, start.Add(50*time.Millisecond), func() { at = c.Now() })
+	})
+	c.AfterFunc(30*time.Millisecond, func() {
+		AtFunc(c, start.Add(20*time.Millisecond), func() { late = c.Now() })
+	})
+	c.Advance(100 * time.Millisecond)
+	if want := start.Add(50 * time.Millisecond); !at.Equal(want) {
+		t.Errorf("AtFunc(start+50ms) ran at %v, want %v", at.Sub(start), want.Sub(start))
+	}
+	if want := start.Add(30 * time.Millisecond); !late.Equal(want) {
+		t.Errorf("AtFunc for a time already passed ran at %v, want at once (%v)", late.Sub(start), want.Sub(start))
+	}
+}

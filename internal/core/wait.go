@@ -70,6 +70,11 @@ func (w *Waiter) After(clk clock.Clock, d time.Duration, reason Reason) clock.Ti
 	return clk.AfterFunc(d, func() { w.Fire(reason, "") })
 }
 
+// At fires reason when clk reaches t.
+func (w *Waiter) At(clk clock.Clock, t time.Time, reason Reason) clock.Timer {
+	return clock.AtFunc(clk, t, func() { w.Fire(reason, "") })
+}
+
 // Next finishes the previous wake and waits for the next one: a delivered
 // wake, a message or confirmation of sub (if not nil), or ctx ending.
 func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
