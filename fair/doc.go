@@ -47,12 +47,13 @@
 //     message, so the live head always knows when the current hold expires;
 //     it holds the lock within 1 ms and one round trip of that expiry, by
 //     Redis's clock (two at worst: it places the expiry on its own clock
-//     with an offset read from a reply, which may be a round trip late). Whenever the head changes while the lock is held (the
-//     head takes the lock, gives up, or is evicted), one message, to the new
-//     head only, tells it the expiry: one message and one timer per change
-//     of head, whatever the queue's length, and never a herd. The heartbeat
-//     doubles as every waiter's fallback timer, so a lost message never
-//     strands anyone, and nobody polls.
+//     with an offset read from a reply, which may be a round trip late).
+//     Whenever the head changes while the lock is held (the head takes the
+//     lock, gives up, or is evicted), one message, to the new head only,
+//     tells it the expiry: one message and one timer per change of head,
+//     whatever the queue's length, and never a herd. The heartbeat doubles
+//     as every waiter's fallback timer, so a lost message never strands
+//     anyone, and nobody polls.
 //  7. Cost: no script iterates over the waiters. Every call is O(log N) in
 //     the queue length, amortised: a dead or departed entry is removed once,
 //     when it reaches the head.

@@ -1,5 +1,6 @@
 -- fair_acquire.lua: one attempt of a fair-lock waiter, the seven steps of the
--- fair queue, numbered in the order they run (docs/queue-semantics.md). KEYS[1..3]: hold, queue, deadlines (see lib.lua).
+-- fair queue, numbered in the order they run (docs/queue-semantics.md).
+-- KEYS[1..3]: hold, queue, deadlines (see lib.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
@@ -40,10 +41,10 @@ if may_have_waiters(s, w, now) then head, popped = live_head(now) end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
-  -- Still step 1: a hold this handle gave up for lost (its lease ran out as the client
-  -- counts it, a margin before Redis's): end it, as its release would have
-  -- (the lock goes to the live head below), rather than count this call as
-  -- a re-entry of it.
+  -- Still step 1: a hold this handle gave up for lost (its lease ran out as
+  -- the client counts it, a margin before Redis's): end it, as its release
+  -- would have (the lock goes to the live head below), rather than count
+  -- this call as a re-entry of it.
   clear_hold(s)
   who = nil
 end

@@ -244,9 +244,10 @@ end
 
 -- Fair lock, direct hand-off: grant the lock to the live head and publish the
 -- grant to that waiter alone ("<entry> <token> <grant time>", Redis ms): the
--- waiter needs no further round trip, and counts its lease from the grant. The same message carries the head notice for the waiter behind
--- it (";<next> head <expiry>"), so a hand-off is still one message. Until
--- the grantee claims it, the grant lasts no longer than the waiter's own queue
+-- waiter needs no further round trip, and counts its lease from the grant.
+-- The same message carries the head notice for the waiter behind it
+-- (";<next> head <expiry>"), so a hand-off is still one message. Until the
+-- grantee claims it, the grant lasts no longer than the waiter's own queue
 -- deadline: a grant to a waiter that died ends when its eviction would have,
 -- and the next head, told of that end, takes the lock then.
 -- Callers use it when the lock is free (expired, given back) or is being
