@@ -309,9 +309,9 @@ func TestHandOffWithAShortFixedLeaseIsNotLostAtBirth(t *testing.T) {
 	c.settle(1)
 	e.clk.Advance(2 * time.Second) // 2 s after it, a hands the lock to b
 	mustUnlock(t, a)
-	r, _ := c.until(ib, 0, time.Hour)
-	if !r.ok || r.err != nil {
-		t.Fatalf("b: %v, %v", r.ok, r.err)
+	c.settle(-1)
+	if r := c.res[ib]; c.at[ib] < 0 || !r.ok || r.err != nil {
+		t.Fatalf("b's TryLock on the hand-off: returned %v, with %v, %v", c.at[ib] >= 0, r.ok, r.err)
 	}
 	e.clk.Advance(900 * time.Millisecond)
 	if isClosed(b.Lost()) || b.Token() == 0 {
