@@ -614,8 +614,8 @@ func (s *spec) check(t *rapid.T) {
 	}
 
 	// Guarantee 6, progress after a lease ends: when a hold ends because its
-	// lease ran out (a holder that crashed or was cut off, a grant never
-	// claimed), no message says so; the live waiter that was at the front of
+	// lease ran out (a fixed lease, a holder that crashed or was cut off, a
+	// grant never claimed), no message says so; the live waiter that was at the front of
 	// the queue while it was held must hold the lock within leaseEndSlack of
 	// the hold's end, not a heartbeat later.
 	if st.Holder != nil {
