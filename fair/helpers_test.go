@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +59,8 @@ func (e *env) inspect() fair.State {
 	return s
 }
 
-// watch subscribes to the lock's channel, for tests that count messages.
+// watch subscribes to the lock's channel, for tests that count messages;
+// the markers of the tests' own sync barrier are left out.
 func (e *env) watch() <-chan *redis.Message {
 	e.t.Helper()
 	ctx := context.Background()
@@ -67,7 +69,16 @@ func (e *env) watch() <-chan *redis.Message {
 	if _, err := watch.Receive(ctx); err != nil {
 		e.t.Fatal(err)
 	}
-	return watch.Channel()
+	out := make(chan *redis.Message, 100)
+	go func() {
+		defer close(out)
+		for m := range watch.Channel() {
+			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+				out <- m
+			}
+		}
+	}()
+	return out
 }
 
 // queued returns the labels of the queue's live waiters, in order.

@@ -42,7 +42,7 @@ type hub struct {
 	mu      sync.Mutex
 	chans   map[string]*channel
 	pending map[string]int           // subscribe confirmations still to come
-	syncs   map[string]chan struct{} // SyncHubs pings awaiting their pong
+	syncs   map[string]chan struct{} // SyncHubs markers not yet read back
 }
 
 type channel struct {

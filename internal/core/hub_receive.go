@@ -81,13 +81,15 @@ func (h *hub) receive() {
 				h.confirmed(m.Channel)
 			}
 		case *redis.Message:
+			if strings.HasPrefix(m.Payload, SyncMarker) {
+				h.synced(m.Payload) // SyncHubs' marker, for no waiter
+				continue
+			}
 			h.mu.Lock()
 			if ch := h.chans[m.Channel]; ch != nil {
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()
-		case *redis.Pong:
-			h.pong(m.Payload)
 		}
 	}
 }

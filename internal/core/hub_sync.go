@@ -5,13 +5,20 @@ package core
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// pong ends the SyncHubs wait for payload, once: whoever takes it out of
+// SyncMarker begins the payload of SyncHubs' markers; no waiter's id does.
+// Tests that watch a lock's channel skip such messages.
+const SyncMarker = "fairlock-sync-"
+
+// synced ends the SyncHubs wait for payload, once: whoever takes it out of
 // syncs closes it.
-func (h *hub) pong(payload string) {
+func (h *hub) synced(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c := h.syncs[payload]; c != nil {
@@ -29,11 +36,15 @@ func Unread() int { return int(unread.Load()) }
 
 var syncSeq atomic.Int64
 
-// SyncHubs returns once every hub has read all that Redis sent it before the
-// call: each hub pings on its pub/sub connection, and Redis answers after the
-// messages it queued ahead of the ping. Tests use it with Unread and Asleep to
-// know that no message is still on its way to a waiter before they move a
-// fake clock. All hubs ping at once; a hub whose connection fails is skipped.
+// SyncHubs returns once every hub has read all that was published to it
+// before the call. Each hub publishes a marker on one of its channels, with
+// its own client, and waits until it reads it back: a subscriber gets a
+// channel's messages in the order they were published, on Redis and on
+// miniredis alike (a PING would not do: miniredis may answer it before a
+// message it is still writing). Tests use it with Unread and Asleep to know
+// that no message is on its way to a waiter before they move a fake clock.
+// All hubs publish at once; a hub that cannot publish (its client closed or
+// cut off, say) is skipped.
 func SyncHubs(ctx context.Context) {
 	hubsMu.Lock()
 	all := make([]*hub, 0, len(hubs))
@@ -41,28 +52,50 @@ func SyncHubs(ctx context.Context) {
 		all = append(all, h)
 	}
 	hubsMu.Unlock()
-	type ping struct {
+	type marker struct {
 		h       *hub
 		payload string
-		pong    chan struct{}
+		read    chan struct{}
 	}
-	pings := make([]ping, 0, len(all))
+	markers := make([]marker, 0, len(all))
 	for _, h := range all {
-		p := ping{h, "fairlock-sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{})}
+		m := marker{h, SyncMarker + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{})}
 		h.mu.Lock()
-		h.syncs[p.payload] = p.pong
+		channel := ""
+		for name, ch := range h.chans {
+			if ch.confirmed {
+				channel = name
+				break
+			}
+		}
+		if channel != "" {
+			h.syncs[m.payload] = m.read
+		}
 		h.mu.Unlock()
-		pings = append(pings, p)
-		if h.ps.Ping(ctx, p.payload) != nil {
-			h.pong(p.payload) // nothing will answer
+		if channel == "" {
+			continue // nothing subscribed, nothing in flight
+		}
+		markers = append(markers, m)
+		client, ok := h.key.(redis.UniversalClient)
+		var err error
+		switch {
+		case !ok:
+			err = errors.New("no client")
+		case h.sharded:
+			err = client.SPublish(ctx, channel, m.payload).Err()
+		default:
+			err = client.Publish(ctx, channel, m.payload).Err()
+		}
+		if err != nil {
+			h.synced(m.payload) // nothing will come back
 		}
 	}
-	for _, p := range pings {
+	for _, m := range markers {
 		select {
-		case <-p.pong:
-		case <-p.h.done:
+		case <-m.read:
+		case <-m.h.done:
 		case <-ctx.Done():
 		}
-		p.h.pong(p.payload)
+		m.h.synced(m.payload)
 	}
 }

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -55,7 +56,7 @@ func HoldsEndingByLease(t *testing.T, ordered bool, newLock func(c redis.Univers
 					}
 					ok, err := m.TryLock(context.Background(), 10*time.Second, lease)
 					if err == nil && !ok {
-						err = errors.New("TryLock = false")
+						err = fmt.Errorf("caller %d: TryLock = false: its 10 s wait elapsed", i)
 					}
 					return m, err
 				})
@@ -93,6 +94,9 @@ func LeaseTurns(t *testing.T, n int, lease time.Duration, ordered bool, acquire 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		for i := range at {
+			t.Logf("caller %d returned at %v: %v", i, at[i].Round(time.Millisecond), errs[i])
+		}
 		t.Fatal(err)
 	}
 	order := make([]int, n)
