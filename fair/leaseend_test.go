@@ -88,6 +88,25 @@ func (c *calls) until(i int, step, limit time.Duration) (result, time.Duration) 
 	return c.res[i], c.at[i]
 }
 
+// deadHeadThenLive queues b, whose process then dies, and gap later c, both
+// with wait timeout wait, behind whatever holds the lock. It returns c's
+// handle, the calls (started when b was queued) and c's call. b's Lock call
+// is frozen until the test ends.
+func (e *env) deadHeadThenLive(wait, gap time.Duration) (*fair.Mutex, *calls, int) {
+	e.t.Helper()
+	dead := e.process()
+	b := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait))
+	cw := e.named("c", fair.WithWaitTimeout(wait))
+	c := e.calls()
+	frozen, thaw := context.WithCancel(context.Background())
+	e.t.Cleanup(thaw)
+	c.add(frozen, b, time.Hour, 0, 1)
+	e.clk.Advance(gap)
+	ic := c.add(context.Background(), cw, time.Hour, 0, 2)
+	_ = dead.Close() // b falls silent
+	return cw, c, ic
+}
+
 // The scenario: six handles take turns with TryLock(wait 10 s,
 // lease 500 ms), nobody unlocks. Each must hold the lock right after the
 // previous lease ends: six holders in about 3 s, not one per heartbeat.
@@ -196,15 +215,7 @@ func TestHeadEvictedWhileHeldPassesTheTurnToTheNext(t *testing.T) {
 	if ok, err := a.TryLock(ctx, 0, lease); !ok || err != nil {
 		t.Fatalf("a: %v, %v", ok, err)
 	}
-	dead := e.process()
-	b := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait))
-	cw := e.named("c", fair.WithWaitTimeout(wait))
-	c := e.calls()
-	frozen, thaw := context.WithCancel(ctx)
-	defer thaw()
-	c.add(frozen, b, time.Hour, 0, 1)
-	ic := c.add(ctx, cw, time.Hour, 0, 2)
-	_ = dead.Close() // b falls silent
+	cw, c, ic := e.deadHeadThenLive(wait, 0)
 	for e.clk.Now().Sub(c.start) < lease-time.Second {
 		e.clk.Advance(100 * time.Millisecond)
 		c.settle(-1)
@@ -220,20 +231,11 @@ func TestHeadEvictedWhileHeldPassesTheTurnToTheNext(t *testing.T) {
 // waiter's deadline: the waiter behind it must take the lock then.
 func TestUnclaimedGrantEndsAndTheNextTakesTheLock(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	const wait = 3 * time.Second
 	a := e.named("a")
 	mustLock(t, a)
-	dead := e.process()
-	b := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait))
-	cw := e.named("c", fair.WithWaitTimeout(wait))
-	c := e.calls()
-	frozen, thaw := context.WithCancel(ctx)
-	defer thaw()
-	c.add(frozen, b, time.Hour, 0, 1) // b's deadline: start + 3 s
-	e.clk.Advance(400 * time.Millisecond)
-	ic := c.add(ctx, cw, time.Hour, 0, 2) // c's heartbeats: start + 1.4 s, 2.4 s, 3.4 s
-	_ = dead.Close()                      // b falls silent
+	// b's deadline: start + 3 s; c's heartbeats: start + 1.4 s, 2.4 s, 3.4 s.
+	cw, c, ic := e.deadHeadThenLive(wait, 400*time.Millisecond)
 	e.clk.Advance(100 * time.Millisecond)
 	mustUnlock(t, a) // granted to b, which never claims it
 	if h := e.inspect().Holder; h == nil || h.Label != "b" || !h.Pending {
