@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +15,18 @@ import (
 
 func TestMain(m *testing.M) { redistest.Exit(m) }
 
-func pubsubConnections(t *testing.T, c *redis.Client) int {
+// pubsubConnections counts the subscribed connections of the clients named
+// name. Only those: other test packages share the server and open and close
+// their own meanwhile.
+func pubsubConnections(t *testing.T, admin *redis.Client, name string) int {
 	t.Helper()
-	list, err := c.ClientList(context.Background()).Result()
+	list, err := admin.ClientList(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, line := range strings.Split(list, "\n") {
-		if strings.Contains(line, "sub=") && !strings.Contains(line, " sub=0 ") {
+		if strings.Contains(line, " name="+name+" ") && strings.Contains(line, "sub=") && !strings.Contains(line, " sub=0 ") {
 			n++
 		}
 	}
@@ -40,10 +45,11 @@ func received(s *core.Sub) (string, bool) {
 func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 	redistest.NoLeaks(t)
 	ctx := context.Background()
-	client := redistest.Real(t)
 	admin := redistest.Real(t)
+	name := "hubtest-" + strconv.Itoa(os.Getpid()) + "-" + core.NextID()
+	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, ClientName: name})
+	defer client.Close()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	before := pubsubConnections(t, admin)
 
 	var subs []*core.Sub
 	for i := 0; i < 1000; i++ {
@@ -54,7 +60,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 		subs = append(subs, s)
 	}
 	<-subs[0].Ready()
-	if n := pubsubConnections(t, admin) - before; n != 1 {
+	if n := pubsubConnections(t, admin, name); n != 1 {
 		t.Fatalf("1,000 waiters opened %d pub/sub connections, want 1", n)
 	}
 
@@ -89,7 +95,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 		live.Close()
 	}
 	core.CloseIdleHubs()
-	if n := pubsubConnections(t, admin) - before; n != 0 {
+	if n := pubsubConnections(t, admin, name); n != 0 {
 		t.Fatalf("%d pub/sub connections left after the idle hub closed", n)
 	}
 }
