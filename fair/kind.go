@@ -169,24 +169,24 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 
 	// The fallback timer: the head wakes 1 ms after the current hold would
 	// expire (Redis ms), in case its lease runs out (no message says so).
-	// The expiry is placed on this client's clock no earlier than it is, and
-	// the timer set at that time, not after a duration: a notice handled
-	// late still wakes the head on time.
+	// The expiry is placed on this client's clock (rc: from the latest
+	// reply) no earlier than it is, and the timer set at that time, not after
+	// a duration: a notice handled late still wakes the head on time.
+	rc := r.clock
 	var fallback interface{ Stop() bool }
-	wakeAtEnd := func(rc redisClock, expiry int64) {
+	stopFallback := func() {
 		if fallback != nil {
 			fallback.Stop()
+			fallback = nil
 		}
+	}
+	defer stopFallback()
+	wakeAtEnd := func(expiry int64) {
+		stopFallback()
 		fallback = w.At(clk, rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
 	}
-	defer func() {
-		if fallback != nil {
-			fallback.Stop()
-		}
-	}()
-	rc := r.clock
 	if listening && r.head {
-		wakeAtEnd(rc, r.holdEnds)
+		wakeAtEnd(r.holdEnds)
 	}
 	// handedOff is the hold a hand-off (its message, the heartbeat's notice
 	// of a lost one, or an attempt's reply) granted this entry at Redis time
@@ -227,10 +227,9 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			mem.queuedAt(sent)
 			rc = r.clock
 			if r.head {
-				wakeAtEnd(rc, r.holdEnds)
-			} else if fallback != nil {
-				fallback.Stop()
-				fallback = nil
+				wakeAtEnd(r.holdEnds)
+			} else {
+				stopFallback()
 			}
 		}
 		wk := w.Next(ctx, sub)
@@ -247,7 +246,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 				// when that hold would expire (Redis time, placed on this
 				// client's clock).
 				expiry, _ := strconv.ParseInt(ms, 10, 64)
-				wakeAtEnd(rc, expiry)
+				wakeAtEnd(expiry)
 				break
 			}
 			if g := handedOff(parseGrant(note)); g != nil {

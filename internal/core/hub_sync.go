@@ -5,7 +5,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 
@@ -76,17 +75,13 @@ func SyncHubs(ctx context.Context) {
 			continue // nothing subscribed, nothing in flight
 		}
 		markers = append(markers, m)
-		client, ok := h.key.(redis.UniversalClient)
-		var err error
-		switch {
-		case !ok:
-			err = errors.New("no client")
-		case h.sharded:
-			err = client.SPublish(ctx, channel, m.payload).Err()
-		default:
-			err = client.Publish(ctx, channel, m.payload).Err()
+		// A hub's key is the client it serves, or on Cluster the shard's node.
+		client := h.key.(redis.UniversalClient)
+		publish := client.Publish
+		if h.sharded {
+			publish = client.SPublish
 		}
-		if err != nil {
+		if err := publish(ctx, channel, m.payload).Err(); err != nil {
 			h.synced(m.payload) // nothing will come back
 		}
 	}
