@@ -74,7 +74,7 @@ func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(client, name, cfg, newKind)
+	m, err := core.NewMutex(client, name, cfg, layout, newKind)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package fair
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +78,8 @@ func (m *member) current() string {
 // starting the beat with the first one; the beat runs at the pace of the
 // shortest wait timeout among its waiters.
 func joinHeartbeat(k *kind, entry string, w *core.Waiter) (*heartbeat, *member) {
-	cfg := k.m.Config()
-	key := heartbeatKey{client: k.m.Client, name: k.m.Name, scripts: cfg.Scripts, clock: cfg.Clock}
+	cfg := k.h.Config
+	key := heartbeatKey{client: k.h.Client, name: k.h.Name, scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
 	beatsMu.Lock()
 	defer beatsMu.Unlock()
@@ -141,9 +140,9 @@ func (hb *heartbeat) beat() {
 
 func (hb *heartbeat) beatBatch(members []*member) {
 	k := hb.k
-	cfg := k.m.Config()
+	cfg := k.h.Config
 	args := make([]any, 0, 2+2*len(members))
-	args = append(args, k.publish, k.channel)
+	args = append(args, k.h.Publish, k.h.Channel)
 	entries := make([]string, len(members))
 	for i, m := range members {
 		entries[i] = m.current()
@@ -152,16 +151,16 @@ func (hb *heartbeat) beatBatch(members []*member) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
 	sent := cfg.Clock.Now()
-	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, k.m.Client, k.keys, args...).Result()
+	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, k.h.Client, k.h.Keys, args...).Result()
 	if err != nil {
-		k.m.LogInfo("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
+		k.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		return
 	}
 	status, err := core.Ints(v)
 	if err != nil || len(status) != len(members)+1 {
 		return
 	}
-	grantedAt := strconv.FormatInt(status[len(members)], 10)
+	grantedAt := status[len(members)]
 	for i, m := range members {
 		if m.current() != entries[i] {
 			continue // it re-joined meanwhile: this news is about its old entry
@@ -170,9 +169,9 @@ func (hb *heartbeat) beatBatch(members []*member) {
 		case s == 0:
 			m.queuedAt(sent)
 		case s < 0:
-			m.w.Fire(core.Notice, "evicted")
+			m.w.Fire(core.Notice, evicted{})
 		default:
-			m.w.Fire(core.Notice, "granted "+strconv.FormatInt(s, 10)+" "+grantedAt)
+			m.w.Fire(core.Notice, handOff{token: s, grantedAt: grantedAt})
 		}
 	}
 }

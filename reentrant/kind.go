@@ -5,41 +5,38 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
 )
 
 // kind is the reentrant lock's scripts and wait.
 type kind struct {
-	m       *core.Mutex
-	keys    []string
-	channel string
-	publish string
+	h core.Handle
 }
 
-func newKind(m *core.Mutex) (core.Kind, core.Layout) {
-	k := &kind{
-		m:       m,
-		keys:    []string{"fairlock:r:{" + m.Name + "}"},
-		channel: "fairlock:r:{" + m.Name + "}:wake",
-		publish: core.PublishCommand(m.Client),
+// layout is where a reentrant lock lives: one hash, and a wake-up channel.
+func layout(name string, scripts *lua.Scripts) core.Layout {
+	return core.Layout{
+		Keys:        []string{"fairlock:r:{" + name + "}"},
+		Channel:     "fairlock:r:{" + name + "}:wake",
+		Release:     scripts.ReentrantRelease,
+		ForceUnlock: scripts.ReentrantForceUnlock,
 	}
-	scripts := m.Config().Scripts
-	return k, core.Layout{Keys: k.keys, Channel: k.channel, Publish: k.publish,
-		Release: scripts.ReentrantRelease, ForceUnlock: scripts.ReentrantForceUnlock}
 }
+
+func newKind(h core.Handle) core.Kind { return &kind{h: h} }
 
 // attempt makes one try. It returns a grant, or how long the current hold
 // may last.
 func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.Duration, error) {
-	cfg := k.m.Config()
-	since := cfg.Clock.Now()
-	req, stale := k.m.RequestID(), k.m.StaleToken()
-	v, err := cfg.Scripts.ReentrantAcquire.Run(ctx, k.m.Client, k.keys,
-		k.m.Owner(), req, core.Ms(a.Lease), stale).Result()
+	h := k.h
+	since := h.Config.Clock.Now()
+	req := h.NewRequest()
+	v, err := h.Config.Scripts.ReentrantAcquire.Run(ctx, h.Client, h.Keys,
+		h.Owner, req.ID, core.Ms(a.Lease), req.Stale).Result()
+	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
-		k.m.Undo(ctx, req) // it may have run: never hold the lock unknowingly
 		return nil, 0, err
 	}
-	k.m.StaleHandled(stale)
 	r, err := core.Ints(v)
 	if err != nil {
 		return nil, 0, err
@@ -59,7 +56,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	// On a busy lock the channel is already subscribed: listen before the
 	// first try, and no release can slip between the try and the wait.
-	sub := core.SubscribeIfLive(k.m.Client, k.channel, "")
+	sub := core.SubscribeIfLive(k.h.Client, k.h.Channel, "")
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -67,7 +64,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
 		return g, err
 	}
-	clk := k.m.Config().Clock
+	clk := k.h.Config.Clock
 	w := core.NewWaiter()
 	defer w.Close()
 	if !a.Forever {
@@ -75,7 +72,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		defer t.Stop()
 	}
 	if sub == nil {
-		sub, err = core.Subscribe(ctx, k.m.Client, k.channel, "")
+		sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, "")
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +104,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 // hold's remaining lease). done reports that the wait is over without the
 // lock (the wait elapsed, or ctx ended).
 func (k *kind) sleep(ctx context.Context, w *core.Waiter, sub *core.Sub, ttl time.Duration) (bool, *core.Grant, error) {
-	fallback := w.After(k.m.Config().Clock, ttl+time.Millisecond, core.Retry)
+	fallback := w.After(k.h.Config.Clock, ttl+time.Millisecond, core.Retry)
 	wk := w.Next(ctx, sub)
 	fallback.Stop()
 	switch wk.Reason {

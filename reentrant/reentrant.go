@@ -62,7 +62,7 @@ func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, err
 	if len(cfg.FairOnly) > 0 {
 		return nil, core.Invalid("%s is an option of the fair lock (package fair); the reentrant lock has no queue", cfg.FairOnly[0])
 	}
-	m, err := core.NewMutex(client, name, cfg, newKind)
+	m, err := core.NewMutex(client, name, cfg, layout, newKind)
 	if err != nil {
 		return nil, err
 	}

@@ -17,14 +17,13 @@ type Grant struct {
 	// request the server answered before it granted the lock, so the client's
 	// belief never outlives the server's expiry.
 	Since time.Time
-	// First is the lease the server granted from Since; the hold runs on it
-	// until Claim succeeds. Zero means the full lease.
+	// First, for a hand-off, is the lease the server granted from Since
+	// until the grantee claims it. Zero means the full lease.
 	First time.Duration
-	// Claim, if set, makes the grant a full hold (a direct hand-off's claim),
-	// run halfway through the first lease if the hold lasts that long: it
-	// returns the local time the new lease counts from, or ok=false if the
-	// hold is gone.
-	Claim func(ctx context.Context) (since time.Time, ok bool, err error)
+	// Handoff marks a direct hand-off not yet claimed: the hold is usable at
+	// once and is claimed (made a full hold, Handle.Claim) halfway through
+	// its first lease, if it lasts that long.
+	Handoff bool
 }
 
 // hold is this handle's belief that it holds the lock. It ends by release or
@@ -55,12 +54,13 @@ func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.extendLocked(g.Since, first)
-	if g.Claim != nil {
+	if g.Handoff {
 		// The hold is usable at once. It is claimed (extended to the full
 		// lease) halfway through its first lease: a short hold is released
 		// before that and never costs Redis a claim.
-		half := h.deadline.Sub(m.cfg.Clock.Now()) / 2
-		h.renew = m.cfg.Clock.AfterFunc(max(half, 0), func() { h.claim(g.Claim) })
+		clk := m.h.Config.Clock
+		half := h.deadline.Sub(clk.Now()) / 2
+		h.renew = clk.AfterFunc(max(half, 0), func() { h.claim(g) })
 	} else if !fixed {
 		h.scheduleRenewLocked(lease / 3)
 	}
@@ -70,7 +70,7 @@ func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
 // extendLocked moves the local deadline to since+d minus the safety margin,
 // never backwards, and re-arms the loss timer.
 func (h *hold) extendLocked(since time.Time, d time.Duration) {
-	dl := since.Add(d - h.m.cfg.Margin(d))
+	dl := since.Add(d - h.m.h.Config.Margin(d))
 	if !dl.After(h.deadline) {
 		return
 	}
@@ -78,20 +78,20 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
-	c := h.m.cfg.Clock
+	c := h.m.h.Config.Clock
 	h.expiry = c.AfterFunc(dl.Sub(c.Now()), func() { h.end(ErrLockLost, "lease ran out before a renewal succeeded") })
 }
 
 func (h *hold) scheduleRenewLocked(after time.Duration) {
-	h.renew = h.m.cfg.Clock.AfterFunc(after, h.watchdog)
+	h.renew = h.m.h.Config.Clock.AfterFunc(after, h.watchdog)
 }
 
 // claim turns a handed-off grant into a full hold, then hands over to the
 // watchdog (or, for a fixed lease, to the loss timer alone).
-func (h *hold) claim(claim func(ctx context.Context) (time.Time, bool, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.CleanupTimeout)
+func (h *hold) claim(g Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
 	defer cancel()
-	since, ok, err := claim(ctx)
+	since, ok, err := h.m.h.Claim(ctx, g, h.lease, h.fixed)
 	if err == nil && !ok {
 		h.end(ErrLockLost, "the lock was gone when its hand-off was claimed")
 		return
@@ -102,8 +102,8 @@ func (h *hold) claim(claim func(ctx context.Context) (time.Time, bool, error)) {
 		return
 	}
 	if err != nil {
-		h.m.logWarn("claiming a handed-off lock failed; retrying", err)
-		h.renew = h.m.cfg.Clock.AfterFunc(h.lease/9, func() { h.claim(claim) })
+		h.m.h.warn("claiming a handed-off lock failed; retrying", err)
+		h.renew = h.m.h.Config.Clock.AfterFunc(h.lease/9, func() { h.claim(g) })
 		return
 	}
 	h.extendLocked(since, h.lease)
@@ -116,10 +116,10 @@ func (h *hold) claim(claim func(ctx context.Context) (time.Time, bool, error)) {
 // lease counts from when the renewal was sent. A failed call is retried
 // sooner; if none succeeds, the loss timer ends the hold.
 func (h *hold) watchdog() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.CleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
 	defer cancel()
-	since := h.m.cfg.Clock.Now()
-	ok, err := h.m.Renew(ctx, h.token, h.lease, false)
+	since := h.m.h.Config.Clock.Now()
+	ok, err := h.m.h.renew(ctx, h.token, h.lease, false)
 	if err == nil && !ok {
 		h.end(ErrLockLost, "the lock was deleted or taken by another owner")
 		return
@@ -130,7 +130,7 @@ func (h *hold) watchdog() {
 		return
 	}
 	if err != nil {
-		h.m.logWarn("renewing the lease failed; retrying", err)
+		h.m.h.warn("renewing the lease failed; retrying", err)
 		h.scheduleRenewLocked(h.lease / 9)
 		return
 	}
@@ -166,7 +166,7 @@ func (h *hold) end(cause error, why string) bool {
 	if cause == ErrLockLost {
 		h.m.stale.Store(h.token)
 		close(h.lost)
-		h.m.logError("lock lost: "+why, h.token)
+		h.m.h.error("lock lost: "+why, h.token)
 	}
 	h.cancel(cause)
 	return true

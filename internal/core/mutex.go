@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,16 +15,6 @@ type Kind interface {
 	// Acquire takes or re-enters the lock for the kind's handle, waiting as
 	// a says. It returns nil, nil when the wait elapsed.
 	Acquire(ctx context.Context, a Attempt) (*Grant, error)
-}
-
-// Layout is where a kind keeps a lock and which of its scripts end a hold;
-// the shared scripts (renew.lua, state.lua) work on both layouts.
-type Layout struct {
-	Keys        []string // the hold first
-	Channel     string   // where releases are published
-	Publish     string   // PUBLISH or SPUBLISH
-	Release     *lua.Script
-	ForceUnlock *lua.Script
 }
 
 // Attempt is one Lock or TryLock call.
@@ -47,61 +36,36 @@ type HoldState struct {
 
 // Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
 type Mutex struct {
-	Client redis.UniversalClient
-	Name   string
-	cfg    Config
-	owner  string
-	kind   Kind
-	layout Layout
+	h    Handle
+	kind Kind
 
 	mu   sync.Mutex
 	cur  *hold // the hold this handle believes in, nil if none
 	last *hold // the most recent hold, for Lost and HoldContext
 
-	// stale is the token of this handle's latest hold that ended as lost:
-	// the client stopped counting on it (its lease ran out as the client
-	// counts it, a safety margin before Redis's), so Redis may still have
-	// it for a moment. The next acquiring request ends it there first, so
-	// it is neither taken for a re-entry nor left to run out. 0: none.
-	stale atomic.Int64
+	stale atomic.Int64 // Handle.stale
 }
 
-// NewMutex checks the arguments and makes a handle with a fresh owner id.
-func NewMutex(client redis.UniversalClient, name string, cfg Config, kind func(*Mutex) (Kind, Layout)) (*Mutex, error) {
+// NewMutex checks the arguments and makes a handle with a fresh owner id, on
+// the keys layout gives for name, waiting as the Kind that kind returns.
+func NewMutex(client redis.UniversalClient, name string, cfg Config,
+	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	m := &Mutex{Client: client, Name: name, cfg: cfg, owner: NewOwnerID()}
-	m.kind, m.layout = kind(m)
+	m := &Mutex{}
+	m.h = Handle{Client: client, Name: name, Owner: NewOwnerID(), Config: &cfg,
+		Publish: PublishCommand(client), Layout: layout(name, cfg.Scripts), stale: &m.stale}
+	m.kind = kind(m.h)
 	return m, nil
 }
 
-// Config returns the handle's configuration.
-func (m *Mutex) Config() *Config { return &m.cfg }
-
-// Owner returns the handle's owner id.
-func (m *Mutex) Owner() string { return m.owner }
-
-// StaleToken returns the token of a hold this handle gave up for lost that
-// Redis may still have, or 0; acquiring scripts end such a hold first.
-func (m *Mutex) StaleToken() int64 { return m.stale.Load() }
-
-// StaleHandled records that a request carrying StaleToken t reached Redis.
-func (m *Mutex) StaleHandled(t int64) {
-	if t != 0 {
-		m.stale.CompareAndSwap(t, 0)
-	}
-}
-
-// RequestID returns a fresh id for one state-changing request of this handle.
-func (m *Mutex) RequestID() string { return m.owner + "#" + NextID() }
-
 // Lock waits until the lock is held, with the watchdog keeping the lease.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.cfg.Lease})
+	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.h.Config.Lease})
 	return err
 }
 
@@ -115,7 +79,7 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
 	if lease == 0 {
-		a.Lease = m.cfg.Lease
+		a.Lease = m.h.Config.Lease
 	}
 	return m.acquire(ctx, a)
 }
@@ -156,7 +120,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		m.forget(h)
 		return ErrLockLost
 	}
-	ctx, cancel := m.CleanupContext(ctx)
+	ctx, cancel := m.h.Cleanup(ctx)
 	defer cancel()
 	status, err := m.release(ctx, h.token)
 	switch {
@@ -212,7 +176,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 // HoldCount returns this handle's re-entry count, 0 if it does not hold it.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	s, err := m.state(ctx)
-	if err != nil || s.Owner != m.owner {
+	if err != nil || s.Owner != m.h.Owner {
 		return 0, err
 	}
 	return s.Count, nil
@@ -260,33 +224,4 @@ func (m *Mutex) HoldContext() context.Context {
 		return notHeldCtx
 	}
 	return m.last.ctx
-}
-
-// CleanupContext is ctx, or, when ctx has already ended, a context that
-// keeps its values, ignores its cancellation, and has its own time bound:
-// leaving a queue or unlocking under defer must run even then.
-func (m *Mutex) CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CleanupTimeout)
-}
-
-func (m *Mutex) logWarn(msg string, err error) {
-	if l := m.cfg.Logger; l != nil {
-		l.Warn("fairlock: "+msg, slog.String("lock", m.Name), slog.String("owner", m.owner), slog.Any("error", err))
-	}
-}
-
-func (m *Mutex) logError(msg string, token int64) {
-	if l := m.cfg.Logger; l != nil {
-		l.Error("fairlock: "+msg, slog.String("lock", m.Name), slog.String("owner", m.owner), slog.Int64("token", token))
-	}
-}
-
-// LogInfo logs an event worth a user's attention.
-func (m *Mutex) LogInfo(msg string, args ...any) {
-	if l := m.cfg.Logger; l != nil {
-		l.Info("fairlock: "+msg, append([]any{slog.String("lock", m.Name), slog.String("owner", m.owner)}, args...)...)
-	}
 }

@@ -62,8 +62,8 @@ func ReadState(v any) (HoldState, error) {
 // release undoes one level of this handle's hold with token: 1 released,
 // 2 still held, 0 not held.
 func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
-	l := m.layout
-	v, err := l.Release.Run(ctx, m.Client, l.Keys, m.owner, m.RequestID(), token, l.Publish, l.Channel).Result()
+	h := m.h
+	v, err := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), token, h.Publish, h.Channel).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -74,51 +74,18 @@ func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
 	return int(r[0]), nil
 }
 
-// Undo releases what the acquiring request req granted, if it was applied:
-// its caller got an error instead of the answer (often its ctx ended while
-// the script ran), so it does not know it holds the lock. Without this, the
-// lock would stay held, and a fair lock's queue stalled, until the lease ran
-// out. It runs even when ctx has ended.
-func (m *Mutex) Undo(ctx context.Context, req string) {
-	ctx, cancel := m.CleanupContext(ctx)
-	defer cancel()
-	l := m.layout
-	err := l.Release.Run(ctx, m.Client, l.Keys, m.owner, m.RequestID(), 0, l.Publish, l.Channel, req).Err()
-	if err != nil {
-		m.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
-	}
-}
-
 // forceUnlock ends whoever's hold; true if the lock was held.
 func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
-	l := m.layout
-	n, err := l.ForceUnlock.Run(ctx, m.Client, l.Keys, l.Publish, l.Channel).Int()
+	h := m.h
+	n, err := h.ForceUnlock.Run(ctx, h.Client, h.Keys, h.Publish, h.Channel).Int()
 	return n == 1, err
-}
-
-// Renew extends this handle's hold with token by lease (from the hand-off's
-// grant when fromGrant); false if the hold is gone.
-func (m *Mutex) Renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
-	fixed := "0"
-	if fromGrant {
-		fixed = "1"
-	}
-	v, err := m.cfg.Scripts.Renew.Run(ctx, m.Client, m.layout.Keys, m.owner, token, Ms(lease), fixed).Result()
-	if err != nil {
-		return false, err
-	}
-	r, err := Ints(v)
-	if err != nil {
-		return false, err
-	}
-	return r[0] == 1, nil
 }
 
 // state reads the hold as Redis sees it: owner "" when free.
 func (m *Mutex) state(ctx context.Context) (HoldState, error) {
-	v, err := m.cfg.Scripts.State.Run(ctx, m.Client, m.layout.Keys[:1]).Result()
+	v, err := m.h.Config.Scripts.State.Run(ctx, m.h.Client, m.h.Keys[:1]).Result()
 	if err != nil {
-		return HoldState{}, fmt.Errorf("fairlock: reading lock %q: %w", m.Name, err)
+		return HoldState{}, fmt.Errorf("fairlock: reading lock %q: %w", m.h.Name, err)
 	}
 	return ReadState(v)
 }

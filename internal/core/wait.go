@@ -22,7 +22,8 @@ type Waiter struct {
 // Wake is one reason to look again.
 type Wake struct {
 	Reason  Reason
-	Payload string // a hub message's payload
+	Payload string // Message: the hub message's note for this waiter
+	Notice  any    // Notice: the news, a value of the kind's own type
 	done    chan struct{}
 }
 
@@ -36,7 +37,7 @@ const (
 	Message                 // a hub message with a payload
 	Ready                   // the subscription is confirmed
 	Cancelled               // the call's context ended
-	Notice                  // the fair heartbeat's news, in Payload
+	Notice                  // news from the kind's own machinery, in Notice
 )
 
 // asleep counts waiters blocked in Next, for tests that must not move a fake
@@ -51,11 +52,12 @@ func NewWaiter() *Waiter {
 	return &Waiter{c: make(chan Wake), exit: make(chan struct{})}
 }
 
-// Fire delivers w and returns once the waiter has handled it, or has returned.
-func (w *Waiter) Fire(reason Reason, payload string) {
+// Fire delivers a wake for reason, carrying notice, and returns once the
+// waiter has handled it, or has returned.
+func (w *Waiter) Fire(reason Reason, notice any) {
 	done := make(chan struct{})
 	select {
-	case w.c <- Wake{Reason: reason, Payload: payload, done: done}:
+	case w.c <- Wake{Reason: reason, Notice: notice, done: done}:
 	case <-w.exit:
 		return
 	}
@@ -67,12 +69,12 @@ func (w *Waiter) Fire(reason Reason, payload string) {
 
 // After fires reason after d on clk.
 func (w *Waiter) After(clk clock.Clock, d time.Duration, reason Reason) clock.Timer {
-	return clk.AfterFunc(d, func() { w.Fire(reason, "") })
+	return clk.AfterFunc(d, func() { w.Fire(reason, nil) })
 }
 
 // At fires reason when clk reaches t.
 func (w *Waiter) At(clk clock.Clock, t time.Time, reason Reason) clock.Timer {
-	return clock.AtFunc(clk, t, func() { w.Fire(reason, "") })
+	return clock.AtFunc(clk, t, func() { w.Fire(reason, nil) })
 }
 
 // Next finishes the previous wake and waits for the next one: a delivered

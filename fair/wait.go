@@ -1,0 +1,261 @@
+package fair
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+)
+
+// Acquire is one Lock or TryLock. It tries once; TryLock with no wait stops
+// there (it never queues). Otherwise the first try queued the caller, and
+// queueWait waits for its turn.
+func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
+	k.leaveAbandoned(ctx)
+	entry := k.newEntry()
+	clk := k.h.Config.Clock
+	if a.Wait == 0 && !a.Forever {
+		sent := clk.Now()
+		r, err := k.attempt(ctx, a, entry, "try")
+		return k.grant(r, a, sent, sent, time.Time{}), err
+	}
+	// On a busy lock the channel is already subscribed: listen for this
+	// entry's hand-off before the first try, and no second try is needed.
+	sub := core.SubscribeIfLive(k.h.Client, k.h.Channel, entry)
+	if sub != nil {
+		defer sub.Close()
+	}
+	sent := clk.Now()
+	r, err := k.attempt(ctx, a, entry, "join")
+	if err != nil || r.held {
+		return k.grant(r, a, sent, sent, time.Time{}), err // a fresh entry is never handed the lock
+	}
+
+	// Queued. From here on every way out that is not a hold leaves the queue.
+	w := core.NewWaiter()
+	defer w.Close()
+	if !a.Forever {
+		t := w.After(clk, a.Wait, core.Timeout)
+		defer t.Stop()
+	}
+	try := false // whether to try again at once
+	if sub == nil {
+		// Subscribed only now: a hand-off sent before the subscription was
+		// confirmed would be missed, so try again once it is.
+		if sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, entry); err != nil {
+			k.leave(ctx, entry)
+			return nil, err
+		}
+		defer sub.Close()
+		select {
+		case <-sub.Ready():
+			try = true
+		default: // the Ready wake will say when
+		}
+	}
+	q := &queueWait{k: k, a: a, entry: entry, next: "queued", sub: sub, w: w}
+	q.hb, q.mem = joinHeartbeat(k, entry, w)
+	defer q.hb.leave(q.mem)
+	defer q.stopFallback()
+	// The last request answered "queued" was processed before any hand-off
+	// to this entry: a granted lease counts from no earlier than its send.
+	q.mem.queuedAt(sent)
+	q.queued(r)
+	return q.run(ctx, try)
+}
+
+// queueWait is one queued Lock or TryLock call waiting for its turn. It
+// sleeps until a wake: its hand-off message, a head notice, the heartbeat's
+// news (the heartbeat keeps its place and is its fallback), its fallback
+// timer, the end of its wait, or its ctx ending. Each has its method below.
+type queueWait struct {
+	k     *kind
+	a     core.Attempt
+	entry string // the entry's id in the queue: new after an eviction
+	next  string // the mode of the next attempt: "queued", or "join" after an eviction
+	sub   *core.Sub
+	w     *core.Waiter
+	hb    *heartbeat
+	mem   *member // this call in the heartbeat
+
+	// rc places Redis times on this client's clock, from the latest reply.
+	rc redisClock
+	// fallback is armed, by one rule, while the entry is the head of a held
+	// lock: it fires 1 ms after that hold would expire (a lease that runs
+	// out sends no message). The expiry is placed on this client's clock no
+	// earlier than it is, and the timer set at that time, not after a
+	// duration: news handled late still wakes the head on time.
+	fallback clock.Timer
+}
+
+// Notes are news for one queued entry: the hub's messages are parsed into
+// them (parseNote), and the heartbeat delivers them as core.Notice values.
+type (
+	// handOff: the lock was handed to the entry at Redis time grantedAt (ms).
+	handOff struct{ token, grantedAt int64 }
+	// headNotice: the entry became the head of a held lock whose hold
+	// expires at Redis time expiry (ms).
+	headNotice struct{ expiry int64 }
+	// evicted: the entry lost its place, having been silent for longer than
+	// its wait timeout.
+	evicted struct{}
+)
+
+// run waits until the lock is this call's, or the wait is over: it returns
+// nil, nil when the wait elapsed. try says to make an attempt first.
+func (q *queueWait) run(ctx context.Context, try bool) (*core.Grant, error) {
+	for {
+		if try {
+			if g, err := q.try(ctx); g != nil || err != nil {
+				return g, err
+			}
+		}
+		var g *core.Grant
+		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
+		case core.Ready, core.Retry:
+			try = true
+		case core.Message:
+			g, try = q.onMessage(ctx, wk.Payload)
+		case core.Notice:
+			g, try = q.onNote(ctx, wk.Notice)
+		case core.Timeout:
+			q.k.leave(ctx, q.entry)
+			return nil, nil
+		case core.Cancelled:
+			q.k.leave(ctx, q.entry)
+			return nil, ctx.Err()
+		}
+		if g != nil {
+			return g, nil
+		}
+	}
+}
+
+// try makes attempts until one either grants the lock or leaves the entry
+// waiting (nil, nil).
+func (q *queueWait) try(ctx context.Context) (*core.Grant, error) {
+	for {
+		sent := q.k.h.Config.Clock.Now()
+		r, err := q.k.attempt(ctx, q.a, q.entry, q.next)
+		q.next = "queued"
+		switch {
+		case err != nil:
+			return nil, err
+		case r.held && r.handoff:
+			if g := q.handedOff(ctx, r); g != nil {
+				return g, nil
+			}
+			continue // claimed too late: the next attempt tells where it stands
+		case r.held:
+			return q.k.grant(r, q.a, sent, sent, time.Time{}), nil
+		case r.evicted:
+			q.rejoin()
+			continue
+		}
+		q.mem.queuedAt(sent)
+		q.queued(r)
+		return nil, nil
+	}
+}
+
+// onMessage handles a hub message: a note for this entry, or for another
+// entry of this client (ignored).
+func (q *queueWait) onMessage(ctx context.Context, payload string) (*core.Grant, bool) {
+	n, mine := parseNote(payload, q.entry)
+	if !mine {
+		return nil, false
+	}
+	if n == nil {
+		return nil, true // a note this client cannot read: look again
+	}
+	return q.onNote(ctx, n)
+}
+
+// onNote handles news for this entry. It returns the grant, or whether to
+// try again at once.
+func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool) {
+	switch n := n.(type) {
+	case headNotice:
+		q.headUntil(n.expiry)
+	case handOff:
+		r := reply{held: true, count: 1, token: n.token, handoff: true, grantedAt: n.grantedAt}
+		if g := q.handedOff(ctx, r); g != nil {
+			return g, false
+		}
+		return nil, true
+	case evicted:
+		q.rejoin()
+		return nil, true
+	}
+	return nil, false
+}
+
+// parseNote reads a hub message's note, "<entry> <token> <grant time>" (a
+// hand-off) or "<entry> head <expiry>" (a head notice). mine reports whether
+// it names entry; n is nil if it cannot be read.
+func parseNote(payload, entry string) (n any, mine bool) {
+	target, rest, _ := strings.Cut(payload, " ")
+	if target != entry {
+		return nil, false
+	}
+	a, b, _ := strings.Cut(rest, " ")
+	ms, err := strconv.ParseInt(b, 10, 64)
+	if err != nil {
+		return nil, true
+	}
+	if a == "head" {
+		return headNotice{expiry: ms}, true
+	}
+	token, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return nil, true
+	}
+	return handOff{token: token, grantedAt: ms}, true
+}
+
+// handedOff is the hold a hand-off (its message, the heartbeat's notice of
+// a lost one, or an attempt's reply) granted this entry; nil if it came too
+// late to use and could not be claimed: the next try tells where the entry
+// stands.
+func (q *queueWait) handedOff(ctx context.Context, r reply) *core.Grant {
+	return q.k.usable(ctx, q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
+}
+
+// queued takes in a reply that left the entry waiting.
+func (q *queueWait) queued(r reply) {
+	q.rc = r.clock
+	if r.head {
+		q.headUntil(r.holdEnds)
+	} else {
+		q.stopFallback()
+	}
+}
+
+// headUntil arms the fallback timer: the entry is the head, and the hold
+// expires at Redis time expiry (ms).
+func (q *queueWait) headUntil(expiry int64) {
+	q.stopFallback()
+	q.fallback = q.w.At(q.k.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
+}
+
+func (q *queueWait) stopFallback() {
+	if q.fallback != nil {
+		q.fallback.Stop()
+		q.fallback = nil
+	}
+}
+
+// rejoin gives the call a new entry, for the next attempt to join at the
+// tail: its old entry was evicted after it fell silent for longer than its
+// wait timeout.
+func (q *queueWait) rejoin() {
+	entry := q.k.newEntry()
+	q.k.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
+		"entry", q.entry, "new_entry", entry)
+	q.sub.SetID(entry)
+	q.mem.rename(entry)
+	q.entry, q.next = entry, "join"
+}

@@ -1,0 +1,134 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// Layout is where a kind keeps a lock and which of its scripts end a hold;
+// the shared scripts (renew.lua, state.lua) work on every layout.
+type Layout struct {
+	Keys        []string // the hold first
+	Channel     string   // where hand-offs and releases are published
+	Release     *lua.Script
+	ForceUnlock *lua.Script
+}
+
+// Handle is all a kind gets of the lock handle it serves: where the lock
+// lives, the handle's configuration and owner id, and the requests it may
+// make on the handle's behalf. Calls go one way: a kind calls its Handle,
+// and core calls a kind only through Kind.Acquire.
+type Handle struct {
+	Client  redis.UniversalClient
+	Name    string
+	Owner   string
+	Config  *Config // read only
+	Publish string  // PUBLISH, or SPUBLISH on Cluster
+	Layout
+
+	// stale is the token of this handle's latest hold that ended as lost:
+	// the client stopped counting on it (its lease ran out as the client
+	// counts it, a safety margin before Redis's), so Redis may still have
+	// it for a moment. The next acquiring request ends it there first, so
+	// it is neither taken for a re-entry nor left to run out. 0: none.
+	stale *atomic.Int64
+}
+
+// Request is one acquiring script call: its id, which makes a retry of it
+// harmless, and the token of a stale hold it ends first (0: none).
+type Request struct {
+	ID    string
+	Stale int64
+}
+
+// NewRequest returns a fresh acquiring request of this handle.
+func (h Handle) NewRequest() Request {
+	return Request{ID: h.requestID(), Stale: h.stale.Load()}
+}
+
+// Answered records how req ended: err nil when its reply was read. When the
+// reply was lost (often ctx ended while the script ran), the script may
+// have run and granted the lock without the caller knowing it: that grant
+// is undone, even when ctx has ended. Without this the lock would stay held,
+// and a fair lock's queue stalled, until the lease ran out.
+func (h Handle) Answered(ctx context.Context, req Request, err error) {
+	if err == nil {
+		if req.Stale != 0 {
+			h.stale.CompareAndSwap(req.Stale, 0)
+		}
+		return
+	}
+	ctx, cancel := h.Cleanup(ctx)
+	defer cancel()
+	err = h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), 0, h.Publish, h.Channel, req.ID).Err()
+	if err != nil {
+		h.warn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
+	}
+}
+
+func (h Handle) requestID() string { return h.Owner + "#" + NextID() }
+
+// Claim makes a direct hand-off (g.Handoff) a full hold now: it renews the
+// hold to the full lease, counted from the grant for a fixed lease and from
+// now otherwise. It returns the time the new lease counts from, or ok=false
+// if the hold is gone.
+func (h Handle) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
+	since = h.Config.Clock.Now()
+	if fixed {
+		since = g.Since
+	}
+	ok, err = h.renew(ctx, g.Token, lease, fixed)
+	return since, ok, err
+}
+
+// renew extends this handle's hold with token by lease (from the hand-off's
+// grant when fromGrant); false if the hold is gone.
+func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+	fixed := "0"
+	if fromGrant {
+		fixed = "1"
+	}
+	v, err := h.Config.Scripts.Renew.Run(ctx, h.Client, h.Keys, h.Owner, token, Ms(lease), fixed).Result()
+	if err != nil {
+		return false, err
+	}
+	r, err := Ints(v)
+	if err != nil {
+		return false, err
+	}
+	return r[0] == 1, nil
+}
+
+// Cleanup is ctx, or, when ctx has already ended, a context that keeps its
+// values, ignores its cancellation, and has its own time bound (the cleanup
+// timeout): leaving a queue or unlocking under defer must run even then.
+func (h Handle) Cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
+}
+
+// Info logs an event worth a user's attention.
+func (h Handle) Info(msg string, args ...any) {
+	if l := h.Config.Logger; l != nil {
+		l.Info("fairlock: "+msg, append([]any{slog.String("lock", h.Name), slog.String("owner", h.Owner)}, args...)...)
+	}
+}
+
+func (h Handle) warn(msg string, err error) {
+	if l := h.Config.Logger; l != nil {
+		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Any("error", err))
+	}
+}
+
+func (h Handle) error(msg string, token int64) {
+	if l := h.Config.Logger; l != nil {
+		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Int64("token", token))
+	}
+}
