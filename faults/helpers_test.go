@@ -1,0 +1,118 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	sharedMu sync.Mutex
+	shared   *Server
+	names    int
+)
+
+// sharedServer is one redis-server for the tests that do not stop it. No
+// redis-server on PATH skips the test, except under CI=true.
+func sharedServer(t testing.TB) *Server {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil {
+		var err error
+		if shared, err = newServer(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return shared
+}
+
+// ownServer is a redis-server for one test alone, which it may stop.
+func ownServer(t testing.TB) *Server {
+	t.Helper()
+	s, err := newServer(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newServer(t testing.TB) (*Server, error) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server is not installed; CI must run the fault tests")
+		}
+		t.Skip("the fault tests need redis-server on PATH")
+	}
+	return StartServer()
+}
+
+// lockName is a name no other test uses.
+func lockName(t testing.TB) string {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	names++
+	return fmt.Sprintf("faults-%d", names)
+}
+
+// client is a client of addr, closed when the test ends.
+func client(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// queueOf returns the PIDs of the live queue entries of a fair lock, in
+// queue order (this process's own entries included).
+func queueOf(t testing.TB, c redis.UniversalClient, name string) []int {
+	t.Helper()
+	st, err := fair.Inspect(context.Background(), c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, w := range st.Queue {
+		if !w.Expired {
+			pids = append(pids, w.PID)
+		}
+	}
+	return pids
+}
+
+// eventually polls cond every 5 ms until it holds, failing after within.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// acquired runs lock in the background and reports when it returned.
+func acquired(lock func(context.Context) error, within time.Duration) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		err := lock(ctx)
+		done <- result{at: time.Now(), err: err}
+	}()
+	return done
+}
+
+type result struct {
+	at  time.Time
+	err error
+}

@@ -1,0 +1,151 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// The test binary is also the worker: started with FAULTS_WORKER set, it
+// runs one worker instead of the tests. A worker exits when its stdin closes
+// (the test ended, or died), so none outlives its test.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("FAULTS_WORKER"); spec != "" {
+		os.Exit(runWorker(spec))
+	}
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+	}
+	os.Exit(code)
+}
+
+// workerSpec says what a worker does: "<lock> <addr> <name> <lease> <wait
+// timeout> <label>", lock being fair or reentrant. It takes the lock with
+// Lock (the watchdog keeping the lease), prints "held <token>", and holds it
+// until killed or until its stdin closes.
+type workerSpec struct {
+	Lock        string // "fair" or "reentrant"
+	Addr, Name  string
+	Lease, Wait time.Duration
+	Label       string
+}
+
+func (s workerSpec) String() string {
+	return fmt.Sprintf("%s %s %s %s %s %s", s.Lock, s.Addr, s.Name, s.Lease, s.Wait, s.Label)
+}
+
+type locker interface {
+	Lock(ctx context.Context) error
+	Token() int64
+}
+
+func runWorker(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 6 {
+		fmt.Fprintln(os.Stderr, "bad FAULTS_WORKER:", spec)
+		return 2
+	}
+	lease, _ := time.ParseDuration(f[3])
+	wait, _ := time.ParseDuration(f[4])
+	c := redis.NewClient(&redis.Options{Addr: f[1]})
+	var m locker
+	var err error
+	if f[0] == "fair" {
+		m, err = fair.New(c, f[2], fair.WithLease(lease), fair.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+	} else {
+		m, err = reentrant.New(c, f[2], reentrant.WithLease(lease))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	go func() { // the test is gone: so is the worker
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	if err := m.Lock(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("held %d\n", m.Token())
+	select {}
+}
+
+// worker is a running worker process.
+type worker struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	once  sync.Once
+}
+
+// startWorker starts a worker; it is killed when the test ends.
+func startWorker(t testing.TB, spec workerSpec) *worker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FAULTS_WORKER="+spec.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+		close(w.lines)
+	}()
+	t.Cleanup(w.kill)
+	return w
+}
+
+// held waits for the worker's "held <token>" line.
+func (w *worker) held(within time.Duration) int64 {
+	w.t.Helper()
+	select {
+	case line, ok := <-w.lines:
+		tok, found := strings.CutPrefix(line, "held ")
+		if !ok || !found {
+			w.t.Fatalf("worker %d: want \"held <token>\", got %q (open %v)", w.cmd.Process.Pid, line, ok)
+		}
+		n, _ := strconv.ParseInt(tok, 10, 64)
+		return n
+	case <-time.After(within):
+		w.t.Fatalf("worker %d did not take the lock within %v", w.cmd.Process.Pid, within)
+	}
+	return 0
+}
+
+// kill sends SIGKILL and reaps the process.
+func (w *worker) kill() {
+	w.once.Do(func() {
+		_ = w.cmd.Process.Kill()
+		_ = w.cmd.Wait()
+		_ = w.stdin.Close()
+	})
+}
+
+func (w *worker) pid() int { return w.cmd.Process.Pid }
