@@ -75,3 +75,15 @@ func (s *Server) Close() {
 	s.Stop()
 	_ = os.RemoveAll(s.dir)
 }
+
+// Shutdown stops the server with SHUTDOWN NOSAVE: it exits at once and
+// comes back empty on Start.
+func (s *Server) Shutdown() {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	_ = c.Do(context.Background(), "SHUTDOWN", "NOSAVE").Err() // the connection closes: no reply
+	_ = c.Close()
+	if s.cmd != nil {
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}

@@ -1,0 +1,239 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/redis/go-redis/v9"
+)
+
+// Scenario 3: Redis stalled (CLIENT PAUSE WRITE) and restarted empty.
+
+const stallWait = 2 * time.Second // the waiters' wait timeout
+
+// labelsOf returns the labels of a fair lock's live queue entries, in order.
+func labelsOf(t testing.TB, c redis.UniversalClient, name string) []string {
+	t.Helper()
+	st, err := fair.Inspect(context.Background(), c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, w := range st.Queue {
+		if !w.Expired {
+			out = append(out, w.Label)
+		}
+	}
+	return out
+}
+
+// turns queues n labelled waiters behind a held lock, one at a time, each on
+// its own client. Each takes the lock, records its label and token, and
+// releases it. The returned function waits for all of them.
+type turns struct {
+	mu      sync.Mutex
+	order   []string
+	tokens  []int64
+	first   time.Time // when the first waiter took the lock
+	holders atomic.Int32
+	overlap atomic.Bool
+	wg      sync.WaitGroup
+	errs    chan error
+}
+
+func queueTurns(t *testing.T, addr, name string, n int, within time.Duration) *turns {
+	t.Helper()
+	tr := &turns{errs: make(chan error, n)}
+	direct := client(t, addr)
+	var labels []string
+	for i := range n {
+		label := fmt.Sprintf("w%d", i+1)
+		m, err := fair.New(client(t, addr), name, fair.WithWaitTimeout(stallWait), fair.WithLabel(label))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.wg.Add(1)
+		go func() {
+			defer tr.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			if err := m.Lock(ctx); err != nil {
+				tr.errs <- fmt.Errorf("%s: %w", label, err)
+				return
+			}
+			if tr.holders.Add(1) > 1 {
+				tr.overlap.Store(true)
+			}
+			tr.mu.Lock()
+			if tr.first.IsZero() {
+				tr.first = time.Now()
+			}
+			tr.order = append(tr.order, label)
+			tr.tokens = append(tr.tokens, m.Token())
+			tr.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			tr.holders.Add(-1)
+			if err := m.Unlock(context.Background()); err != nil {
+				tr.errs <- fmt.Errorf("%s Unlock: %w", label, err)
+			}
+		}()
+		labels = append(labels, label)
+		eventually(t, 5*time.Second, label+" queued", func() bool { return slices.Equal(labelsOf(t, direct, name), labels) })
+	}
+	return tr
+}
+
+func (tr *turns) wait(t *testing.T) {
+	t.Helper()
+	tr.wg.Wait()
+	close(tr.errs)
+	for err := range tr.errs {
+		t.Error(err)
+	}
+	if tr.overlap.Load() {
+		t.Error("two waiters held the lock at once")
+	}
+}
+
+func pause(t *testing.T, c *redis.Client, d time.Duration) {
+	t.Helper()
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stall shorter than the wait timeout keeps the queue order, and a holder
+// whose lease outlasts it keeps its hold.
+func TestShortStallKeepsQueueOrder(t *testing.T) {
+	srv := ownServer(t)
+	admin := client(t, srv.Addr)
+	name := lockName(t)
+	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keeper, err := fair.New(client(t, srv.Addr), name+"-kept", fair.WithLease(3*stallWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keeper.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr := queueTurns(t, srv.Addr, name, 3, 30*time.Second)
+	pause(t, admin, stallWait/2)
+	if err := holder.Unlock(context.Background()); err != nil { // runs when the pause ends
+		t.Fatal(err)
+	}
+	tr.wait(t)
+	if want := []string{"w1", "w2", "w3"}; !slices.Equal(tr.order, want) {
+		t.Errorf("served in order %v after a %v stall, want %v", tr.order, stallWait/2, want)
+	}
+	select {
+	case <-keeper.Lost():
+		t.Errorf("a hold with a %v lease was lost in a %v stall", 3*stallWait, stallWait/2)
+	default:
+	}
+	if err := keeper.Unlock(context.Background()); err != nil {
+		t.Errorf("the keeper's Unlock after the stall: %v", err)
+	}
+}
+
+// A stall longer than the wait timeout evicts the waiters (their deadlines
+// pass by Redis's clock); they re-join and every one of them is served, one
+// at a time, with increasing tokens. The order may change. A holder whose
+// lease is shorter than the stall loses its hold.
+func TestLongStallStrandsNoOne(t *testing.T) {
+	srv := ownServer(t)
+	admin := client(t, srv.Addr)
+	name := lockName(t)
+	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait), fair.WithLease(stallWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr := queueTurns(t, srv.Addr, name, 3, 30*time.Second)
+	stall := stallWait + stallWait/2
+	pause(t, admin, stall)
+	paused := time.Now()
+	select {
+	case <-holder.Lost():
+		t.Logf("the holder (lease %v) saw Lost() %v into a %v stall", stallWait, time.Since(paused).Round(time.Millisecond), stall)
+	case <-time.After(stall + time.Second):
+		t.Errorf("a holder with a %v lease did not see Lost() during a %v stall", stallWait, stall)
+	}
+	tr.wait(t)
+	t.Logf("after a %v stall all 3 waiters were served within %v of its start, in order %v", stall, time.Since(paused).Round(time.Millisecond), tr.order)
+	if len(tr.order) != 3 {
+		t.Fatalf("served %v, want all three", tr.order)
+	}
+	if !slices.IsSorted(tr.tokens) || len(slices.Compact(slices.Clone(tr.tokens))) != 3 {
+		t.Errorf("tokens %v do not strictly increase", tr.tokens)
+	}
+}
+
+// Redis restarted empty (SHUTDOWN NOSAVE) under a holder and queued
+// waiters: the holder sees Lost() at its next renewal, every waiter is
+// served without manual action, and every token issued after the restart is
+// greater than every token before it (tokens are at least Redis's clock in
+// microseconds).
+func TestRestartEmptyRecoversEveryone(t *testing.T) {
+	srv := ownServer(t)
+	name := lockName(t)
+	const lease = 3 * time.Second
+	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait), fair.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := holder.Token()
+	tr := queueTurns(t, srv.Addr, name, 3, 30*time.Second)
+	srv.Shutdown()
+	down := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	var lostAt time.Time
+	select {
+	case <-holder.Lost():
+		lostAt = time.Now()
+	case <-time.After(lease + slack):
+		t.Fatalf("the holder did not see Lost() within its lease of the restart")
+	}
+	tr.wait(t)
+	// Until its next renewal the old holder cannot know that Redis forgot
+	// its hold: a waiter may take the lock before then. Fencing tokens are
+	// what protects the resource in that window (docs/reliability.md).
+	t.Logf("restart: down %v; the holder saw Lost() %v after the server came back (renewal every %v); the first waiter took the lock %v after it came back (both believed they held it for %v); all 3 served within %v, in order %v",
+		up.Sub(down).Round(time.Millisecond), lostAt.Sub(up).Round(time.Millisecond), lease/3,
+		tr.first.Sub(up).Round(time.Millisecond), max(0, lostAt.Sub(tr.first)).Round(time.Millisecond),
+		time.Since(up).Round(time.Millisecond), tr.order)
+	if d := lostAt.Sub(up); d > lease/3+slack {
+		t.Errorf("the holder saw Lost() %v after the restart: want by its next renewal (every %v) plus slack", d, lease/3)
+	}
+	if len(tr.order) != 3 {
+		t.Fatalf("served %v, want all three", tr.order)
+	}
+	for i, tok := range tr.tokens {
+		if tok <= before {
+			t.Errorf("%s's token %d after the restart is not greater than the token %d before it", tr.order[i], tok, before)
+		}
+	}
+	if !slices.IsSorted(tr.tokens) {
+		t.Errorf("tokens %v do not increase", tr.tokens)
+	}
+}
