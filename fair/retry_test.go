@@ -63,6 +63,20 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	if o, tok := redistest.HoldField(t, e.mr, holdKey, "o"), redistest.HoldField(t, e.mr, holdKey, "f"); o != "o2" || tok != token {
 		t.Fatalf("a retried release handed the lock on again: owner %q token %s (was o2, %s)", o, tok, token)
 	}
+
+	// The grantee releases before the retry comes (its request overwrites
+	// the stored answer): the retry still gets {1}, and hands nothing on.
+	v, err := lua.Default.FairRelease.Run(ctx, e.client, keys, "o2", "r6", token, "PUBLISH", channel).Slice()
+	if err != nil || v[0] != int64(1) {
+		t.Fatalf("o2's release: %v, %v", v, err)
+	}
+	next := redistest.HoldField(t, e.mr, holdKey, "f")
+	if again := release(); again[0] != int64(1) {
+		t.Fatalf("a release retried after the next holder's release answered %v, want its first answer {1}", again)
+	}
+	if o, tok := redistest.HoldField(t, e.mr, holdKey, "o"), redistest.HoldField(t, e.mr, holdKey, "f"); o != "o3" || tok != next {
+		t.Fatalf("the late retry changed the hold: owner %q token %s (was o3, %s)", o, tok, next)
+	}
 }
 
 func TestAcquisitionWhoseReplyIsLostIsUndone(t *testing.T) {

@@ -1,6 +1,7 @@
 package reentrant_test
 
 import (
+	"fmt"
 	"context"
 	"errors"
 	"testing"
@@ -363,6 +364,38 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	}
 	if redistest.HoldField(t, e.mr, key, "o") != "" {
 		t.Fatal("lock still held after the final release")
+	}
+
+	// Others take and release the lock before the retry comes: their
+	// requests overwrite the stored answer, and the retry must still get
+	// {1}, not "not held" (an Unlock that worked reported as ErrLockLost).
+	other := func(owner, req string) {
+		t.Helper()
+		v, err := lua.Default.ReentrantAcquire.Run(ctx, e.client, keys, owner, req+"a", 1000).Slice()
+		if err != nil || v[0] != int64(1) {
+			t.Fatalf("%s's acquisition: %v, %v", owner, v, err)
+		}
+		if v, err := lua.Default.ReentrantRelease.Run(ctx, e.client, keys, owner, req+"r", v[2], "PUBLISH", "c").Slice(); err != nil || v[0] != int64(1) {
+			t.Fatalf("%s's release: %v, %v", owner, v, err)
+		}
+	}
+	for i := range 3 {
+		other(fmt.Sprintf("owner-%d", i+2), fmt.Sprintf("o%d", i))
+		if again := release("r4"); again[0] != int64(1) {
+			t.Fatalf("a final release retried after %d other holds answered %v, want {1}", i+1, again)
+		}
+	}
+	// Beyond the kept tokens the answer is "not held": never a release
+	// applied twice, at worst a false ErrLockLost.
+	for i := 3; i < 8; i++ {
+		other(fmt.Sprintf("owner-%d", i+2), fmt.Sprintf("o%d", i))
+	}
+	if again := release("r4"); again[0] != int64(0) {
+		t.Fatalf("a final release retried after 8 other holds answered %v, want {0}", again)
+	}
+	// Any other handle's release with that token changes nothing.
+	if v, err := lua.Default.ReentrantRelease.Run(ctx, e.client, keys, "owner-x", "rx", token, "PUBLISH", "c").Slice(); err != nil || v[0] != int64(0) {
+		t.Fatalf("another owner's release of a released token: %v, %v; want {0}", v, err)
 	}
 }
 

@@ -19,7 +19,12 @@ end
 
 local now, now_us = clock()
 local who, count, _, held_token = holder(s, now)
-if who ~= owner or held_token ~= token then return {0} end
+if who ~= owner or held_token ~= token then
+  -- Not held, unless this is a retry of the final release that ended this
+  -- very hold, after others wrote q/a: it gets its first answer.
+  if released_hold(s, token) then return {1} end
+  return {0}
+end
 
 local w, answer = {}, nil
 if count > 1 then
@@ -29,6 +34,7 @@ else
   -- The next live waiter gets the lock in this same call; with nobody
   -- waiting the hold just ends.
   if not hand_off(s, w, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end
+  note_released(s, w, token)
   answer = {1}
 end
 -- The keys already live past the hold and every deadline (commit), and a

@@ -12,6 +12,8 @@
 --          token is issued only with a new hold, so while one exists, f is
 --          its token
 --       q  id of the last owner request applied, a its answer (retry safety)
+--       r  tokens of the last holds ended by their owner's final release,
+--          newest first (retry safety of a release, see released_hold)
 --       k  time until which every key of the lock is kept (its TTL, in ms)
 --       fair lock only:
 --       h  the latest waiter deadline ever written (bounds the queue's life)
@@ -141,6 +143,33 @@ local function undone_token(s, undo)
   local answer = decode(s.a)
   if answer[1] ~= 1 then return nil end
   return answer[3]
+end
+
+-- A final release's answer cannot wait in q/a for a retry: once the hold is
+-- gone, other handles' requests overwrite them at once. So the tokens of the
+-- last RELEASED_KEPT holds that ended by their owner's final release are
+-- kept in r (a token names one hold, and only its owner releases it): a
+-- retried final release whose first run ended the hold finds its token there
+-- and gets the same answer, {1}. One that comes after more final releases
+-- than that gets {0}, not held: a false ErrLockLost, never a release applied
+-- twice.
+local RELEASED_KEPT = 4
+
+local function note_released(s, w, token)
+  local list = int(token)
+  local n = 1
+  for t in string.gmatch(s.r or '', '[^,]+') do
+    if n == RELEASED_KEPT then break end
+    list, n = list .. ',' .. t, n + 1
+  end
+  w.r = list
+end
+
+local function released_hold(s, token)
+  for t in string.gmatch(s.r or '', '[^,]+') do
+    if tonumber(t) == token then return true end
+  end
+  return false
 end
 
 -- Fencing: strictly above every token issued before, and above the server's

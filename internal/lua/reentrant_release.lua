@@ -20,7 +20,12 @@ end
 -- Only the owner of this very hold may release it; anyone else changes nothing.
 local now = clock()
 local who, count, _, held_token = holder(s, now)
-if who ~= owner or held_token ~= token then return {0} end
+if who ~= owner or held_token ~= token then
+  -- Not held, unless this is a retry of the final release that ended this
+  -- very hold, after others wrote q/a: it gets its first answer.
+  if released_hold(s, token) then return {1} end
+  return {0}
+end
 
 local w, answer = {}, nil
 if count > 1 then
@@ -29,6 +34,7 @@ if count > 1 then
 else
   clear_hold(s)
   redis.call(ARGV[4], ARGV[5], '')
+  note_released(s, w, token)
   answer = {1}
 end
 -- The key outlives the hold by RETAIN_MS already (commit): it keeps its TTL.
