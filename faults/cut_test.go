@@ -245,3 +245,45 @@ func TestLostReplyWithoutRetryIsUndone(t *testing.T) {
 		})
 	}
 }
+
+// A final release whose reply is cut is retried by go-redis only after
+// another handle took the lock and released it (its requests overwrite the
+// stored answer): Unlock still reports success, and nothing is released
+// twice.
+func TestReleaseRetriedAfterOthersHeld(t *testing.T) {
+	for _, lock := range []string{"fair", "reentrant"} {
+		t.Run(lock, func(t *testing.T) {
+			srv := sharedServer(t)
+			direct := client(t, srv.Addr)
+			p, viaProxy := proxied(t, srv, redis.Options{MaxRetries: 3})
+			name := lockName(t)
+			ctx := context.Background()
+			a := newHandle(t, lock, viaProxy, name, 10*time.Second)
+			b := newHandle(t, lock, direct, name, 10*time.Second)
+			if err := a.Lock(ctx); err != nil { // loads the scripts
+				t.Fatal(err)
+			}
+			bDone := acquired(b.Lock, 10*time.Second)
+			if lock == "fair" {
+				eventually(t, 5*time.Second, "b queued", func() bool { return len(queueOf(t, direct, name)) == 1 })
+			}
+			cut := p.DropReplyAndHold("_" + lock + "_release")
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- a.Unlock(ctx) }()
+			<-cut
+			if r := <-bDone; r.err != nil {
+				t.Fatalf("b's Lock: %v", r.err)
+			}
+			if err := b.Unlock(ctx); err != nil {
+				t.Fatalf("b's Unlock: %v", err)
+			}
+			p.Release() // now a's retry reaches Redis
+			if err := <-unlocked; err != nil {
+				t.Errorf("a's Unlock, whose release ran but whose retry came after b's hold: %v, want nil", err)
+			}
+			if ok, err := b.IsLocked(ctx); err != nil || ok {
+				t.Errorf("IsLocked at the end: %v, %v; want free", ok, err)
+			}
+		})
+	}
+}

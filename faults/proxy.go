@@ -11,6 +11,7 @@ package faults
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
 	"sync"
 )
@@ -29,8 +30,9 @@ type Proxy struct {
 	held    bool          // Hold: nothing is forwarded
 	resume  chan struct{} // closed by Release
 	refuse  bool          // new connections are closed at once
-	dropOn  []byte        // DropReplyTo: the request bytes to look for
-	dropped chan struct{} // closed when a reply was dropped
+	dropOn   []byte        // DropReplyTo: the request bytes to look for
+	dropHold bool          // and Hold once the reply is dropped
+	dropped  chan struct{} // closed when a reply was dropped
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -104,10 +106,14 @@ func (p *Proxy) pipe(l *link, from, to net.Conn, request bool) {
 			} else if !request && l.drop {
 				drop = true
 			}
-			dropped := p.dropped
+			dropped, hold := p.dropped, p.dropHold
 			p.mu.Unlock()
 			if drop {
-				// The request ran; its reply never arrives.
+				// The request ran; its reply never arrives. With hold, the
+				// client's retry waits in the proxy until Release.
+				if hold {
+					p.Hold()
+				}
 				p.cut(l)
 				if dropped != nil {
 					close(dropped)
@@ -169,14 +175,41 @@ func (p *Proxy) Cut(refuse bool) {
 	}
 }
 
+// CutOne closes one current connection, chosen at random; it reports
+// whether there was one.
+func (p *Proxy) CutOne() bool {
+	p.mu.Lock()
+	var victim *link
+	n := 0
+	for l := range p.conns {
+		n++
+		if rand.IntN(n) == 0 { // reservoir sampling: each link equally likely
+			victim = l
+		}
+	}
+	p.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	p.cut(victim)
+	return true
+}
+
 // DropReplyTo arms the proxy: the next request whose bytes contain match
 // reaches Redis, and the reply on its connection is dropped and the
 // connection cut, so the client cannot know whether it ran. The channel is
 // closed once that happened.
-func (p *Proxy) DropReplyTo(match string) <-chan struct{} {
+func (p *Proxy) DropReplyTo(match string) <-chan struct{} { return p.dropReply(match, false) }
+
+// DropReplyAndHold is DropReplyTo, and then Hold: the client's retry of the
+// request waits in the proxy until Release, so that a test can act between
+// the request's first run and its retry.
+func (p *Proxy) DropReplyAndHold(match string) <-chan struct{} { return p.dropReply(match, true) }
+
+func (p *Proxy) dropReply(match string, hold bool) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dropOn = []byte(match)
+	p.dropOn, p.dropHold = []byte(match), hold
 	p.dropped = make(chan struct{})
 	return p.dropped
 }

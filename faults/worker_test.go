@@ -54,6 +54,9 @@ type locker interface {
 
 func runWorker(spec string) int {
 	f := strings.Fields(spec)
+	if len(f) > 0 && f[0] == "soak" {
+		return runSoakWorker(f)
+	}
 	if len(f) != 6 {
 		fmt.Fprintln(os.Stderr, "bad FAULTS_WORKER:", spec)
 		return 2
@@ -94,7 +97,7 @@ type worker struct {
 }
 
 // startWorker starts a worker; it is killed when the test ends.
-func startWorker(t testing.TB, spec workerSpec) *worker {
+func startWorker(t testing.TB, spec fmt.Stringer) *worker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "FAULTS_WORKER="+spec.String())
@@ -110,7 +113,7 @@ func startWorker(t testing.TB, spec workerSpec) *worker {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	w := &worker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
