@@ -48,6 +48,12 @@ var mutations = []struct {
 		to:   "return 'nobody head ' .. int(expiry)",
 	},
 	{
+		name: "a late retried release answers 'not held' although it released the lock",
+		file: "fair_release.lua",
+		from: "if released_hold(s, token) then return {1} end",
+		to:   "-- (no memory of released holds)",
+	},
+	{
 		name: "re-entry without an ownership check",
 		file: "fair_acquire.lua",
 		from: "if who == owner then",

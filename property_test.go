@@ -7,7 +7,8 @@ package fairlock_test
 // miniredis's TIME and the library's timers together. Its actions are what
 // users and failures do: join the queue, try without waiting, re-enter,
 // unlock, give up, crash (fall silent for good), stall (a waiter cut off from
-// Redis for a while, then back), and let time pass in steps no longer than a
+// Redis for a while, then back), replay a release late (a go-redis retry
+// that comes after others used the lock), and let time pass in steps no longer than a
 // quarter of a heartbeat. After every step it checks what a user can
 // observe, one property per guarantee of package fair.
 //
@@ -25,6 +26,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +96,7 @@ type proc struct {
 	crashedPhase phase
 
 	cut        *redistest.Partition // cuts the process off from Redis
+	releases   *releaseLog          // its last final release, to replay
 	stalled    bool                 // cut off now
 	stalledAt  time.Time
 	wasStalled bool     // stalled since its Lock call began: it may lose its place once
@@ -125,6 +129,8 @@ type spec struct {
 	headThen string
 
 	synced string // what had been published when the hubs were last synced
+
+	finalReleases atomic.Int64 // releases that ended a hold, by any process
 }
 
 func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
@@ -139,12 +145,14 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		cut := &redistest.Partition{}
 		c.AddHook(cut)
+		rl := &releaseLog{script: scripts.FairRelease, seq: &s.finalReleases, clk: s.clk}
+		c.AddHook(rl)
 		m, err := fair.New(c, lockName, core.WithClock(s.clk), core.WithScripts(scripts),
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut})
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, releases: rl})
 	}
 	return s
 }
@@ -351,6 +359,109 @@ func (s *spec) wait(t *rapid.T) {
 		s.settle()
 		s.check(t)
 	}
+}
+
+// lateRetry replays a process's last final release, as go-redis does when
+// the reply was lost, but late: other handles may have taken and released
+// the lock since, overwriting the stored answer. It must change nothing
+// (never a second release or hand-off), and answer "released" ({1}) while
+// the hold's token is among the last four released; after that "not held"
+// ({0}) is allowed: a false ErrLockLost, not a safety matter.
+func (s *spec) lateRetry(t *rapid.T) {
+	var c []*proc
+	for _, p := range s.procs {
+		if args, _, _ := p.releases.last(); args != nil {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no final release yet")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	args, at, when := p.releases.last()
+	before := s.inspect()
+	v, err := s.probe.Do(context.Background(), args...).Slice()
+	if err != nil {
+		t.Fatalf("replaying %s's release: %v", p.label, err)
+	}
+	after := s.inspect()
+	if !sameState(before, after) {
+		t.Fatalf("a late retry of %s's release changed the lock: %+v / %+v, then %+v / %+v",
+			p.label, before.Holder, before.Queue, after.Holder, after.Queue)
+	}
+	// The memory lives in the hold's key, which outlives the last hold and
+	// deadline by 30 s: a real retry comes within milliseconds.
+	since, age := s.finalReleases.Load()-at, s.clk.Now().Sub(when)
+	if since <= 3 && age < 30*time.Second && (len(v) != 1 || v[0] != int64(1)) {
+		t.Fatalf("a retry of %s's release, %v and %d later final releases after it, answered %v, want {1}", p.label, age, since, v)
+	}
+	if len(v) != 1 || (v[0] != int64(0) && v[0] != int64(1)) {
+		t.Fatalf("a late retry of %s's release answered %v, want {1} or {0}", p.label, v)
+	}
+	s.settle()
+}
+
+// sameState compares what Inspect shows of two states.
+func sameState(a, b fair.State) bool {
+	if (a.Holder == nil) != (b.Holder == nil) {
+		return false
+	}
+	if h, g := a.Holder, b.Holder; h != nil && (h.Owner != g.Owner || h.Token != g.Token || h.Count != g.Count ||
+		h.Pending != g.Pending || h.Entry != g.Entry || h.TTL != g.TTL) {
+		return false
+	}
+	return slices.EqualFunc(a.Queue, b.Queue, func(x, y fair.Waiter) bool {
+		return x.Entry == y.Entry && x.Deadline == y.Deadline && x.Expired == y.Expired
+	})
+}
+
+// releaseLog is a go-redis hook that keeps a process's last release that
+// ended its hold (answered {1}), to replay it as a late retry, and counts
+// every such release of every process (undoing ones too: they are kept in
+// the same memory of released tokens).
+type releaseLog struct {
+	script *lua.Script
+	seq    *atomic.Int64
+	clk    clock.Clock
+
+	mu   sync.Mutex
+	args []any
+	at   int64     // seq after it
+	when time.Time // when it ran
+}
+
+func (r *releaseLog) last() ([]any, int64, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.args, r.at, r.when
+}
+
+func (r *releaseLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *releaseLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if err != nil || !r.script.Calls(args) {
+			return err
+		}
+		if v, ok := cmd.(*redis.Cmd); ok {
+			if res, _ := v.Slice(); len(res) == 1 && res[0] == int64(1) {
+				n := r.seq.Add(1)
+				// owner, request, token, publish, channel: no request to undo.
+				if len(args) == 3+3+5 {
+					r.mu.Lock()
+					r.args, r.at, r.when = slices.Clone(args), n, r.clk.Now()
+					r.mu.Unlock()
+				}
+			}
+		}
+		return err
+	}
+}
+
+func (r *releaseLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // acquired records a fresh acquisition by p.
@@ -716,6 +827,7 @@ func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
 			"resume":            s.resume,
 			"advance":           s.advance,
 			"wait":              s.wait,
+			"lateRetry":         s.lateRetry,
 			"":                  s.check,
 		})
 		s.finish()

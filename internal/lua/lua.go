@@ -86,7 +86,7 @@ func MustBuild(src map[string]string) *Scripts {
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
 		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed = keys, args, false, false\n%s\nend)\n", fn, src[name])
-		scripts[name] = &Script{lib: l, fn: fn, eval: redis.NewScript(lib + src[name])}
+		scripts[name] = &Script{lib: l, fn: fn, eval: redis.NewScript(lib + src[name]), src: lib + src[name]}
 	}
 	l.code = code.String()
 	get := func(name string) *Script {

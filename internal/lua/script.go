@@ -16,6 +16,25 @@ type Script struct {
 	lib  *library
 	fn   string        // its function in the library
 	eval *redis.Script // the same script for EVAL
+	src  string        // its source for EVAL
+}
+
+// Calls reports whether a command's arguments call this script (FCALL,
+// EVALSHA or EVAL), for tests that watch what goes over the wire.
+func (s *Script) Calls(args []any) bool {
+	if len(args) < 2 {
+		return false
+	}
+	name, _ := args[0].(string)
+	switch strings.ToLower(name) {
+	case "fcall":
+		return args[1] == s.fn
+	case "evalsha":
+		return args[1] == s.eval.Hash()
+	case "eval":
+		return args[1] == s.src
+	}
+	return false
 }
 
 // library is the function library of one Scripts set.
