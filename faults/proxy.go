@@ -25,16 +25,16 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	conns   map[*link]struct{}
-	held    bool          // Hold: nothing is forwarded
-	resume  chan struct{} // closed by Release
-	refuse  bool          // new connections are closed at once
+	mu       sync.Mutex
+	conns    map[*link]struct{}
+	held     bool          // Hold: nothing is forwarded
+	resume   chan struct{} // closed by Release
+	refuse   bool          // new connections are closed at once
 	dropOn   []byte        // DropReplyTo: the request bytes to look for
 	dropHold bool          // and Hold once the reply is dropped
 	dropped  chan struct{} // closed when a reply was dropped
-	closed  bool
-	wg      sync.WaitGroup
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 type link struct {

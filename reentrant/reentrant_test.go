@@ -1,9 +1,9 @@
 package reentrant_test
 
 import (
-	"fmt"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
