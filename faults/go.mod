@@ -3,6 +3,7 @@ module github.com/fairlock/fairlock/faults
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/fairlock/fairlock v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
