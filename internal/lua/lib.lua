@@ -63,6 +63,9 @@ end
 -- these names at the start of every function: rename them there too.
 local missing, changed = false, false
 
+-- What load makes of a string that is not a hold fairlock wrote.
+local NOT_OURS = '\0not ours'
+
 -- load reads the hold: strings by field name, absent fields nil.
 local function load()
   local raw = redis.pcall('GET', KEYS[1])
@@ -74,10 +77,17 @@ local function load()
     missing = true
     return {}
   end
-  return cjson.decode(raw)
+  -- Every hold fairlock writes is a JSON object with a layout version.
+  local ok, s = pcall(cjson.decode, raw)
+  if not ok or type(s) ~= 'table' or s.v == nil then return {v = NOT_OURS} end
+  return s
 end
 
 local function layout_error(s)
+  if s.v == NOT_OURS then
+    return redis.error_reply('fairlock: key ' .. KEYS[1] .. ' holds a string that fairlock did not write ' ..
+      '(not a JSON object with a layout version); delete the key or use another lock name')
+  end
   if s.v and s.v ~= LAYOUT then
     return redis.error_reply('fairlock: lock ' .. KEYS[1] .. ' has data layout ' ..
       s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
@@ -287,7 +297,9 @@ end
 local function hand_off(s, w, now, now_us, publish, channel)
   if not may_have_waiters(s, w, now) then return nil end
   -- Step 1 and the grant in one pass: pop until a live entry is popped.
-  local element, head, deadline
+  -- An element that is not "<entry>|<lease>|<wait>|<label>" was not written
+  -- by fairlock: it is dropped like a dead entry.
+  local element, head, deadline, lease, label
   repeat
     element = redis.call('LPOP', KEYS[2])
     if not element then return nil end
@@ -295,8 +307,8 @@ local function hand_off(s, w, now, now_us, publish, channel)
     local score = redis.call('ZSCORE', KEYS[3], head)
     deadline = tonumber(score or '0')
     if score then redis.call('ZREM', KEYS[3], head) end
-  until deadline > now
-  local lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
+    lease, label = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
+  until deadline > now and lease
   local _, token = next_token(s, w, now_us)
   local expiry = math.min(now + tonumber(lease), deadline)
   w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
