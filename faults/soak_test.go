@@ -206,9 +206,9 @@ func soak(t *testing.T, lock string, total int) {
 		case 0:
 			rejected++
 		}
-		if c.Lost {
+		if c.Lost != "" {
 			lost++
-			t.Logf("lost hold: %s token %d, Lock took %v", c.Label, c.Token, time.Duration(c.End-c.Start))
+			t.Logf("hold ended without its Unlock (%s): %s token %d, Lock took %v", c.Lost, c.Label, c.Token, time.Duration(c.End-c.Start))
 		}
 	}
 	if len(summaries) != 3 {

@@ -40,7 +40,10 @@ type soakCall struct {
 	Token int64  `json:"t"` // 0 if Lock failed
 	Err   string `json:"err,omitempty"`
 	Write int    `json:"w"` // 1 accepted, 0 rejected (stale), -1 failed
-	Lost  bool   `json:"lost,omitempty"`
+	// Lost says how a hold ended without its Unlock: "lost" when Lost()
+	// had closed by the end of the hold, "unlock" when Unlock returned
+	// ErrLockLost.
+	Lost string `json:"lost,omitempty"`
 }
 
 type soakSummary struct {
@@ -121,11 +124,14 @@ func runSoakWorker(f []string) int {
 					call.Write = soakWrite(res, name, call.Token)
 					select {
 					case <-m.Lost():
-						call.Lost = true
+						call.Lost = "lost"
 					default:
+						if err := m.Unlock(context.Background()); errors.Is(err, fair.ErrLockLost) {
+							call.Lost = "unlock"
+						}
 					}
-					if err := m.Unlock(context.Background()); errors.Is(err, fair.ErrLockLost) {
-						call.Lost = true
+					if call.Lost == "lost" {
+						_ = m.Unlock(context.Background()) // ErrLockLost: forgets the hold
 					}
 				}
 				outMu.Lock()
@@ -142,7 +148,7 @@ func runSoakWorker(f []string) int {
 				case 0:
 					sum.Rejected++
 				}
-				if call.Lost {
+				if call.Lost != "" {
 					sum.Lost++
 				}
 				_ = enc.Encode(call)
