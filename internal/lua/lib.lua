@@ -13,7 +13,8 @@
 --          its token
 --       q  id of the last owner request applied, a its answer (retry safety)
 --       r  tokens of the last holds ended by their owner's final release,
---          newest first (retry safety of a release, see released_hold)
+--          16-digit fields, newest first (retry safety of a release, see
+--          released_hold)
 --       k  time until which every key of the lock is kept (its TTL, in ms)
 --       fair lock only:
 --       h  the latest waiter deadline ever written (bounds the queue's life)
@@ -162,25 +163,28 @@ end
 -- retried final release whose first run ended the hold finds its token there
 -- and gets the same answer, {1}. One that comes after more final releases
 -- than that gets {0}, not held: a false ErrLockLost, never a release applied
--- twice.
+-- twice. r is read by every script as part of the hold, so it is kept short:
+-- with 4 tokens it costs each call about 0.3 µs of JSON and each final
+-- release 0.5 µs; 16 would cost 1.1 and 1.0 (docs/reliability.md).
 local RELEASED_KEPT = 4
+-- Tokens are stored as fixed-width fields, newest first, with no separator:
+-- a new one is one format, one sub and one concatenation whatever the count.
+local TOKEN_WIDTH = 16
 
 local function note_released(s, w, token)
-  -- Plain finds, not gmatch and concatenation: this runs at every final
-  -- release, and costs about 0.75 µs of Lua here (1 µs the other way).
-  local list = int(token)
-  if s.r then list = list .. ',' .. s.r end
-  local pos = 0
-  for _ = 1, RELEASED_KEPT do
-    pos = string.find(list, ',', pos + 1, true)
-    if not pos then break end
-  end
-  if pos then list = string.sub(list, 1, pos - 1) end
-  w.r = list
+  local text = string.format('%016d', token)
+  if #text ~= TOKEN_WIDTH then return end -- past the year 2286: no memory, still safe
+  w.r = text .. string.sub(s.r or '', 1, TOKEN_WIDTH * (RELEASED_KEPT - 1))
 end
 
 local function released_hold(s, token)
-  return s.r ~= nil and string.find(',' .. s.r .. ',', ',' .. int(token) .. ',', 1, true) ~= nil
+  local r, text, from = s.r or '', string.format('%016d', token), 1
+  while true do
+    local at = string.find(r, text, from, true)
+    if not at then return false end
+    if (at - 1) % TOKEN_WIDTH == 0 then return true end
+    from = at + 1
+  end
 end
 
 -- Fencing: strictly above every token issued before, and above the server's
