@@ -6,9 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/reentrant"
 )
 
 // Scenario 4: SIGKILL. Each test reports its measured delay beside its bound
@@ -34,21 +31,7 @@ func TestKilledHolderPassesOnWithinItsLease(t *testing.T) {
 			w := startWorker(t, workerSpec{Lock: lock, Addr: srv.Addr, Name: name, Lease: killLease, Wait: killWait, Label: "holder"})
 			token := w.held(30 * time.Second)
 
-			var next interface {
-				Lock(context.Context) error
-				Token() int64
-				TTL(context.Context) (time.Duration, error)
-				Unlock(context.Context) error
-			}
-			var err error
-			if lock == "fair" {
-				next, err = fair.New(c, name, fair.WithWaitTimeout(killWait))
-			} else {
-				next, err = reentrant.New(c, name)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			next := newHandle(t, lock, c, name, killLease)
 			done := acquired(next.Lock, 10*killLease)
 			if lock == "fair" {
 				eventually(t, 5*time.Second, "the waiter queued", func() bool {
@@ -93,10 +76,7 @@ func TestKilledHeadWaitersDelayTheQueueByTheEvictionBound(t *testing.T) {
 			srv := sharedServer(t)
 			c := client(t, srv.Addr)
 			name := lockName(t)
-			holder, err := fair.New(c, name, fair.WithWaitTimeout(killWait))
-			if err != nil {
-				t.Fatal(err)
-			}
+			holder := newHandle(t, "fair", c, name, 30*time.Second)
 			if err := holder.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -109,10 +89,7 @@ func TestKilledHeadWaitersDelayTheQueueByTheEvictionBound(t *testing.T) {
 				// Join one at a time, so the queue order is known.
 				eventually(t, 10*time.Second, "worker queued", func() bool { return slices.Equal(queueOf(t, c, name), pids) })
 			}
-			live, err := fair.New(c, name, fair.WithWaitTimeout(killWait))
-			if err != nil {
-				t.Fatal(err)
-			}
+			live := newHandle(t, "fair", c, name, 30*time.Second)
 			done := acquired(live.Lock, 10*bound)
 			eventually(t, 5*time.Second, "the live waiter queued last", func() bool {
 				return slices.Equal(queueOf(t, c, name), append(slices.Clone(pids), os.Getpid()))
@@ -152,19 +129,13 @@ func TestKilledWaiterIsEvictedWhileTheLockIsHeld(t *testing.T) {
 	srv := sharedServer(t)
 	c := client(t, srv.Addr)
 	name := lockName(t)
-	holder, err := fair.New(c, name, fair.WithWaitTimeout(killWait))
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := newHandle(t, "fair", c, name, 30*time.Second)
 	if err := holder.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	w := startWorker(t, workerSpec{Lock: "fair", Addr: srv.Addr, Name: name, Lease: killLease, Wait: killWait, Label: "doomed"})
 	eventually(t, 10*time.Second, "worker queued", func() bool { return slices.Equal(queueOf(t, c, name), []int{w.pid()}) })
-	live, err := fair.New(c, name, fair.WithWaitTimeout(killWait))
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := newHandle(t, "fair", c, name, 30*time.Second)
 	done := acquired(live.Lock, 30*time.Second)
 	eventually(t, 5*time.Second, "the live waiter queued", func() bool {
 		return slices.Equal(queueOf(t, c, name), []int{w.pid(), os.Getpid()})

@@ -67,7 +67,7 @@ func (h Handle) Answered(ctx context.Context, req Request, err error) {
 	defer cancel()
 	err = h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), 0, h.Publish, h.Channel, req.ID).Err()
 	if err != nil {
-		h.warn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
+		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
 }
 
@@ -121,13 +121,13 @@ func (h Handle) Info(msg string, args ...any) {
 	}
 }
 
-func (h Handle) warn(msg string, err error) {
+func (h Handle) logWarn(msg string, err error) {
 	if l := h.Config.Logger; l != nil {
 		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Any("error", err))
 	}
 }
 
-func (h Handle) error(msg string, token int64) {
+func (h Handle) logError(msg string, token int64) {
 	if l := h.Config.Logger; l != nil {
 		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Int64("token", token))
 	}

@@ -102,7 +102,7 @@ func (h *hold) claim(g Grant) {
 		return
 	}
 	if err != nil {
-		h.m.h.warn("claiming a handed-off lock failed; retrying", err)
+		h.m.h.logWarn("claiming a handed-off lock failed; retrying", err)
 		h.renew = h.m.h.Config.Clock.AfterFunc(h.lease/9, func() { h.claim(g) })
 		return
 	}
@@ -130,7 +130,7 @@ func (h *hold) watchdog() {
 		return
 	}
 	if err != nil {
-		h.m.h.warn("renewing the lease failed; retrying", err)
+		h.m.h.logWarn("renewing the lease failed; retrying", err)
 		h.scheduleRenewLocked(h.lease / 9)
 		return
 	}
@@ -166,7 +166,7 @@ func (h *hold) end(cause error, why string) bool {
 	if cause == ErrLockLost {
 		h.m.stale.Store(h.token)
 		close(h.lost)
-		h.m.h.error("lock lost: "+why, h.token)
+		h.m.h.logError("lock lost: "+why, h.token)
 	}
 	h.cancel(cause)
 	return true
