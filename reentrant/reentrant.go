@@ -98,6 +98,9 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 // waiter. It reports whether the lock was held.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
 
+// Name returns the lock's name, as given to New.
+func (m *Mutex) Name() string { return m.m.Name() }
+
 // IsLocked reports whether any handle holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
 

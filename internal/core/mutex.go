@@ -63,6 +63,9 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 	return m, nil
 }
 
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.h.Name }
+
 // Lock waits until the lock is held, with the watchdog keeping the lease.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.h.Config.Lease})
