@@ -1,0 +1,228 @@
+package multi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/multi"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+func fairOn(t *testing.T, c redis.UniversalClient, name string, opts ...fair.Option) *fair.Mutex {
+	t.Helper()
+	m, err := fair.New(c, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func reentrantOn(t *testing.T, c redis.UniversalClient, name string) *reentrant.Mutex {
+	t.Helper()
+	m, err := reentrant.New(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestNewRefusesBadMembers(t *testing.T) {
+	c := redistest.Real(t)
+	name := redistest.Name(t)
+	var nilFair *fair.Mutex
+	for what, members := range map[string][]multi.Locker{
+		"no members":          nil,
+		"a nil member":        {fairOn(t, c, name), nil},
+		"a nil *fair.Mutex":   {nilFair},
+		"the same lock twice": {fairOn(t, c, name), fairOn(t, c, name)},
+	} {
+		if _, err := multi.New(members...); !errors.Is(err, multi.ErrInvalidArgument) {
+			t.Errorf("%s: New = %v, want ErrInvalidArgument", what, err)
+		}
+	}
+	// A fair and a reentrant lock of one name are different locks.
+	if _, err := multi.New(fairOn(t, c, name), reentrantOn(t, c, name)); err != nil {
+		t.Errorf("a fair and a reentrant lock of one name: %v", err)
+	}
+}
+
+func TestTakesMembersInOneGlobalOrder(t *testing.T) {
+	c := redistest.Real(t)
+	base := redistest.Name(t)
+	l, err := multi.New(fairOn(t, c, base+"-c"), reentrantOn(t, c, base+"-a"), fairOn(t, c, base+"-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{base + "-b", base + "-c", base + "-a"} // fair before reentrant, then by name
+	if got := l.Names(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Real(t)
+	ctx := context.Background()
+	base := redistest.Name(t)
+	a, b := fairOn(t, c, base+"-a"), fairOn(t, c, base+"-b")
+	other := fairOn(t, c, base+"-b")
+	if err := other.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := multi.New(b, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wait := range []time.Duration{0, 50 * time.Millisecond} {
+		ok, err := l.TryLock(ctx, wait, 0)
+		if ok || err != nil {
+			t.Fatalf("TryLock(wait %v) with a member held elsewhere = %v, %v; want false, nil", wait, ok, err)
+		}
+		if held, _ := a.IsLocked(ctx); held {
+			t.Fatalf("TryLock(wait %v) failed but left the other member held", wait)
+		}
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrNotHeld) {
+		t.Fatalf("Unlock of a Lock not held = %v, want ErrNotHeld", err)
+	}
+	// Lock waits for the member held elsewhere, holding the first meanwhile.
+	done := make(chan error, 1)
+	go func() { done <- l.Lock(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	if held, _ := a.IsLocked(ctx); !held {
+		t.Fatal("Lock waiting for its second member does not hold its first")
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range l.Tokens() {
+		if tok == 0 {
+			t.Errorf("member %s has no token while held", l.Names()[i])
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, fair.ErrReleased) {
+		t.Fatalf("HoldContext's cause after Unlock = %v, want ErrReleased", cause)
+	}
+	for _, m := range []*fair.Mutex{a, b} {
+		if held, _ := m.IsLocked(ctx); held {
+			t.Fatalf("%s still held after Unlock", m.Name())
+		}
+	}
+}
+
+// Lock whose ctx ends while it waits for a later member gives back the
+// members it took.
+func TestCancelledLockGivesBackWhatItTook(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Real(t)
+	ctx := context.Background()
+	base := redistest.Name(t)
+	a, b := reentrantOn(t, c, base+"-a"), reentrantOn(t, c, base+"-b")
+	other := reentrantOn(t, c, base+"-b")
+	if err := other.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := multi.New(a, b)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := l.Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v, want the ctx's error", err)
+	}
+	if held, _ := a.IsLocked(ctx); held {
+		t.Fatal("the first member stayed held after Lock gave up")
+	}
+	_ = other.Unlock(ctx)
+}
+
+// Two Locks over the same members, given in opposite orders, taking turns
+// many times from several goroutines: no deadlock, and never both held.
+func TestOverlappingLocksNeverDeadlock(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+			clients := redistest.Clients(t, cluster, 4)
+			base := redistest.Name(t)
+			var inside atomic.Int32
+			var wg sync.WaitGroup
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := range 4 {
+				c := clients[i]
+				names := []string{base + "-x", base + "-y", base + "-z"}
+				if i%2 == 1 {
+					names = []string{names[2], names[0], names[1]}
+				}
+				l, err := multi.New(fairOn(t, c, names[0]), fairOn(t, c, names[1]), fairOn(t, c, names[2]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 25 {
+						if err := l.Lock(ctx); err != nil {
+							t.Errorf("Lock: %v (a deadlock would end here when ctx does)", err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							t.Error("two Locks over the same members held at once")
+						}
+						inside.Add(-1)
+						if err := l.Unlock(context.Background()); err != nil {
+							t.Errorf("Unlock: %v", err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// A member's hold that is lost ends the whole Lock: Lost closes, the hold
+// context's cause is ErrLockLost, and Unlock reports it.
+func TestAMemberLostLosesTheLock(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Real(t)
+	ctx := context.Background()
+	base := redistest.Name(t)
+	a := fairOn(t, c, base+"-a", fair.WithLease(300*time.Millisecond))
+	b := fairOn(t, c, base+"-b", fair.WithLease(300*time.Millisecond))
+	l, _ := multi.New(a, b)
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else ends b's hold; b's watchdog finds it gone at its next
+	// renewal (every 100 ms).
+	if _, err := fairOn(t, c, base+"-b").ForceUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost() did not close after a member's hold was lost")
+	}
+	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, multi.ErrLockLost) {
+		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("Unlock after a member was lost = %v, want one wrapping ErrLockLost", err)
+	}
+	if held, _ := a.IsLocked(ctx); held {
+		t.Fatal("the member still held after Unlock")
+	}
+}
