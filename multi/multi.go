@@ -66,9 +66,10 @@ var (
 type Lock struct {
 	members []Locker // in the global order
 
-	mu   sync.Mutex
-	hold *hold // the current hold, nil if none
-	last *hold // the most recent hold, for Lost and HoldContext
+	mu    sync.Mutex
+	hold  *hold // the current hold, nil if none
+	depth int   // Lock and TryLock calls the current hold is made of
+	last  *hold // the most recent hold, for Lost and HoldContext
 }
 
 // hold is one time every member was held.
@@ -129,7 +130,9 @@ func (l *Lock) Names() []string {
 
 // Lock takes every member, in order, each with its watchdog keeping its
 // lease. If ctx ends or a member fails, it releases the members it took and
-// returns the error: all or nothing.
+// returns the error: all or nothing. Taken again while held, it re-enters
+// every member (see Unlock); after a member's hold was lost it returns
+// ErrLockLost until Unlock.
 func (l *Lock) Lock(ctx context.Context) error {
 	_, err := l.acquire(ctx, func(m Locker) (bool, error) {
 		err := m.Lock(ctx)
@@ -161,6 +164,14 @@ func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bo
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	l.mu.Lock()
+	lost := l.hold != nil && isClosed(l.hold.lost)
+	l.mu.Unlock()
+	if lost {
+		// Re-entering a hold part of which is gone would mix a fresh member
+		// hold with re-entered ones: Unlock it first.
+		return false, fmt.Errorf("%w: a member's hold was lost; Unlock before taking the Lock again", ErrLockLost)
+	}
 	for i, m := range l.members {
 		ok, err := take(m)
 		if err != nil || !ok {
@@ -168,10 +179,15 @@ func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bo
 			return false, err
 		}
 	}
-	h := l.watch()
 	l.mu.Lock()
-	l.hold, l.last = h, h
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if l.hold != nil {
+		// A re-entry: every member counted it, and so does the Lock.
+		l.depth++
+		return true, nil
+	}
+	h := l.watch()
+	l.hold, l.last, l.depth = h, h, 1
 	return true, nil
 }
 
@@ -202,20 +218,31 @@ func (l *Lock) watch() *hold {
 	return h
 }
 
-// Unlock releases every member, in reverse order, even when ctx has ended
-// (each member's Unlock then runs bounded by its cleanup timeout). It
-// returns ErrNotHeld if the Lock is not held, and otherwise the members'
-// errors joined: ErrLockLost among them if a member's hold had been lost.
+// Unlock undoes one Lock or successful TryLock: it releases every member
+// once, in reverse order, even when ctx has ended (each member's Unlock then
+// runs bounded by its cleanup timeout). Like the members, a Lock taken
+// again while held (re-entry) must be unlocked as many times; the last
+// Unlock ends the hold. It returns ErrNotHeld if the Lock is not held, and
+// otherwise the members' errors joined: ErrLockLost among them if a
+// member's hold had been lost.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	h := l.hold
-	l.hold = nil
+	if h != nil {
+		l.depth--
+		if l.depth == 0 {
+			l.hold = nil
+		}
+	}
+	last := l.hold == nil
 	l.mu.Unlock()
 	if h == nil {
 		return ErrNotHeld
 	}
-	for _, stop := range h.stops {
-		stop()
+	if last {
+		for _, stop := range h.stops {
+			stop()
+		}
 	}
 	var errs []error
 	for i := len(l.members) - 1; i >= 0; i-- {
@@ -223,7 +250,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("unlocking %q: %w", l.members[i].Name(), err))
 		}
 	}
-	h.cancel(fair.ErrReleased)
+	if last {
+		h.cancel(fair.ErrReleased)
+	}
 	return errors.Join(errs...)
 }
 
@@ -235,6 +264,15 @@ func (l *Lock) Tokens() []int64 {
 		tokens[i] = m.Token()
 	}
 	return tokens
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 var neverClosed = make(chan struct{})

@@ -219,10 +219,51 @@ func TestAMemberLostLosesTheLock(t *testing.T) {
 	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, multi.ErrLockLost) {
 		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
 	}
+	if err := l.Lock(ctx); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("Lock while a member's hold is lost = %v, want ErrLockLost", err)
+	}
 	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
 		t.Fatalf("Unlock after a member was lost = %v, want one wrapping ErrLockLost", err)
 	}
 	if held, _ := a.IsLocked(ctx); held {
 		t.Fatal("the member still held after Unlock")
+	}
+	if err := l.Lock(ctx); err != nil {
+		t.Fatalf("Lock after the lost hold's Unlock: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// Like its members, a Lock taken again while held counts it, and is held
+// until as many Unlocks.
+func TestReentry(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Real(t)
+	ctx := context.Background()
+	base := redistest.Name(t)
+	a, b := fairOn(t, c, base+"-a"), reentrantOn(t, c, base+"-b")
+	l, _ := multi.New(a, b)
+	for range 2 {
+		if err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.HoldCount(ctx); n != 1 {
+		t.Fatalf("after one of two Unlocks the member's count is %d, want 1", n)
+	}
+	if err := l.HoldContext().Err(); err != nil {
+		t.Fatalf("the hold ended after one of two Unlocks: %v", context.Cause(l.HoldContext()))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := b.IsLocked(ctx); held {
+		t.Fatal("a member still held after the last Unlock")
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrNotHeld) {
+		t.Fatalf("a third Unlock = %v, want ErrNotHeld", err)
 	}
 }
