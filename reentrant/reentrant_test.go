@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -523,5 +524,56 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	}
 	if locked, _ := a.IsLocked(context.Background()); locked {
 		t.Fatal("the lock is still held after its one Unlock")
+	}
+}
+
+// slowReply moves the fake clock while a script call is on its way back, as
+// a slow network or a paused process would.
+type slowReply struct {
+	clk   *clock.Fake
+	delay time.Duration
+	armed atomic.Bool
+}
+
+func (s *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if s.armed.CompareAndSwap(true, false) {
+			s.clk.Advance(s.delay)
+		}
+		return err
+	}
+}
+
+func (s *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An acquisition whose reply comes back after its lease ran out returns a
+// hold already lost: Lost is closed when TryLock returns, not at the
+// clock's next tick, and Unlock says ErrLockLost.
+func TestHoldWhoseLeaseRanOutBeforeItsReplyIsBornLost(t *testing.T) {
+	e := newEnv(t)
+	slow := &slowReply{clk: e.clk, delay: 2 * time.Second}
+	e.client.AddHook(slow)
+	m := e.handle()
+	mustLock(t, m) // loads the scripts
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	slow.armed.Store(true)
+	ok, err := m.TryLock(context.Background(), 0, time.Second)
+	if !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v; want the (already lost) hold", ok, err)
+	}
+	select {
+	case <-m.Lost():
+	default:
+		t.Fatal("TryLock returned a hold whose lease had run out, with Lost still open")
+	}
+	if err := m.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock = %v, want ErrLockLost", err)
 	}
 }

@@ -78,8 +78,17 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
-	c := h.m.h.Config.Clock
-	h.expiry = c.AfterFunc(dl.Sub(c.Now()), func() { h.end(ErrLockLost, "lease ran out before a renewal succeeded") })
+	// At the deadline itself, not after a duration read from the clock
+	// first: nothing can move the clock in between.
+	h.expiry = clock.AtFunc(h.m.h.Config.Clock, dl, func() { h.end(ErrLockLost, "lease ran out before a renewal succeeded") })
+}
+
+// bornLost reports whether the hold's deadline had passed by the time it
+// was made: the acquisition took longer than the lease it was granted.
+func (h *hold) bornLost() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.deadline.After(h.m.h.Config.Clock.Now())
 }
 
 func (h *hold) scheduleRenewLocked(after time.Duration) {

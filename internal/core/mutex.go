@@ -108,6 +108,12 @@ func (m *Mutex) acquire(ctx context.Context, a Attempt) (bool, error) {
 	}
 	m.cur = newHold(m, *g, a.Lease, a.Fixed)
 	m.last = m.cur
+	if m.cur.bornLost() {
+		// Its loss timer would only fire at the clock's next tick (a fake
+		// clock's next Advance): end it now, so that Lost is closed before
+		// Lock returns and nobody counts on a hold Redis may have ended.
+		m.cur.end(ErrLockLost, "the lease ran out before the acquisition returned")
+	}
 	return true, nil
 }
 
