@@ -191,10 +191,9 @@ func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bo
 	return true, nil
 }
 
-// releaseTaken unlocks the first n members, in reverse order, even when ctx
-// has ended.
+// releaseTaken unlocks the first n members, in reverse order. When ctx has
+// ended, each member's Unlock still runs, bounded by its cleanup timeout.
 func (l *Lock) releaseTaken(ctx context.Context, n int) {
-	ctx = context.WithoutCancel(ctx)
 	for i := n - 1; i >= 0; i-- {
 		_ = l.members[i].Unlock(ctx) // a failure leaves the lease to run out
 	}
