@@ -42,12 +42,6 @@ func TestForeignValuesInTheLocksKeys(t *testing.T) {
 	srv := sharedServer(t)
 	c := client(t, srv.Addr)
 	bg := context.Background()
-	hold := func(lock, name string) string {
-		if lock == "fair" {
-			return "fairlock:f:{" + name + "}"
-		}
-		return "fairlock:r:{" + name + "}"
-	}
 	for _, lock := range []string{"fair", "reentrant"} {
 		for what, put := range map[string]func(key string) error{
 			"a hash":             func(k string) error { return c.HSet(bg, k, "o", "x").Err() },
@@ -57,7 +51,7 @@ func TestForeignValuesInTheLocksKeys(t *testing.T) {
 		} {
 			t.Run(lock+"/hold is "+what, func(t *testing.T) {
 				name := lockName(t)
-				if err := put(hold(lock, name)); err != nil {
+				if err := put(holdKey(lock, name)); err != nil {
 					t.Fatal(err)
 				}
 				m := newHandle(t, lock, c, name, time.Second)
@@ -81,7 +75,7 @@ func TestForeignValuesInTheLocksKeys(t *testing.T) {
 			if err := holder.Lock(bg); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Set(bg, "fairlock:f:{"+name+"}"+suffix, "x", 0).Err(); err != nil {
+			if err := c.Set(bg, holdKey("fair", name)+suffix, "x", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			waiter := newHandle(t, "fair", c, name, time.Second)
@@ -110,7 +104,7 @@ func TestGarbageQueueElementsAreDropped(t *testing.T) {
 	waiter := newHandle(t, "fair", c, name, 5*time.Second)
 	done := acquired(waiter.Lock, 10*time.Second)
 	eventually(t, 5*time.Second, "the waiter queued", func() bool { return len(queueOf(t, c, name)) == 1 })
-	q, d := "fairlock:f:{"+name+"}:queue", "fairlock:f:{"+name+"}:deadlines"
+	q, d := holdKey("fair", name)+":queue", holdKey("fair", name)+":deadlines"
 	far := float64(time.Now().Add(time.Hour).UnixMilli())
 	// Ahead of the waiter: one with no deadline, one with a live deadline
 	// but no lease, one that is not even an entry.
@@ -226,7 +220,7 @@ func TestMaxmemoryEvictionDeletesAHeldLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			token := holder.Token()
-			key := map[string]string{"fair": "fairlock:f:{" + name + "}", "reentrant": "fairlock:r:{" + name + "}"}[lock]
+			key := holdKey(lock, name)
 			info, err := c.InfoMap(bg, "memory").Result()
 			if err != nil {
 				t.Fatal(err)

@@ -56,6 +56,15 @@ func newServer(t testing.TB) (*Server, error) {
 	return StartServer()
 }
 
+// holdKey is where a lock of kind lock ("fair" or "reentrant") keeps its
+// hold: tests that corrupt or observe it name it here only.
+func holdKey(lock, name string) string {
+	if lock == "fair" {
+		return "fairlock:f:{" + name + "}"
+	}
+	return "fairlock:r:{" + name + "}"
+}
+
 // lockName is a name no other test uses.
 func lockName(t testing.TB) string {
 	sharedMu.Lock()

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/reentrant"
 )
 
@@ -274,24 +275,16 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-var neverClosed = make(chan struct{})
-
 // Lost returns a channel closed when any member's hold of the current (or
 // most recent) hold is lost. Before the first hold it is never closed.
 func (l *Lock) Lost() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.last == nil {
-		return neverClosed
+		return core.NeverClosed()
 	}
 	return l.last.lost
 }
-
-var notHeld = func() context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(ErrNotHeld)
-	return ctx
-}()
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: by Unlock (cause fair.ErrReleased) or by the loss of any
@@ -301,7 +294,7 @@ func (l *Lock) HoldContext() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.last == nil {
-		return notHeld
+		return core.NotHeldContext()
 	}
 	return l.last.ctx
 }

@@ -209,6 +209,10 @@ func (m *Mutex) Token() int64 {
 
 var neverClosed = make(chan struct{})
 
+// NeverClosed is what Lost returns before a first hold: a channel that is
+// never closed.
+func NeverClosed() <-chan struct{} { return neverClosed }
+
 // Lost returns the channel of the current (or most recent) hold.
 func (m *Mutex) Lost() <-chan struct{} {
 	m.mu.Lock()
@@ -224,6 +228,10 @@ var notHeldCtx = func() context.Context {
 	cancel(ErrNotHeld)
 	return ctx
 }()
+
+// NotHeldContext is what HoldContext returns before a first hold: a context
+// already cancelled with cause ErrNotHeld.
+func NotHeldContext() context.Context { return notHeldCtx }
 
 // HoldContext returns the context of the current (or most recent) hold.
 func (m *Mutex) HoldContext() context.Context {
