@@ -20,7 +20,7 @@ import (
 
 type heartbeatKey struct {
 	client  redis.UniversalClient
-	name    string
+	hold    string // the hold's key: a fair lock and a semaphore's gate may share a name
 	scripts *lua.Scripts
 	clock   clock.Clock
 }
@@ -79,7 +79,7 @@ func (m *member) current() string {
 // shortest wait timeout among its waiters.
 func joinHeartbeat(k *kind, entry string, w *core.Waiter) (*heartbeat, *member) {
 	cfg := k.h.Config
-	key := heartbeatKey{client: k.h.Client, name: k.h.Name, scripts: cfg.Scripts, clock: cfg.Clock}
+	key := heartbeatKey{client: k.h.Client, hold: k.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
 	beatsMu.Lock()
 	defer beatsMu.Unlock()

@@ -20,17 +20,26 @@ type kind struct {
 	abandoned []string // entries this handle could not take out of the queue
 }
 
-func keysOf(name string) []string {
-	base := "fairlock:f:{" + name + "}"
+func keysOf(name string) []string { return keysAt(lockBase(name)) }
+
+func lockBase(name string) string { return "fairlock:f:{" + name + "}" }
+
+func keysAt(base string) []string {
 	return []string{base, base + ":queue", base + ":deadlines"}
 }
 
 // layout is where a fair lock lives: the hold, the queue, the waiters'
 // deadlines, and the channel that carries hand-offs and head notices.
 func layout(name string, scripts *lua.Scripts) core.Layout {
+	return layoutAt(lockBase(name), scripts)
+}
+
+// layoutAt is a fair lock's layout on keys that start with base (a
+// semaphore's gate has its own).
+func layoutAt(base string, scripts *lua.Scripts) core.Layout {
 	return core.Layout{
-		Keys:        keysOf(name),
-		Channel:     "fairlock:f:{" + name + "}:wake",
+		Keys:        keysAt(base),
+		Channel:     base + ":wake",
 		Release:     scripts.FairRelease,
 		ForceUnlock: scripts.FairForceUnlock,
 	}

@@ -10,13 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Layout is where a kind keeps a lock and which of its scripts end a hold;
-// the shared scripts (renew.lua, state.lua) work on every layout.
+// Layout is where a kind keeps a lock and which of its scripts end and renew
+// a hold; the shared scripts (renew.lua, state.lua) work on every layout
+// that keeps one hold per key.
 type Layout struct {
 	Keys        []string // the hold first
 	Channel     string   // where hand-offs and releases are published
 	Release     *lua.Script
 	ForceUnlock *lua.Script
+	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
+	Renew *lua.Script
 }
 
 // Handle is all a kind gets of the lock handle it serves: where the lock
@@ -93,7 +96,11 @@ func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fro
 	if fromGrant {
 		fixed = "1"
 	}
-	v, err := h.Config.Scripts.Renew.Run(ctx, h.Client, h.Keys, h.Owner, token, Ms(lease), fixed).Result()
+	script := h.Layout.Renew
+	if script == nil {
+		script = h.Config.Scripts.Renew
+	}
+	v, err := script.Run(ctx, h.Client, h.Keys, h.Owner, token, Ms(lease), fixed).Result()
 	if err != nil {
 		return false, err
 	}

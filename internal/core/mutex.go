@@ -66,6 +66,9 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.h.Name }
 
+// Owner returns the handle's owner id.
+func (m *Mutex) Owner() string { return m.h.Owner }
+
 // Lock waits until the lock is held, with the watchdog keeping the lease.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.h.Config.Lease})

@@ -27,6 +27,17 @@
 --   KEYS[3] fairlock:f:{N}:deadlines  zset, entry id -> deadline (Redis ms);
 --       an entry in the list but not here is a tombstone (it gave up or died)
 --
+-- A fair semaphore named N (sem_*.lua) keeps its permits in one string of the
+-- same JSON form, and queues its waiters on a fair lock, its gate:
+--   fairlock:s:{N}        the permits: v, f, r and k as above, and
+--       m  the number of permits (K), set by the first caller or SetPermits
+--       p  object, one field per permit hold: the holder's owner id ->
+--          "<permits>|<expiry, Redis ms>|<token>|<label>"
+--       x  the latest expiry any permit hold ever had (for commit)
+--   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
+--       of the layout above: its holder is the first waiter, waiting for
+--       permits; everyone behind it waits in its queue
+--
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
 -- hold once (load: GET and cjson.decode) and writes it at most once (save:
 -- cjson.encode and SET). Redis time is spent per redis.call, so calls are
@@ -67,15 +78,16 @@ local missing, changed = false, false
 -- What load makes of a string that is not a hold fairlock wrote.
 local NOT_OURS = '\0not ours'
 
--- load reads the hold: strings by field name, absent fields nil.
-local function load()
-  local raw = redis.pcall('GET', KEYS[1])
+-- load reads the hold: strings by field name, absent fields nil. key: another
+-- key of the same layout (a semaphore's gate), KEYS[1] if nil.
+local function load(key)
+  local raw = redis.pcall('GET', key or KEYS[1])
   if type(raw) == 'table' then
     -- Not a string: a hash of layout 1 (or anything else) under our name.
-    return {v = 'of another type (' .. redis.call('TYPE', KEYS[1]).ok .. ')'}
+    return {v = 'of another type (' .. redis.call('TYPE', key or KEYS[1]).ok .. ')'}
   end
   if not raw then
-    missing = true
+    if key == nil then missing = true end
     return {}
   end
   -- Every hold fairlock writes is a JSON object with a layout version.
@@ -84,13 +96,14 @@ local function load()
   return s
 end
 
-local function layout_error(s)
+local function layout_error(s, key)
+  key = key or KEYS[1]
   if s.v == NOT_OURS then
-    return redis.error_reply('fairlock: key ' .. KEYS[1] .. ' holds a string that fairlock did not write ' ..
+    return redis.error_reply('fairlock: key ' .. key .. ' holds a string that fairlock did not write ' ..
       '(not a JSON object with a layout version); delete the key or use another lock name')
   end
   if s.v and s.v ~= LAYOUT then
-    return redis.error_reply('fairlock: lock ' .. KEYS[1] .. ' has data layout ' ..
+    return redis.error_reply('fairlock: lock ' .. key .. ' has data layout ' ..
       s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
   end
   return nil
@@ -204,8 +217,10 @@ end
 -- keys are kept until is stored in k; only when a write needs longer are they
 -- extended (all of them, with SLACK_MS to spare: the hold by its SET, the
 -- queue keys by PEXPIRE). force: this write may have created a queue key,
--- which has no TTL yet.
-local function commit(s, w, now, force)
+-- which has no TTL yet. last: the last key of KEYS that is this hold's (#KEYS
+-- if nil); a semaphore's scripts also get its gate's keys, whose TTLs are
+-- the gate's own business.
+local function commit(s, w, now, force, last)
   local need = now
   local x = tonumber(w.x or s.x or '0')
   if x > need then need = x end
@@ -219,7 +234,7 @@ local function commit(s, w, now, force)
   end
   save(s, w, keep and keep - now)
   if keep then
-    for i = 2, #KEYS do
+    for i = 2, last or #KEYS do
       local key = KEYS[i]
       redis.call('PEXPIRE', key, int(keep - now))
     end
@@ -251,17 +266,19 @@ end
 -- popped. Every script that ends a head's turn pops it at once (with the
 -- tombstones behind it), so the front of the list is the live head that was
 -- told it is head, and a pop here means the head changed: it died.
-local function live_head(now)
+-- queue, deadlines: the keys, KEYS[2] and KEYS[3] if nil.
+local function live_head(now, queue, deadlines)
+  queue, deadlines = queue or KEYS[2], deadlines or KEYS[3]
   local popped = false
   while true do
-    local element = redis.call('LINDEX', KEYS[2], 0)
+    local element = redis.call('LINDEX', queue, 0)
     if not element then return nil, popped end
     local head = element_entry(element)
-    local score = redis.call('ZSCORE', KEYS[3], head)
+    local score = redis.call('ZSCORE', deadlines, head)
     local deadline = tonumber(score or '0')
     if deadline > now then return head, popped end
-    redis.call('LPOP', KEYS[2])
-    if score then redis.call('ZREM', KEYS[3], head) end
+    redis.call('LPOP', queue)
+    if score then redis.call('ZREM', deadlines, head) end
     popped = true
   end
 end
@@ -323,4 +340,43 @@ local function hand_off(s, w, now, now_us, publish, channel)
   if next_head then message = message .. ';' .. head_notice(next_head, expiry) end
   redis.call(publish, channel, message)
   return head
+end
+
+-- Semaphore: the permit holds in force. Records that ran out or that
+-- fairlock did not write are dropped (changed is set, w.p written). Returns
+-- the table of holds (owner -> {n, x, token, label}), the permits they use,
+-- and the earliest expiry among them (nil if none).
+local function permit_holds(s, w, now)
+  local holds, used, earliest = {}, 0, nil
+  local p = s.p
+  if type(p) ~= 'table' then p = {} end
+  local kept, dropped = {}, type(s.p) ~= 'table' and s.p ~= nil
+  for owner, rec in pairs(p) do
+    local n, x, t, label = string.match(tostring(rec), '^(%d+)|(%d+)|(%d+)|(.*)$')
+    n, x, t = tonumber(n), tonumber(x), tonumber(t)
+    if n and x > now then
+      holds[owner] = {n = n, x = x, token = t, label = label}
+      kept[owner] = rec
+      used = used + n
+      if earliest == nil or x < earliest then earliest = x end
+    else
+      dropped = true
+    end
+  end
+  if dropped then w.p = kept; changed = true end
+  s.p = kept
+  return holds, used, earliest
+end
+
+-- Semaphore: one permit hold's record.
+local function permit_record(n, x, token, label)
+  return int(n) .. '|' .. int(x) .. '|' .. int(token) .. '|' .. label
+end
+
+-- Semaphore: the gate's holder, the first waiter, is waiting for permits;
+-- wake it ("<gate owner> freed") when some came back. Returns nothing.
+local function wake_gate(gate_key, now, publish, channel)
+  local gate = load(gate_key)
+  local who = holder(gate, now)
+  if who then redis.call(publish, channel, who .. ' freed') end
 end

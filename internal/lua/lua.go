@@ -41,6 +41,11 @@ type Scripts struct {
 	FairHeartbeat        *Script
 	FairForceUnlock      *Script
 	FairInspect          *Script
+	SemAcquire           *Script
+	SemRelease           *Script
+	SemRenew             *Script
+	SemSet               *Script
+	SemState             *Script
 }
 
 // Default is the set the library runs.
@@ -108,6 +113,11 @@ func MustBuild(src map[string]string) *Scripts {
 		FairHeartbeat:        get("fair_heartbeat.lua"),
 		FairForceUnlock:      get("fair_force_unlock.lua"),
 		FairInspect:          get("fair_inspect.lua"),
+		SemAcquire:           get("sem_acquire.lua"),
+		SemRelease:           get("sem_release.lua"),
+		SemRenew:             get("sem_renew.lua"),
+		SemSet:               get("sem_set.lua"),
+		SemState:             get("sem_state.lua"),
 	}
 }
 

@@ -1,0 +1,474 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxPermits bounds the permits of a Semaphore: every permit hold is a
+// record that each of its script calls reads.
+const MaxPermits = 10000
+
+// Semaphore is one handle on a fair semaphore: K permits, taken in strict
+// arrival order. A waiter asking for n permits blocks those behind it until
+// n are free, even if fewer would do for them, so big requests never starve.
+// Each Acquire is a permit hold of its own, with a lease that the watchdog
+// renews (or a fixed one): a crashed holder's permits come back when its
+// lease runs out. Its methods are safe for concurrent use; goroutines sharing
+// a handle each get their own permit holds.
+//
+// Waiters queue on a fair lock of the semaphore's own, its gate: the gate's
+// holder is the first waiter, waiting for permits, and everyone behind it
+// waits in the gate's queue with all the fair lock's guarantees (the
+// heartbeat, the eviction of a waiter silent for longer than its wait
+// timeout, the direct hand-off). The first waiter keeps the gate with the
+// wait timeout as its lease, so a first waiter that died is passed over
+// within one wait timeout too.
+type Semaphore struct {
+	client  redis.UniversalClient
+	name    string
+	permits int
+	cfg     core.Config
+	label   string
+}
+
+// Permit is one permit hold: n permits, from one Acquire or TryAcquire.
+type Permit struct {
+	m *core.Mutex
+	n int
+}
+
+// NewSemaphore returns a handle on the fair semaphore name with permits
+// permits (1 to MaxPermits). The number a semaphore has lives with its
+// state in Redis: the first handle to use it sets it, SetPermits changes it,
+// and handles made with another number follow Redis's, until the semaphore
+// has been unused long enough for its keys to expire. It takes the same
+// options as New: the lease of its permit holds, the wait timeout of its
+// waiters, the label Inspect shows, and so on. Bad arguments get an error
+// wrapping ErrInvalidArgument. Semaphore keys do not collide with those of a
+// Mutex of the same name.
+func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
+	cfg, err := core.Apply(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := core.CheckClient(client); err != nil {
+		return nil, err
+	}
+	if err := core.CheckName(name); err != nil {
+		return nil, err
+	}
+	if err := checkPermits(permits); err != nil {
+		return nil, err
+	}
+	return &Semaphore{client: client, name: name, permits: permits, cfg: cfg,
+		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label}, nil
+}
+
+func checkPermits(k int) error {
+	if k < 1 || k > MaxPermits {
+		return core.Invalid("permits must be from 1 to %d, got %d", MaxPermits, k)
+	}
+	return nil
+}
+
+func semBase(name string) string { return "fairlock:s:{" + name + "}" }
+
+// semLayout is where a semaphore's permit holds live: the permits key, and
+// the gate's hold (a release wakes the gate's holder).
+func semLayout(name string, scripts *lua.Scripts) core.Layout {
+	base := semBase(name)
+	return core.Layout{
+		Keys:    []string{base, base + ":gate"},
+		Channel: base + ":wake",
+		Release: scripts.SemRelease,
+		Renew:   scripts.SemRenew,
+	}
+}
+
+// Name returns the semaphore's name, as given to NewSemaphore.
+func (s *Semaphore) Name() string { return s.name }
+
+// Acquire waits in the queue until n permits are this caller's, and keeps
+// their lease alive with the watchdog until Release. ctx bounds only the
+// wait; when it ends first, Acquire leaves the queue at once and returns
+// ctx.Err(). n must be from 1 to the semaphore's number of permits: more
+// (now, or once SetPermits lowered it while the caller waited) gets an
+// error wrapping ErrInvalidArgument.
+func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
+	return s.acquire(ctx, n, core.Attempt{Forever: true, Lease: s.cfg.Lease})
+}
+
+// TryAcquire tries to take n permits for up to wait. Wait 0 is a single
+// attempt that never queues: it succeeds only if n permits are free and
+// nobody waits. A positive wait queues like Acquire. With lease 0 the
+// watchdog keeps the lease alive; a positive lease holds the permits for
+// that long, without renewal. It returns nil, nil when the wait elapsed.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+	if wait < 0 {
+		return nil, core.Invalid("wait must not be negative, got %v", wait)
+	}
+	if lease < 0 {
+		return nil, core.Invalid("lease must not be negative, got %v", lease)
+	}
+	a := core.Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
+	if lease == 0 {
+		a.Lease = s.cfg.Lease
+	}
+	return s.acquire(ctx, n, a)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit, error) {
+	if n < 1 || n > s.permits {
+		return nil, core.Invalid("asked for %d permits of a semaphore made with %d", n, s.permits)
+	}
+	// Every permit hold is a handle of its own, used once: its owner id
+	// names exactly one hold, which makes each of its script calls safe to
+	// retry.
+	m, err := core.NewMutex(s.client, s.name, s.cfg, semLayout, func(h core.Handle) core.Kind {
+		return &semKind{h: h, s: s, n: n}
+	})
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if a.Forever {
+		err = m.Lock(ctx)
+		ok = err == nil
+	} else if a.Fixed {
+		ok, err = m.TryLock(ctx, a.Wait, a.Lease)
+	} else {
+		ok, err = m.TryLock(ctx, a.Wait, 0)
+	}
+	if !ok {
+		return nil, err
+	}
+	return &Permit{m: m, n: n}, nil
+}
+
+// Release gives the permits back; the first waiter takes them if they are
+// enough for it. A second Release gets ErrNotHeld; a hold that was lost
+// gets ErrLockLost. If ctx has already ended, Release still runs, bounded by
+// the cleanup timeout. If the call fails, the watchdog stops: the permits
+// come back when the lease runs out.
+func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+
+// N returns the number of permits held.
+func (p *Permit) N() int { return p.n }
+
+// Token returns the hold's fencing token, 0 once it ended. Tokens rise from
+// one permit hold to the next of the same semaphore.
+func (p *Permit) Token() int64 { return p.m.Token() }
+
+// Lost returns a channel closed if the hold is lost: a renewal found it gone,
+// or its lease ran out without a successful renewal. Release never closes it.
+func (p *Permit) Lost() <-chan struct{} { return p.m.Lost() }
+
+// HoldContext returns a context cancelled when the hold ends for any reason;
+// context.Cause tells ErrLockLost from ErrReleased.
+func (p *Permit) HoldContext() context.Context { return p.m.HoldContext() }
+
+// SetPermits changes the number of permits of the semaphore in Redis, for
+// every handle, and returns the number it had (0 if it had none recorded).
+// Holds in force keep their permits: after lowering, more than k may be in
+// use until enough are released. Raising wakes the first waiter.
+func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
+	if err := checkPermits(k); err != nil {
+		return 0, err
+	}
+	l := semLayout(s.name, s.cfg.Scripts)
+	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, k, core.PublishCommand(s.client), l.Channel).Int()
+	if err != nil {
+		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
+	}
+	return was, nil
+}
+
+// Available returns how many permits are free now (0 when more than the
+// number of permits are in use, after SetPermits lowered it).
+func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	st, err := inspectSemaphore(ctx, s.client, s.name, s.cfg.Scripts)
+	if err != nil {
+		return 0, err
+	}
+	k := st.Permits
+	if k == 0 {
+		k = s.permits // nothing recorded: the first caller will set its own
+	}
+	return max(k-st.InUse, 0), nil
+}
+
+// SemaphoreState is a snapshot of a semaphore, as InspectSemaphore returns
+// it.
+type SemaphoreState struct {
+	// Permits is the number of permits recorded in Redis: 0 when the
+	// semaphore is unused (its keys expired), and the next caller sets it.
+	Permits int
+	// InUse is the sum of the permits held.
+	InUse int
+	// Holders lists the permit holds in force, in token order.
+	Holders []PermitHolder
+	// Queue lists the waiters in the order they will be served. The first
+	// is the gate's holder, waiting for permits (its Deadline is its
+	// gate's remaining lease); the rest are the gate's queue.
+	Queue []Waiter
+}
+
+// PermitHolder describes one permit hold.
+type PermitHolder struct {
+	Owner   string        // owner id of the permit hold
+	Permits int           // permits held
+	TTL     time.Duration // remaining lease
+	Token   int64         // fencing token
+	Origin
+}
+
+// InspectSemaphore reads the state of the semaphore name without changing
+// it.
+func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name string) (SemaphoreState, error) {
+	if err := core.CheckClient(client); err != nil {
+		return SemaphoreState{}, err
+	}
+	if err := core.CheckName(name); err != nil {
+		return SemaphoreState{}, err
+	}
+	return inspectSemaphore(ctx, client, name, lua.Default)
+}
+
+func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name string, scripts *lua.Scripts) (SemaphoreState, error) {
+	base := semBase(name)
+	v, err := scripts.SemState.Run(ctx, client, []string{base}).Slice()
+	if err != nil {
+		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
+	}
+	st, err := parseSemState(v)
+	if err != nil {
+		return st, err
+	}
+	g, err := scripts.FairInspect.Run(ctx, client, keysAt(base+":gate")).Slice()
+	if err != nil {
+		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
+	}
+	gate, err := parseInspect(g)
+	if err != nil {
+		return st, err
+	}
+	if h := gate.Holder; h != nil {
+		st.Queue = append(st.Queue, Waiter{Owner: h.Owner, Entry: h.Entry, Deadline: h.TTL, Origin: h.Origin})
+	}
+	st.Queue = append(st.Queue, gate.Queue...)
+	return st, nil
+}
+
+func parseSemState(v []any) (SemaphoreState, error) {
+	if len(v) < 2 || (len(v)-2)%5 != 0 {
+		return SemaphoreState{}, fmt.Errorf("fairlock: unexpected semaphore state reply of %d elements", len(v))
+	}
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	num := func(i int) int64 { n, _ := v[i].(int64); return n }
+	st := SemaphoreState{Permits: int(num(0))}
+	for i := 2; i+4 < len(v); i += 5 {
+		h := PermitHolder{Owner: str(i), Permits: int(num(i + 1)),
+			TTL: time.Duration(num(i+2)) * time.Millisecond, Token: num(i + 3), Origin: parseOrigin(str(i + 4))}
+		st.InUse += h.Permits
+		st.Holders = append(st.Holders, h)
+	}
+	sortHolders(st.Holders)
+	return st, nil
+}
+
+func sortHolders(hs []PermitHolder) {
+	for i := 1; i < len(hs); i++ {
+		for j := i; j > 0 && hs[j].Token < hs[j-1].Token; j-- {
+			hs[j], hs[j-1] = hs[j-1], hs[j]
+		}
+	}
+}
+
+// semKind takes the permits of one permit hold: at once when nobody waits,
+// otherwise through the gate.
+type semKind struct {
+	h core.Handle
+	s *Semaphore
+	n int
+}
+
+// semReply is sem_acquire.lua's answer.
+type semReply struct {
+	held     bool
+	token    int64
+	gateLost bool  // mode "gate": the caller's gate hold ran out
+	tooMany  int64 // n is above the semaphore's number, this one
+	next     int64 // not now: when the first permit hold expires (Redis ms, 0: none)
+	clock    redisClock
+}
+
+func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate *core.Mutex) (semReply, error) {
+	h := k.h
+	gateOwner, gateToken := "", int64(0)
+	if gate != nil {
+		gateOwner, gateToken = gate.Owner(), gate.Token()
+	}
+	base := semBase(h.Name)
+	clk := h.Config.Clock
+	sent := clk.Now()
+	req := h.NewRequest()
+	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, append([]string{base}, keysAt(base+":gate")...),
+		h.Owner, k.n, core.Ms(a.Lease), k.s.permits, mode, gateOwner, gateToken, k.s.label).Result()
+	h.Answered(ctx, req, err) // a lost reply's grant is undone
+	if err != nil {
+		return semReply{}, err
+	}
+	read := clk.Now()
+	r, err := core.Ints(v)
+	if err != nil {
+		return semReply{}, err
+	}
+	switch r[0] {
+	case 1:
+		return semReply{held: true, token: r[2]}, nil
+	case -1:
+		return semReply{gateLost: true}, nil
+	case -2:
+		return semReply{tooMany: r[1]}, nil
+	}
+	redisNow := time.UnixMilli(r[4])
+	return semReply{next: r[1], clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
+}
+
+// Acquire is one Acquire or TryAcquire: a first attempt that passes nobody,
+// then the gate's queue, then, as the gate's holder, the wait for permits.
+func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
+	clk := k.h.Config.Clock
+	sent := clk.Now()
+	r, err := k.attempt(ctx, a, "try", nil)
+	if g, done, err := k.outcome(r, err, sent); done {
+		return g, err
+	}
+	if a.Wait == 0 && !a.Forever {
+		return nil, nil
+	}
+	end := sent.Add(a.Wait)
+	for {
+		gate, err := k.lockGate(ctx, a, end)
+		if gate == nil || err != nil {
+			return nil, err
+		}
+		g, again, err := k.waitPermits(ctx, a, gate, end)
+		// The next waiter's turn: the gate goes straight to it.
+		if err := gate.Unlock(ctx); err != nil && !errors.Is(err, core.ErrLockLost) {
+			k.h.Info("giving the semaphore's gate on failed; its lease will run out", "error", err)
+		}
+		if !again {
+			return g, err
+		}
+	}
+}
+
+// outcome reads a reply that ends the call: a grant, too many permits asked
+// for, or an error.
+func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, bool, error) {
+	switch {
+	case err != nil:
+		return nil, true, err
+	case r.tooMany != 0:
+		return nil, true, core.Invalid("asked for %d permits of semaphore %q, which has %d", k.n, k.h.Name, r.tooMany)
+	case r.held:
+		return &core.Grant{Count: 1, Token: r.token, Since: sent}, true, nil
+	}
+	return nil, false, nil
+}
+
+// lockGate queues on the gate until it is this call's, or end (unless a
+// waits forever): nil, nil when the wait elapsed. The gate's lease is the
+// wait timeout.
+func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (*core.Mutex, error) {
+	cfg := *k.h.Config
+	cfg.Lease = cfg.WaitTimeout
+	gate, err := core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
+		return layoutAt(semBase(name)+":gate", scripts)
+	}, newKind)
+	if err != nil {
+		return nil, err
+	}
+	if a.Forever {
+		return gate, gate.Lock(ctx)
+	}
+	left := end.Sub(cfg.Clock.Now())
+	if left <= 0 {
+		return nil, nil
+	}
+	ok, err := gate.TryLock(ctx, left, 0)
+	if !ok {
+		return nil, err
+	}
+	return gate, nil
+}
+
+// waitPermits is the gate's holder waiting for permits: it tries, and tries
+// again when a release wakes it, when the first permit hold expires, and
+// when its subscription is confirmed. again reports that the gate was lost
+// (this client fell silent for longer than the wait timeout): the call
+// queues afresh, at the tail, like an evicted waiter.
+func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
+	clk := k.h.Config.Clock
+	sub, err := core.Subscribe(ctx, k.h.Client, k.h.Channel, gate.Owner())
+	if err != nil {
+		return nil, false, err
+	}
+	defer sub.Close()
+	w := core.NewWaiter()
+	defer w.Close()
+	if !a.Forever {
+		t := w.At(clk, end, core.Timeout)
+		defer t.Stop()
+	}
+	stop := context.AfterFunc(gate.HoldContext(), func() { w.Fire(core.Retry, nil) })
+	defer stop()
+	var fallback clock.Timer
+	defer func() {
+		if fallback != nil {
+			fallback.Stop()
+		}
+	}()
+	for try := true; ; {
+		if try {
+			sent := clk.Now()
+			r, err := k.attempt(ctx, a, "gate", gate)
+			if g, done, err := k.outcome(r, err, sent); done {
+				return g, false, err
+			}
+			if r.gateLost {
+				k.h.Info("the first waiter of a semaphore lost its place after a stall longer than its wait timeout; re-joining at the tail")
+				return nil, true, nil
+			}
+			if fallback != nil {
+				fallback.Stop()
+				fallback = nil
+			}
+			if r.next > 0 {
+				// A lease that runs out sends no message.
+				fallback = w.At(clk, r.clock.notEarlier(r.next).Add(time.Millisecond), core.Retry)
+			}
+		}
+		switch wk := w.Next(ctx, sub); wk.Reason {
+		case core.Ready, core.Retry, core.Message:
+			try = true
+		case core.Timeout:
+			return nil, false, nil
+		case core.Cancelled:
+			return nil, false, ctx.Err()
+		default:
+			try = false
+		}
+	}
+}

@@ -1,0 +1,77 @@
+-- sem_acquire.lua: one attempt to take permits of a fair semaphore for one
+-- permit hold (its own owner id, used once).
+-- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines (lib.lua).
+-- ARGV[1] owner id of the permit hold, ARGV[2] permits asked for (n),
+-- ARGV[3] lease ms, ARGV[4] the number of permits the caller's handle was made
+-- with (used only when the semaphore has none recorded), ARGV[5] mode,
+-- ARGV[6] the gate's owner id and ARGV[7] its token (mode "gate"),
+-- ARGV[8] label.
+-- Modes: "try" takes the permits only if nobody waits (the gate is free and
+-- its queue has no live waiter): a newcomer never passes a waiter, even when
+-- enough permits are free. "gate" is the gate's holder, the first waiter.
+-- Returns
+--   {1, 1, token, 0}              granted (a retry of a granted request gets
+--                                 the same answer: owner ids are used once)
+--   {0, next expiry, K, used, now} not now: when the first permit hold
+--                                 expires (Redis ms, 0 if none), the number
+--                                 of permits, those in use, Redis's clock
+--   {-1}                          mode "gate": the caller no longer holds
+--                                 the gate (its lease ran out)
+--   {-2, K}                       n is more than the semaphore has
+local owner, n, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local mode, label = ARGV[5], ARGV[8]
+local s = load()
+local bad = layout_error(s)
+if bad then return bad end
+local now, now_us = clock()
+local w = {}
+
+-- Step 1, cleanup: permit holds that ran out give their permits back.
+local holds, used, earliest = permit_holds(s, w, now)
+
+-- Step 2, retry safety: this owner already holds its permits.
+local mine = holds[owner]
+if mine then return {1, 1, mine.token, 0} end
+
+-- Step 3, the number of permits: the semaphore's own, or, for a new one,
+-- the caller's.
+local k = tonumber(s.m or '')
+if k == nil then
+  k = tonumber(ARGV[4])
+  w.m = int(k)
+end
+if n > k then
+  save_changes(s, w)
+  return {-2, k}
+end
+
+-- Step 4, order: only the first waiter (the gate's holder) may take
+-- permits while anyone waits.
+local gate = load(KEYS[2])
+bad = layout_error(gate, KEYS[2])
+if bad then return bad end
+if mode == 'gate' then
+  local who, _, _, token = holder(gate, now)
+  if who ~= ARGV[6] or token ~= tonumber(ARGV[7]) then
+    save_changes(s, w)
+    return {-1}
+  end
+elseif holder(gate, now) or (may_have_waiters(gate, {}, now) and live_head(now, KEYS[3], KEYS[4])) then
+  save_changes(s, w)
+  return {0, earliest or 0, k, used, now}
+end
+
+-- Step 5, take the permits if enough are free; else the caller waits (the
+-- gate's holder is woken by the release that frees them, or retries when
+-- the first hold expires).
+if used + n > k then
+  save_changes(s, w)
+  return {0, earliest or 0, k, used, now}
+end
+local token = next_token(s, w, now_us)
+local expiry = now + lease
+s.p[owner] = permit_record(n, expiry, token, label)
+w.p = s.p
+if expiry > tonumber(s.x or '0') then w.x = int(expiry) end
+commit(s, w, now, false, 1)
+return {1, 1, token, 0}
