@@ -44,12 +44,18 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The specification runs 1,000 checks unless told otherwise.
-	if os.Getenv("RAPID_CHECKS") == "" && !flagSet("rapid.checks") {
+	// The fair lock's specification runs 1,000 checks unless told
+	// otherwise (the semaphore's, semaphoreChecks).
+	checksGiven = os.Getenv("RAPID_CHECKS") != "" || flagSet("rapid.checks")
+	if !checksGiven {
 		_ = flag.Set("rapid.checks", "1000")
 	}
 	redistest.Exit(m)
 }
+
+// checksGiven: the number of checks was given (RAPID_CHECKS or
+// -rapid.checks), for every specification.
+var checksGiven bool
 
 func flagSet(name string) (set bool) {
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })

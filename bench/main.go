@@ -45,6 +45,8 @@ type config struct {
 	queue   string
 	cpuprof string
 	only    string
+	permits string
+	semHold time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the client side to this file")
 	fs.StringVar(&c.plot, "plot", "", "write a chart of the ratios to the floor to this PNG file")
 	fs.StringVar(&c.only, "only", "", "run only the floor and the implementations whose name contains this")
+	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip)")
+	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,10 +149,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			queue = append(queue, q)
 		}
 	}
+	var sems []*semResult
+	if c.permits != "" {
+		for _, f := range strings.Split(c.permits, ",") {
+			var k int
+			if _, err := fmt.Sscan(strings.TrimSpace(f), &k); err != nil || k < 1 {
+				return fmt.Errorf("bad -permits entry %q", f)
+			}
+			for _, im := range semImpls {
+				res, err := e.semaphoreRun(ctx, im, k, c.semHold, dur)
+				if err != nil {
+					return err
+				}
+				if res == nil {
+					continue
+				}
+				fmt.Fprintf(stderr, "semaphore K=%d %-24s %.0f acq/s\n", k, im.name, res.perSec)
+				if res.overK {
+					return fmt.Errorf("%s held %d permits of %d at once", im.name, res.heldMost, k)
+				}
+				sems = append(sems, res)
+			}
+		}
+	}
 	if c.reps > 0 {
 		r.print(stdout)
 	}
 	printQueue(stdout, queue)
+	printSemaphores(stdout, sems, c.semHold)
 	if c.plot != "" && c.reps > 0 {
 		if err := r.chart(c.plot); err != nil {
 			return err

@@ -80,4 +80,44 @@
 //
 // [Inspect] shows the holder and the queue of a live lock; `go run
 // ./cmd/fairlock inspect` prints it as a table.
+//
+// # Semaphore
+//
+// A [Semaphore] hands out K permits in strict arrival order: for job runners
+// that run K jobs at a time in submission order.
+//
+//	s, err := fair.NewSemaphore(client, "encoders", 4)
+//	p, err := s.Acquire(ctx, 1) // waits its turn, then holds 1 of 4 permits
+//	defer p.Release(context.Background())
+//
+// Its waiters queue on a fair lock of its own, its gate (keys
+// fairlock:s:{N}:gate...): the gate's holder is the first waiter, and takes
+// its permits as soon as enough are free; everyone behind it waits in the
+// gate's queue. So guarantees 2 to 8 above hold for the semaphore's waiters
+// as they are, and:
+//
+//  1. Permit accounting: a request for n permits is granted only when the
+//     permits in force, n included, are at most K, by Redis's clock. Every
+//     grant is a [Permit], a hold of its own with a lease (renewed by the
+//     watchdog, or fixed), Lost, HoldContext and a fencing token that rises
+//     from one grant to the next; a holder that dies gives its permits back
+//     when its lease runs out.
+//  2. No starvation of big requests: a waiter asking for n permits blocks
+//     those behind it until n are free, even when fewer would do for them.
+//     TryAcquire with wait 0 succeeds only when nobody waits.
+//  3. Progress: the first waiter is woken by the release that frees its
+//     permits (one message, to it alone), and by its own timer when the
+//     first permit hold in force runs out.
+//  4. A first waiter that dies is passed over within one wait timeout: it
+//     holds the gate with the wait timeout as its lease.
+//  5. K lives in Redis (fairlock:s:{N}, with the holds): the first handle to
+//     use the semaphore sets it, [Semaphore.SetPermits] changes it for all.
+//     After lowering, holds in force keep their permits, so more than K may
+//     be in use until they end; no grant is made until the new K allows it.
+//     A waiter asking for more than the new K gets ErrInvalidArgument.
+//     Once the semaphore is unused long enough for its keys to expire, the
+//     next caller sets K again from its handle.
+//
+// A permit hold costs 2 script calls when nobody waits (acquire, release);
+// a waiter adds the gate's lock and unlock.
 package fair

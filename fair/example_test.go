@@ -66,3 +66,30 @@ func ExampleInspect() {
 	// waiter got it: false
 	// queue after it gave up: 0
 }
+
+// An ordered job runner with at most 2 jobs at a time: jobs start in the
+// order their runners asked.
+func ExampleSemaphore() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	s, err := fair.NewSemaphore(client, "encoders", 2)
+	if err != nil {
+		panic(err)
+	}
+	a, _ := s.Acquire(ctx, 1)
+	b, _ := s.Acquire(ctx, 1)
+	if p, _ := s.TryAcquire(ctx, 1, 0, 0); p == nil {
+		fmt.Println("third job waits: both permits in use")
+	}
+	_ = a.Release(ctx)
+	free, _ := s.Available(ctx)
+	fmt.Println("free after one release:", free)
+	_ = b.Release(ctx)
+	// Output:
+	// third job waits: both permits in use
+	// free after one release: 1
+}

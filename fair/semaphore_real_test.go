@@ -144,3 +144,21 @@ func TestRealSemaphoreStrictJoinOrder(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkUncontendedSemaphoreAcquireRelease(b *testing.B) {
+	s, err := fair.NewSemaphore(redistest.Real(b), redistest.Name(b), 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := s.Acquire(ctx, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

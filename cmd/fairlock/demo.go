@@ -29,6 +29,7 @@ type demoConfig struct {
 	jobs     int
 	hold     time.Duration
 	interval time.Duration
+	permits  int
 }
 
 // report is one lock's run.
@@ -38,7 +39,21 @@ type report struct {
 	violations int
 	waits      []time.Duration
 	elapsed    time.Duration
+	most       int // jobs running at once, at most
 }
+
+// semLocker runs a worker's jobs under a fair semaphore, one permit each.
+type semLocker struct {
+	s *fair.Semaphore
+	p *fair.Permit
+}
+
+func (l *semLocker) Lock(ctx context.Context) (err error) {
+	l.p, err = l.s.Acquire(ctx, 1)
+	return err
+}
+
+func (l *semLocker) Unlock(ctx context.Context) error { return l.p.Release(ctx) }
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -49,13 +64,15 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.jobs, "jobs", 120, "jobs submitted per lock")
 	fs.DurationVar(&c.hold, "hold", 15*time.Millisecond, "how long each job holds the lock")
 	fs.DurationVar(&c.interval, "interval", 5*time.Millisecond, "time between two submissions")
+	fs.IntVar(&c.permits, "permits", 1, "jobs that may run at once: above 1, the jobs run under a fair semaphore")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `Usage: fairlock demo [flags]
 
 Workers submit jobs that must run one at a time, in submission order. The demo
 runs them under the fair lock, then under the reentrant lock, and reports jobs
 served, order violations (a job run while an earlier one still waited) and the
-wait from submission to start, side by side.`)
+wait from submission to start, side by side. With -permits K above 1, up to K
+jobs run at once, still started in submission order, under a fair semaphore.`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -69,6 +86,8 @@ wait from submission to start, side by side.`)
 		return fmt.Errorf("-workers must be at least 2, got %d", c.workers)
 	case c.jobs < 1:
 		return fmt.Errorf("-jobs must be at least 1, got %d", c.jobs)
+	case c.permits < 1 || c.permits > fair.MaxPermits:
+		return fmt.Errorf("-permits must be from 1 to %d, got %d", fair.MaxPermits, c.permits)
 	case c.hold < 0 || c.interval < 0:
 		return errors.New("-hold and -interval must not be negative")
 	}
@@ -93,14 +112,20 @@ wait from submission to start, side by side.`)
 		fmt.Fprintf(stdout, "Redis at %s\n", addr)
 	}
 	name := fmt.Sprintf("demo-%d", time.Now().UnixNano())
-	fmt.Fprintf(stdout, "%d workers, %d jobs per lock, each holding %v, one submitted every %v\n", c.workers, c.jobs, c.hold, c.interval)
-	if c.addr != "" {
-		fmt.Fprintf(stdout, "watch the queue: go run ./cmd/fairlock inspect -redis %s %s\n", addr, name)
+	kinds := []string{"fair", "reentrant"}
+	if c.permits > 1 {
+		kinds = []string{"semaphore"}
+		fmt.Fprintf(stdout, "%d workers, %d jobs, %d at a time, each running %v, one submitted every %v\n", c.workers, c.jobs, c.permits, c.hold, c.interval)
+	} else {
+		fmt.Fprintf(stdout, "%d workers, %d jobs per lock, each holding %v, one submitted every %v\n", c.workers, c.jobs, c.hold, c.interval)
+		if c.addr != "" {
+			fmt.Fprintf(stdout, "watch the queue: go run ./cmd/fairlock inspect -redis %s %s\n", addr, name)
+		}
 	}
 	fmt.Fprintln(stdout)
 
 	var reports []report
-	for _, kind := range []string{"fair", "reentrant"} {
+	for _, kind := range kinds {
 		r, err := runJobs(ctx, c, addr, name, kind, stdout)
 		if err != nil {
 			return err
@@ -121,6 +146,7 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 		mu       sync.Mutex
 		started  = make([]bool, c.jobs)
 		next     int // the earliest job not started yet
+		running  int // jobs running now
 		rep      = report{lock: kind}
 		firstErr error
 	)
@@ -136,9 +162,14 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
 		var l locker
 		var err error
-		if kind == "fair" {
+		switch kind {
+		case "fair":
 			l, err = fair.New(client, name, fair.WithLabel(me.label))
-		} else {
+		case "semaphore":
+			var s *fair.Semaphore
+			s, err = fair.NewSemaphore(client, name, c.permits, fair.WithLabel(me.label))
+			l = &semLocker{s: s}
+		default:
 			l, err = reentrant.New(client, name)
 		}
 		if err != nil {
@@ -165,8 +196,13 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 					next++
 				}
 				rep.served++
+				running++
+				rep.most = max(rep.most, running)
 				mu.Unlock()
 				time.Sleep(c.hold) // the job
+				mu.Lock()
+				running--
+				mu.Unlock()
 				_ = l.Unlock(context.Background())
 				free <- me
 			}
@@ -199,10 +235,10 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 			break
 		}
 		w.inbox <- job{id: id, submitted: time.Now()}
-		if kind == "fair" {
+		if kind != "reentrant" {
 			// A job counts as submitted once it stands in the lock's queue
 			// (or runs): the next one is submitted after it.
-			waitJoined(ctx, probe, name, w.label, func() bool { return isStarted(id) })
+			waitJoined(ctx, probe, name, kind, w.label, func() bool { return isStarted(id) })
 		}
 		select {
 		case <-ticker.C:
@@ -230,16 +266,26 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 	return rep, firstErr
 }
 
-// waitJoined waits until the fair lock's queue lists label, or started
-// reports the job running.
-func waitJoined(ctx context.Context, probe *redis.Client, name, label string, started func() bool) {
+// waitJoined waits until the fair lock's (or semaphore's) queue lists
+// label, or started reports the job running.
+func waitJoined(ctx context.Context, probe *redis.Client, name, kind, label string, started func() bool) {
 	deadline := time.Now().Add(5 * time.Second)
 	for !started() && ctx.Err() == nil && time.Now().Before(deadline) {
-		st, err := fair.Inspect(ctx, probe, name)
-		if err != nil {
-			return
+		var queue []fair.Waiter
+		if kind == "semaphore" {
+			st, err := fair.InspectSemaphore(ctx, probe, name)
+			if err != nil {
+				return
+			}
+			queue = st.Queue
+		} else {
+			st, err := fair.Inspect(ctx, probe, name)
+			if err != nil {
+				return
+			}
+			queue = st.Queue
 		}
-		if slices.ContainsFunc(st.Queue, func(w fair.Waiter) bool { return w.Label == label }) {
+		if slices.ContainsFunc(queue, func(w fair.Waiter) bool { return w.Label == label }) {
 			return
 		}
 		time.Sleep(200 * time.Microsecond)
@@ -249,9 +295,9 @@ func waitJoined(ctx context.Context, probe *redis.Client, name, label string, st
 func printReport(w io.Writer, reports []report) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "lock\tjobs served\torder violations\twait p50\twait p99\truntime\t")
+	fmt.Fprintln(tw, "lock\tjobs served\torder violations\tmost at once\twait p50\twait p99\truntime\t")
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%v\t%v\t\n", r.lock, r.served, r.violations,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%v\t%v\t\n", r.lock, r.served, r.violations, r.most,
 			percentile(r.waits, 50), percentile(r.waits, 99), r.elapsed.Round(time.Millisecond))
 	}
 	tw.Flush()

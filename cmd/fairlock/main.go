@@ -1,13 +1,15 @@
 // Command fairlock demonstrates and inspects fairlock's locks.
 //
-//	fairlock demo [-redis host:port] [-workers N] [-jobs N] [-hold D] [-interval D]
+//	fairlock demo [-redis host:port] [-workers N] [-jobs N] [-hold D] [-interval D] [-permits K]
 //	fairlock inspect -redis host:port NAME
 //
 // demo runs workers, each a separate handle on a client of its own (as if on
 // separate machines), that submit jobs which must run one at a time in
 // submission order: first with the fair lock, then with the reentrant lock,
 // and reports jobs served, order violations and waits side by side. Without
-// -redis it starts an embedded miniredis whose clock follows real time.
+// -redis it starts an embedded miniredis whose clock follows real time. With
+// -permits K above 1, up to K jobs run at once, started in submission order,
+// under a fair semaphore.
 //
 // inspect prints the holder and queue of a live fair lock.
 package main

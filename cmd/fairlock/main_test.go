@@ -43,6 +43,23 @@ func TestDemoReportsTheFairLockInOrder(t *testing.T) {
 	}
 }
 
+// With -permits 3 the jobs run under a fair semaphore: all served, in
+// submission order, and never more than 3 at once (and, with 6 workers
+// holding each job 20 ms, 3 at once at some point).
+func TestDemoWithPermitsRunsKAtATimeInOrder(t *testing.T) {
+	redistest.NoLeaks(t)
+	out, _, err := runCLI(t, "demo", "-permits", "3", "-workers", "6", "-jobs", "30", "-hold", "20ms", "-interval", "1ms")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^\s*semaphore\s+30\s+0\s+3\s`).MatchString(out) {
+		t.Fatalf("report does not show 30 jobs served by the semaphore, 0 order violations, 3 at most at once:\n%s", out)
+	}
+	if strings.Contains(out, "reentrant") {
+		t.Fatalf("a -permits run compares with the reentrant lock:\n%s", out)
+	}
+}
+
 func TestInspectPrintsHolderAndQueue(t *testing.T) {
 	redistest.NoLeaks(t)
 	mr := miniredis.RunT(t)
@@ -90,6 +107,7 @@ func TestCLIErrors(t *testing.T) {
 		"inspect bad name": {"inspect", "-redis", "127.0.0.1:1", "a{b}"},
 		"demo one worker":  {"demo", "-workers", "1"},
 		"demo no jobs":     {"demo", "-jobs", "0"},
+		"demo no permits":  {"demo", "-permits", "0"},
 		"demo stray arg":   {"demo", "extra"},
 		"demo bad redis":   {"demo", "-redis", "127.0.0.1:1"},
 	}

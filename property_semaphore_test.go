@@ -1,0 +1,516 @@
+package fairlock_test
+
+// The executable specification of the fair semaphore, like the fair lock's
+// (property_test.go): a rapid state machine drives fair.Semaphore handles,
+// each on a client of its own, against miniredis under the fake clock. Its
+// actions: join (Acquire, or TryAcquire with a fixed lease), try without
+// waiting, release, give up, crash, change the number of permits, and let
+// time pass. After every step it checks each guarantee of the semaphore.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"pgregory.net/rapid"
+)
+
+const semName = "semspec"
+
+// semProc is one semaphore handle on a client of its own. It has at most
+// one Acquire or permit hold at a time.
+type semProc struct {
+	label     string
+	client    *redis.Client
+	s         *fair.Semaphore
+	cut       *redistest.Partition
+	phase     phase
+	n         int           // permits asked for or held
+	fixed     time.Duration // fixed lease; 0: the watchdog's
+	joined    int
+	cancel    context.CancelFunc
+	result    chan semResult
+	running   bool
+	permit    *fair.Permit
+	grantedAt time.Time
+	crashedAt time.Time
+}
+
+type semResult struct {
+	p   *fair.Permit
+	err error
+}
+
+type semSpec struct {
+	t     *rapid.T
+	mr    *miniredis.Miniredis
+	clk   *clock.Fake
+	probe *redis.Client
+	admin *fair.Semaphore // SetPermits
+	procs []*semProc
+	k     int // the number of permits, as last set
+	joins int
+
+	lastToken  int64
+	servable   time.Time // the first waiter could be served since (zero: not)
+	servableBy string
+	allowance  time.Duration // how long it may take
+}
+
+func newSemSpec(t *rapid.T, scripts *lua.Scripts) *semSpec {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	mr.ClockTTL(true)
+	s := &semSpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), k: 3}
+	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	opts := func(label string) []fair.Option {
+		return []fair.Option{core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel(label),
+			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
+	}
+	var err error
+	if s.admin, err = fair.NewSemaphore(s.probe, semName, 3, opts("admin")...); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < processes; i++ {
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		cut := &redistest.Partition{}
+		c.AddHook(cut)
+		label := fmt.Sprintf("p%d", i)
+		sem, err := fair.NewSemaphore(c, semName, 3, opts(label)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.procs = append(s.procs, &semProc{label: label, client: c, s: sem, cut: cut})
+	}
+	return s
+}
+
+func (s *semSpec) inspect() fair.SemaphoreState {
+	st, err := fair.InspectSemaphore(context.Background(), s.probe, semName)
+	if err != nil {
+		s.t.Fatalf("InspectSemaphore: %v", err)
+	}
+	switch st.Permits {
+	case 0:
+		// Unused long enough for its keys to expire: the next caller sets
+		// the number its handle was made with.
+		s.k = 3
+	case s.k:
+	default:
+		s.t.Fatalf("the semaphore has %d permits, %d were set", st.Permits, s.k)
+	}
+	return st
+}
+
+func (s *semSpec) pick(ph phase) *semProc {
+	var c []*semProc
+	for _, p := range s.procs {
+		if p.phase == ph {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		s.t.Skip("no such handle")
+	}
+	return rapid.SampledFrom(c).Draw(s.t, "handle")
+}
+
+func (s *semSpec) join(t *rapid.T) {
+	p := s.pick(idle)
+	p.n = rapid.IntRange(1, 2).Draw(t, "permits")
+	p.fixed = 0
+	if rapid.Bool().Draw(t, "fixed lease") {
+		p.fixed = time.Duration(rapid.IntRange(500, 2500).Draw(t, "lease ms")) * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.joins++
+	p.phase, p.joined, p.cancel = waiting, s.joins, cancel
+	p.result, p.running = make(chan semResult, 1), true
+	go func() {
+		var r semResult
+		if p.fixed > 0 {
+			r.p, r.err = p.s.TryAcquire(ctx, p.n, time.Hour, p.fixed)
+		} else {
+			r.p, r.err = p.s.Acquire(ctx, p.n)
+		}
+		p.result <- r
+	}()
+	s.settle()
+}
+
+func (s *semSpec) tryWithoutWaiting(t *rapid.T) {
+	p := s.pick(idle)
+	n := rapid.IntRange(1, 2).Draw(t, "permits")
+	before := s.inspect()
+	permit, err := p.s.TryAcquire(context.Background(), n, 0, 0)
+	if err != nil {
+		t.Fatalf("%s TryAcquire(%d, 0): %v", p.label, n, err)
+	}
+	live := slices.ContainsFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
+	fits := before.InUse+n <= s.k
+	// No barging: a newcomer passes no waiter, even with permits free.
+	if permit != nil && (live || !fits) {
+		t.Fatalf("no barging: %s took %d permits with TryAcquire(0) with %d of %d in use and queue %+v",
+			p.label, n, before.InUse, s.k, before.Queue)
+	}
+	if permit == nil && !live && fits {
+		t.Fatalf("TryAcquire(%d, 0) by %s failed with %d of %d in use and nobody waiting", n, p.label, before.InUse, s.k)
+	}
+	if permit != nil {
+		p.n, p.fixed, p.phase = n, 0, waiting
+		s.granted(p, permit)
+	}
+}
+
+func (s *semSpec) release(t *rapid.T) {
+	p := s.pick(holding)
+	err := p.permit.Release(context.Background())
+	switch {
+	case err == nil:
+	case errors.Is(err, fair.ErrLockLost) && p.fixed > 0:
+		// A fixed lease may have run out.
+	default:
+		t.Fatalf("Release by %s: %v", p.label, err)
+	}
+	p.phase, p.permit = idle, nil
+	s.settle()
+}
+
+func (s *semSpec) giveUp(t *rapid.T) {
+	p := s.pick(waiting)
+	p.cancel()
+	r := <-p.result
+	p.running = false
+	switch {
+	case r.err == nil:
+		s.granted(p, r.p) // granted just before giving up
+	case errors.Is(r.err, context.Canceled):
+		p.phase = idle
+	default:
+		t.Fatalf("%s's Acquire failed: %v", p.label, r.err)
+	}
+	s.settle()
+}
+
+// crash cuts a process off from Redis for good: it neither renews nor
+// leaves. Its permits must come back within its lease, and its place in
+// the queue within one wait timeout.
+func (s *semSpec) crash(t *rapid.T) {
+	p := rapid.SampledFrom(s.procs).Draw(t, "handle")
+	if p.phase == crashed {
+		t.Skip("already crashed")
+	}
+	p.cut.On.Store(true)
+	if p.phase == idle {
+		p.phase = crashed
+		p.crashedAt = s.clk.Now()
+		return
+	}
+	was := p.phase
+	p.phase, p.crashedAt = crashed, s.clk.Now()
+	if was == holding && p.fixed > 0 {
+		// Its lease was fixed: it ends when it was always going to.
+		p.crashedAt = p.grantedAt.Add(p.fixed - lease)
+	}
+	s.settle()
+}
+
+func (s *semSpec) setPermits(t *rapid.T) {
+	k := rapid.IntRange(2, 4).Draw(t, "permits")
+	if _, err := s.admin.SetPermits(context.Background(), k); err != nil {
+		t.Fatalf("SetPermits(%d): %v", k, err)
+	}
+	s.k = k
+	s.settle()
+}
+
+func (s *semSpec) advance(t *rapid.T) {
+	s.clk.Advance(time.Duration(rapid.Int64Range(1, int64(maxStep)).Draw(t, "step")))
+	s.settle()
+}
+
+func (s *semSpec) wait(t *rapid.T) {
+	steps := rapid.IntRange(1, int(2*waitTimeout/maxStep)).Draw(t, "steps")
+	for i := 0; i < steps; i++ {
+		s.clk.Advance(maxStep)
+		s.settle()
+		s.check(t)
+	}
+}
+
+// granted records a new permit hold of p, checking what must hold at the
+// moment of a grant.
+func (s *semSpec) granted(p *semProc, permit *fair.Permit) {
+	t := s.t
+	if p.phase != waiting || permit == nil {
+		t.Fatalf("%s was granted permits in phase %v", p.label, p.phase)
+	}
+	// Arrival order: nobody live who joined earlier is still waiting. Its
+	// grant may be on its way to this test (results are read in turn): it
+	// gets a moment to arrive, and is recorded first.
+	for _, o := range s.procs {
+		if o == p || o.phase != waiting || !o.running || p.joined == 0 || o.joined > p.joined {
+			continue
+		}
+		select {
+		case r := <-o.result:
+			o.running = false
+			if r.err != nil {
+				t.Fatalf("%s's Acquire failed: %v", o.label, r.err)
+			}
+			s.granted(o, r.p)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("arrival order: %s (joined %d) got its permits before %s (joined %d)", p.label, p.joined, o.label, o.joined)
+		}
+	}
+	// Permit accounting: the permits its holders believe in, this grant's
+	// included, are never more than the semaphore has.
+	sum := permit.N()
+	for _, o := range s.procs {
+		if o != p && o.phase == holding && !isClosed(o.permit.Lost()) {
+			sum += o.n
+		}
+	}
+	if sum > s.k {
+		t.Fatalf("permit accounting: %d permits held at once after %s's grant, of %d", sum, p.label, s.k)
+	}
+	if permit.N() != p.n {
+		t.Fatalf("%s asked for %d permits and holds %d", p.label, p.n, permit.N())
+	}
+	if tok := permit.Token(); tok <= s.lastToken {
+		t.Fatalf("fencing: token %d after %d", tok, s.lastToken)
+	}
+	s.lastToken = permit.Token()
+	p.phase, p.permit, p.grantedAt, p.joined = holding, permit, s.clk.Now(), 0
+}
+
+// settle lets every background reaction finish, as the fair lock's does.
+func (s *semSpec) settle() {
+	deadline := time.Now().Add(10 * time.Second)
+	synced := false
+	for {
+		running := 0
+		for _, p := range s.procs {
+			if !p.running {
+				continue
+			}
+			select {
+			case r := <-p.result:
+				p.running = false
+				if p.phase == crashed {
+					continue
+				}
+				if r.err != nil {
+					s.t.Fatalf("%s's Acquire failed: %v", p.label, r.err)
+				}
+				s.granted(p, r.p)
+			default:
+				running++
+			}
+		}
+		if running == core.Asleep() && core.Unread() == 0 {
+			if synced {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			core.SyncHubs(ctx)
+			cancel()
+			synced = true
+			continue
+		}
+		synced = false
+		if time.Now().After(deadline) {
+			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func (s *semSpec) byLabel(label string) *semProc {
+	for _, p := range s.procs {
+		if p.label == label {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *semSpec) check(t *rapid.T) {
+	st := s.inspect()
+	now := s.clk.Now()
+	// Every hold a live handle believes in is in Redis, with its permits;
+	// every hold in Redis is one a handle was granted.
+	tokens := map[int64]*semProc{}
+	for _, p := range s.procs {
+		if p.phase == holding {
+			tokens[p.permit.Token()] = p
+		}
+	}
+	for _, h := range st.Holders {
+		p := s.byLabel(h.Label)
+		if p == nil {
+			t.Fatalf("a permit hold nobody was granted: %+v", h)
+		}
+		if p.phase == holding && h.Token == p.permit.Token() && h.Permits != p.n {
+			t.Fatalf("%s holds %d permits, Redis says %d", p.label, p.n, h.Permits)
+		}
+		// Crashed holders' permits come back within their lease.
+		if p.phase == crashed && !now.Before(p.crashedAt.Add(lease)) {
+			t.Fatalf("%s crashed at %v holding permits, still held %v after its lease", p.label, p.crashedAt, now.Sub(p.crashedAt))
+		}
+	}
+	for tok, p := range tokens {
+		if isClosed(p.permit.Lost()) {
+			if p.fixed == 0 {
+				t.Fatalf("a renewed permit hold of %s (no crash) was lost", p.label)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(st.Holders, func(h fair.PermitHolder) bool { return h.Token == tok }) {
+			t.Fatalf("%s believes it holds token %d, Redis does not have it", p.label, tok)
+		}
+	}
+	// Available is what the permits and the holds leave.
+	avail, err := s.admin.Available(context.Background())
+	if err != nil {
+		t.Fatalf("Available: %v", err)
+	}
+	if want := max(s.k-st.InUse, 0); avail != want {
+		t.Fatalf("Available = %d with %d of %d in use", avail, st.InUse, s.k)
+	}
+	// The queue is the live waiters in join order (a crashed waiter stays
+	// until its wait timeout passed).
+	var queued []string
+	for _, w := range st.Queue {
+		if p := s.byLabel(w.Label); p != nil && p.phase == waiting && !w.Expired {
+			queued = append(queued, p.label)
+		}
+	}
+	var want []string
+	waiters := []*semProc{}
+	for _, p := range s.procs {
+		if p.phase == waiting && p.running {
+			waiters = append(waiters, p)
+		}
+	}
+	slices.SortFunc(waiters, func(a, b *semProc) int { return a.joined - b.joined })
+	for _, p := range waiters {
+		want = append(want, p.label)
+	}
+	if !slices.Equal(queued, want) {
+		t.Fatalf("queue order %v, want the live waiters in join order %v", queued, want)
+	}
+	// Progress: when the first waiter's request fits, it is served at once
+	// (a lease that ran out is noticed 1 ms later, and rounding adds one).
+	// Dead waiters ahead of it, past their deadline, are the fair lock's
+	// eviction bound: the next heartbeat removes them.
+	first, deadAhead := "", false
+	for _, w := range st.Queue {
+		if !w.Expired {
+			first = w.Label
+			break
+		}
+		deadAhead = true
+	}
+	if p := s.byLabel(first); p != nil && p.phase == waiting && st.InUse+p.n <= s.k {
+		if s.servable.IsZero() || s.servableBy != first {
+			s.servable, s.servableBy, s.allowance = now, first, leaseEndSlack
+			if deadAhead {
+				s.allowance = heartbeat + leaseEndSlack
+			}
+		} else if now.Sub(s.servable) > s.allowance {
+			t.Fatalf("progress: %s waits for %d permits since %v with %d of %d in use",
+				first, p.n, now.Sub(s.servable), st.InUse, s.k)
+		}
+	} else {
+		s.servable = time.Time{}
+	}
+}
+
+// finish ends every hold and wait, then lets time pass: no key may be left.
+func (s *semSpec) finish() {
+	for _, p := range s.procs {
+		// A crashed process stays cut off: its holds must end by themselves.
+		if p.running {
+			p.cancel()
+			r := <-p.result
+			p.running = false
+			if r.err == nil && r.p != nil {
+				_ = r.p.Release(context.Background())
+			}
+		}
+		if p.phase == holding {
+			_ = p.permit.Release(context.Background())
+		}
+	}
+	for i := 0; i < 60; i++ {
+		s.clk.Advance(time.Second)
+	}
+	if keys := s.mr.Keys(); len(keys) != 0 {
+		s.t.Fatalf("leak: keys left a minute after every client was gone: %v", keys)
+	}
+}
+
+func (s *semSpec) close() {
+	for _, p := range s.procs {
+		if p.running {
+			p.cancel()
+			<-p.result
+		}
+		_ = p.client.Close()
+	}
+	_ = s.probe.Close()
+	s.mr.Close()
+}
+
+// semaphoreSpec is the property: any sequence of actions keeps every
+// guarantee of the semaphore.
+func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		s := newSemSpec(t, scripts)
+		defer s.close()
+		t.Repeat(map[string]func(*rapid.T){
+			"join":              s.join,
+			"tryWithoutWaiting": s.tryWithoutWaiting,
+			"release":           s.release,
+			"giveUp":            s.giveUp,
+			"crash":             s.crash,
+			"setPermits":        s.setPermits,
+			"advance":           s.advance,
+			"wait":              s.wait,
+			"":                  s.check,
+		})
+		s.finish()
+	}
+}
+
+// semaphoreChecks is how many checks the semaphore's specification runs
+// unless told otherwise: each takes about as long as 3 of the fair lock's
+// (its waits pass through two queues), and 300 keep the default test run
+// within a few minutes under -race. The mutation test gives it up to 1,000
+// per mutation.
+const semaphoreChecks = "300"
+
+func TestSemaphoreSpecification(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	if !checksGiven {
+		old := flag.Lookup("rapid.checks").Value.String()
+		_ = flag.Set("rapid.checks", semaphoreChecks)
+		defer flag.Set("rapid.checks", old)
+	}
+	rapid.Check(t, semaphoreSpec(lua.Default))
+}
