@@ -16,8 +16,8 @@ import (
 // find every one of them.
 var mutations = []struct {
 	name, file, from, to string
-	// semaphore: the bug is the semaphore's, for its specification.
-	semaphore bool
+	// spec is the specification that must catch it; nil: the fair lock's.
+	spec func(*lua.Scripts) func(*rapid.T)
 }{
 	{
 		name: "a deadline that is never refreshed",
@@ -62,53 +62,67 @@ var mutations = []struct {
 		to:   "if who ~= nil then",
 	},
 	{
-		name:      "a semaphore newcomer passes the waiters",
-		file:      "sem_acquire.lua",
-		from:      "elseif holder(gate, now) or",
-		to:        "elseif false and",
-		semaphore: true,
+		name: "a semaphore newcomer passes the waiters",
+		file: "sem_acquire.lua",
+		from: "elseif holder(gate, now) or",
+		to:   "elseif false and",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "a semaphore grants one permit too many",
-		file:      "sem_acquire.lua",
-		from:      "if used + n > k then",
-		to:        "if used + n > k + 1 then",
-		semaphore: true,
+		name: "a semaphore grants one permit too many",
+		file: "sem_acquire.lua",
+		from: "if used + n > k then",
+		to:   "if used + n > k + 1 then",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "a semaphore release does not wake the first waiter",
-		file:      "sem_release.lua",
-		from:      "wake_gate(KEYS[2], now, ARGV[4], ARGV[5])",
-		to:        "-- (no wake-up)",
-		semaphore: true,
+		name: "a semaphore release does not wake the first waiter",
+		file: "sem_release.lua",
+		from: "wake_gate(KEYS[2], now, ARGV[4], ARGV[5])",
+		to:   "-- (no wake-up)",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "a semaphore renewal that does not extend the hold",
-		file:      "sem_renew.lua",
-		from:      "local expiry = math.max(mine.x, now + lease)",
-		to:        "local expiry = mine.x",
-		semaphore: true,
+		name: "a semaphore renewal that does not extend the hold",
+		file: "sem_renew.lua",
+		from: "local expiry = math.max(mine.x, now + lease)",
+		to:   "local expiry = mine.x",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "raising a semaphore's permits does not wake the first waiter",
-		file:      "sem_set.lua",
-		from:      "wake_gate(KEYS[2], now, ARGV[2], ARGV[3])",
-		to:        "-- (no wake-up)",
-		semaphore: true,
+		name: "raising a semaphore's permits does not wake the first waiter",
+		file: "sem_set.lua",
+		from: "wake_gate(KEYS[2], now, ARGV[2], ARGV[3])",
+		to:   "-- (no wake-up)",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "the semaphore's state shows a hold's permits wrong",
-		file:      "sem_state.lua",
-		from:      "out[#out + 1] = h.n",
-		to:        "out[#out + 1] = h.n % 2 + 1",
-		semaphore: true,
+		name: "the semaphore's state shows a hold's permits wrong",
+		file: "sem_state.lua",
+		from: "out[#out + 1] = h.n",
+		to:   "out[#out + 1] = h.n % 2 + 1",
+		spec: semaphoreSpec,
 	},
 	{
-		name:      "expired permit holds are counted",
-		file:      "lib.lua",
-		from:      "if n and x > now then",
-		to:        "if n and x > now - 60000 then",
-		semaphore: true,
+		name: "expired permit holds are counted",
+		file: "lib.lua",
+		from: "if n and x > now then",
+		to:   "if n and x > now - 60000 then",
+		spec: semaphoreSpec,
+	},
+	{
+		name: "a downgraded write hold keeps all its permits",
+		file: "sem_resize.lua",
+		from: "s.p[owner] = permit_record(n, mine.x, token, mine.label)",
+		to:   "s.p[owner] = permit_record(mine.n, mine.x, token, mine.label)",
+		spec: rwMutexSpec,
+	},
+	{
+		name: "a reader comes in beside a writer",
+		file: "sem_acquire.lua",
+		from: "if used + n > k then",
+		to:   "if used + n > k and n == k then",
+		spec: rwMutexSpec,
 	},
 }
 
@@ -129,9 +143,9 @@ func TestSpecificationCatchesBrokenScripts(t *testing.T) {
 			}
 			src[mu.file] = strings.Replace(src[mu.file], mu.from, mu.to, 1)
 			rec := &recorder{}
-			prop := fairLockSpec
-			if mu.semaphore {
-				prop = semaphoreSpec
+			prop := mu.spec
+			if prop == nil {
+				prop = fairLockSpec
 			}
 			rec.run(func() { rapid.Check(rec, prop(lua.MustBuild(src))) })
 			if !rec.Failed() {

@@ -1,11 +1,15 @@
 package fairlock_test
 
-// The executable specification of the fair semaphore, like the fair lock's
-// (property_test.go): a rapid state machine drives fair.Semaphore handles,
-// each on a client of its own, against miniredis under the fake clock. Its
-// actions: join (Acquire, or TryAcquire with a fixed lease), try without
-// waiting, release, give up, crash, change the number of permits, and let
-// time pass. After every step it checks each guarantee of the semaphore.
+// The executable specification of the fair semaphore and of the fair
+// read-write lock, like the fair lock's (property_test.go): a rapid state
+// machine drives fair.Semaphore (or fair.RWMutex) handles, each on a client
+// of its own, against miniredis under the fake clock. Its actions: join
+// (Acquire, or TryAcquire with a fixed lease; RLock or Lock), try without
+// waiting, release, give up, crash, change the number of permits (the
+// semaphore) or downgrade a write hold (the RW lock), and let time pass.
+// After every step it checks each guarantee. An RWMutex is a semaphore of
+// MaxPermits permits where a reader takes 1 and a writer all: the same
+// accounting check is "no reader beside a writer, never two writers".
 
 import (
 	"context"
@@ -29,12 +33,13 @@ import (
 
 const semName = "semspec"
 
-// semProc is one semaphore handle on a client of its own. It has at most
-// one Acquire or permit hold at a time.
+// semProc is one semaphore (or RW lock) handle on a client of its own. It
+// has at most one Acquire (or lock call) or hold at a time.
 type semProc struct {
 	label     string
 	client    *redis.Client
 	s         *fair.Semaphore
+	rw        *fair.RWMutex
 	cut       *redistest.Partition
 	phase     phase
 	n         int           // permits asked for or held
@@ -43,14 +48,80 @@ type semProc struct {
 	cancel    context.CancelFunc
 	result    chan semResult
 	running   bool
-	permit    *fair.Permit
+	permit    specHold
 	grantedAt time.Time
 	crashedAt time.Time
 }
 
 type semResult struct {
-	p   *fair.Permit
+	p   specHold
 	err error
+}
+
+// specHold is a hold as the machine sees it: a *fair.Permit, or an RW
+// lock's read or write hold.
+type specHold interface {
+	N() int
+	Token() int64
+	Lost() <-chan struct{}
+	Release(ctx context.Context) error
+}
+
+type rwHold struct {
+	m     *fair.RWMutex
+	write bool
+}
+
+func (h rwHold) N() int {
+	if h.write {
+		return fair.MaxPermits
+	}
+	return 1
+}
+func (h rwHold) Token() int64          { return h.m.Token() }
+func (h rwHold) Lost() <-chan struct{} { return h.m.Lost() }
+func (h rwHold) Release(ctx context.Context) error {
+	if h.write {
+		return h.m.Unlock(ctx)
+	}
+	return h.m.RUnlock(ctx)
+}
+
+// acquire is one call: wait and fixed as TryAcquire's; forever: Acquire (or
+// RLock, Lock). It returns nil, nil when the wait elapsed.
+func (p *semProc) acquire(ctx context.Context, n int, forever bool, wait, fixed time.Duration) (specHold, error) {
+	if p.rw == nil {
+		var permit *fair.Permit
+		var err error
+		if forever {
+			permit, err = p.s.Acquire(ctx, n)
+		} else {
+			permit, err = p.s.TryAcquire(ctx, n, wait, fixed)
+		}
+		if permit == nil {
+			return nil, err
+		}
+		return permit, err
+	}
+	write := n == fair.MaxPermits
+	var ok bool
+	var err error
+	switch {
+	case forever && write:
+		err = p.rw.Lock(ctx)
+		ok = err == nil
+	case forever:
+		err = p.rw.RLock(ctx)
+		ok = err == nil
+	case write:
+		ok, err = p.rw.TryLock(ctx, wait, fixed)
+	default:
+		ok, err = p.rw.TryRLock(ctx, wait, fixed)
+	}
+	if !ok {
+		return nil, err
+	}
+	return rwHold{m: p.rw, write: write}, nil
 }
 
 type semSpec struct {
@@ -61,6 +132,8 @@ type semSpec struct {
 	admin *fair.Semaphore // SetPermits
 	procs []*semProc
 	k     int // the number of permits, as last set
+	k0    int // the number the handles were made with
+	rw    bool
 	joins int
 
 	lastToken  int64
@@ -69,13 +142,16 @@ type semSpec struct {
 	allowance  time.Duration // how long it may take
 }
 
-func newSemSpec(t *rapid.T, scripts *lua.Scripts) *semSpec {
+func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		t.Fatalf("miniredis: %v", err)
 	}
 	mr.ClockTTL(true)
-	s := &semSpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), k: 3}
+	s := &semSpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), k: 3, k0: 3, rw: rw}
+	if rw {
+		s.k, s.k0 = fair.MaxPermits, fair.MaxPermits
+	}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	opts := func(label string) []fair.Option {
 		return []fair.Option{core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel(label),
@@ -90,25 +166,35 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts) *semSpec {
 		cut := &redistest.Partition{}
 		c.AddHook(cut)
 		label := fmt.Sprintf("p%d", i)
-		sem, err := fair.NewSemaphore(c, semName, 3, opts(label)...)
+		p := &semProc{label: label, client: c, cut: cut}
+		var err error
+		if rw {
+			p.rw, err = fair.NewRWMutex(c, semName, opts(label)...)
+		} else {
+			p.s, err = fair.NewSemaphore(c, semName, 3, opts(label)...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &semProc{label: label, client: c, s: sem, cut: cut})
+		s.procs = append(s.procs, p)
 	}
 	return s
 }
 
 func (s *semSpec) inspect() fair.SemaphoreState {
-	st, err := fair.InspectSemaphore(context.Background(), s.probe, semName)
+	inspect := fair.InspectSemaphore
+	if s.rw {
+		inspect = fair.InspectRWMutex
+	}
+	st, err := inspect(context.Background(), s.probe, semName)
 	if err != nil {
-		s.t.Fatalf("InspectSemaphore: %v", err)
+		s.t.Fatalf("Inspect: %v", err)
 	}
 	switch st.Permits {
 	case 0:
 		// Unused long enough for its keys to expire: the next caller sets
 		// the number its handle was made with.
-		s.k = 3
+		s.k = s.k0
 	case s.k:
 	default:
 		s.t.Fatalf("the semaphore has %d permits, %d were set", st.Permits, s.k)
@@ -129,9 +215,18 @@ func (s *semSpec) pick(ph phase) *semProc {
 	return rapid.SampledFrom(c).Draw(s.t, "handle")
 }
 
+// draws the permits a call asks for: 1 or 2 of a semaphore; a read (1) or
+// a write (all) of the RW lock.
+func (s *semSpec) permits(t *rapid.T) int {
+	if s.rw {
+		return rapid.SampledFrom([]int{1, fair.MaxPermits}).Draw(t, "read (1) or write")
+	}
+	return rapid.IntRange(1, 2).Draw(t, "permits")
+}
+
 func (s *semSpec) join(t *rapid.T) {
 	p := s.pick(idle)
-	p.n = rapid.IntRange(1, 2).Draw(t, "permits")
+	p.n = s.permits(t)
 	p.fixed = 0
 	if rapid.Bool().Draw(t, "fixed lease") {
 		p.fixed = time.Duration(rapid.IntRange(500, 2500).Draw(t, "lease ms")) * time.Millisecond
@@ -142,11 +237,7 @@ func (s *semSpec) join(t *rapid.T) {
 	p.result, p.running = make(chan semResult, 1), true
 	go func() {
 		var r semResult
-		if p.fixed > 0 {
-			r.p, r.err = p.s.TryAcquire(ctx, p.n, time.Hour, p.fixed)
-		} else {
-			r.p, r.err = p.s.Acquire(ctx, p.n)
-		}
+		r.p, r.err = p.acquire(ctx, p.n, p.fixed == 0, time.Hour, p.fixed)
 		p.result <- r
 	}()
 	s.settle()
@@ -154,9 +245,9 @@ func (s *semSpec) join(t *rapid.T) {
 
 func (s *semSpec) tryWithoutWaiting(t *rapid.T) {
 	p := s.pick(idle)
-	n := rapid.IntRange(1, 2).Draw(t, "permits")
+	n := s.permits(t)
 	before := s.inspect()
-	permit, err := p.s.TryAcquire(context.Background(), n, 0, 0)
+	permit, err := p.acquire(context.Background(), n, false, 0, 0)
 	if err != nil {
 		t.Fatalf("%s TryAcquire(%d, 0): %v", p.label, n, err)
 	}
@@ -230,11 +321,46 @@ func (s *semSpec) crash(t *rapid.T) {
 }
 
 func (s *semSpec) setPermits(t *rapid.T) {
+	if s.rw {
+		t.Skip("the RW lock's number is fixed")
+	}
 	k := rapid.IntRange(2, 4).Draw(t, "permits")
 	if _, err := s.admin.SetPermits(context.Background(), k); err != nil {
 		t.Fatalf("SetPermits(%d): %v", k, err)
 	}
 	s.k = k
+	s.settle()
+}
+
+// downgrade: a writer takes the read lock and unlocks the write lock. It
+// keeps its hold, token and all, as a read hold of 1 permit; readers
+// waiting first in line come in at once.
+func (s *semSpec) downgrade(t *rapid.T) {
+	if !s.rw {
+		t.Skip("a semaphore has no downgrade")
+	}
+	var c []*semProc
+	for _, p := range s.procs {
+		if p.phase == holding && p.n == fair.MaxPermits && p.fixed == 0 {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no writer")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "writer")
+	ctx := context.Background()
+	tok := p.rw.Token()
+	if err := p.rw.RLock(ctx); err != nil {
+		t.Fatalf("RLock by writer %s: %v", p.label, err)
+	}
+	if err := p.rw.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock by writer %s holding the read lock: %v", p.label, err)
+	}
+	if got := p.rw.Token(); got != tok {
+		t.Fatalf("%s's downgraded hold has token %d, had %d", p.label, got, tok)
+	}
+	p.n, p.permit = 1, rwHold{m: p.rw}
 	s.settle()
 }
 
@@ -254,7 +380,7 @@ func (s *semSpec) wait(t *rapid.T) {
 
 // granted records a new permit hold of p, checking what must hold at the
 // moment of a grant.
-func (s *semSpec) granted(p *semProc, permit *fair.Permit) {
+func (s *semSpec) granted(p *semProc, permit specHold) {
 	t := s.t
 	if p.phase != waiting || permit == nil {
 		t.Fatalf("%s was granted permits in phase %v", p.label, p.phase)
@@ -284,6 +410,9 @@ func (s *semSpec) granted(p *semProc, permit *fair.Permit) {
 		if o != p && o.phase == holding && !isClosed(o.permit.Lost()) {
 			sum += o.n
 		}
+	}
+	if sum > s.k && s.rw {
+		t.Fatalf("no reader beside a writer: %s was granted %d with %d held (a writer holds %d)", p.label, permit.N(), sum-permit.N(), s.k)
 	}
 	if sum > s.k {
 		t.Fatalf("permit accounting: %d permits held at once after %s's grant, of %d", sum, p.label, s.k)
@@ -385,12 +514,14 @@ func (s *semSpec) check(t *rapid.T) {
 		}
 	}
 	// Available is what the permits and the holds leave.
-	avail, err := s.admin.Available(context.Background())
-	if err != nil {
-		t.Fatalf("Available: %v", err)
-	}
-	if want := max(s.k-st.InUse, 0); avail != want {
-		t.Fatalf("Available = %d with %d of %d in use", avail, st.InUse, s.k)
+	if !s.rw {
+		avail, err := s.admin.Available(context.Background())
+		if err != nil {
+			t.Fatalf("Available: %v", err)
+		}
+		if want := max(s.k-st.InUse, 0); avail != want {
+			t.Fatalf("Available = %d with %d of %d in use", avail, st.InUse, s.k)
+		}
 	}
 	// The queue is the live waiters in join order (a crashed waiter stays
 	// until its wait timeout passed).
@@ -479,9 +610,14 @@ func (s *semSpec) close() {
 
 // semaphoreSpec is the property: any sequence of actions keeps every
 // guarantee of the semaphore.
-func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) {
+func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, false) }
+
+// rwMutexSpec is the RW lock's property.
+func rwMutexSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, true) }
+
+func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
 	return func(t *rapid.T) {
-		s := newSemSpec(t, scripts)
+		s := newSemSpec(t, scripts, rw)
 		defer s.close()
 		t.Repeat(map[string]func(*rapid.T){
 			"join":              s.join,
@@ -490,6 +626,7 @@ func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) {
 			"giveUp":            s.giveUp,
 			"crash":             s.crash,
 			"setPermits":        s.setPermits,
+			"downgrade":         s.downgrade,
 			"advance":           s.advance,
 			"wait":              s.wait,
 			"":                  s.check,
@@ -513,4 +650,14 @@ func TestSemaphoreSpecification(t *testing.T) {
 		defer flag.Set("rapid.checks", old)
 	}
 	rapid.Check(t, semaphoreSpec(lua.Default))
+}
+
+func TestRWMutexSpecification(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	if !checksGiven {
+		old := flag.Lookup("rapid.checks").Value.String()
+		_ = flag.Set("rapid.checks", semaphoreChecks)
+		defer flag.Set("rapid.checks", old)
+	}
+	rapid.Check(t, rwMutexSpec(lua.Default))
 }

@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the client side to this file")
 	fs.StringVar(&c.plot, "plot", "", "write a chart of the ratios to the floor to this PNG file")
 	fs.StringVar(&c.only, "only", "", "run only the floor and the implementations whose name contains this")
-	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip)")
+	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip it and the read-write one)")
 	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
 	if err := fs.Parse(args); err != nil {
@@ -172,11 +172,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	var rws []*rwResult
+	if c.permits != "" {
+		for _, impl := range []string{"fairlock/fair.RWMutex", "fairlock/fair.Mutex"} {
+			res, err := e.rwRun(ctx, impl, c.semHold, dur)
+			if err != nil {
+				return err
+			}
+			if res.readerBesideWrt && impl == "fairlock/fair.RWMutex" {
+				return fmt.Errorf("%s let a reader in beside a writer", impl)
+			}
+			fmt.Fprintf(stderr, "read-write %-24s %.0f turns/s\n", impl, res.reads+res.writes)
+			rws = append(rws, res)
+		}
+	}
 	if c.reps > 0 {
 		r.print(stdout)
 	}
 	printQueue(stdout, queue)
 	printSemaphores(stdout, sems, c.semHold)
+	printRW(stdout, rws, c.semHold)
 	if c.plot != "" && c.reps > 0 {
 		if err := r.chart(c.plot); err != nil {
 			return err

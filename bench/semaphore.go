@@ -193,3 +193,105 @@ func printSemaphores(w io.Writer, rs []*semResult, hold time.Duration) {
 	}
 	tw.Flush()
 }
+
+// The read-write scenario: 16 handles on 4 clients, 12 readers and 4
+// writers, each holding about 1 ms per turn, under fairlock's RWMutex and,
+// for comparison, under its Mutex (what a user without a read-write lock
+// does: everyone exclusive).
+type rwResult struct {
+	impl            string
+	reads, writes   float64 // per second
+	mostReaders     int
+	readerBesideWrt bool
+}
+
+func (e *env) rwRun(ctx context.Context, impl string, hold, dur time.Duration) (*rwResult, error) {
+	const handles, clients = 16, 4
+	cs := make([]*redis.Client, clients)
+	for i := range cs {
+		cs[i] = e.client()
+		defer cs[i].Close()
+	}
+	name := lockName("rw")
+	var reads, writes, readers, writers, most atomic.Int64
+	var beside atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, handles)
+	deadline := time.Now().Add(dur)
+	for i := 0; i < handles; i++ {
+		write := i%4 == 0
+		var lock, unlock func(context.Context) error
+		switch impl {
+		case "fairlock/fair.RWMutex":
+			m, err := fair.NewRWMutex(cs[i%clients], name)
+			if err != nil {
+				return nil, err
+			}
+			lock, unlock = m.RLock, m.RUnlock
+			if write {
+				lock, unlock = m.Lock, m.Unlock
+			}
+		default:
+			m, err := fair.New(cs[i%clients], name)
+			if err != nil {
+				return nil, err
+			}
+			lock, unlock = m.Lock, m.Unlock
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := lock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if write {
+					writers.Add(1)
+					if readers.Load() != 0 {
+						beside.Store(true)
+					}
+				} else {
+					n := readers.Add(1)
+					for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
+					}
+					if writers.Load() != 0 {
+						beside.Store(true)
+					}
+				}
+				time.Sleep(hold)
+				if write {
+					writers.Add(-1)
+					writes.Add(1)
+				} else {
+					readers.Add(-1)
+					reads.Add(1)
+				}
+				if err := unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return nil, fmt.Errorf("%s: %w", impl, err)
+	}
+	return &rwResult{impl: impl, reads: float64(reads.Load()) / dur.Seconds(), writes: float64(writes.Load()) / dur.Seconds(),
+		mostReaders: int(most.Load()), readerBesideWrt: beside.Load()}, nil
+}
+
+func printRW(w io.Writer, rs []*rwResult, hold time.Duration) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nRead-write: 16 handles on 4 clients, 12 readers and 4 writers, each holding %v per turn\n\n", hold)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "implementation\treads/s\twrites/s\tturns/s\tmost readers at once\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%d\t\n", r.impl, r.reads, r.writes, r.reads+r.writes, r.mostReaders)
+	}
+	tw.Flush()
+}

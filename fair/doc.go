@@ -120,4 +120,26 @@
 //
 // A permit hold costs 2 script calls when nobody waits (acquire, release);
 // a waiter adds the gate's lock and unlock.
+//
+// # Read-write lock
+//
+// An [RWMutex] is many readers or one writer, served from one queue in
+// arrival order: writers and runs of readers take turns, and a writer is
+// never starved by a stream of readers.
+//
+//	rw, err := fair.NewRWMutex(client, "catalog")
+//	if err := rw.RLock(ctx); err != nil { ... } // shares with other readers
+//	defer rw.RUnlock(context.Background())
+//
+// It is a semaphore of MaxPermits permits on keys of its own
+// (fairlock:rw:{N}...), where a reader holds 1 and a writer all of them, so
+// the semaphore's guarantees are its own; permit accounting reads: never a
+// reader beside a writer, never two writers. Re-entry is counted in the
+// handle: RLock on a handle holding the read or the write lock, and Lock on a
+// handle holding the write lock, return at once. A writer may take the read
+// lock; its last Unlock then keeps one permit as the read hold, with no gap a
+// writer could take (a downgrade). Lock on a handle holding only the read
+// lock returns [ErrUpgrade] rather than wait for itself. Readers at the front
+// of the queue come in one after another, each passing the front on by a
+// direct hand-off, not all on one message.
 package fair

@@ -36,6 +36,7 @@ const MaxPermits = 10000
 type Semaphore struct {
 	client  redis.UniversalClient
 	name    string
+	base    string // where its keys start: fairlock:s:{name}, or an RWMutex's
 	permits int
 	cfg     core.Config
 	label   string
@@ -43,6 +44,7 @@ type Semaphore struct {
 
 // Permit is one permit hold: n permits, from one Acquire or TryAcquire.
 type Permit struct {
+	s *Semaphore
 	m *core.Mutex
 	n int
 }
@@ -57,6 +59,10 @@ type Permit struct {
 // wrapping ErrInvalidArgument. Semaphore keys do not collide with those of a
 // Mutex of the same name.
 func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
+	return newSemaphore(client, name, semBase(name), permits, opts)
+}
+
+func newSemaphore(client redis.UniversalClient, name, base string, permits int, opts []Option) (*Semaphore, error) {
 	cfg, err := core.Apply(opts)
 	if err != nil {
 		return nil, err
@@ -70,7 +76,7 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int, opts .
 	if err := checkPermits(permits); err != nil {
 		return nil, err
 	}
-	return &Semaphore{client: client, name: name, permits: permits, cfg: cfg,
+	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
 		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label}, nil
 }
 
@@ -83,10 +89,10 @@ func checkPermits(k int) error {
 
 func semBase(name string) string { return "fairlock:s:{" + name + "}" }
 
-// semLayout is where a semaphore's permit holds live: the permits key, and
+// layout is where the semaphore's permit holds live: the permits key, and
 // the gate's hold (a release wakes the gate's holder).
-func semLayout(name string, scripts *lua.Scripts) core.Layout {
-	base := semBase(name)
+func (s *Semaphore) layout(_ string, scripts *lua.Scripts) core.Layout {
+	base := s.base
 	return core.Layout{
 		Keys:    []string{base, base + ":gate"},
 		Channel: base + ":wake",
@@ -134,7 +140,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	// Every permit hold is a handle of its own, used once: its owner id
 	// names exactly one hold, which makes each of its script calls safe to
 	// retry.
-	m, err := core.NewMutex(s.client, s.name, s.cfg, semLayout, func(h core.Handle) core.Kind {
+	m, err := core.NewMutex(s.client, s.name, s.cfg, s.layout, func(h core.Handle) core.Kind {
 		return &semKind{h: h, s: s, n: n}
 	})
 	if err != nil {
@@ -152,7 +158,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	if !ok {
 		return nil, err
 	}
-	return &Permit{m: m, n: n}, nil
+	return &Permit{s: s, m: m, n: n}, nil
 }
 
 // Release gives the permits back; the first waiter takes them if they are
@@ -161,6 +167,22 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 // the cleanup timeout. If the call fails, the watchdog stops: the permits
 // come back when the lease runs out.
 func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+
+// resize changes how many permits the hold has (an RWMutex's downgrade);
+// false if the hold is gone.
+func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
+	s := p.s
+	l := s.layout(s.name, s.cfg.Scripts)
+	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, l.Keys, p.m.Owner(), p.m.Token(), n,
+		core.PublishCommand(s.client), l.Channel).Int()
+	if err != nil {
+		return false, err
+	}
+	if ok == 1 {
+		p.n = n
+	}
+	return ok == 1, nil
+}
 
 // N returns the number of permits held.
 func (p *Permit) N() int { return p.n }
@@ -185,7 +207,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 	if err := checkPermits(k); err != nil {
 		return 0, err
 	}
-	l := semLayout(s.name, s.cfg.Scripts)
+	l := s.layout(s.name, s.cfg.Scripts)
 	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, k, core.PublishCommand(s.client), l.Channel).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
@@ -196,7 +218,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 // Available returns how many permits are free now (0 when more than the
 // number of permits are in use, after SetPermits lowered it).
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	st, err := inspectSemaphore(ctx, s.client, s.name, s.cfg.Scripts)
+	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
 	if err != nil {
 		return 0, err
 	}
@@ -241,11 +263,10 @@ func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name st
 	if err := core.CheckName(name); err != nil {
 		return SemaphoreState{}, err
 	}
-	return inspectSemaphore(ctx, client, name, lua.Default)
+	return inspectSemaphore(ctx, client, name, semBase(name), lua.Default)
 }
 
-func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name string, scripts *lua.Scripts) (SemaphoreState, error) {
-	base := semBase(name)
+func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, base string, scripts *lua.Scripts) (SemaphoreState, error) {
 	v, err := scripts.SemState.Run(ctx, client, []string{base}).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
@@ -318,7 +339,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	if gate != nil {
 		gateOwner, gateToken = gate.Owner(), gate.Token()
 	}
-	base := semBase(h.Name)
+	base := k.s.base
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
@@ -395,7 +416,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
 	gate, err := core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
-		return layoutAt(semBase(name)+":gate", scripts)
+		return layoutAt(k.s.base+":gate", scripts)
 	}, newKind)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ type Scripts struct {
 	SemRenew             *Script
 	SemSet               *Script
 	SemState             *Script
+	SemResize            *Script
 }
 
 // Default is the set the library runs.
@@ -118,6 +119,7 @@ func MustBuild(src map[string]string) *Scripts {
 		SemRenew:             get("sem_renew.lua"),
 		SemSet:               get("sem_set.lua"),
 		SemState:             get("sem_state.lua"),
+		SemResize:            get("sem_resize.lua"),
 	}
 }
 

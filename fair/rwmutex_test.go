@@ -1,0 +1,304 @@
+package fair_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+func (e *env) rw(label string) *fair.RWMutex {
+	e.t.Helper()
+	m, err := fair.NewRWMutex(e.process(), lockName, core.WithClock(e.clk), fair.WithLabel(label))
+	if err != nil {
+		e.t.Fatalf("NewRWMutex: %v", err)
+	}
+	return m
+}
+
+func (e *env) rwState() fair.SemaphoreState {
+	e.t.Helper()
+	st, err := fair.InspectRWMutex(context.Background(), e.client, lockName)
+	if err != nil {
+		e.t.Fatalf("InspectRWMutex: %v", err)
+	}
+	return st
+}
+
+// rwQueue waits until n waiters are queued and asleep.
+func (e *env) rwQueue(n int) {
+	e.t.Helper()
+	redistest.Quiet(e.t, "the waiters are queued and asleep", func() bool {
+		return len(e.rwState().Queue) == n && core.Asleep() == n
+	})
+}
+
+func async(f func() error) <-chan error {
+	out := make(chan error, 1)
+	go func() { out <- f() }()
+	return out
+}
+
+func done(t *testing.T, c <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-c:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return", what)
+	}
+}
+
+func pending(t *testing.T, c <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-c:
+		t.Fatalf("%s returned early: %v", what, err)
+	default:
+	}
+}
+
+func ok(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestRWMutexRefusesBadInput(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{"", "a{b"} {
+		if _, err := fair.NewRWMutex(e.client, name); !errors.Is(err, fair.ErrInvalidArgument) {
+			t.Errorf("name %q: %v", name, err)
+		}
+	}
+	if _, err := fair.NewRWMutex(nil, "a"); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("nil client: %v", err)
+	}
+	m := e.rw("m")
+	ctx := context.Background()
+	if _, err := m.TryRLock(ctx, -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("negative wait: %v", err)
+	}
+	if _, err := m.TryLock(ctx, 0, -time.Second); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("negative lease: %v", err)
+	}
+	if err := m.RUnlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+		t.Errorf("RUnlock without RLock: %v", err)
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+		t.Errorf("Unlock without Lock: %v", err)
+	}
+	if c := context.Cause(m.HoldContext()); !errors.Is(c, fair.ErrNotHeld) {
+		t.Errorf("HoldContext before a hold: %v", c)
+	}
+}
+
+// Readers share; a writer waits for them, and readers who come after the
+// writer wait for it: turns in arrival order, so writers do not starve.
+func TestRWMutexTakesTurnsInArrivalOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r1, r2, w, r3 := e.rw("r1"), e.rw("r2"), e.rw("w"), e.rw("r3")
+	ok(t, r1.RLock(ctx), "r1")
+	ok(t, r2.RLock(ctx), "r2 beside r1")
+	if got, err := w.TryLock(ctx, 0, 0); got || err != nil {
+		t.Fatalf("a writer beside readers: %v, %v", got, err)
+	}
+	writer := async(func() error { return w.Lock(ctx) })
+	e.rwQueue(1)
+	reader := async(func() error { return r3.RLock(ctx) })
+	e.rwQueue(2)
+	if got, err := e.rw("late").TryRLock(ctx, 0, 0); got || err != nil {
+		t.Fatalf("a reader passed the waiting writer: %v, %v", got, err)
+	}
+	ok(t, r1.RUnlock(ctx), "r1 RUnlock")
+	pending(t, writer, "the writer, with r2 still reading")
+	ok(t, r2.RUnlock(ctx), "r2 RUnlock")
+	done(t, writer, "the writer")
+	pending(t, reader, "the reader behind the writer")
+	if st := e.rwState(); len(st.Holders) != 1 || st.Holders[0].Permits != fair.MaxPermits || st.Holders[0].Label != "w" {
+		t.Fatalf("holders while writing: %+v", st.Holders)
+	}
+	ok(t, w.Unlock(ctx), "writer Unlock")
+	done(t, reader, "the reader")
+	ok(t, r3.RUnlock(ctx), "r3 RUnlock")
+}
+
+func TestRWMutexReentryAndUpgrade(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.rw("m")
+	ok(t, m.RLock(ctx), "RLock")
+	ok(t, m.RLock(ctx), "RLock again")
+	if err := m.Lock(ctx); !errors.Is(err, fair.ErrUpgrade) {
+		t.Fatalf("Lock while reading: %v, want ErrUpgrade", err)
+	}
+	ok(t, m.RUnlock(ctx), "RUnlock")
+	if st := e.rwState(); st.InUse != 1 {
+		t.Fatalf("released after one of two RUnlocks: %+v", st)
+	}
+	ok(t, m.RUnlock(ctx), "RUnlock")
+	if st := e.rwState(); st.InUse != 0 {
+		t.Fatalf("held after the last RUnlock: %+v", st)
+	}
+	if err := m.RUnlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+		t.Fatalf("a third RUnlock: %v", err)
+	}
+	ok(t, m.Lock(ctx), "Lock")
+	tok := m.Token()
+	ok(t, m.Lock(ctx), "Lock again")
+	ok(t, m.Unlock(ctx), "Unlock")
+	if m.Token() != tok || e.rwState().InUse != fair.MaxPermits {
+		t.Fatal("released after one of two Unlocks")
+	}
+	ok(t, m.Unlock(ctx), "Unlock")
+	if m.Token() != 0 || e.rwState().InUse != 0 {
+		t.Fatal("held after the last Unlock")
+	}
+	if c := context.Cause(m.HoldContext()); !errors.Is(c, fair.ErrReleased) {
+		t.Fatalf("HoldContext cause after Unlock: %v", c)
+	}
+}
+
+// A writer that takes the read lock keeps it when it unlocks the write lock:
+// waiting readers come in at once, no writer can come in between.
+func TestRWMutexDowngrade(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, other, w := e.rw("m"), e.rw("other"), e.rw("w")
+	ok(t, m.Lock(ctx), "Lock")
+	tok := m.Token()
+	ok(t, m.RLock(ctx), "RLock by the writer")
+	reader := async(func() error { return other.RLock(ctx) })
+	e.rwQueue(1)
+	writer := async(func() error { return w.Lock(ctx) })
+	e.rwQueue(2)
+	ok(t, m.Unlock(ctx), "Unlock, keeping the read lock")
+	done(t, reader, "the reader woken by the downgrade")
+	pending(t, writer, "the writer")
+	if m.Token() != tok {
+		t.Fatalf("the downgraded hold has token %d, had %d", m.Token(), tok)
+	}
+	st := e.rwState()
+	if st.InUse != 2 || len(st.Holders) != 2 {
+		t.Fatalf("after the downgrade: %+v", st)
+	}
+	ok(t, m.RUnlock(ctx), "RUnlock")
+	ok(t, other.RUnlock(ctx), "other RUnlock")
+	done(t, writer, "the writer")
+	ok(t, w.Unlock(ctx), "writer Unlock")
+}
+
+// A handle whose hold was lost gets ErrLockLost, then acquires afresh.
+func TestRWMutexLoss(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, err := fair.NewRWMutex(e.client, lockName, core.WithClock(e.clk), fair.WithLease(time.Second))
+	ok(t, err, "NewRWMutex")
+	ok(t, m.Lock(ctx), "Lock")
+	e.mr.Del("fairlock:rw:{jobs}")
+	e.clk.Advance(time.Second)
+	if !isClosed(m.Lost()) {
+		t.Fatal("Lost is open after the hold was deleted")
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrLockLost) {
+		t.Fatalf("Unlock of a lost hold: %v", err)
+	}
+	ok(t, m.RLock(ctx), "RLock afresh")
+	ok(t, m.RUnlock(ctx), "RUnlock")
+}
+
+// An RWMutex, a Semaphore and a Mutex of one name are three locks.
+func TestRWMutexOwnKeys(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.rw("rw")
+	ok(t, m.Lock(ctx), "Lock")
+	p, err := e.semaphore(1).TryAcquire(ctx, 1, 0, 0)
+	if err != nil || p == nil {
+		t.Fatalf("the Semaphore of the same name: %v, %v", p, err)
+	}
+	if got, err := e.named("mutex").TryLock(ctx, 0, 0); !got || err != nil {
+		t.Fatalf("the Mutex of the same name: %v, %v", got, err)
+	}
+	release(t, p)
+	ok(t, m.Unlock(ctx), "Unlock")
+}
+
+// 16 handles on 4 clients, a quarter of them writers: never a reader beside
+// a writer, never two writers, and everyone served.
+func TestRealRWMutexExcludes(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := redistest.Clients(t, kind.cluster, 4)
+			name := redistest.Name(t)
+			ctx := context.Background()
+			const handles, rounds = 16, 30
+			var readers, writers, sawReaders, served atomic.Int64
+			var wg sync.WaitGroup
+			for i := 0; i < handles; i++ {
+				m, err := fair.NewRWMutex(clients[i%4], name, fair.WithLabel(fmt.Sprint(i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				write := i%4 == 0
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 0; r < rounds; r++ {
+						if write {
+							if err := m.Lock(ctx); err != nil {
+								t.Error(err)
+								return
+							}
+							if w := writers.Add(1); w != 1 || readers.Load() != 0 {
+								t.Errorf("a writer beside %d writers and %d readers", w-1, readers.Load())
+							}
+							time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+							writers.Add(-1)
+							if err := m.Unlock(ctx); err != nil {
+								t.Error(err)
+								return
+							}
+						} else {
+							if err := m.RLock(ctx); err != nil {
+								t.Error(err)
+								return
+							}
+							if n := readers.Add(1); n > 1 {
+								sawReaders.Add(1)
+							}
+							if writers.Load() != 0 {
+								t.Error("a reader beside a writer")
+							}
+							time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+							readers.Add(-1)
+							if err := m.RUnlock(ctx); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+						served.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := served.Load(); got != handles*rounds {
+				t.Fatalf("%d of %d turns served", got, handles*rounds)
+			}
+			t.Logf("%d turns; readers shared the lock %d times", served.Load(), sawReaders.Load())
+		})
+	}
+}
