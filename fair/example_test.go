@@ -93,3 +93,29 @@ func ExampleSemaphore() {
 	// third job waits: both permits in use
 	// free after one release: 1
 }
+
+// Readers share the lock; a writer waits for them, and readers who come
+// after the writer wait for it.
+func ExampleRWMutex() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	reader, _ := fair.NewRWMutex(client, "catalog")
+	other, _ := fair.NewRWMutex(client, "catalog")
+	writer, _ := fair.NewRWMutex(client, "catalog")
+	_ = reader.RLock(ctx)
+	_ = other.RLock(ctx)
+	ok, _ := writer.TryLock(ctx, 0, 0)
+	fmt.Println("writer beside two readers:", ok)
+	_ = reader.RUnlock(ctx)
+	_ = other.RUnlock(ctx)
+	ok, _ = writer.TryLock(ctx, 0, 0)
+	fmt.Println("writer once they are gone:", ok)
+	_ = writer.Unlock(ctx)
+	// Output:
+	// writer beside two readers: false
+	// writer once they are gone: true
+}

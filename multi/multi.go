@@ -19,6 +19,10 @@
 //
 // A fair member keeps its FIFO queue. A Lock waiting for its second member
 // holds its first meanwhile, as ordered locking always does.
+//
+// [RedLock] is the other way to hold one lock on several servers: one name on
+// N independent masters, held while a majority holds it. docs/redlock.md
+// says what that quorum does and does not buy.
 package multi
 
 import (
@@ -44,6 +48,8 @@ var (
 	// ErrLockLost is the cause of a HoldContext ended because a member's
 	// hold was lost, and is returned by Unlock then.
 	ErrLockLost = fair.ErrLockLost
+	// ErrReleased is the cause of a HoldContext ended by Unlock.
+	ErrReleased = fair.ErrReleased
 )
 
 // Locker is one member: a *fair.Mutex or a *reentrant.Mutex.

@@ -1,0 +1,173 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/multi"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// redlockOn returns a RedLock handle with clients of its own on servers.
+func redlockOn(t *testing.T, servers []*Server, name string, lease time.Duration) *multi.RedLock {
+	t.Helper()
+	var clients []redis.UniversalClient
+	for _, s := range servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	r, err := multi.NewRedLock(clients, name, reentrant.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// heldOn reports which servers hold the lock for anyone.
+func heldOn(t *testing.T, servers []*Server, name string) []bool {
+	out := make([]bool, len(servers))
+	for i, s := range servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		v, err := c.Get(context.Background(), holdKey("reentrant", name)).Result()
+		_ = c.Close()
+		out[i] = err == nil && strings.Contains(v, `"o":`)
+	}
+	return out
+}
+
+// RedLock on 5 real servers: a holder keeps the lock while one, then two
+// servers are stopped and restarted empty; another handle never gets a
+// majority meanwhile, and the partial sets it wins are given back.
+func TestRedLockThroughStoppedAndRestartedServers(t *testing.T) {
+	servers := make([]*Server, 5)
+	for i := range servers {
+		servers[i] = ownServer(t)
+	}
+	name := lockName(t)
+	ctx := context.Background()
+	lease := time.Second
+	a, b := redlockOn(t, servers, name, lease), redlockOn(t, servers, name, lease)
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	renewals := func() { time.Sleep(lease) } // three renewal rounds
+	for _, down := range [][]int{{0}, {0, 1}} {
+		for _, i := range down {
+			servers[i].Stop()
+		}
+		renewals()
+		if isClosed(a.Lost()) {
+			t.Fatalf("lost with servers %v down", down)
+		}
+		if ok, err := b.TryLock(ctx, 0, 0); ok || err != nil {
+			t.Fatalf("a second handle with servers %v down: %v, %v", down, ok, err)
+		}
+		for _, i := range down {
+			if err := servers[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		renewals() // the restarted servers are empty: those members are lost
+		if isClosed(a.Lost()) {
+			t.Fatalf("lost after servers %v restarted empty", down)
+		}
+		// b may win the restarted servers, never a majority; it gives them back.
+		if ok, err := b.TryLock(ctx, 0, 0); ok || err != nil {
+			t.Fatalf("a second handle after servers %v restarted: %v, %v", down, ok, err)
+		}
+		for _, i := range down {
+			if heldOn(t, servers, name)[i] {
+				t.Fatalf("server %d keeps a failed attempt's grant", i)
+			}
+		}
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if ok, err := b.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("after Unlock: %v, %v", ok, err)
+	}
+	// Three servers restarted empty: b's majority is gone.
+	for _, i := range []int{2, 3, 4} {
+		servers[i].Stop()
+		if err := servers[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*lease, "the holder sees its majority lost", func() bool { return isClosed(b.Lost()) })
+	if err := b.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("Unlock of a lost hold: %v", err)
+	}
+}
+
+// Three handles take turns while one server, then two, are stopped and
+// restarted: never two holders at once, and turns keep being served.
+func TestRedLockMutualExclusionUnderServerRestarts(t *testing.T) {
+	servers := make([]*Server, 5)
+	for i := range servers {
+		servers[i] = ownServer(t)
+	}
+	name := lockName(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var inside, overlaps, turns atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		r := redlockOn(t, servers, name, time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := r.Lock(ctx); err != nil {
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(2 * time.Millisecond)
+				inside.Add(-1)
+				turns.Add(1)
+				_ = r.Unlock(context.Background())
+			}
+		}()
+	}
+	for _, down := range [][]int{{1}, {2, 3}} {
+		time.Sleep(300 * time.Millisecond)
+		before := turns.Load()
+		for _, i := range down {
+			servers[i].Stop()
+		}
+		time.Sleep(300 * time.Millisecond)
+		for _, i := range down {
+			if err := servers[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if turns.Load() == before {
+			t.Errorf("no turn served while servers %v were down", down)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d turns overlapped", n)
+	}
+	t.Logf("%d turns", turns.Load())
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

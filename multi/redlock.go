@@ -1,0 +1,377 @@
+package multi
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedLock is one lock name on N independent Redis masters: it is held while
+// a majority of them hold it for this handle (docs/redlock.md says what that
+// does and does not buy). Each master runs a reentrant lock of that name,
+// with its own lease kept alive by its own watchdog.
+//
+// An attempt asks every master at once, each bounded by the attempt timeout.
+// It holds the lock if a majority granted it and time is left of the lease:
+// its validity is the lease minus the time the attempt took minus the
+// clock-drift allowance (WithDriftFactor). Otherwise it gives back what it
+// got and, for Lock, tries again after a random delay. The hold is lost, and
+// Lost closes, as soon as fewer than a majority of its members still hold it
+// (a master restarted empty, a renewal that found the key gone, a lease that
+// ran out). RedLock is not fair: there is no queue across masters.
+//
+// Its methods are safe for concurrent use; like a Mutex handle, it is one
+// holder, and re-entry is counted in the handle.
+type RedLock struct {
+	members []*reentrant.Mutex
+	quorum  int
+	cfg     core.Config
+
+	acq sync.Mutex // one attempt at a time
+
+	mu    sync.Mutex
+	hold  *redHold
+	depth int
+	last  *redHold
+}
+
+type redHold struct {
+	held     []*reentrant.Mutex // the members that granted it
+	validity time.Duration
+	lost     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stops    []func() bool
+
+	mu     sync.Mutex
+	gone   int // members lost
+	ended  bool
+	quorum int
+}
+
+// NewRedLock returns a handle on the lock name on each of clients, which
+// must be independent masters (not replicas of one another, not one
+// cluster): 3 or 5 is usual; N tolerates the loss of (N-1)/2. It takes
+// reentrant's options (the lease, the drift factor, ...). Bad arguments get
+// an error wrapping ErrInvalidArgument: no clients, a nil or repeated
+// client, or a bad name or option.
+func NewRedLock(clients []redis.UniversalClient, name string, opts ...reentrant.Option) (*RedLock, error) {
+	if len(clients) == 0 {
+		return nil, core.Invalid("RedLock needs at least one client")
+	}
+	cfg, err := core.Apply(opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &RedLock{quorum: len(clients)/2 + 1, cfg: cfg}
+	seen := map[redis.UniversalClient]bool{}
+	for i, c := range clients {
+		if c == nil {
+			return nil, core.Invalid("client %d is nil", i)
+		}
+		if seen[c] {
+			return nil, core.Invalid("client %d is given twice: each master once", i)
+		}
+		seen[c] = true
+		m, err := reentrant.New(c, name, opts...)
+		if err != nil {
+			return nil, err
+		}
+		r.members = append(r.members, m)
+	}
+	return r, nil
+}
+
+// Quorum returns how many masters must hold the lock: a majority.
+func (r *RedLock) Quorum() int { return r.quorum }
+
+// retryDelay bounds the random pause between two attempts of Lock.
+const retryDelay = 50 * time.Millisecond
+
+// Lock tries until the lock is held or ctx ends, and keeps each member's
+// lease alive with its watchdog until Unlock. A handle that holds it counts
+// a re-entry.
+func (r *RedLock) Lock(ctx context.Context) error {
+	_, err := r.acquire(ctx, -1, 0)
+	return err
+}
+
+// TryLock tries for up to wait (0: one attempt). With lease 0 the watchdogs
+// keep the lease alive; a positive lease holds it for that long, and
+// Validity says how much of it the caller can count on. It returns false,
+// nil when no attempt won a majority in time.
+func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, core.Invalid("wait must not be negative, got %v", wait)
+	}
+	if lease < 0 {
+		return false, core.Invalid("lease must not be negative, got %v", lease)
+	}
+	return r.acquire(ctx, wait, lease)
+}
+
+func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if r.reenter() {
+		return true, nil
+	}
+	r.acq.Lock()
+	defer r.acq.Unlock()
+	if r.reenter() {
+		return true, nil
+	}
+	clk := r.cfg.Clock
+	end := clk.Now().Add(wait)
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		h, err := r.attempt(ctx, lease)
+		if err != nil {
+			return false, err
+		}
+		if h != nil {
+			r.mu.Lock()
+			r.hold, r.depth, r.last = h, 1, h
+			r.mu.Unlock()
+			h.watch()
+			return true, nil
+		}
+		if wait >= 0 && !clk.Now().Before(end) {
+			return false, nil
+		}
+		pause := retryDelay/2 + rand.N(retryDelay/2)
+		if wait >= 0 {
+			pause = min(pause, end.Sub(clk.Now()))
+		}
+		t := time.NewTimer(max(pause, 0))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		}
+	}
+}
+
+func (r *RedLock) reenter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hold == nil || isClosed(r.hold.lost) {
+		return false
+	}
+	r.depth++
+	return true
+}
+
+// attempt asks every member once, at the same time. It returns the hold if
+// a majority granted it with validity left, and nil otherwise (after giving
+// back the members that granted it).
+func (r *RedLock) attempt(ctx context.Context, lease time.Duration) (*redHold, error) {
+	clk := r.cfg.Clock
+	full := lease
+	if full == 0 {
+		full = r.cfg.Lease
+	}
+	start := clk.Now()
+	// A master that does not answer must not hold up the others for long.
+	actx, cancel := context.WithTimeout(ctx, max(full/10, 10*time.Millisecond))
+	defer cancel()
+	granted := make([]bool, len(r.members))
+	var wg sync.WaitGroup
+	for i, m := range r.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _ := m.TryLock(actx, 0, lease)
+			granted[i] = ok
+		}()
+	}
+	wg.Wait()
+	var held []*reentrant.Mutex
+	for i, ok := range granted {
+		if ok {
+			held = append(held, r.members[i])
+		}
+	}
+	validity := full - clk.Now().Sub(start) - r.cfg.Margin(full)
+	if len(held) >= r.quorum && validity > 0 {
+		hctx, hcancel := context.WithCancelCause(context.Background())
+		return &redHold{held: held, validity: validity, lost: make(chan struct{}), ctx: hctx, cancel: hcancel, quorum: r.quorum}, nil
+	}
+	unlockAll(ctx, held)
+	return nil, ctx.Err()
+}
+
+// unlockAll releases members at once; a member's Unlock runs even when ctx
+// has ended (bounded by its cleanup timeout).
+func unlockAll(ctx context.Context, members []*reentrant.Mutex) []error {
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Unlock(ctx)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// watch ends the hold as lost once fewer than a quorum of its members hold
+// it. No goroutine: one AfterFunc per member, stopped by Unlock.
+func (h *redHold) watch() {
+	for _, m := range h.held {
+		mctx := m.HoldContext()
+		h.stops = append(h.stops, context.AfterFunc(mctx, func() {
+			if errors.Is(context.Cause(mctx), ErrLockLost) {
+				h.memberLost()
+			}
+		}))
+	}
+}
+
+func (h *redHold) memberLost() {
+	h.mu.Lock()
+	h.gone++
+	lost := !h.ended && len(h.held)-h.gone < h.quorum
+	if lost {
+		h.ended = true
+	}
+	h.mu.Unlock()
+	if lost {
+		close(h.lost)
+		h.cancel(ErrLockLost)
+	}
+}
+
+// end finishes the hold as released, unless it was lost first.
+func (h *redHold) end() {
+	for _, stop := range h.stops {
+		stop()
+	}
+	h.mu.Lock()
+	was := h.ended
+	h.ended = true
+	h.mu.Unlock()
+	if !was {
+		h.cancel(ErrReleased)
+	}
+}
+
+// Unlock undoes one Lock or successful TryLock; the last one releases every
+// member. A handle that does not hold the lock gets ErrNotHeld; a lost hold
+// gets ErrLockLost (its members are released all the same). Members that no
+// longer held it are not an error while a majority did.
+func (r *RedLock) Unlock(ctx context.Context) error {
+	r.mu.Lock()
+	h := r.hold
+	if h == nil {
+		r.mu.Unlock()
+		return ErrNotHeld
+	}
+	r.depth--
+	lost := isClosed(h.lost)
+	if r.depth > 0 && !lost {
+		r.mu.Unlock()
+		return nil
+	}
+	r.hold, r.depth = nil, 0
+	r.mu.Unlock()
+	h.end()
+	var failed []error
+	released := 0
+	for _, err := range unlockAll(ctx, h.held) {
+		switch {
+		case err == nil:
+			released++
+		case errors.Is(err, ErrNotHeld): // lost on that master: ErrLockLost wraps ErrNotHeld
+		default:
+			failed = append(failed, err)
+		}
+	}
+	switch {
+	case lost:
+		return ErrLockLost
+	case released < r.quorum && len(failed) > 0:
+		return errors.Join(failed...)
+	}
+	return nil
+}
+
+// Validity returns how long the current hold was valid for when it was
+// taken: its lease minus the time the attempt took minus the drift
+// allowance. With the watchdog (lease 0) the hold lasts beyond it while
+// renewals succeed. 0 when not held.
+func (r *RedLock) Validity() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hold == nil {
+		return 0
+	}
+	return r.hold.validity
+}
+
+// Tokens returns the fencing tokens of the members that hold the lock for
+// this handle, in the order of the clients given to NewRedLock, 0 for a
+// member that does not.
+func (r *RedLock) Tokens() []int64 {
+	out := make([]int64, len(r.members))
+	for i, m := range r.members {
+		out[i] = m.Token()
+	}
+	return out
+}
+
+// Token returns the highest of Tokens, 0 if not held. Each master's tokens
+// rise from one of its holds to the next, and any two majorities share a
+// master; tokens of different masters are comparable only as far as their
+// clocks agree (a token is at least its server's clock in µs). So Token rises
+// from one RedLock hold to the next only while the masters' clocks agree to
+// better than the time between the holds: use it as a fence only with that
+// caveat (docs/redlock.md).
+func (r *RedLock) Token() int64 {
+	r.mu.Lock()
+	held := r.hold != nil
+	r.mu.Unlock()
+	if !held {
+		return 0
+	}
+	return maxOf(r.Tokens())
+}
+
+func maxOf(v []int64) int64 {
+	var m int64
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// Lost returns a channel closed when the current (or most recent) hold is
+// lost: fewer than a majority of its members still hold it.
+func (r *RedLock) Lost() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return core.NeverClosed()
+	}
+	return r.last.lost
+}
+
+// HoldContext returns a context cancelled when the current (or most recent)
+// hold ends: cause ErrLockLost or ErrReleased.
+func (r *RedLock) HoldContext() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return core.NotHeldContext()
+	}
+	return r.last.ctx
+}

@@ -1,0 +1,196 @@
+package multi_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/multi"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// masters is five independent miniredis servers under one fake clock.
+type masters struct {
+	t       *testing.T
+	mrs     []*miniredis.Miniredis
+	clients []redis.UniversalClient
+	clk     *clock.Fake
+}
+
+func newMasters(t *testing.T) *masters {
+	redistest.NoLeaks(t)
+	m := &masters{t: t}
+	for i := 0; i < 5; i++ {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		mr.ClockTTL(true)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close(); mr.Close() })
+		m.mrs = append(m.mrs, mr)
+		m.clients = append(m.clients, c)
+	}
+	m.clk = clock.NewFake(redistest.Epoch, func(now time.Time) {
+		for _, mr := range m.mrs {
+			mr.SetTime(now)
+		}
+	})
+	return m
+}
+
+func (m *masters) redlock(opts ...reentrant.Option) *multi.RedLock {
+	m.t.Helper()
+	r, err := multi.NewRedLock(m.clients, "orders", append([]reentrant.Option{core.WithClock(m.clk)}, opts...)...)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return r
+}
+
+// heldOn counts the masters on which the lock is held by anyone.
+func (m *masters) heldOn() int {
+	n := 0
+	for _, mr := range m.mrs {
+		if s, _ := mr.Get("fairlock:r:{orders}"); strings.Contains(s, `"o":`) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRedLockRefusesBadInput(t *testing.T) {
+	m := newMasters(t)
+	for what, clients := range map[string][]redis.UniversalClient{
+		"no clients": nil,
+		"nil client": {m.clients[0], nil},
+		"twice":      {m.clients[0], m.clients[0]},
+	} {
+		if _, err := multi.NewRedLock(clients, "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if _, err := multi.NewRedLock(m.clients, "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
+		t.Errorf("bad name: %v", err)
+	}
+	r := m.redlock()
+	if r.Quorum() != 3 {
+		t.Fatalf("Quorum of 5 = %d", r.Quorum())
+	}
+	if err := r.Unlock(context.Background()); !errors.Is(err, multi.ErrNotHeld) {
+		t.Fatalf("Unlock before Lock: %v", err)
+	}
+	if _, err := r.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, multi.ErrInvalidArgument) {
+		t.Fatalf("negative wait: %v", err)
+	}
+}
+
+func TestRedLockHoldsOnAMajority(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	a, b := m.redlock(), m.redlock()
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.heldOn(); got != 5 {
+		t.Fatalf("held on %d of 5 masters", got)
+	}
+	if a.Token() == 0 || a.Validity() <= 0 {
+		t.Fatalf("Token %d, Validity %v", a.Token(), a.Validity())
+	}
+	if ok, err := b.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("a second handle: %v, %v", ok, err)
+	}
+	// Re-entry is counted in the handle.
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(ctx); err != nil || m.heldOn() != 5 {
+		t.Fatalf("first of two Unlocks: %v, held on %d", err, m.heldOn())
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.heldOn() != 0 {
+		t.Fatalf("held on %d masters after Unlock", m.heldOn())
+	}
+	if c := context.Cause(a.HoldContext()); !errors.Is(c, multi.ErrReleased) {
+		t.Fatalf("HoldContext cause %v", c)
+	}
+	if ok, err := b.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("after Unlock: %v, %v", ok, err)
+	}
+	_ = b.Unlock(ctx)
+}
+
+// Two masters down: three of five still make a majority. Three down: no
+// attempt wins, and the two that granted it give it back.
+func TestRedLockWithMastersDown(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	r := m.redlock()
+	m.mrs[0].Close()
+	m.mrs[1].Close()
+	if ok, err := r.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("with 3 of 5 up: %v, %v", ok, err)
+	}
+	if got := r.Tokens(); got[0] != 0 || got[1] != 0 || got[2] == 0 {
+		t.Fatalf("Tokens %v", got)
+	}
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with 2 masters down: %v", err)
+	}
+	m.mrs[2].Close()
+	if ok, err := r.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("with 2 of 5 up: %v, %v", ok, err)
+	}
+	if m.heldOn() != 0 {
+		t.Fatal("a failed attempt left its partial set held")
+	}
+}
+
+// The hold is lost when fewer than a majority of its members hold it.
+func TestRedLockLostWithItsMajority(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	r := m.redlock(reentrant.WithLease(time.Second))
+	if err := r.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.mrs[0].FlushAll()
+	m.mrs[1].FlushAll()
+	m.clk.Advance(time.Second) // renewals: two members find their key gone
+	if isClosed(r.Lost()) {
+		t.Fatal("lost with 3 of 5 members still holding")
+	}
+	m.mrs[2].FlushAll()
+	m.clk.Advance(time.Second)
+	if !isClosed(r.Lost()) {
+		t.Fatal("Lost is open with 2 of 5 members holding")
+	}
+	if c := context.Cause(r.HoldContext()); !errors.Is(c, multi.ErrLockLost) {
+		t.Fatalf("HoldContext cause %v", c)
+	}
+	if err := r.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("Unlock of a lost hold: %v", err)
+	}
+	if m.heldOn() != 0 {
+		t.Fatalf("held on %d masters after Unlock", m.heldOn())
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
