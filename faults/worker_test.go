@@ -33,11 +33,12 @@ func TestMain(m *testing.M) {
 }
 
 // workerSpec says what a worker does: "<lock> <addr> <name> <lease> <wait
-// timeout> <label>", lock being fair or reentrant. It takes the lock with
-// Lock (the watchdog keeping the lease), prints "held <token>", and holds it
-// until killed or until its stdin closes.
+// timeout> <label>", lock being fair or reentrant, or semaphore (all 2
+// permits of a semaphore of 2). It takes the lock with Lock (the watchdog
+// keeping the lease), prints "held <token>", and holds it until killed or
+// until its stdin closes.
 type workerSpec struct {
-	Lock        string // "fair" or "reentrant"
+	Lock        string // "fair", "reentrant" or "semaphore"
 	Addr, Name  string
 	Lease, Wait time.Duration
 	Label       string
@@ -66,9 +67,14 @@ func runWorker(spec string) int {
 	c := redis.NewClient(&redis.Options{Addr: f[1]})
 	var m locker
 	var err error
-	if f[0] == "fair" {
+	switch f[0] {
+	case "fair":
 		m, err = fair.New(c, f[2], fair.WithLease(lease), fair.WithWaitTimeout(wait), fair.WithLabel(f[5]))
-	} else {
+	case "semaphore":
+		var s *fair.Semaphore
+		s, err = fair.NewSemaphore(c, f[2], 2, fair.WithLease(lease), fair.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		m = &allPermits{s: s}
+	default:
 		m, err = reentrant.New(c, f[2], reentrant.WithLease(lease))
 	}
 	if err != nil {
@@ -86,6 +92,19 @@ func runWorker(spec string) int {
 	fmt.Printf("held %d\n", m.Token())
 	select {}
 }
+
+// allPermits takes both permits of a semaphore of 2 as one Lock.
+type allPermits struct {
+	s *fair.Semaphore
+	p *fair.Permit
+}
+
+func (a *allPermits) Lock(ctx context.Context) (err error) {
+	a.p, err = a.s.Acquire(ctx, 2)
+	return err
+}
+
+func (a *allPermits) Token() int64 { return a.p.Token() }
 
 // worker is a running worker process.
 type worker struct {
