@@ -79,7 +79,8 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 
 // TryRLock is RLock for up to wait (0: one attempt that never queues), with
 // a fixed lease if lease > 0, as Mutex.TryLock. It returns false, nil when
-// the wait elapsed.
+// the wait elapsed. A re-entry returns true at once and keeps the hold's
+// lease as it is.
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := m.attempt(wait, lease)
 	if err != nil {
@@ -97,7 +98,8 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 }
 
 // TryLock is Lock for up to wait (0: one attempt that never queues), with a
-// fixed lease if lease > 0. It returns false, nil when the wait elapsed.
+// fixed lease if lease > 0. It returns false, nil when the wait elapsed. A
+// re-entry returns true at once and keeps the hold's lease as it is.
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := m.attempt(wait, lease)
 	if err != nil {
