@@ -73,7 +73,7 @@ func (m *RWMutex) Name() string { return m.s.name }
 // it at once if the handle holds the read or the write lock. The watchdog
 // keeps the lease until the last RUnlock. ctx bounds only the wait.
 func (m *RWMutex) RLock(ctx context.Context) error {
-	_, err := m.acquire(ctx, false, core.Attempt{Forever: true, Lease: m.s.cfg.Lease})
+	_, err := m.acquire(ctx, false, m.s.cfg.LockAttempt())
 	return err
 }
 
@@ -82,7 +82,7 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 // the wait elapsed. A re-entry returns true at once and keeps the hold's
 // lease as it is.
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := m.attempt(wait, lease)
+	a, err := m.s.cfg.TryAttempt(wait, lease)
 	if err != nil {
 		return false, err
 	}
@@ -93,7 +93,7 @@ func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool
 // it at once if the handle holds it. A handle that holds only the read lock
 // gets ErrUpgrade.
 func (m *RWMutex) Lock(ctx context.Context) error {
-	_, err := m.acquire(ctx, true, core.Attempt{Forever: true, Lease: m.s.cfg.Lease})
+	_, err := m.acquire(ctx, true, m.s.cfg.LockAttempt())
 	return err
 }
 
@@ -101,25 +101,11 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 // fixed lease if lease > 0. It returns false, nil when the wait elapsed. A
 // re-entry returns true at once and keeps the hold's lease as it is.
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := m.attempt(wait, lease)
+	a, err := m.s.cfg.TryAttempt(wait, lease)
 	if err != nil {
 		return false, err
 	}
 	return m.acquire(ctx, true, a)
-}
-
-func (m *RWMutex) attempt(wait, lease time.Duration) (core.Attempt, error) {
-	if wait < 0 {
-		return core.Attempt{}, core.Invalid("wait must not be negative, got %v", wait)
-	}
-	if lease < 0 {
-		return core.Attempt{}, core.Invalid("lease must not be negative, got %v", lease)
-	}
-	a := core.Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
-	if lease == 0 {
-		a.Lease = m.s.cfg.Lease
-	}
-	return a, nil
 }
 
 func (m *RWMutex) acquire(ctx context.Context, write bool, a core.Attempt) (bool, error) {

@@ -1,10 +1,12 @@
 package fair
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -111,7 +113,7 @@ func (s *Semaphore) Name() string { return s.name }
 // (now, or once SetPermits lowered it while the caller waited) gets an
 // error wrapping ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
-	return s.acquire(ctx, n, core.Attempt{Forever: true, Lease: s.cfg.Lease})
+	return s.acquire(ctx, n, s.cfg.LockAttempt())
 }
 
 // TryAcquire tries to take n permits for up to wait. Wait 0 is a single
@@ -120,15 +122,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 // watchdog keeps the lease alive; a positive lease holds the permits for
 // that long, without renewal. It returns nil, nil when the wait elapsed.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
-	if wait < 0 {
-		return nil, core.Invalid("wait must not be negative, got %v", wait)
-	}
-	if lease < 0 {
-		return nil, core.Invalid("lease must not be negative, got %v", lease)
-	}
-	a := core.Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
-	if lease == 0 {
-		a.Lease = s.cfg.Lease
+	a, err := s.cfg.TryAttempt(wait, lease)
+	if err != nil {
+		return nil, err
 	}
 	return s.acquire(ctx, n, a)
 }
@@ -146,16 +142,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	if err != nil {
 		return nil, err
 	}
-	var ok bool
-	if a.Forever {
-		err = m.Lock(ctx)
-		ok = err == nil
-	} else if a.Fixed {
-		ok, err = m.TryLock(ctx, a.Wait, a.Lease)
-	} else {
-		ok, err = m.TryLock(ctx, a.Wait, 0)
-	}
-	if !ok {
+	if ok, err := m.Acquire(ctx, a); !ok {
 		return nil, err
 	}
 	return &Permit{s: s, m: m, n: n}, nil
@@ -303,16 +290,8 @@ func parseSemState(v []any) (SemaphoreState, error) {
 		st.InUse += h.Permits
 		st.Holders = append(st.Holders, h)
 	}
-	sortHolders(st.Holders)
+	slices.SortFunc(st.Holders, func(a, b PermitHolder) int { return cmp.Compare(a.Token, b.Token) })
 	return st, nil
-}
-
-func sortHolders(hs []PermitHolder) {
-	for i := 1; i < len(hs); i++ {
-		for j := i; j > 0 && hs[j].Token < hs[j-1].Token; j-- {
-			hs[j], hs[j-1] = hs[j-1], hs[j]
-		}
-	}
 }
 
 // semKind takes the permits of one permit hold: at once when nobody waits,

@@ -107,11 +107,8 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // Validity says how much of it the caller can count on. It returns false,
 // nil when no attempt won a majority in time.
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if wait < 0 {
-		return false, core.Invalid("wait must not be negative, got %v", wait)
-	}
-	if lease < 0 {
-		return false, core.Invalid("lease must not be negative, got %v", lease)
+	if _, err := r.cfg.TryAttempt(wait, lease); err != nil {
+		return false, err
 	}
 	return r.acquire(ctx, wait, lease)
 }

@@ -71,26 +71,42 @@ func (m *Mutex) Owner() string { return m.h.Owner }
 
 // Lock waits until the lock is held, with the watchdog keeping the lease.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.acquire(ctx, Attempt{Forever: true, Lease: m.h.Config.Lease})
+	_, err := m.Acquire(ctx, m.h.Config.LockAttempt())
 	return err
 }
 
 // TryLock implements both locks' TryLock.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	a, err := m.h.Config.TryAttempt(wait, lease)
+	if err != nil {
+		return false, err
+	}
+	return m.Acquire(ctx, a)
+}
+
+// LockAttempt is the Attempt of a Lock: no bound on the wait, and the
+// watchdog's lease.
+func (c *Config) LockAttempt() Attempt { return Attempt{Forever: true, Lease: c.Lease} }
+
+// TryAttempt checks a TryLock's arguments and makes its Attempt: a fixed
+// lease if lease > 0, the watchdog's otherwise.
+func (c *Config) TryAttempt(wait, lease time.Duration) (Attempt, error) {
 	if wait < 0 {
-		return false, Invalid("wait must not be negative, got %v", wait)
+		return Attempt{}, Invalid("wait must not be negative, got %v", wait)
 	}
 	if lease < 0 {
-		return false, Invalid("lease must not be negative, got %v", lease)
+		return Attempt{}, Invalid("lease must not be negative, got %v", lease)
 	}
 	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
 	if lease == 0 {
-		a.Lease = m.h.Config.Lease
+		a.Lease = c.Lease
 	}
-	return m.acquire(ctx, a)
+	return a, nil
 }
 
-func (m *Mutex) acquire(ctx context.Context, a Attempt) (bool, error) {
+// Acquire makes one Lock or TryLock as a says: false, nil when the wait
+// elapsed.
+func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
