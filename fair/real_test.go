@@ -57,20 +57,13 @@ func TestRealStrictJoinOrder(t *testing.T) {
 						t.Error(err)
 					}
 				}()
-				deadline := time.Now().Add(10 * time.Second)
-				for {
+				waitUntil(t, fmt.Sprintf("waiter %d is queued", i), func() bool {
 					st, err := fair.Inspect(ctx, clients[0], name)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if len(st.Queue) == i+1 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("waiter %d never appeared in the queue: %+v", i, st.Queue)
-					}
-					time.Sleep(time.Millisecond)
-				}
+					return len(st.Queue) == i+1
+				})
 			}
 			if err := first.Unlock(ctx); err != nil {
 				t.Fatal(err)

@@ -368,6 +368,15 @@ local function permit_holds(s, w, now)
   return holds, used, earliest
 end
 
+-- Semaphore: the permit hold of owner with token, in force; nil (with the
+-- cleanup's changes saved) when it is gone.
+local function own_permit(s, w, now, owner, token)
+  local mine = permit_holds(s, w, now)[owner]
+  if mine and mine.token == token then return mine end
+  save_changes(s, w)
+  return nil
+end
+
 -- Semaphore: one permit hold's record.
 local function permit_record(n, x, token, label)
   return int(n) .. '|' .. int(x) .. '|' .. int(token) .. '|' .. label

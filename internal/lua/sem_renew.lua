@@ -12,12 +12,8 @@ if bad then return bad end
 local now = clock()
 local w = {}
 
-local holds = permit_holds(s, w, now)
-local mine = holds[owner]
-if not mine or mine.token ~= token then
-  save_changes(s, w)
-  return {0}
-end
+local mine = own_permit(s, w, now, owner, token)
+if not mine then return {0} end
 local expiry = math.max(mine.x, now + lease)
 s.p[owner] = permit_record(mine.n, expiry, token, mine.label)
 w.p = s.p

@@ -13,12 +13,8 @@ if bad then return bad end
 local now = clock()
 local w = {}
 
-local holds = permit_holds(s, w, now)
-local mine = holds[owner]
-if not mine or mine.token ~= token then
-  save_changes(s, w)
-  return 0
-end
+local mine = own_permit(s, w, now, owner, token)
+if not mine then return 0 end
 s.p[owner] = permit_record(n, mine.x, token, mine.label)
 w.p = s.p
 save(s, w)
