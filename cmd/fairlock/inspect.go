@@ -17,8 +17,9 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("redis", "", "Redis address, host:port (required)")
+	kind := fs.String("kind", "mutex", "what NAME is: mutex (a fair.Mutex), semaphore (a fair.Semaphore) or rw (a fair.RWMutex)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fairlock inspect -redis host:port NAME\n\nPrints the holder and the queue of the fair lock NAME.")
+		fmt.Fprintln(stderr, "Usage: fairlock inspect -redis host:port [-kind mutex|semaphore|rw] NAME\n\nPrints the holders and the queue of the fair lock, semaphore or read-write lock NAME.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -32,16 +33,58 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return fmt.Errorf("inspect needs exactly one lock name, got %d", fs.NArg())
 	}
+	switch *kind {
+	case "mutex", "semaphore", "rw":
+	default:
+		return fmt.Errorf("-kind must be mutex, semaphore or rw, got %q", *kind)
+	}
 	client := redis.NewClient(&redis.Options{Addr: *addr})
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := fair.Inspect(ctx, client, fs.Arg(0))
+	name := fs.Arg(0)
+	if *kind != "mutex" {
+		inspect, what := fair.InspectSemaphore, "semaphore"
+		if *kind == "rw" {
+			inspect, what = fair.InspectRWMutex, "read-write lock"
+		}
+		st, err := inspect(ctx, client, name)
+		if err != nil {
+			return err
+		}
+		printPermits(stdout, what, name, st)
+		return nil
+	}
+	st, err := fair.Inspect(ctx, client, name)
 	if err != nil {
 		return err
 	}
-	printState(stdout, fs.Arg(0), st)
+	printState(stdout, name, st)
 	return nil
+}
+
+// printPermits prints a semaphore's (or read-write lock's) holds and queue.
+func printPermits(w io.Writer, what, name string, st fair.SemaphoreState) {
+	fmt.Fprintf(w, "%s %q: %d of %d permits in use\n\n", what, name, st.InUse, st.Permits)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(st.Holders) == 0 {
+		fmt.Fprintln(w, "holders: none")
+	} else {
+		fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tPERMITS\tTTL\tTOKEN")
+		for _, h := range st.Holders {
+			permits := fmt.Sprint(h.Permits)
+			if what == "read-write lock" {
+				permits = "read"
+				if h.Permits == fair.MaxPermits {
+					permits = "write"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%v\t%d\n", h.Owner, orDash(h.Label), h.Host, h.PID, permits, h.TTL, h.Token)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	printQueue(w, tw, st.Queue)
 }
 
 func printState(w io.Writer, name string, st fair.State) {
@@ -55,12 +98,16 @@ func printState(w io.Writer, name string, st fair.State) {
 		tw.Flush()
 	}
 	fmt.Fprintln(w)
-	if len(st.Queue) == 0 {
+	printQueue(w, tw, st.Queue)
+}
+
+func printQueue(w io.Writer, tw *tabwriter.Writer, queue []fair.Waiter) {
+	if len(queue) == 0 {
 		fmt.Fprintln(w, "queue: empty")
 		return
 	}
 	fmt.Fprintln(tw, "#\tWAITER\tLABEL\tHOST\tPID\tDEADLINE\tSTATE")
-	for i, q := range st.Queue {
+	for i, q := range queue {
 		state := "waiting"
 		if q.Expired {
 			state = "expired (evicted at the next call)"

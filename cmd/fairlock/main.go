@@ -1,7 +1,7 @@
 // Command fairlock demonstrates and inspects fairlock's locks.
 //
 //	fairlock demo [-redis host:port] [-workers N] [-jobs N] [-hold D] [-interval D] [-permits K]
-//	fairlock inspect -redis host:port NAME
+//	fairlock inspect -redis host:port [-kind mutex|semaphore|rw] NAME
 //
 // demo runs workers, each a separate handle on a client of its own (as if on
 // separate machines), that submit jobs which must run one at a time in
@@ -11,7 +11,8 @@
 // -permits K above 1, up to K jobs run at once, started in submission order,
 // under a fair semaphore.
 //
-// inspect prints the holder and queue of a live fair lock.
+// inspect prints the holders and queue of a live fair lock, fair semaphore
+// (-kind semaphore) or fair read-write lock (-kind rw).
 package main
 
 import (
@@ -28,7 +29,7 @@ const usage = `fairlock: distributed locks on Redis, demonstrated and inspected.
 
 Usage:
   fairlock demo [flags]            run jobs under the fair and the reentrant lock, compare
-  fairlock inspect -redis ADDR NAME  print the holder and queue of a fair lock
+  fairlock inspect -redis ADDR NAME  print the holders and queue of a fair lock (-kind: semaphore, rw)
 
 Run "fairlock demo -h" or "fairlock inspect -h" for their flags.
 `

@@ -98,6 +98,43 @@ func TestInspectPrintsHolderAndQueue(t *testing.T) {
 	}
 }
 
+func TestInspectPrintsASemaphore(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	s, _ := fair.NewSemaphore(client, "encoders", 3, fair.WithLabel("encoder"))
+	p, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	out, _, err := runCLI(t, "inspect", "-redis", mr.Addr(), "-kind", "semaphore", "encoders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`semaphore "encoders": 2 of 3 permits in use`, "HOLDER", "encoder", "PERMITS", "queue: empty"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	rw, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("editor"))
+	if err := rw.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Unlock(ctx)
+	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "-kind", "rw", "catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`read-write lock "catalog"`, "editor", "write"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect -kind rw output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestCLIErrors(t *testing.T) {
 	cases := map[string][]string{
 		"no command":       {},
@@ -105,6 +142,7 @@ func TestCLIErrors(t *testing.T) {
 		"inspect no redis": {"inspect", "x"},
 		"inspect no name":  {"inspect", "-redis", "127.0.0.1:1"},
 		"inspect bad name": {"inspect", "-redis", "127.0.0.1:1", "a{b}"},
+		"inspect bad kind": {"inspect", "-redis", "127.0.0.1:1", "-kind", "queue", "x"},
 		"demo one worker":  {"demo", "-workers", "1"},
 		"demo no jobs":     {"demo", "-jobs", "0"},
 		"demo no permits":  {"demo", "-permits", "0"},
