@@ -119,7 +119,9 @@
 //     next caller sets K again from its handle.
 //
 // A permit hold costs 2 script calls when nobody waits (acquire, release);
-// a waiter adds the gate's lock and unlock.
+// a waiter adds the gate's lock and unlock. The semaphore's scripts read
+// every permit hold in force, so each is O(holders), at most K (guarantee 7
+// is about waiters: none of them iterates over the queue).
 //
 // # Read-write lock
 //
