@@ -427,11 +427,11 @@ func (s *semSpec) granted(p *semProc, permit specHold) {
 	p.phase, p.permit, p.grantedAt, p.joined = holding, permit, s.clk.Now(), 0
 }
 
-// settle lets every background reaction finish, as the fair lock's does.
+// settle lets every background reaction finish, as the fair lock's does:
+// every call that has not returned is asleep, and no message is on its way
+// to one. Calls that returned are recorded as they come.
 func (s *semSpec) settle() {
-	deadline := time.Now().Add(10 * time.Second)
-	synced := false
-	for {
+	redistest.Quiet(s.t, "the waiters settled", func() bool {
 		running := 0
 		for _, p := range s.procs {
 			if !p.running {
@@ -451,22 +451,8 @@ func (s *semSpec) settle() {
 				running++
 			}
 		}
-		if running == core.Asleep() && core.Unread() == 0 {
-			if synced {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			core.SyncHubs(ctx)
-			cancel()
-			synced = true
-			continue
-		}
-		synced = false
-		if time.Now().After(deadline) {
-			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+		return running == core.Asleep()
+	})
 }
 
 func (s *semSpec) byLabel(label string) *semProc {
@@ -588,12 +574,7 @@ func (s *semSpec) finish() {
 			_ = p.permit.Release(context.Background())
 		}
 	}
-	for i := 0; i < 60; i++ {
-		s.clk.Advance(time.Second)
-	}
-	if keys := s.mr.Keys(); len(keys) != 0 {
-		s.t.Fatalf("leak: keys left a minute after every client was gone: %v", keys)
-	}
+	noKeysAfterAMinute(s.t, s.clk, s.mr)
 }
 
 func (s *semSpec) close() {

@@ -105,6 +105,27 @@ func (s *spinSem) acquire(ctx context.Context) (func(context.Context) error, err
 	}
 }
 
+// clients returns n clients of their own (as if on n machines).
+func (e *env) clients(n int) []*redis.Client {
+	cs := make([]*redis.Client, n)
+	for i := range cs {
+		cs[i] = e.client()
+	}
+	return cs
+}
+
+func closeAll(cs []*redis.Client) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// raise sets most to v if v is greater.
+func raise(most *atomic.Int64, v int64) {
+	for old := most.Load(); v > old && !most.CompareAndSwap(old, v); old = most.Load() {
+	}
+}
+
 // semResult is one implementation's run at one K.
 type semResult struct {
 	impl     string
@@ -117,11 +138,8 @@ type semResult struct {
 
 func (e *env) semaphoreRun(ctx context.Context, im semImpl, k int, hold, dur time.Duration) (*semResult, error) {
 	const handles, clients = 16, 4
-	cs := make([]*redis.Client, clients)
-	for i := range cs {
-		cs[i] = e.client()
-		defer cs[i].Close()
-	}
+	cs := e.clients(clients)
+	defer closeAll(cs)
 	name := lockName("sem")
 	ps := make([]permitter, handles)
 	for i := range ps {
@@ -150,8 +168,7 @@ func (e *env) semaphoreRun(ctx context.Context, im semImpl, k int, hold, dur tim
 					return
 				}
 				now := held.Add(1)
-				for old := most.Load(); now > old && !most.CompareAndSwap(old, now); old = most.Load() {
-				}
+				raise(&most, now)
 				time.Sleep(hold)
 				held.Add(-1)
 				if err := release(ctx); err != nil {
@@ -207,11 +224,8 @@ type rwResult struct {
 
 func (e *env) rwRun(ctx context.Context, impl string, hold, dur time.Duration) (*rwResult, error) {
 	const handles, clients = 16, 4
-	cs := make([]*redis.Client, clients)
-	for i := range cs {
-		cs[i] = e.client()
-		defer cs[i].Close()
-	}
+	cs := e.clients(clients)
+	defer closeAll(cs)
 	name := lockName("rw")
 	var reads, writes, readers, writers, most atomic.Int64
 	var beside atomic.Bool
@@ -253,8 +267,7 @@ func (e *env) rwRun(ctx context.Context, impl string, hold, dur time.Duration) (
 					}
 				} else {
 					n := readers.Add(1)
-					for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
-					}
+					raise(&most, n)
 					if writers.Load() != 0 {
 						beside.Store(true)
 					}

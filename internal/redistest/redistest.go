@@ -228,12 +228,18 @@ func Clients(t testing.TB, cluster bool, n int) []redis.UniversalClient {
 	return out
 }
 
+// Fataler is the part of testing.TB (and of *rapid.T) that Quiet uses.
+type Fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // Quiet waits until cond holds with no wake-up on its way to a waiter: every
 // message Redis published has been read by its hub (core.SyncHubs) and taken
 // by its waiter (core.Unread). Tests call it before moving a fake clock, so
 // a waiter's reaction to a message (arming a timer, say) happens at the fake
 // time the message was sent. The bound only catches a hang.
-func Quiet(t testing.TB, what string, cond func() bool) {
+func Quiet(t Fataler, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	synced := false
