@@ -309,6 +309,7 @@ type semReply struct {
 	gateLost bool  // mode "gate": the caller's gate hold ran out
 	tooMany  int64 // n is above the semaphore's number, this one
 	next     int64 // not now: when the first permit hold expires (Redis ms, 0: none)
+	now      int64 // not now: Redis's clock (ms)
 	clock    redisClock
 }
 
@@ -342,7 +343,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 		return semReply{tooMany: r[1]}, nil
 	}
 	redisNow := time.UnixMilli(r[4])
-	return semReply{next: r[1], clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
+	return semReply{next: r[1], now: r[4], clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
 }
 
 // Acquire is one Acquire or TryAcquire: a first attempt that passes nobody,
@@ -455,8 +456,10 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				fallback.Stop()
 				fallback = nil
 			}
-			if r.next > 0 {
-				// A lease that runs out sends no message.
+			if r.next > r.now {
+				// A lease that runs out sends no message. (An expiry not
+				// ahead of Redis's clock is never armed: a timer in the
+				// past would fire at once, again and again.)
 				fallback = w.At(clk, r.clock.notEarlier(r.next).Add(time.Millisecond), core.Retry)
 			}
 		}
