@@ -483,6 +483,12 @@ func (s *semSpec) check(t *rapid.T) {
 		if p.phase == holding && h.Token == p.permit.Token() && h.Permits != p.n {
 			t.Fatalf("%s holds %d permits, Redis says %d", p.label, p.n, h.Permits)
 		}
+		// A fixed lease ends when it was granted for: served or not,
+		// claimed or not, it never runs past its grant plus the lease.
+		if p.phase == holding && h.Token == p.permit.Token() && p.fixed > 0 &&
+			now.Add(h.TTL).After(p.grantedAt.Add(p.fixed+time.Millisecond)) {
+			t.Fatalf("%s's fixed lease of %v, granted %v ago, has %v left in Redis", p.label, p.fixed, now.Sub(p.grantedAt), h.TTL)
+		}
 		// Crashed holders' permits come back within their lease.
 		if p.phase == crashed && !now.Before(p.crashedAt.Add(lease)) {
 			t.Fatalf("%s crashed at %v holding permits, still held %v after its lease", p.label, p.crashedAt, now.Sub(p.crashedAt))

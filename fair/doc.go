@@ -105,9 +105,18 @@
 //  2. No starvation of big requests: a waiter asking for n permits blocks
 //     those behind it until n are free, even when fewer would do for them.
 //     TryAcquire with wait 0 succeeds only when nobody waits.
-//  3. Progress: the first waiter is woken by the release that frees its
-//     permits (one message, to it alone), and by its own timer when the
-//     first permit hold in force runs out.
+//  3. Progress: a release (or SetPermits, or an RWMutex's downgrade) serves
+//     the waiters at the head in the same script call: the first waiter,
+//     then those queued behind it, in order, until a request does not fit.
+//     One message carries all their grants, so the run of readers at the
+//     head of an RWMutex's queue comes in at once. Like a hand-off, a grant
+//     lasts no longer than the waiter's place would have (its queue deadline,
+//     or the gate's lease) until it is claimed, so permits served to a
+//     waiter that died come back when its eviction would have. The first
+//     waiter also looks again by its own timer when the first permit hold in
+//     force runs out, which sends no message. A served waiter whose message
+//     was lost (a reconnect) finds its entry gone from the queue and asks
+//     the semaphore, which tells it the permits are its.
 //  4. A first waiter that dies is passed over within one wait timeout: it
 //     holds the gate with the wait timeout as its lease.
 //  5. K lives in Redis (fairlock:s:{N}, with the holds): the first handle to
@@ -119,9 +128,12 @@
 //     next caller sets K again from its handle.
 //
 // A permit hold costs 2 script calls when nobody waits (acquire, release);
-// a waiter adds the gate's lock and unlock. The semaphore's scripts read
-// every permit hold in force, so each is O(holders), at most K (guarantee 7
-// is about waiters: none of them iterates over the queue).
+// the first waiter adds the gate's lock and unlock, a waiter served from the
+// queue only its gate's lock (the join). The semaphore's scripts read every
+// permit hold in force, so each is O(holders), at most K. Serving walks the
+// gate's queue only over the waiters it serves, each once in its life, and
+// the dead entries ahead of them, each removed once: guarantee 7's
+// amortised bound.
 //
 // # Read-write lock
 //
@@ -141,7 +153,7 @@
 // handle holding the write lock, return at once. A writer may take the read
 // lock; its last Unlock then keeps one permit as the read hold, with no gap a
 // writer could take (a downgrade). Lock on a handle holding only the read
-// lock returns [ErrUpgrade] rather than wait for itself. Readers at the front
-// of the queue come in one after another, each passing the front on by a
-// direct hand-off, not all on one message.
+// lock returns [ErrUpgrade] rather than wait for itself. When a writer's
+// turn ends, one message wakes the whole run of readers at the head of the
+// queue: its release serves them all (guarantee 3 above).
 package fair

@@ -16,6 +16,11 @@ type kind struct {
 	h     core.Handle
 	label string // "<host>\t<pid>\t<label>", as Inspect shows it
 
+	// served is set on a semaphore's gate: it asks the semaphore whether
+	// the waiter's permits were served to it from the queue (its entry left
+	// the queue without the gate), and returns that grant, or nil.
+	served func(ctx context.Context) (*core.Grant, error)
+
 	mu        sync.Mutex
 	abandoned []string // entries this handle could not take out of the queue
 }
@@ -154,15 +159,21 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time)
 // waiting, and its next attempt finds out where it stands (a grant still in
 // force is reported again; one that ran out is handed on).
 func (k *kind) usable(ctx context.Context, g *core.Grant, a core.Attempt) *core.Grant {
+	return usable(ctx, k.h, g, a)
+}
+
+// usable is kind.usable for any hold that can be handed off: h is the
+// handle the grant is for.
+func usable(ctx context.Context, h core.Handle, g *core.Grant, a core.Attempt) *core.Grant {
 	if g == nil || !g.Handoff {
 		return g
 	}
-	cfg := k.h.Config
+	cfg := h.Config
 	margin := cfg.Margin(min(a.Lease, cfg.WaitTimeout)) // the longest first lease a grant can have
 	if left := g.Since.Add(g.First - margin).Sub(cfg.Clock.Now()); left >= margin {
 		return g
 	}
-	since, ok, err := k.h.Claim(ctx, *g, a.Lease, a.Fixed)
+	since, ok, err := h.Claim(ctx, *g, a.Lease, a.Fixed)
 	if err != nil || !ok {
 		return nil
 	}

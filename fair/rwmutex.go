@@ -34,10 +34,9 @@ var ErrUpgrade = errors.New("fairlock: this handle holds the read lock; it canno
 // one permit and becomes a read hold (a downgrade), with no gap in between.
 // Lock on a handle that holds only the read lock returns ErrUpgrade.
 //
-// A run of readers at the head of the queue is served one after another: each
-// takes its permit and passes the queue's front to the next by a direct
-// hand-off (one message and about two round trips each), not by one message
-// for the whole run.
+// When a writer unlocks (or downgrades), one message wakes the whole run of
+// readers at the head of the queue: the release serves every one of them in
+// the same script call, up to the next writer, which keeps its place.
 //
 // Its methods are safe for concurrent use; goroutines sharing a handle share
 // its holds and counts.

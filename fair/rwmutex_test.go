@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,76 @@ func TestRWMutexTakesTurnsInArrivalOrder(t *testing.T) {
 	ok(t, w.Unlock(ctx), "writer Unlock")
 	done(t, reader, "the reader")
 	ok(t, r3.RUnlock(ctx), "r3 RUnlock")
+}
+
+// When a writer unlocks, one message wakes the whole run of readers at the
+// head of the queue: the release serves them all, the first waiter (the
+// gate's holder) and the readers queued behind it, in the same script call,
+// and publishes their grants together. The writer behind them gets the gate
+// by one more message, when the first reader gives it on.
+func TestRWMutexOneMessageWakesTheReadersAtTheHead(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w1, w2 := e.rw("w1"), e.rw("w2")
+	ok(t, w1.Lock(ctx), "w1 Lock")
+	const readers = 5
+	var reading []<-chan error
+	var rs []*fair.RWMutex
+	for i := range readers {
+		r := e.rw(fmt.Sprintf("r%d", i))
+		rs = append(rs, r)
+		reading = append(reading, async(func() error { return r.RLock(ctx) }))
+		e.rwQueue(i + 1)
+	}
+	writing := async(func() error { return w2.Lock(ctx) })
+	e.rwQueue(readers + 1)
+
+	watch := e.client.Subscribe(ctx, "fairlock:rw:{"+lockName+"}:gate:wake")
+	t.Cleanup(func() { _ = watch.Close() })
+	if _, err := watch.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	messages := watch.Channel()
+	ok(t, w1.Unlock(ctx), "w1 Unlock")
+	for i, c := range reading {
+		done(t, c, fmt.Sprintf("r%d", i))
+	}
+	e.rwQueue(1) // w2, now the gate's holder
+	pending(t, writing, "w2, behind the readers")
+
+	var got []string
+	for len(got) < 2 {
+		select {
+		case m := <-messages:
+			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+				got = append(got, m.Payload)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("messages after the writer's Unlock: %q, want 2", got)
+		}
+	}
+	if n := strings.Count(got[0], " permits "); n != readers {
+		t.Fatalf("the release's message serves %d readers, want all %d: %q", n, readers, got[0])
+	}
+	for quiet := time.After(50 * time.Millisecond); ; {
+		select {
+		case m := <-messages:
+			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+				t.Fatalf("a third message %q after %q", m.Payload, got)
+			}
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	if st := e.rwState(); st.InUse != readers {
+		t.Fatalf("after the readers' turn: %+v", st)
+	}
+	for i, r := range rs {
+		ok(t, r.RUnlock(ctx), fmt.Sprintf("r%d RUnlock", i))
+	}
+	done(t, writing, "w2")
+	ok(t, w2.Unlock(ctx), "w2 Unlock")
 }
 
 func TestRWMutexReentryAndUpgrade(t *testing.T) {

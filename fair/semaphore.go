@@ -92,12 +92,13 @@ func checkPermits(k int) error {
 func semBase(name string) string { return "fairlock:s:{" + name + "}" }
 
 // layout is where the semaphore's permit holds live: the permits key, and
-// the gate's hold (a release wakes the gate's holder).
+// the gate's keys (a release serves the waiters at the head). Grants to
+// waiters go out on the gate's channel, where they already listen.
 func (s *Semaphore) layout(_ string, scripts *lua.Scripts) core.Layout {
-	base := s.base
+	gate := layoutAt(s.base+":gate", scripts)
 	return core.Layout{
-		Keys:    []string{base, base + ":gate"},
-		Channel: base + ":wake",
+		Keys:    append([]string{s.base}, gate.Keys...),
+		Channel: gate.Channel,
 		Release: scripts.SemRelease,
 		Renew:   scripts.SemRenew,
 	}
@@ -304,13 +305,23 @@ type semKind struct {
 
 // semReply is sem_acquire.lua's answer.
 type semReply struct {
-	held     bool
-	token    int64
-	gateLost bool  // mode "gate": the caller's gate hold ran out
-	tooMany  int64 // n is above the semaphore's number, this one
-	next     int64 // not now: when the first permit hold expires (Redis ms, 0: none)
-	now      int64 // not now: Redis's clock (ms)
-	clock    redisClock
+	held      bool
+	token     int64
+	grantedAt int64 // held: when the permits were served to the caller as it waited (Redis ms; 0: granted to this call)
+	expiry    int64 // held: the hold's expiry (Redis ms)
+	gateLost  bool  // mode "gate": the caller's gate hold ran out
+	tooMany   int64 // n is above the semaphore's number, this one
+	notServed bool  // mode "check": nothing was served to the caller
+	next      int64 // not now: when the first permit hold expires (Redis ms, 0: none)
+	now       int64 // Redis's clock (ms)
+	clock     redisClock
+}
+
+// served is the grant of permits served to the caller while it waited:
+// usable at once, lasting until the reply's expiry unless claimed.
+func (r semReply) served() *core.Grant {
+	return &core.Grant{Count: 1, Token: r.token, Since: r.clock.notLater(r.grantedAt),
+		First: time.Duration(r.expiry-r.grantedAt) * time.Millisecond, Handoff: true}
 }
 
 func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate *core.Mutex) (semReply, error) {
@@ -319,12 +330,12 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	if gate != nil {
 		gateOwner, gateToken = gate.Owner(), gate.Token()
 	}
-	base := k.s.base
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, append([]string{base}, keysAt(base+":gate")...),
-		h.Owner, k.n, core.Ms(a.Lease), k.s.permits, mode, gateOwner, gateToken, k.s.label).Result()
+	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Keys,
+		h.Owner, k.n, core.Ms(a.Lease), k.s.permits, mode, gateOwner, gateToken, k.s.label,
+		h.Publish, h.Channel).Result()
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		return semReply{}, err
@@ -335,19 +346,29 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 		return semReply{}, err
 	}
 	switch r[0] {
-	case 1:
-		return semReply{held: true, token: r[2]}, nil
 	case -1:
 		return semReply{gateLost: true}, nil
 	case -2:
 		return semReply{tooMany: r[1]}, nil
+	case -3:
+		return semReply{notServed: true}, nil
 	}
-	redisNow := time.UnixMilli(r[4])
-	return semReply{next: r[1], now: r[4], clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
+	now := r[4]
+	if r[0] == 1 {
+		now = r[5]
+	}
+	redisNow := time.UnixMilli(now)
+	c := redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}
+	if r[0] == 1 {
+		return semReply{held: true, token: r[2], grantedAt: r[3], expiry: r[4], now: now, clock: c}, nil
+	}
+	return semReply{next: r[1], now: now, clock: c}, nil
 }
 
 // Acquire is one Acquire or TryAcquire: a first attempt that passes nobody,
 // then the gate's queue, then, as the gate's holder, the wait for permits.
+// The permits may come at any point of the wait: a release serves the
+// waiters at the head, queued or holding the gate, whose requests fit.
 func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	clk := k.h.Config.Clock
 	sent := clk.Now()
@@ -361,10 +382,20 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	end := sent.Add(a.Wait)
 	for {
 		gate, err := k.lockGate(ctx, a, end)
+		if served, ok := errors.AsType[*permitsServed](err); ok {
+			if g := usable(ctx, k.h, served.g, a); g != nil {
+				return g, nil
+			}
+			continue // served too late to use, and gone: queue afresh
+		}
 		if gate == nil || err != nil {
+			k.giveBack(ctx)
 			return nil, err
 		}
 		g, again, err := k.waitPermits(ctx, a, gate, end)
+		if g == nil && !again {
+			k.giveBack(ctx)
+		}
 		// The next waiter's turn: the gate goes straight to it.
 		if err := gate.Unlock(ctx); err != nil && !errors.Is(err, core.ErrLockLost) {
 			k.h.Info("giving the semaphore's gate on failed; its lease will run out", "error", err)
@@ -372,6 +403,19 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 		if !again {
 			return g, err
 		}
+	}
+}
+
+// giveBack returns permits that a release may have served to this call just
+// as it stopped waiting (its wait ended, its ctx was cancelled, or Redis
+// failed): nobody will use them, and the waiters behind should not wait for
+// their lease to run out. It runs even when ctx has ended.
+func (k *semKind) giveBack(ctx context.Context) {
+	h := k.h
+	ctx, cancel := h.Cleanup(ctx)
+	defer cancel()
+	if err := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, "", 0, h.Publish, h.Channel, "served").Err(); err != nil {
+		h.Info("giving back permits served to a waiter that stopped waiting failed; their first lease will run out", "error", err)
 	}
 }
 
@@ -383,6 +427,8 @@ func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, b
 		return nil, true, err
 	case r.tooMany != 0:
 		return nil, true, core.Invalid("asked for %d permits of semaphore %q, which has %d", k.n, k.h.Name, r.tooMany)
+	case r.held && r.grantedAt != 0:
+		return r.served(), true, nil
 	case r.held:
 		return &core.Grant{Count: 1, Token: r.token, Since: sent}, true, nil
 	}
@@ -391,13 +437,20 @@ func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, b
 
 // lockGate queues on the gate until it is this call's, or end (unless a
 // waits forever): nil, nil when the wait elapsed. The gate's lease is the
-// wait timeout.
+// wait timeout. The gate's owner id names the permit hold and its request
+// (permit_request in lib.lua), so that a release can serve it in the queue:
+// a *permitsServed error then carries the grant.
 func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (*core.Mutex, error) {
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
-	gate, err := core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
+	owner := k.h.Owner + "+" + strconv.Itoa(k.n) + "+" + strconv.FormatInt(core.Ms(a.Lease), 10) + "+" + core.NextID()
+	gate, err := core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
 		return layoutAt(k.s.base+":gate", scripts)
-	}, newKind)
+	}, func(h core.Handle) core.Kind {
+		gk := newKind(h).(*kind)
+		gk.served = k.check
+		return gk
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -415,11 +468,23 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	return gate, nil
 }
 
-// waitPermits is the gate's holder waiting for permits: it tries, and tries
-// again when a release wakes it, when the first permit hold expires, and
-// when its subscription is confirmed. again reports that the gate was lost
-// (this client fell silent for longer than the wait timeout): the call
-// queues afresh, at the tail, like an evicted waiter.
+// check asks whether this call's permits were served to it while it waited
+// in the gate's queue: the grant, or nil.
+func (k *semKind) check(ctx context.Context) (*core.Grant, error) {
+	r, err := k.attempt(ctx, core.Attempt{}, "check", nil)
+	if err != nil || !r.held {
+		return nil, err
+	}
+	return r.served(), nil
+}
+
+// waitPermits is the gate's holder waiting for permits: it tries, then
+// waits for a release to serve it (a note on the gate's channel, addressed
+// to its gate owner id), and tries again when the first permit hold expires
+// (a lease that runs out sends no message) and when its subscription is
+// confirmed. again reports that the gate was lost (this client fell silent
+// for longer than the wait timeout): the call queues afresh, at the tail,
+// like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	clk := k.h.Config.Clock
 	sub, err := core.Subscribe(ctx, k.h.Client, k.h.Channel, gate.Owner())
@@ -441,6 +506,8 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			fallback.Stop()
 		}
 	}()
+	var last semReply // the latest "not now", after which any serving came
+	var lastSent time.Time
 	for try := true; ; {
 		if try {
 			sent := clk.Now()
@@ -452,6 +519,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				k.h.Info("the first waiter of a semaphore lost its place after a stall longer than its wait timeout; re-joining at the tail")
 				return nil, true, nil
 			}
+			last, lastSent = r, sent
 			if fallback != nil {
 				fallback.Stop()
 				fallback = nil
@@ -464,7 +532,19 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			}
 		}
 		switch wk := w.Next(ctx, sub); wk.Reason {
-		case core.Ready, core.Retry, core.Message:
+		case core.Message:
+			try = true
+			if sv, ok := servedNote(wk.Payload, gate.Owner()); ok {
+				r := semReply{held: true, token: sv.token, grantedAt: sv.grantedAt, expiry: sv.expiry, clock: last.clock}
+				g := r.served()
+				if lastSent.After(g.Since) {
+					g.Since = lastSent
+				}
+				if g := usable(ctx, k.h, g, a); g != nil {
+					return g, false, nil
+				}
+			}
+		case core.Ready, core.Retry:
 			try = true
 		case core.Timeout:
 			return nil, false, nil
@@ -474,4 +554,11 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			try = false
 		}
 	}
+}
+
+// servedNote reads a note addressed to id that serves it permits.
+func servedNote(payload, id string) (served, bool) {
+	n, mine := parseNote(payload, id)
+	sv, ok := n.(served)
+	return sv, mine && ok
 }

@@ -102,7 +102,16 @@ type (
 	// evicted: the entry lost its place, having been silent for longer than
 	// its wait timeout.
 	evicted struct{}
+	// served: a semaphore's waiter was granted its permits from the gate's
+	// queue at Redis time grantedAt (ms), until expiry unless claimed.
+	served struct{ token, grantedAt, expiry int64 }
 )
+
+// permitsServed ends a Lock of a semaphore's gate without the gate: the
+// waiter's permits were served to it from the queue (serve in lib.lua).
+type permitsServed struct{ g *core.Grant }
+
+func (*permitsServed) Error() string { return "fairlock: permits served from the gate's queue" }
 
 // run waits until the lock is this call's, or the wait is over: it returns
 // nil, nil when the wait elapsed. try says to make an attempt first.
@@ -114,13 +123,14 @@ func (q *queueWait) run(ctx context.Context, try bool) (*core.Grant, error) {
 			}
 		}
 		var g *core.Grant
+		var err error
 		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
 		case core.Ready, core.Retry:
 			try = true
 		case core.Message:
-			g, try = q.onMessage(ctx, wk.Payload)
+			g, try, err = q.onMessage(ctx, wk.Payload)
 		case core.Notice:
-			g, try = q.onNote(ctx, wk.Notice)
+			g, try, err = q.onNote(ctx, wk.Notice)
 		case core.Timeout:
 			q.k.leave(ctx, q.entry)
 			return nil, nil
@@ -128,8 +138,8 @@ func (q *queueWait) run(ctx context.Context, try bool) (*core.Grant, error) {
 			q.k.leave(ctx, q.entry)
 			return nil, ctx.Err()
 		}
-		if g != nil {
-			return g, nil
+		if g != nil || err != nil {
+			return g, err
 		}
 	}
 }
@@ -152,7 +162,9 @@ func (q *queueWait) try(ctx context.Context) (*core.Grant, error) {
 		case r.held:
 			return q.k.grant(r, q.a, sent, sent, time.Time{}), nil
 		case r.evicted:
-			q.rejoin()
+			if err := q.rejoin(ctx); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		q.mem.queuedAt(sent)
@@ -163,43 +175,61 @@ func (q *queueWait) try(ctx context.Context) (*core.Grant, error) {
 
 // onMessage handles a hub message: a note for this entry, or for another
 // entry of this client (ignored).
-func (q *queueWait) onMessage(ctx context.Context, payload string) (*core.Grant, bool) {
+func (q *queueWait) onMessage(ctx context.Context, payload string) (*core.Grant, bool, error) {
 	n, mine := parseNote(payload, q.entry)
 	if !mine {
-		return nil, false
+		return nil, false, nil
 	}
 	if n == nil {
-		return nil, true // a note this client cannot read: look again
+		return nil, true, nil // a note this client cannot read: look again
 	}
 	return q.onNote(ctx, n)
 }
 
 // onNote handles news for this entry. It returns the grant, or whether to
-// try again at once.
-func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool) {
+// try again at once; the error ends the wait (*permitsServed included).
+func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool, error) {
 	switch n := n.(type) {
 	case headNotice:
 		q.headUntil(n.expiry)
 	case handOff:
 		r := reply{held: true, count: 1, token: n.token, handoff: true, grantedAt: n.grantedAt}
 		if g := q.handedOff(ctx, r); g != nil {
-			return g, false
+			return g, false, nil
 		}
-		return nil, true
+		return nil, true, nil
+	case served:
+		if q.k.served == nil {
+			return nil, true, nil // not a semaphore's gate: look again
+		}
+		// Served after the last request answered "queued": both bound the
+		// grant's time from below.
+		since := q.rc.notLater(n.grantedAt)
+		if queued := q.mem.lastQueued(); queued.After(since) {
+			since = queued
+		}
+		return nil, false, &permitsServed{&core.Grant{Count: 1, Token: n.token, Since: since,
+			First: time.Duration(n.expiry-n.grantedAt) * time.Millisecond, Handoff: true}}
 	case evicted:
-		q.rejoin()
-		return nil, true
+		return nil, true, q.rejoin(ctx)
 	}
-	return nil, false
+	return nil, false, nil
 }
 
-// parseNote reads a hub message's note, "<entry> <token> <grant time>" (a
-// hand-off) or "<entry> head <expiry>" (a head notice). mine reports whether
-// it names entry; n is nil if it cannot be read.
+// parseNote reads a hub message's note: "<entry> <token> <grant time>" (a
+// hand-off), "<entry> head <expiry>" (a head notice), or, on a semaphore's
+// gate, "<entry> permits <token> <grant time> <expiry>" (served). mine
+// reports whether it names entry; n is nil if it cannot be read.
 func parseNote(payload, entry string) (n any, mine bool) {
 	target, rest, _ := strings.Cut(payload, " ")
 	if target != entry {
 		return nil, false
+	}
+	if rest, ok := strings.CutPrefix(rest, "permits "); ok {
+		if s, ok := parseServed(rest); ok {
+			return s, true
+		}
+		return nil, true
 	}
 	a, b, _ := strings.Cut(rest, " ")
 	ms, err := strconv.ParseInt(b, 10, 64)
@@ -214,6 +244,24 @@ func parseNote(payload, entry string) (n any, mine bool) {
 		return nil, true
 	}
 	return handOff{token: token, grantedAt: ms}, true
+}
+
+// parseServed reads "<token> <grant time> <expiry>", the rest of a note
+// that served permits.
+func parseServed(text string) (served, bool) {
+	f := strings.Fields(text)
+	if len(f) != 3 {
+		return served{}, false
+	}
+	var v [3]int64
+	for i, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return served{}, false
+		}
+		v[i] = n
+	}
+	return served{token: v[0], grantedAt: v[1], expiry: v[2]}, v[2] >= v[1]
 }
 
 // handedOff is the hold a hand-off (its message, the heartbeat's notice of
@@ -250,12 +298,24 @@ func (q *queueWait) stopFallback() {
 
 // rejoin gives the call a new entry, for the next attempt to join at the
 // tail: its old entry was evicted after it fell silent for longer than its
-// wait timeout.
-func (q *queueWait) rejoin() {
+// wait timeout. On a semaphore's gate an entry also leaves the queue when its
+// permits are served, and the note saying so can be lost (a reconnect): the
+// semaphore is asked first, and a *permitsServed error ends the wait.
+func (q *queueWait) rejoin(ctx context.Context) error {
+	if q.k.served != nil {
+		g, err := q.k.served(ctx)
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			return &permitsServed{g}
+		}
+	}
 	entry := q.k.newEntry()
 	q.k.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 		"entry", q.entry, "new_entry", entry)
 	q.sub.SetID(entry)
 	q.mem.rename(entry)
 	q.entry, q.next = entry, "join"
+	return nil
 }

@@ -50,6 +50,14 @@ type Mutex struct {
 // the keys layout gives for name, waiting as the Kind that kind returns.
 func NewMutex(client redis.UniversalClient, name string, cfg Config,
 	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
+	return NewMutexAs(NewOwnerID(), client, name, cfg, layout, kind)
+}
+
+// NewMutexAs is NewMutex with the owner id given: an id that says more than
+// who it is (a semaphore's waiter on its gate names the permits it asks
+// for). It must be as unique as NewOwnerID's, and never reused.
+func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Config,
+	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
@@ -57,7 +65,7 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 		return nil, err
 	}
 	m := &Mutex{}
-	m.h = Handle{Client: client, Name: name, Owner: NewOwnerID(), Config: &cfg,
+	m.h = Handle{Client: client, Name: name, Owner: owner, Config: &cfg,
 		Publish: PublishCommand(client), Layout: layout(name, cfg.Scripts), stale: &m.stale}
 	m.kind = kind(m.h)
 	return m, nil

@@ -32,11 +32,15 @@
 --   fairlock:s:{N}        the permits: v, f, r and k as above, and
 --       m  the number of permits (K), set by the first caller or SetPermits
 --       p  object, one field per permit hold: the holder's owner id ->
---          "<permits>|<expiry, Redis ms>|<token>|<label>"
+--          "<permits>|<expiry, Redis ms>|<token>|<g>|<label>", g the grant
+--          time (Redis ms) of permits served to a waiter until it claims
+--          them, 0 otherwise
 --       x  the latest expiry any permit hold ever had (for commit)
 --   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
 --       of the layout above: its holder is the first waiter, waiting for
---       permits; everyone behind it waits in its queue
+--       permits; everyone behind it waits in its queue. Their owner ids say
+--       what they ask for (permit_request), so that a release can serve
+--       them; grants go out on the gate's channel, :gate:wake.
 --
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
 -- hold once (load: GET and cjson.decode) and writes it at most once (save:
@@ -344,18 +348,19 @@ end
 
 -- Semaphore: the permit holds in force. Records that ran out or that
 -- fairlock did not write are dropped (changed is set, w.p written). Returns
--- the table of holds (owner -> {n, x, token, label}), the permits they use,
--- and the earliest expiry among them (nil if none).
+-- the table of holds (owner -> {n, x, token, g, label}), the permits they
+-- use, and the earliest expiry among them (nil if none). g is the grant time
+-- of a hold served to a waiter and not yet claimed (Redis ms), 0 otherwise.
 local function permit_holds(s, w, now)
   local holds, used, earliest = {}, 0, nil
   local p = s.p
   if type(p) ~= 'table' then p = {} end
   local kept, dropped = {}, type(s.p) ~= 'table' and s.p ~= nil
   for owner, rec in pairs(p) do
-    local n, x, t, label = string.match(tostring(rec), '^(%d+)|(%d+)|(%d+)|(.*)$')
-    n, x, t = tonumber(n), tonumber(x), tonumber(t)
+    local n, x, t, g, label = string.match(tostring(rec), '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    n, x, t, g = tonumber(n), tonumber(x), tonumber(t), tonumber(g)
     if n and x > now then
-      holds[owner] = {n = n, x = x, token = t, label = label}
+      holds[owner] = {n = n, x = x, token = t, g = g, label = label}
       kept[owner] = rec
       used = used + n
       if earliest == nil or x < earliest then earliest = x end
@@ -377,15 +382,89 @@ local function own_permit(s, w, now, owner, token)
   return nil
 end
 
--- Semaphore: one permit hold's record.
-local function permit_record(n, x, token, label)
-  return int(n) .. '|' .. int(x) .. '|' .. int(token) .. '|' .. label
+-- Semaphore: one permit hold's record, "<n>|<expiry>|<token>|<g>|<label>"
+-- (g: the grant time of a served hold until it is claimed, else 0).
+local function permit_record(n, x, token, g, label)
+  return int(n) .. '|' .. int(x) .. '|' .. int(token) .. '|' .. int(g) .. '|' .. label
 end
 
--- Semaphore: the gate's holder, the first waiter, is waiting for permits;
--- wake it ("<gate owner> freed") when some came back. Returns nothing.
-local function wake_gate(gate_key, now, publish, channel)
-  local gate = load(gate_key)
-  local who = holder(gate, now)
-  if who then redis.call(publish, channel, who .. ' freed') end
+-- Semaphore: a new permit hold of owner, n permits until expiry; g as in
+-- permit_record. Returns its token.
+local function grant_permit(s, w, owner, n, expiry, g, now_us, label)
+  local token = next_token(s, w, now_us)
+  s.p[owner] = permit_record(n, expiry, token, g, label)
+  w.p = s.p
+  if expiry > tonumber(w.x or s.x or '0') then w.x = int(expiry) end
+  return token
+end
+
+-- Semaphore: what a waiter asks for. A semaphore's waiter queues on the gate
+-- under an owner id "<permit owner>+<n>+<lease ms>+<id>": the owner id of
+-- its permit hold (which has no '+'), the permits it wants and their lease.
+-- Returns those three, or nil for an id of another form.
+local function permit_request(gate_owner)
+  local owner, n, lease = string.match(gate_owner or '', '^([^+]+)%+(%d+)%+(%d+)%+')
+  if owner == nil then return nil end
+  return owner, tonumber(n), tonumber(lease)
+end
+
+-- Semaphore: serve the waiters at the head, in order, as far as the free
+-- permits go: the gate's holder, the first waiter (unless skip_holder: the
+-- caller just served it), then the gate's queue from its live head. The
+-- first request that does not fit stops it: nobody passes a waiter. Each
+-- is granted its permits as a hand-off: until its owner claims it, the grant
+-- lasts no longer than the waiter's place would have (the gate's hold, or the
+-- entry's queue deadline), so permits served to a waiter that died come back
+-- when its eviction would have come. ONE message carries every grant,
+-- "<id> permits <token> <grant ms> <expiry ms>" (id: the gate's owner, or
+-- the queue entry), separated by ';': a release wakes the whole run of
+-- readers at the head of an RWMutex's queue at once. When entries left the
+-- queue, the same message tells the new head when the gate's hold ends.
+-- used: the permits in use, k the number of permits; KEYS[2..4] the gate.
+local function serve(s, w, used, k, now, now_us, publish, channel, skip_holder)
+  local gate = load(KEYS[2])
+  if gate.v and gate.v ~= LAYOUT then return end -- the gate's own scripts report it
+  local who, _, gate_expiry = holder(gate, now)
+  local notes, blocked = {}, false
+  if who and not skip_holder then
+    local owner, n, lease = permit_request(who)
+    if owner == nil or n > k then
+      -- Not a request this script can grant: its holder looks for itself
+      -- (one for more than K permits gets its error).
+      redis.call(publish, channel, who .. ' freed')
+      return
+    end
+    if s.p[owner] == nil then -- (else served already: it has yet to give the gate on)
+      blocked = used + n > k
+      if not blocked then
+        local expiry = math.min(now + lease, gate_expiry)
+        local token = grant_permit(s, w, owner, n, expiry, now, now_us, gate.b or '')
+        notes[1] = who .. ' permits ' .. int(token) .. ' ' .. int(now) .. ' ' .. int(expiry)
+        used = used + n
+      end
+    end
+  end
+  if not blocked and tonumber(gate.h or '0') > now then
+    local popped = false
+    while true do
+      local head = live_head(now, KEYS[3], KEYS[4])
+      if head == nil then break end
+      local owner, n, lease = permit_request(entry_owner(head))
+      if owner == nil or n > k or used + n > k or s.p[owner] then break end
+      local element = redis.call('LPOP', KEYS[3])
+      local deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
+      redis.call('ZREM', KEYS[4], head)
+      local expiry = math.min(now + lease, deadline)
+      local label = string.match(element, '^[^|]*|%d+|%d+|(.*)$') or ''
+      local token = grant_permit(s, w, owner, n, expiry, now, now_us, label)
+      notes[#notes + 1] = head .. ' permits ' .. int(token) .. ' ' .. int(now) .. ' ' .. int(expiry)
+      used = used + n
+      popped = true
+    end
+    if popped then
+      local head = live_head(now, KEYS[3], KEYS[4])
+      if head then notes[#notes + 1] = head_notice(head, gate_expiry or now) end
+    end
+  end
+  if #notes > 0 then redis.call(publish, channel, table.concat(notes, ';')) end
 end

@@ -5,19 +5,27 @@
 -- ARGV[3] lease ms, ARGV[4] the number of permits the caller's handle was made
 -- with (used only when the semaphore has none recorded), ARGV[5] mode,
 -- ARGV[6] the gate's owner id and ARGV[7] its token (mode "gate"),
--- ARGV[8] label.
+-- ARGV[8] label, ARGV[9] publish command, ARGV[10] channel (the gate's).
 -- Modes: "try" takes the permits only if nobody waits (the gate is free and
 -- its queue has no live waiter): a newcomer never passes a waiter, even when
--- enough permits are free. "gate" is the gate's holder, the first waiter.
+-- enough permits are free. "gate" is the gate's holder, the first waiter:
+-- when it is granted, so is every waiter behind it whose request fits (serve
+-- in lib.lua). "check" only asks whether the permits were served to the
+-- caller while it waited (its entry left the gate's queue).
 -- Returns
---   {1, 1, token, 0}              granted (a retry of a granted request gets
---                                 the same answer: owner ids are used once)
+--   {1, 1, token, g, expiry, now}  held: g is 0 for a grant to this call,
+--                                 else the Redis ms the permits were served to
+--                                 the caller as it waited (a hand-off, not
+--                                 yet claimed, that lasts until expiry). A
+--                                 retry gets the same answer: owner ids are
+--                                 used once, so the hold itself tells it.
 --   {0, next expiry, K, used, now} not now: when the first permit hold
 --                                 expires (Redis ms, 0 if none), the number
 --                                 of permits, those in use, Redis's clock
 --   {-1}                          mode "gate": the caller no longer holds
 --                                 the gate (its lease ran out)
 --   {-2, K}                       n is more than the semaphore has
+--   {-3}                          mode "check": nothing was served to it
 local owner, n, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local mode, label = ARGV[5], ARGV[8]
 local s = load()
@@ -29,9 +37,17 @@ local w = {}
 -- Step 1, cleanup: permit holds that ran out give their permits back.
 local holds, used, earliest = permit_holds(s, w, now)
 
--- Step 2, retry safety: this owner already holds its permits.
+-- Step 2, retry safety, and permits served while the caller waited: this
+-- owner already holds its permits.
 local mine = holds[owner]
-if mine then return {1, 1, mine.token, 0} end
+if mine then
+  save_changes(s, w)
+  return {1, 1, mine.token, mine.g, mine.x, now}
+end
+if mode == 'check' then
+  save_changes(s, w)
+  return {-3}
+end
 
 -- Step 3, the number of permits: the semaphore's own, or, for a new one,
 -- the caller's.
@@ -62,16 +78,19 @@ elseif holder(gate, now) or (may_have_waiters(gate, {}, now) and live_head(now, 
 end
 
 -- Step 5, take the permits if enough are free; else the caller waits (the
--- gate's holder is woken by the release that frees them, or retries when
+-- release that frees them serves the gate's holder, which also retries when
 -- the first hold expires).
 if used + n > k then
   save_changes(s, w)
   return {0, earliest or 0, k, used, now}
 end
-local token = next_token(s, w, now_us)
 local expiry = now + lease
-s.p[owner] = permit_record(n, expiry, token, label)
-w.p = s.p
-if expiry > tonumber(s.x or '0') then w.x = int(expiry) end
+local token = grant_permit(s, w, owner, n, expiry, 0, now_us, label)
+
+-- Step 6, the first waiter served: so is the run behind it that fits, with
+-- one message.
+if mode == 'gate' then
+  serve(s, w, used + n, k, now, now_us, ARGV[9], ARGV[10], true)
+end
 commit(s, w, now, false, 1)
-return {1, 1, token, 0}
+return {1, 1, token, 0, expiry, now}

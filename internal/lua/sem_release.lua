@@ -1,20 +1,21 @@
--- sem_release.lua: give back one permit hold's permits, and wake the first
--- waiter (the gate's holder) if there is one.
--- KEYS[1] the permits, KEYS[2] the gate's hold.
+-- sem_release.lua: give back one permit hold's permits, and serve the
+-- waiters at the head that the freed permits let in (serve in lib.lua).
+-- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines.
 -- ARGV[1] owner id of the permit hold, ARGV[2] request id (unused: owner ids
 -- are used once, so the hold itself tells a retry), ARGV[3] its token,
--- ARGV[4] publish command, ARGV[5] channel,
--- ARGV[6] (optional) an acquiring request to undo: the owner's hold, if it
--- has one, is released whatever its token.
+-- ARGV[4] publish command, ARGV[5] channel (the gate's),
+-- ARGV[6] (optional) the owner's hold, if it has one, is released whatever
+-- its token: an acquisition whose answer was lost, or permits served to a
+-- waiter that gave up.
 -- Returns {1} released, {0} not held (ran out, or never granted).
 local owner, token = ARGV[1], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
-local now = clock()
+local now, now_us = clock()
 local w = {}
 
-local holds = permit_holds(s, w, now)
+local holds, used = permit_holds(s, w, now)
 local mine = holds[owner]
 if ARGV[6] and mine then token = mine.token end
 if not mine or mine.token ~= token then
@@ -27,6 +28,6 @@ end
 s.p[owner] = nil
 w.p = s.p
 note_released(s, w, token)
-save(s, w)
-wake_gate(KEYS[2], now, ARGV[4], ARGV[5])
+serve(s, w, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
+commit(s, w, now, false, 1)
 return {1}

@@ -1,16 +1,17 @@
 -- sem_set.lua: SetPermits, a new number of permits for a semaphore in use.
 -- Holds in force keep their permits (a lowered K may be exceeded until they
--- end); the first waiter is woken to look again.
--- KEYS[1] the permits, KEYS[2] the gate's hold.
--- ARGV[1] the new number of permits, ARGV[2] publish command, ARGV[3] channel.
+-- end); a raised K serves the waiters at the head it lets in.
+-- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines.
+-- ARGV[1] the new number of permits, ARGV[2] publish command, ARGV[3]
+-- channel (the gate's).
 -- Returns the number it had (0: none recorded).
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
-local now = clock()
+local now, now_us = clock()
 local w = {m = ARGV[1]}
-permit_holds(s, w, now)
+local _, used = permit_holds(s, w, now)
 local was = tonumber(s.m or '0')
+serve(s, w, used, tonumber(ARGV[1]), now, now_us, ARGV[2], ARGV[3])
 commit(s, w, now, false, 1)
-wake_gate(KEYS[2], now, ARGV[2], ARGV[3])
 return was
