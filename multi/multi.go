@@ -214,11 +214,13 @@ func (l *Lock) watch() *hold {
 	for _, m := range l.members {
 		mctx := m.HoldContext()
 		h.stops = append(h.stops, context.AfterFunc(mctx, func() {
+			// The cause first: whoever sees Lost closed finds HoldContext
+			// already ended with ErrLockLost.
 			cause := context.Cause(mctx)
+			cancel(cause)
 			if errors.Is(cause, ErrLockLost) {
 				h.once.Do(func() { close(h.lost) })
 			}
-			cancel(cause)
 		}))
 	}
 	return h

@@ -174,10 +174,14 @@ func (h *hold) end(cause error, why string) bool {
 	h.mu.Unlock()
 	if cause == ErrLockLost {
 		h.m.stale.Store(h.token)
+	}
+	// The cause before Lost: whoever sees Lost closed finds HoldContext
+	// already ended, with ErrLockLost.
+	h.cancel(cause)
+	if cause == ErrLockLost {
 		close(h.lost)
 		h.m.h.logError("lock lost: "+why, h.token)
 	}
-	h.cancel(cause)
 	return true
 }
 
