@@ -441,3 +441,44 @@ func TestEvictedWaiterThatRejoinsAFreeLockHoldsItOnce(t *testing.T) {
 		t.Fatal("the lock is still held after b's one Unlock")
 	}
 }
+
+// Extend lengthens a hold, a fixed lease or a hand-off not yet claimed (which
+// it claims), and never shortens one.
+func TestExtend(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.named("a"), e.named("b")
+	if ok, err := a.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	waiting := e.enqueue(b, 1)
+	if err := a.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	e.clk.Advance(2 * time.Second) // past the first lease
+	if isClosed(a.Lost()) || e.holder() != "a" {
+		t.Fatalf("an extended fixed lease ended early (holder %q)", e.holder())
+	}
+	mustUnlock(t, a)
+	if r := await(t, waiting); !r.ok || r.err != nil {
+		t.Fatalf("b's Lock: %v, %v", r.ok, r.err)
+	}
+	// b's hold is a hand-off, its first lease bounded by its queue deadline
+	// until it is claimed: Extend claims it with the lease asked for.
+	if err := b.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend of a hand-off: %v", err)
+	}
+	if ttl, err := b.TTL(ctx); err != nil || ttl != time.Minute {
+		t.Fatalf("TTL after Extend(1m) = %v, %v", ttl, err)
+	}
+	if err := b.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend to less: %v", err)
+	}
+	if ttl, _ := b.TTL(ctx); ttl != time.Minute {
+		t.Fatalf("TTL after Extend(1s) = %v, want it kept at 1m", ttl)
+	}
+	mustUnlock(t, b)
+	if err := b.Extend(ctx, time.Second); !errors.Is(err, fair.ErrNotHeld) {
+		t.Fatalf("Extend after Unlock = %v, want ErrNotHeld", err)
+	}
+}

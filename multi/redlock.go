@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -14,8 +15,9 @@ import (
 
 // RedLock is one lock name on N independent Redis masters: it is held while
 // a majority of them hold it for this handle (docs/redlock.md says what that
-// does and does not buy). Each master runs a reentrant lock of that name,
-// with its own lease kept alive by its own watchdog.
+// does and does not buy). Each master runs a reentrant lock of that name.
+// One watchdog renews them all: every lease/3 it extends every member still
+// held, all at once, so the members' leases stay in step.
 //
 // An attempt asks every master at once, each bounded by the attempt timeout.
 // It holds the lock if a majority granted it and time is left of the lease:
@@ -44,6 +46,10 @@ type RedLock struct {
 type redHold struct {
 	held     []*reentrant.Mutex // the members that granted it
 	validity time.Duration
+	lease    time.Duration // each member's lease
+	renewed  bool          // kept alive by the watchdog (Lock, TryLock with lease 0)
+	clk      clock.Clock
+	cleanup  time.Duration // bound of one round of renewals
 	lost     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -53,6 +59,7 @@ type redHold struct {
 	gone   int // members lost
 	ended  bool
 	quorum int
+	renew  clock.Timer // the watchdog's next round
 }
 
 // NewRedLock returns a handle on the lock name on each of clients, which
@@ -94,16 +101,16 @@ func (r *RedLock) Quorum() int { return r.quorum }
 // retryDelay bounds the random pause between two attempts of Lock.
 const retryDelay = 50 * time.Millisecond
 
-// Lock tries until the lock is held or ctx ends, and keeps each member's
-// lease alive with its watchdog until Unlock. A handle that holds it counts
+// Lock tries until the lock is held or ctx ends, and keeps the members'
+// leases alive with the watchdog until Unlock. A handle that holds it counts
 // a re-entry.
 func (r *RedLock) Lock(ctx context.Context) error {
 	_, err := r.acquire(ctx, -1, 0)
 	return err
 }
 
-// TryLock tries for up to wait (0: one attempt). With lease 0 the watchdogs
-// keep the lease alive; a positive lease holds it for that long, and
+// TryLock tries for up to wait (0: one attempt). With lease 0 the watchdog
+// keeps the lease alive; a positive lease holds it for that long, and
 // Validity says how much of it the caller can count on. It returns false,
 // nil when no attempt won a majority in time.
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
@@ -182,12 +189,12 @@ func (r *RedLock) attempt(ctx context.Context, lease time.Duration) (*redHold, e
 	granted := make([]bool, len(r.members))
 	var wg sync.WaitGroup
 	for i, m := range r.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, _ := m.TryLock(actx, 0, lease)
+		// Every member is taken with a fixed lease: the hold's one watchdog,
+		// not one per member, renews them.
+		wg.Go(func() {
+			ok, _ := m.TryLock(actx, 0, full)
 			granted[i] = ok
-		}()
+		})
 	}
 	wg.Wait()
 	var held []*reentrant.Mutex
@@ -199,7 +206,8 @@ func (r *RedLock) attempt(ctx context.Context, lease time.Duration) (*redHold, e
 	validity := full - clk.Now().Sub(start) - r.cfg.Margin(full)
 	if len(held) >= r.quorum && validity > 0 {
 		hctx, hcancel := context.WithCancelCause(context.Background())
-		return &redHold{held: held, validity: validity, lost: make(chan struct{}), ctx: hctx, cancel: hcancel, quorum: r.quorum}, nil
+		return &redHold{held: held, validity: validity, lease: full, renewed: lease == 0, clk: clk,
+			cleanup: r.cfg.CleanupTimeout, lost: make(chan struct{}), ctx: hctx, cancel: hcancel, quorum: r.quorum}, nil
 	}
 	unlockAll(ctx, held)
 	return nil, ctx.Err()
@@ -222,7 +230,8 @@ func unlockAll(ctx context.Context, members []*reentrant.Mutex) []error {
 }
 
 // watch ends the hold as lost once fewer than a quorum of its members hold
-// it. No goroutine: one AfterFunc per member, stopped by Unlock.
+// it (one AfterFunc per member, stopped by Unlock), and starts the watchdog
+// of a renewed hold.
 func (h *redHold) watch() {
 	for _, m := range h.held {
 		mctx := m.HoldContext()
@@ -232,6 +241,48 @@ func (h *redHold) watch() {
 			}
 		}))
 	}
+	if h.renewed {
+		h.mu.Lock()
+		h.scheduleLocked(h.lease / 3)
+		h.mu.Unlock()
+	}
+}
+
+func (h *redHold) scheduleLocked(after time.Duration) {
+	if !h.ended {
+		h.renew = h.clk.AfterFunc(after, h.watchdog)
+	}
+}
+
+// watchdog is one round of renewals: every member still held is extended
+// to a full lease, all at once. A member that Redis no longer has ends as
+// lost (and is counted by watch). If any renewal failed for another reason
+// (a master unreachable), the next round comes sooner; a member whose
+// renewals keep failing is lost when its lease runs out.
+func (h *redHold) watchdog() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cleanup)
+	defer cancel()
+	failed := make([]bool, len(h.held))
+	var wg sync.WaitGroup
+	for i, m := range h.held {
+		if isClosed(m.Lost()) {
+			continue
+		}
+		wg.Go(func() {
+			err := m.Extend(ctx, h.lease)
+			failed[i] = err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld)
+		})
+	}
+	wg.Wait()
+	next := h.lease / 3
+	for _, f := range failed {
+		if f {
+			next = h.lease / 9
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.scheduleLocked(next)
 }
 
 func (h *redHold) memberLost() {
@@ -240,11 +291,18 @@ func (h *redHold) memberLost() {
 	lost := !h.ended && len(h.held)-h.gone < h.quorum
 	if lost {
 		h.ended = true
+		h.stopLocked()
 	}
 	h.mu.Unlock()
 	if lost {
+		h.cancel(ErrLockLost) // first: Lost closed means HoldContext has ended
 		close(h.lost)
-		h.cancel(ErrLockLost)
+	}
+}
+
+func (h *redHold) stopLocked() {
+	if h.renew != nil {
+		h.renew.Stop()
 	}
 }
 
@@ -256,6 +314,7 @@ func (h *redHold) end() {
 	h.mu.Lock()
 	was := h.ended
 	h.ended = true
+	h.stopLocked()
 	h.mu.Unlock()
 	if !was {
 		h.cancel(ErrReleased)

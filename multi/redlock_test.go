@@ -2,6 +2,7 @@ package multi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -156,6 +157,82 @@ func TestRedLockWithMastersDown(t *testing.T) {
 	}
 }
 
+// One watchdog renews every member: the members are held on fixed leases,
+// and each round extends them all at once, so their leases stay in step.
+func TestRedLockOneWatchdogRenewsAllMembers(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	r := m.redlock(reentrant.WithLease(3 * time.Second))
+	if err := r.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Each member's hold has its loss timer; the RedLock hold has the one
+	// watchdog. Per-member watchdogs would be five more timers.
+	if got := m.clk.Pending(); got != 5+1 {
+		t.Fatalf("%d timers pending, want 5 loss timers and 1 watchdog", got)
+	}
+	for range 40 { // 10 leases
+		m.clk.Advance(750 * time.Millisecond)
+	}
+	if isClosed(r.Lost()) {
+		t.Fatal("a renewed RedLock hold was lost")
+	}
+	for i, mr := range m.mrs {
+		if ttl := mr.TTL("fairlock:r:{orders}"); ttl <= 0 {
+			t.Fatalf("master %d: no TTL", i)
+		}
+	}
+	exp := map[string]bool{} // each hold's own expiry (its key's TTL has slack)
+	for _, mr := range m.mrs {
+		v, _ := mr.Get("fairlock:r:{orders}")
+		exp[holdField(v, "x")] = true
+	}
+	if len(exp) != 1 {
+		t.Fatalf("members' expiries %v: renewed out of step", exp)
+	}
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.clk.Pending(); got != 0 {
+		t.Fatalf("%d timers pending after Unlock", got)
+	}
+}
+
+// A fixed-lease RedLock hold is not renewed: it is lost when its lease runs
+// out, and no watchdog runs.
+func TestRedLockFixedLeaseIsNotRenewed(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	r := m.redlock()
+	if ok, err := r.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	if got := m.clk.Pending(); got != 5 {
+		t.Fatalf("%d timers pending, want the 5 loss timers only", got)
+	}
+	m.clk.Advance(time.Second)
+	// The members' losses are counted by context.AfterFunc, off this
+	// goroutine: the bound only catches a hang.
+	select {
+	case <-r.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a fixed-lease RedLock hold outlived its lease")
+	}
+	if err := r.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// holdField reads one field of a hold's JSON string.
+func holdField(hold, field string) string {
+	var v map[string]any
+	if err := json.Unmarshal([]byte(hold), &v); err != nil {
+		return ""
+	}
+	s, _ := v[field].(string)
+	return s
+}
+
 // The hold is lost when fewer than a majority of its members hold it.
 func TestRedLockLostWithItsMajority(t *testing.T) {
 	m := newMasters(t)
@@ -172,7 +249,9 @@ func TestRedLockLostWithItsMajority(t *testing.T) {
 	}
 	m.mrs[2].FlushAll()
 	m.clk.Advance(time.Second)
-	if !isClosed(r.Lost()) {
+	select { // counted off this goroutine (context.AfterFunc)
+	case <-r.Lost():
+	case <-time.After(5 * time.Second):
 		t.Fatal("Lost is open with 2 of 5 members holding")
 	}
 	if c := context.Cause(r.HoldContext()); !errors.Is(c, multi.ErrLockLost) {

@@ -23,7 +23,8 @@
 //
 // A hold has a lease. Lock, and TryLock with lease 0, keep it alive with a
 // watchdog that renews it every lease/3 (default lease 30 s, [WithLease]);
-// TryLock with a positive lease holds it for that long, without renewal. The
+// TryLock with a positive lease holds it for that long, without renewal;
+// [Mutex.Extend] lengthens a hold on demand, a fixed lease included. The
 // client counts a lease from the moment the acquiring or renewing request was
 // sent, minus a safety margin ([WithDriftFactor]): it stops believing it holds
 // the lock before Redis lets it go, assuming the two clocks run at rates

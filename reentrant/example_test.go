@@ -56,3 +56,28 @@ func ExampleMutex_TryLock() {
 	// b: false
 	// a again: true hold count 2
 }
+
+func ExampleMutex_Extend() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	m, _ := reentrant.New(client, "export")
+	ok, _ := m.TryLock(ctx, 0, 10*time.Second) // a fixed lease, sized for the usual export
+	fmt.Println("held:", ok)
+
+	// This export is a big one: it needs a minute more, asked for once
+	// rather than renewed by a watchdog.
+	if err := m.Extend(ctx, time.Minute); err != nil {
+		fmt.Println("lost:", err)
+		return
+	}
+	ttl, _ := m.TTL(ctx)
+	fmt.Println("lease:", ttl.Round(time.Second))
+	_ = m.Unlock(ctx)
+	// Output:
+	// held: true
+	// lease: 1m0s
+}

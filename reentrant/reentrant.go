@@ -94,6 +94,15 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 // when its lease runs out.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
+// Extend makes the current hold's lease d from now, never shortening it, in
+// Redis and in this handle's belief: for a hold taken with a fixed lease
+// that needs longer, or for a caller that keeps its leases alive itself.
+// The lease mode stays as it was: a watchdog goes on renewing, a fixed lease
+// is not renewed after this. It returns ErrNotHeld if the handle holds
+// nothing, and ErrLockLost (ending the hold as lost) if Redis no longer has
+// it. d must be positive.
+func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.m.Extend(ctx, d) }
+
 // ForceUnlock ends whoever holds the lock, at any hold count, and wakes a
 // waiter. It reports whether the lock was held.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }

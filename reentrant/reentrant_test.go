@@ -225,6 +225,71 @@ func TestFixedLeaseExpires(t *testing.T) {
 	unlockAll(t, b)
 }
 
+// Extend lengthens a fixed lease, in Redis and in the handle's belief, and
+// the lease stays fixed: nothing renews it afterwards.
+func TestExtendLengthensAFixedLease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.handle()
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrNotHeld) {
+		t.Fatalf("Extend without a hold = %v, want ErrNotHeld", err)
+	}
+	if ok, err := a.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if err := a.Extend(ctx, d); !errors.Is(err, reentrant.ErrInvalidArgument) {
+			t.Fatalf("Extend(%v) = %v, want ErrInvalidArgument", d, err)
+		}
+	}
+	e.clk.Advance(500 * time.Millisecond)
+	if err := a.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if ttl, _ := a.TTL(ctx); ttl != 5*time.Second {
+		t.Fatalf("TTL after Extend(5s) = %v", ttl)
+	}
+	// Extend never shortens.
+	if err := a.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend to less: %v", err)
+	}
+	if ttl, _ := a.TTL(ctx); ttl != 5*time.Second {
+		t.Fatalf("TTL after Extend(1s) = %v, want it kept at 5s", ttl)
+	}
+	e.clk.Advance(4 * time.Second) // past the first lease: the belief moved too
+	if isClosed(a.Lost()) {
+		t.Fatal("lost before the extended lease ran out")
+	}
+	if e.clk.Pending() != 1 {
+		t.Fatalf("%d timers pending for an extended fixed lease, want only its loss timer", e.clk.Pending())
+	}
+	e.clk.Advance(time.Second)
+	if !isClosed(a.Lost()) {
+		t.Fatal("an extended fixed lease was renewed")
+	}
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Extend of a lost hold = %v, want ErrLockLost", err)
+	}
+}
+
+// Extend on a hold that Redis no longer has ends it as lost.
+func TestExtendFindsTheHoldGone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.handle()
+	mustLock(t, a)
+	e.mr.Del(key)
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Extend of a deleted hold = %v, want ErrLockLost", err)
+	}
+	if !isClosed(a.Lost()) {
+		t.Fatal("Lost is open after Extend found the hold gone")
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock = %v, want ErrLockLost", err)
+	}
+}
+
 func TestWatchdogKeepsTheLeaseAlive(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -203,6 +203,42 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
+// Extend implements both locks' Extend: the current hold's lease becomes d
+// from now, never shorter, in Redis and in the handle's belief.
+func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return Invalid("the lease to extend to must be positive, got %v", d)
+	}
+	m.mu.Lock()
+	h := m.cur
+	m.mu.Unlock()
+	if h == nil {
+		return ErrNotHeld
+	}
+	if h.isLost() {
+		return ErrLockLost
+	}
+	since := m.h.Config.Clock.Now()
+	ok, err := m.h.renew(ctx, h.token, d, false)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if h.end(ErrLockLost, "Extend found the lock gone or taken") {
+			return ErrLockLost
+		}
+		return ErrNotHeld // released while the renewal ran
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		// Released (or lost) while the renewal ran: nothing to extend.
+		return ErrNotHeld
+	}
+	h.extendLocked(since, d)
+	return nil
+}
+
 // IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	s, err := m.state(ctx)
