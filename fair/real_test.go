@@ -3,6 +3,8 @@ package fair_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,18 +15,16 @@ import (
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
-var kinds = []struct {
-	name    string
-	cluster bool
-}{{"single", false}, {"cluster", true}}
+// kinds are the deployments every real test runs on.
+var kinds = redistest.Deployments
 
 // Twelve handles join one after another, each only once Inspect shows the
 // previous one queued: they must get the lock in exactly that order.
 func TestRealStrictJoinOrder(t *testing.T) {
 	for _, kind := range kinds {
-		t.Run(kind.name, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
 			first, err := fair.New(clients[0], name)
@@ -83,10 +83,10 @@ func TestRealStrictJoinOrder(t *testing.T) {
 
 func TestRealMutualExclusion(t *testing.T) {
 	for _, kind := range kinds {
-		t.Run(kind.name, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
 			name := redistest.Name(t)
-			redistest.MutualExclusion(t, redistest.Clients(t, kind.cluster, 4), 16, 2000,
+			redistest.MutualExclusion(t, redistest.Clients(t, kind, 4), 16, 2000,
 				func(c redis.UniversalClient) (redistest.Locker, error) { return fair.New(c, name) })
 		})
 	}
@@ -123,4 +123,157 @@ func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 		}
 		return fair.New(c, name, opts...)
 	})
+}
+
+// On a cluster of 3 masters, lock names spread over every master, and one
+// client's waiters share one sharded pub/sub connection per master in use,
+// subscribed on the master that owns each lock's slot (SSUBSCRIBE), not one
+// connection per lock. Every waiter is woken by its release there.
+func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
+	redistest.NoLeaks(t)
+	holders := redistest.Client(t, redistest.Cluster3).(*redis.ClusterClient)
+	// The waiters' client is named, to count its connections alone: other
+	// test binaries may share the cluster.
+	opts := *holders.Options()
+	opts.ClientName = fmt.Sprintf("waiters-%d", time.Now().UnixNano())
+	waiters := redis.NewClusterClient(&opts)
+	t.Cleanup(func() { _ = waiters.Close() })
+	ctx := context.Background()
+
+	// Masters by address, and the slots each serves.
+	shards, err := holders.ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[int64]string{} // first slot of each range -> master
+	type span struct{ from, to int64 }
+	var spans []span
+	var masters []string
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role != "master" {
+				continue
+			}
+			addr := fmt.Sprintf("%s:%d", n.IP, n.Port)
+			masters = append(masters, addr)
+			for _, r := range sh.Slots {
+				spans = append(spans, span{r.Start, r.End})
+				owner[r.Start] = addr
+			}
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("%d masters: %v", len(masters), masters)
+	}
+	masterOf := func(slot int64) string {
+		for _, s := range spans {
+			if slot >= s.from && slot <= s.to {
+				return owner[s.from]
+			}
+		}
+		return ""
+	}
+	// Lock names until every master serves two.
+	base := redistest.Name(t)
+	perMaster := map[string][]string{}
+	var names []string
+	for i := 0; len(names) < 100; i++ {
+		name := fmt.Sprintf("%s-%d", base, i)
+		slot, err := holders.ClusterKeySlot(ctx, "fairlock:f:{"+name+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := masterOf(slot)
+		if len(perMaster[m]) < 2 {
+			perMaster[m] = append(perMaster[m], name)
+			names = append(names, name)
+		}
+		if len(names) == 6 {
+			break
+		}
+	}
+	if len(perMaster) != 3 || len(names) != 6 {
+		t.Fatalf("names by master: %v", perMaster)
+	}
+
+	var held []*fair.Mutex
+	var waiting []<-chan result
+	var ws []*fair.Mutex
+	for _, name := range names {
+		h, err := fair.New(holders, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+		w, err := fair.New(waiters, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+		waiting = append(waiting, tryLockAsync(w, ctx, time.Minute, 0))
+	}
+	waitUntil(t, "every waiter is queued", func() bool {
+		for _, name := range names {
+			st, err := fair.Inspect(ctx, holders, name)
+			if err != nil || len(st.Queue) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Each master carries the channels of its own locks, on one pub/sub
+	// connection: three in all, for six locks.
+	conns := 0
+	err = holders.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		chans, err := m.PubSubShardChannels(ctx, "fairlock:f:*").Result()
+		if err != nil {
+			return err
+		}
+		want := map[string]bool{}
+		for _, name := range perMaster[m.Options().Addr] {
+			want["fairlock:f:{"+name+"}:wake"] = true
+		}
+		got := map[string]bool{}
+		for _, c := range chans {
+			if strings.Contains(c, base) {
+				got[c] = true
+			}
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("master %s carries %v, want %v", m.Options().Addr, got, want)
+		}
+		list, err := m.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "name="+opts.ClientName+" ") && !strings.Contains(line, " ssub=0 ") {
+				conns++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conns != 3 {
+		t.Fatalf("%d sharded pub/sub connections for 6 locks on 3 masters, want 3", conns)
+	}
+	t.Logf("6 locks on 3 masters: %v; %d sharded pub/sub connections", perMaster, conns)
+
+	for i, h := range held {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := await(t, waiting[i]); !r.ok || r.err != nil {
+			t.Fatalf("waiter on %s: %v, %v", names[i], r.ok, r.err)
+		}
+		if err := ws[i].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

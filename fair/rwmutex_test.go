@@ -311,9 +311,9 @@ func TestRWMutexOwnKeys(t *testing.T) {
 // a writer, never two writers, and everyone served.
 func TestRealRWMutexExcludes(t *testing.T) {
 	for _, kind := range kinds {
-		t.Run(kind.name, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
 			const handles, rounds = 16, 30

@@ -20,9 +20,9 @@ import (
 // than 3, and every request is served.
 func TestRealSemaphoreNeverOverGrants(t *testing.T) {
 	for _, kind := range kinds {
-		t.Run(kind.name, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
 			const k, handles, rounds = 3, 16, 40
@@ -79,9 +79,9 @@ func TestRealSemaphoreNeverOverGrants(t *testing.T) {
 // are served in exactly that order.
 func TestRealSemaphoreStrictJoinOrder(t *testing.T) {
 	for _, kind := range kinds {
-		t.Run(kind.name, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, kind.cluster, 4)
+			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
 			first, err := fair.NewSemaphore(clients[0], name, 3)
@@ -259,7 +259,7 @@ func (c *argCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func BenchmarkRWMutexReaderRun(b *testing.B) {
 	const readers = 8
 	admin := redistest.Real(b)
-	clients := redistest.Clients(b, false, 4)
+	clients := redistest.Clients(b, redistest.Single, 4)
 	name := redistest.Name(b)
 	ctx := context.Background()
 	w, err := fair.NewRWMutex(admin, name)

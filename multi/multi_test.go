@@ -152,9 +152,9 @@ func TestCancelledLockGivesBackWhatItTook(t *testing.T) {
 // many times from several goroutines: no deadlock, and never both held.
 func TestOverlappingLocksNeverDeadlock(t *testing.T) {
 	redistest.NoLeaks(t)
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
-			clients := redistest.Clients(t, cluster, 4)
+	for _, d := range redistest.Deployments {
+		t.Run(string(d), func(t *testing.T) {
+			clients := redistest.Clients(t, d, 4)
 			base := redistest.Name(t)
 			var inside atomic.Int32
 			var wg sync.WaitGroup

@@ -14,11 +14,11 @@ import (
 
 // clientsFor returns n clients of one kind of real Redis.
 func TestRealMutualExclusion(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+	for _, d := range redistest.Deployments {
+		t.Run(string(d), func(t *testing.T) {
 			redistest.NoLeaks(t)
 			name := redistest.Name(t)
-			redistest.MutualExclusion(t, redistest.Clients(t, cluster, 4), 16, 2000,
+			redistest.MutualExclusion(t, redistest.Clients(t, d, 4), 16, 2000,
 				func(c redis.UniversalClient) (redistest.Locker, error) { return reentrant.New(c, name) })
 		})
 	}
@@ -55,11 +55,11 @@ func TestRealTwoGoroutinesOneHandleReenter(t *testing.T) {
 // With the fallback timer far away, only the release message can wake the
 // waiter: it must come back promptly, having called Redis at most twice.
 func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
-		name := map[bool]string{false: "single", true: "cluster"}[cluster]
+	for _, d := range redistest.Deployments {
+		name := string(d)
 		t.Run(name, func(t *testing.T) {
 			redistest.NoLeaks(t)
-			clients := redistest.Clients(t, cluster, 2)
+			clients := redistest.Clients(t, d, 2)
 			counter := &redistest.ScriptCounter{}
 			clients[1].AddHook(counter)
 			lock := redistest.Name(t)

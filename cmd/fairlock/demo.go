@@ -25,7 +25,7 @@ type locker interface {
 }
 
 type demoConfig struct {
-	addr     string
+	target   target
 	workers  int
 	jobs     int
 	hold     time.Duration
@@ -62,7 +62,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c demoConfig
-	fs.StringVar(&c.addr, "redis", "", "Redis address, host:port (default: an embedded miniredis)")
+	c.target.register(fs) // none: an embedded miniredis
 	fs.IntVar(&c.workers, "workers", 8, "workers, each a handle on its own client, as if on its own machine")
 	fs.IntVar(&c.jobs, "jobs", 120, "jobs submitted per lock")
 	fs.DurationVar(&c.hold, "hold", 15*time.Millisecond, "how long each job holds the lock")
@@ -96,24 +96,27 @@ jobs run at once, still started in submission order, under a fair semaphore.`)
 		return errors.New("-hold and -interval must not be negative")
 	}
 
-	addr := c.addr
-	if addr == "" {
+	real, err := c.target.given()
+	if err != nil {
+		return err
+	}
+	if !real {
 		mr := miniredis.NewMiniRedis()
 		if err := mr.Start(); err != nil {
 			return fmt.Errorf("starting the embedded miniredis: %w", err)
 		}
 		defer mr.Close()
 		mr.ClockTTL(true) // key expiry follows the wall clock
-		addr = mr.Addr()
-		fmt.Fprintf(stdout, "embedded miniredis on %s (use -redis host:port for a real server)\n", addr)
+		c.target.redis = mr.Addr()
+		fmt.Fprintf(stdout, "embedded miniredis on %s (use -redis, -cluster or -sentinel for real Redis)\n", mr.Addr())
 	} else {
-		probe := redis.NewClient(&redis.Options{Addr: addr})
+		probe := c.target.client()
 		err := probe.Ping(ctx).Err()
 		probe.Close()
 		if err != nil {
-			return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+			return fmt.Errorf("cannot reach %s: %w", &c.target, err)
 		}
-		fmt.Fprintf(stdout, "Redis at %s\n", addr)
+		fmt.Fprintf(stdout, "%s\n", &c.target)
 	}
 	name := fmt.Sprintf("demo-%d", time.Now().UnixNano())
 	kinds := []string{"fair", "reentrant"}
@@ -122,15 +125,15 @@ jobs run at once, still started in submission order, under a fair semaphore.`)
 		fmt.Fprintf(stdout, "%d workers, %d jobs, %d at a time, each running %v, one submitted every %v\n", c.workers, c.jobs, c.permits, c.hold, c.interval)
 	} else {
 		fmt.Fprintf(stdout, "%d workers, %d jobs per lock, each holding %v, one submitted every %v\n", c.workers, c.jobs, c.hold, c.interval)
-		if c.addr != "" {
-			fmt.Fprintf(stdout, "watch the queue: go run ./cmd/fairlock inspect -redis %s %s\n", addr, name)
+		if real {
+			fmt.Fprintf(stdout, "watch the queue: go run ./cmd/fairlock inspect %s %s\n", c.target.flags(), name)
 		}
 	}
 	fmt.Fprintln(stdout)
 
 	var reports []report
 	for _, kind := range kinds {
-		r, err := runJobs(ctx, c, addr, name, kind, stdout)
+		r, err := runJobs(ctx, c, name, kind, stdout)
 		if err != nil {
 			return err
 		}
@@ -141,7 +144,7 @@ jobs run at once, still started in submission order, under a fair semaphore.`)
 }
 
 // runJobs submits c.jobs jobs to c.workers workers, one lock kind.
-func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.Writer) (report, error) {
+func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer) (report, error) {
 	type job struct {
 		id        int
 		submitted time.Time
@@ -161,7 +164,7 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 	free := make(chan worker, c.workers)
 	var wg sync.WaitGroup
 	for w := 0; w < c.workers; w++ {
-		client := redis.NewClient(&redis.Options{Addr: addr})
+		client := c.target.client()
 		defer client.Close()
 		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
 		var l locker
@@ -208,7 +211,7 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 		free <- me
 	}
 
-	probe := redis.NewClient(&redis.Options{Addr: addr})
+	probe := c.target.client()
 	defer probe.Close()
 	begin := time.Now()
 	ticker := time.NewTicker(500 * time.Millisecond)
@@ -267,7 +270,7 @@ func runJobs(ctx context.Context, c demoConfig, addr, name, kind string, out io.
 
 // waitJoined waits until the fair lock's (or semaphore's) queue lists
 // label, or started reports the job running.
-func waitJoined(ctx context.Context, probe *redis.Client, name, kind, label string, started func() bool) {
+func waitJoined(ctx context.Context, probe redis.UniversalClient, name, kind, label string, started func() bool) {
 	deadline := time.Now().Add(5 * time.Second)
 	for !started() && ctx.Err() == nil && time.Now().Before(deadline) {
 		var queue []fair.Waiter

@@ -10,24 +10,30 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/redis/go-redis/v9"
 )
 
 func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("redis", "", "Redis address, host:port (required)")
+	var at target
+	at.register(fs)
 	kind := fs.String("kind", "mutex", "what NAME is: mutex (a fair.Mutex), semaphore (a fair.Semaphore) or rw (a fair.RWMutex)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fairlock inspect -redis host:port [-kind mutex|semaphore|rw] NAME\n\nPrints the holders and the queue of the fair lock, semaphore or read-write lock NAME.")
+		fmt.Fprintln(stderr, "Usage: fairlock inspect -redis host:port|-cluster host:port,...|-sentinel host:port,... -master NAME\n"+
+			"                       [-kind mutex|semaphore|rw] NAME\n\n"+
+			"Prints the holders and the queue of the fair lock, semaphore or read-write lock NAME.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *addr == "" {
+	given, err := at.given()
+	if err != nil {
+		return err
+	}
+	if !given {
 		fs.Usage()
-		return errors.New("inspect needs -redis host:port")
+		return errors.New("inspect needs -redis, -cluster or -sentinel")
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -38,7 +44,7 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	default:
 		return fmt.Errorf("-kind must be mutex, semaphore or rw, got %q", *kind)
 	}
-	client := redis.NewClient(&redis.Options{Addr: *addr})
+	client := at.client()
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

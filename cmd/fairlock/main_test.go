@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+func TestMain(m *testing.M) { redistest.Exit(m) }
+
 func runCLI(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -135,6 +137,45 @@ func TestInspectPrintsASemaphore(t *testing.T) {
 	}
 }
 
+// The demo and inspect run on a cluster of 3 masters and behind Sentinel,
+// named by -cluster or -sentinel with -master.
+func TestDemoAndInspectOnClusterAndSentinel(t *testing.T) {
+	for _, d := range []redistest.Deployment{redistest.Cluster3, redistest.Sentinel} {
+		t.Run(string(d), func(t *testing.T) {
+			redistest.NoLeaks(t)
+			at := []string{"-cluster", strings.Join(redistest.Addrs(t, d), ",")}
+			if d == redistest.Sentinel {
+				at = []string{"-sentinel", strings.Join(redistest.Addrs(t, d), ","), "-master", redistest.SentinelMaster}
+			}
+			out, _, err := runCLI(t, append(append([]string{"demo"}, at...), "-workers", "4", "-jobs", "20", "-hold", "2ms", "-interval", "1ms")...)
+			if err != nil {
+				t.Fatalf("demo: %v\n%s", err, out)
+			}
+			if !regexp.MustCompile(`(?m)^\s*fair\s+20\s+0\s`).MatchString(out) {
+				t.Fatalf("report does not show 20 jobs served by the fair lock in order:\n%s", out)
+			}
+			if !strings.Contains(out, "watch the queue: go run ./cmd/fairlock inspect "+strings.Join(at, " ")) {
+				t.Fatalf("the demo does not say how to inspect its queue here:\n%s", out)
+			}
+
+			client := redistest.Client(t, d)
+			name := redistest.Name(t)
+			m, err := fair.New(client, name, fair.WithLabel("holder"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer m.Unlock(context.Background())
+			out, _, err = runCLI(t, append(append([]string{"inspect"}, at...), name)...)
+			if err != nil || !strings.Contains(out, "holder") {
+				t.Fatalf("inspect: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
 func TestCLIErrors(t *testing.T) {
 	cases := map[string][]string{
 		"no command":       {},
@@ -148,6 +189,9 @@ func TestCLIErrors(t *testing.T) {
 		"demo no permits":  {"demo", "-permits", "0"},
 		"demo stray arg":   {"demo", "extra"},
 		"demo bad redis":   {"demo", "-redis", "127.0.0.1:1"},
+		"demo two targets": {"demo", "-redis", "127.0.0.1:1", "-cluster", "127.0.0.1:2"},
+		"inspect two":      {"inspect", "-cluster", "127.0.0.1:1", "-sentinel", "127.0.0.1:2", "x"},
+		"sentinel no name": {"inspect", "-sentinel", "127.0.0.1:1", "-master", "", "x"},
 	}
 	for name, args := range cases {
 		if _, _, err := runCLI(t, args...); err == nil {

@@ -1,10 +1,13 @@
 // Package redistest gives fairlock's tests their Redis: miniredis whose
-// clock is the library's fake clock, and real redis-server processes (a plain
-// one and a one-node cluster) for concurrency tests.
+// clock is the library's fake clock, and real deployments of redis-server
+// processes (Deployments: a plain server, a one-node cluster, a cluster of 3
+// masters with a replica each, a master and replica behind 3 sentinels) for
+// concurrency tests.
 //
-// Real servers come from FAIRLOCK_REDIS_ADDR and FAIRLOCK_CLUSTER_ADDR (as
-// .ci/run sets them), or are started by the test binary when redis-server is
-// on PATH. Without either a test that needs them is skipped, except under
+// Real deployments come from FAIRLOCK_REDIS_ADDR, FAIRLOCK_CLUSTER_ADDR,
+// FAIRLOCK_CLUSTER3_ADDRS and FAIRLOCK_SENTINEL_ADDRS (as .ci/run sets
+// them), or are started by the test binary, once, when redis-server is on
+// PATH. Without either a test that needs them is skipped, except under
 // CI=true, where it fails.
 package redistest
 
@@ -73,7 +76,7 @@ var (
 // Real returns a client of a plain real Redis, closed when the test ends.
 func Real(t testing.TB) *redis.Client {
 	t.Helper()
-	addr := address(t, "plain", "FAIRLOCK_REDIS_ADDR")
+	addr := address(t, string(Single), envSingle)
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -82,7 +85,7 @@ func Real(t testing.TB) *redis.Client {
 // Cluster returns a client of a real one-node Redis Cluster owning all slots.
 func Cluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	addr := address(t, "cluster", "FAIRLOCK_CLUSTER_ADDR")
+	addr := address(t, string(Cluster1), envCluster1)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, PoolSize: 64})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -105,9 +108,9 @@ func address(t testing.TB, kind, env string) string {
 		}
 		t.Skipf("needs real Redis: set %s or install redis-server", env)
 	}
-	a, err := start(bin, kind == "cluster")
+	a, err := startDeployment(bin, kind)
 	if err != nil {
-		t.Fatalf("starting redis-server: %v", err)
+		t.Fatalf("starting redis-server (%s): %v", kind, err)
 	}
 	started[kind] = a
 	return a
@@ -214,19 +217,6 @@ func Name(t testing.TB) string {
 // Exit runs a package's tests, stops the servers they started and exits.
 func Exit(m *testing.M) { os.Exit(Main(m)) }
 
-// Clients returns n clients of a real Redis: a plain server, or the cluster.
-func Clients(t testing.TB, cluster bool, n int) []redis.UniversalClient {
-	t.Helper()
-	out := make([]redis.UniversalClient, n)
-	for i := range out {
-		if cluster {
-			out[i] = Cluster(t)
-		} else {
-			out[i] = Real(t)
-		}
-	}
-	return out
-}
 
 // Fataler is the part of testing.TB (and of *rapid.T) that Quiet uses.
 type Fataler interface {

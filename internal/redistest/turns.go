@@ -24,20 +24,19 @@ type TurnLocker interface {
 	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
 }
 
-// HoldsEndingByLease runs LeaseTurns on single node and cluster, with six
+// HoldsEndingByLease runs LeaseTurns on every deployment, with six
 // handles of one lock taking 500 ms holds that nobody unlocks, two ways:
 // TryLock(wait 10 s, lease 500 ms), and Lock with a 500 ms watchdog lease
 // whose client is closed at once (a holder whose process died). newLock
 // makes handle i on c; lease, when not 0, is its watchdog lease.
 func HoldsEndingByLease(t *testing.T, ordered bool, newLock func(c redis.UniversalClient, name string, i int, lease time.Duration) (TurnLocker, error)) {
 	const lease = 500 * time.Millisecond
-	for _, cluster := range []bool{false, true} {
+	for _, d := range Deployments {
 		for _, dies := range []bool{false, true} {
-			name := map[bool]string{false: "single", true: "cluster"}[cluster] + "/" +
-				map[bool]string{false: "fixed leases", true: "holders that die"}[dies]
+			name := string(d) + "/" + map[bool]string{false: "fixed leases", true: "holders that die"}[dies]
 			t.Run(name, func(t *testing.T) {
 				NoLeaks(t)
-				clients := Clients(t, cluster, 6)
+				clients := Clients(t, d, 6)
 				lock := Name(t)
 				LeaseTurns(t, 6, lease, ordered, func(i int, start func()) (Holder, error) {
 					watchdog := time.Duration(0)

@@ -1,0 +1,282 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Deployment is a kind of real Redis that a test can run on.
+type Deployment string
+
+const (
+	// Single is one plain redis-server.
+	Single Deployment = "single"
+	// Cluster1 is a Redis Cluster of one node that owns every slot.
+	Cluster1 Deployment = "cluster"
+	// Cluster3 is a Redis Cluster of 3 masters, each with a replica.
+	Cluster3 Deployment = "cluster3"
+	// Sentinel is a master with one replica, watched by 3 sentinels, the
+	// master named SentinelMaster; clients find it through the sentinels.
+	Sentinel Deployment = "sentinel"
+)
+
+// Deployments lists every deployment, for tests that run on each.
+var Deployments = []Deployment{Single, Cluster1, Cluster3, Sentinel}
+
+// SentinelMaster is the name the sentinels know the master by.
+const SentinelMaster = "fairlock"
+
+// The environment variables that name deployments already running (.ci/run
+// starts them once for every test binary). Without them a test binary
+// starts its own, once, and stops it when it exits.
+const (
+	envSingle   = "FAIRLOCK_REDIS_ADDR"
+	envCluster1 = "FAIRLOCK_CLUSTER_ADDR"
+	envCluster3 = "FAIRLOCK_CLUSTER3_ADDRS" // comma-separated nodes
+	envSentinel = "FAIRLOCK_SENTINEL_ADDRS" // comma-separated sentinels
+)
+
+// Client returns a client of deployment d, closed when the test ends: a
+// *redis.Client (Single, and Sentinel through redis.NewFailoverClient) or a
+// *redis.ClusterClient (Cluster1, Cluster3).
+func Client(t testing.TB, d Deployment) redis.UniversalClient {
+	t.Helper()
+	var c redis.UniversalClient
+	switch d {
+	case Single:
+		return Real(t)
+	case Cluster1:
+		return Cluster(t)
+	case Cluster3:
+		addrs := Addrs(t, d)
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64})
+	case Sentinel:
+		addrs := Addrs(t, d)
+		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: addrs, PoolSize: 64})
+	default:
+		t.Fatalf("unknown deployment %q", d)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Addrs returns the addresses a client of deployment d is given: the
+// server, the cluster's nodes, or the sentinels.
+func Addrs(t testing.TB, d Deployment) []string {
+	t.Helper()
+	env := map[Deployment]string{Single: envSingle, Cluster1: envCluster1, Cluster3: envCluster3, Sentinel: envSentinel}[d]
+	if env == "" {
+		t.Fatalf("unknown deployment %q", d)
+	}
+	return strings.Split(address(t, string(d), env), ",")
+}
+
+// Clients returns n clients of deployment d.
+func Clients(t testing.TB, d Deployment, n int) []redis.UniversalClient {
+	t.Helper()
+	out := make([]redis.UniversalClient, n)
+	for i := range out {
+		out[i] = Client(t, d)
+	}
+	return out
+}
+
+// startDeployment starts deployment kind with the redis-server at bin and
+// returns its address as its environment variable would give it.
+func startDeployment(bin, kind string) (string, error) {
+	switch Deployment(kind) {
+	case Single:
+		return start(bin, false)
+	case Cluster1:
+		return start(bin, true)
+	case Cluster3:
+		return startCluster3(bin)
+	case Sentinel:
+		return startSentinel(bin)
+	}
+	return "", fmt.Errorf("unknown deployment %q", kind)
+}
+
+// startServer starts one redis-server with args on a free port and waits
+// until it answers.
+func startServer(bin string, cluster bool, args ...string) (string, string, error) {
+	port, err := freePort(cluster)
+	if err != nil {
+		return "", "", err
+	}
+	dir, err := os.MkdirTemp("", "fairlock-redis-")
+	if err != nil {
+		return "", "", err
+	}
+	dirs = append(dirs, dir)
+	all := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
+	if cluster {
+		all = append(all, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+	}
+	cmd := exec.Command(bin, all...)
+	if err := cmd.Start(); err != nil {
+		return "", "", err
+	}
+	procs = append(procs, cmd)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	return addr, dir, answers(addr)
+}
+
+func answers(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s did not answer", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// startCluster3 starts 6 cluster nodes and makes them 3 masters with a
+// replica each (redis-cli --cluster create), then waits until every node
+// sees the cluster ok and every master has its replica.
+func startCluster3(bin string) (string, error) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return "", fmt.Errorf("a 3-master cluster needs redis-cli: %w", err)
+	}
+	var addrs []string
+	for range 6 {
+		addr, _, err := startServer(bin, true)
+		if err != nil {
+			return "", err
+		}
+		addrs = append(addrs, addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		for {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:6") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				return "", fmt.Errorf("cluster node %s: not ok: %s", addr, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	// Every node must agree on who serves each slot before tests route.
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	for {
+		masters, replicas := 0, 0
+		err := c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			role, err := n.Do(ctx, "ROLE").Slice()
+			if err != nil || len(role) == 0 {
+				return fmt.Errorf("ROLE: %v", err)
+			}
+			if role[0] == "master" {
+				masters++
+				if links, _ := role[2].([]any); len(links) != 1 {
+					return fmt.Errorf("master %s has %d replicas", n.Options().Addr, len(links))
+				}
+			} else {
+				replicas++
+			}
+			return nil
+		})
+		if err == nil && masters == 3 && replicas == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("cluster of %v: %d masters, %d replicas: %v", addrs, masters, replicas, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		c.ReloadState(ctx)
+	}
+	return strings.Join(addrs, ","), nil
+}
+
+// startSentinel starts a master, a replica of it, and 3 sentinels that
+// monitor it as SentinelMaster (down after 1 s, so a failover test need not
+// wait long), and waits until every sentinel knows the master and its
+// replica.
+func startSentinel(bin string) (string, error) {
+	master, _, err := startServer(bin, false)
+	if err != nil {
+		return "", err
+	}
+	host, port, _ := strings.Cut(master, ":")
+	replica, _, err := startServer(bin, false, "--replicaof", host, port)
+	if err != nil {
+		return "", err
+	}
+	var sentinels []string
+	for range 3 {
+		sport, err := freePort(false)
+		if err != nil {
+			return "", err
+		}
+		dir, err := os.MkdirTemp("", "fairlock-sentinel-")
+		if err != nil {
+			return "", err
+		}
+		dirs = append(dirs, dir)
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
+			"sentinel monitor %s %s %s 2\n"+
+			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 5000\n"+
+			"sentinel parallel-syncs %s 1\n",
+			sport, dir, SentinelMaster, host, port, SentinelMaster, SentinelMaster, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return "", err
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		procs = append(procs, cmd)
+		addr := fmt.Sprintf("127.0.0.1:%d", sport)
+		if err := answers(addr); err != nil {
+			return "", err
+		}
+		sentinels = append(sentinels, addr)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, addr := range sentinels {
+		s := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		for {
+			got, err := s.GetMasterAddrByName(ctx, SentinelMaster).Result()
+			replicas, _ := s.Replicas(ctx, SentinelMaster).Result()
+			if err == nil && len(got) == 2 && got[0]+":"+got[1] == master && len(replicas) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = s.Close()
+				return "", fmt.Errorf("sentinel %s does not know master %s and replica %s: %v %v", addr, master, replica, got, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = s.Close()
+	}
+	return strings.Join(sentinels, ","), nil
+}
