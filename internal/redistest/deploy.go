@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,16 +99,97 @@ func startDeployment(bin, kind string) (string, error) {
 	case Cluster1:
 		return start(bin, true)
 	case Cluster3:
-		return startCluster3(bin)
+		g, err := startCluster3(&shared, bin)
+		if err != nil {
+			return "", err
+		}
+		return strings.Join(g.Nodes, ","), nil
 	case Sentinel:
-		return startSentinel(bin)
+		g, err := startSentinel(&shared, bin)
+		if err != nil {
+			return "", err
+		}
+		return strings.Join(g.Sentinels, ","), nil
 	}
 	return "", fmt.Errorf("unknown deployment %q", kind)
 }
 
+// servers are processes started, and their directories, to stop and remove
+// together.
+type servers struct {
+	procs []*exec.Cmd
+	dirs  []string
+}
+
+func (s *servers) stop() {
+	for _, p := range s.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+	for _, d := range s.dirs {
+		_ = os.RemoveAll(d)
+	}
+	s.procs, s.dirs = nil, nil
+}
+
+// shared are the servers a test binary starts for all its tests, stopped
+// by Main (under startMu).
+var shared servers
+
+// SentinelGroup is a master and its replica behind 3 sentinels, which know
+// the master as SentinelMaster.
+type SentinelGroup struct {
+	Master, Replica string
+	Sentinels       []string
+}
+
+// ClusterGroup is a Redis Cluster of 3 masters, each with a replica.
+type ClusterGroup struct {
+	Nodes []string
+}
+
+// NewSentinelGroup starts a Sentinel deployment of the test's own, for tests
+// that fail it over; it is stopped when the test ends.
+func NewSentinelGroup(t testing.TB) *SentinelGroup {
+	t.Helper()
+	var own servers
+	t.Cleanup(own.stop)
+	g, err := startSentinel(&own, serverBin(t))
+	if err != nil {
+		t.Fatalf("starting a Sentinel deployment: %v", err)
+	}
+	return g
+}
+
+// NewClusterGroup starts a cluster of 3 masters with a replica each, of the
+// test's own, for tests that fail it over or move its slots; it is stopped
+// when the test ends.
+func NewClusterGroup(t testing.TB) *ClusterGroup {
+	t.Helper()
+	var own servers
+	t.Cleanup(own.stop)
+	g, err := startCluster3(&own, serverBin(t))
+	if err != nil {
+		t.Fatalf("starting a 3-master cluster: %v", err)
+	}
+	return g
+}
+
+func serverBin(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed; CI must run real-Redis tests")
+		}
+		t.Skip("needs redis-server on PATH")
+	}
+	return bin
+}
+
 // startServer starts one redis-server with args on a free port and waits
 // until it answers.
-func startServer(bin string, cluster bool, args ...string) (string, string, error) {
+func startServer(own *servers, bin string, cluster bool, args ...string) (string, string, error) {
 	port, err := freePort(cluster)
 	if err != nil {
 		return "", "", err
@@ -116,7 +198,7 @@ func startServer(bin string, cluster bool, args ...string) (string, string, erro
 	if err != nil {
 		return "", "", err
 	}
-	dirs = append(dirs, dir)
+	own.dirs = append(own.dirs, dir)
 	all := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
 	if cluster {
 		all = append(all, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
@@ -126,7 +208,7 @@ func startServer(bin string, cluster bool, args ...string) (string, string, erro
 	if err := cmd.Start(); err != nil {
 		return "", "", err
 	}
-	procs = append(procs, cmd)
+	own.procs = append(own.procs, cmd)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	return addr, dir, answers(addr)
 }
@@ -147,23 +229,23 @@ func answers(addr string) error {
 // startCluster3 starts 6 cluster nodes and makes them 3 masters with a
 // replica each (redis-cli --cluster create), then waits until every node
 // sees the cluster ok and every master has its replica.
-func startCluster3(bin string) (string, error) {
+func startCluster3(own *servers, bin string) (*ClusterGroup, error) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		return "", fmt.Errorf("a 3-master cluster needs redis-cli: %w", err)
+		return nil, fmt.Errorf("a 3-master cluster needs redis-cli: %w", err)
 	}
 	var addrs []string
 	for range 6 {
-		addr, _, err := startServer(bin, true)
+		addr, _, err := startServer(own, bin, true)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		addrs = append(addrs, addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
@@ -176,7 +258,7 @@ func startCluster3(bin string) (string, error) {
 			}
 			if time.Now().After(deadline) {
 				_ = c.Close()
-				return "", fmt.Errorf("cluster node %s: not ok: %s", addr, info)
+				return nil, fmt.Errorf("cluster node %s: not ok: %s", addr, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -186,59 +268,59 @@ func startCluster3(bin string) (string, error) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	for {
-		masters, replicas := 0, 0
+		var masters, replicas atomic.Int32 // the shards are asked at once
 		err := c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
 			role, err := n.Do(ctx, "ROLE").Slice()
 			if err != nil || len(role) == 0 {
 				return fmt.Errorf("ROLE: %v", err)
 			}
 			if role[0] == "master" {
-				masters++
+				masters.Add(1)
 				if links, _ := role[2].([]any); len(links) != 1 {
 					return fmt.Errorf("master %s has %d replicas", n.Options().Addr, len(links))
 				}
 			} else {
-				replicas++
+				replicas.Add(1)
 			}
 			return nil
 		})
-		if err == nil && masters == 3 && replicas == 3 {
+		if err == nil && masters.Load() == 3 && replicas.Load() == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("cluster of %v: %d masters, %d replicas: %v", addrs, masters, replicas, err)
+			return nil, fmt.Errorf("cluster of %v: %d masters, %d replicas: %v", addrs, masters.Load(), replicas.Load(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
 		c.ReloadState(ctx)
 	}
-	return strings.Join(addrs, ","), nil
+	return &ClusterGroup{Nodes: addrs}, nil
 }
 
 // startSentinel starts a master, a replica of it, and 3 sentinels that
 // monitor it as SentinelMaster (down after 1 s, so a failover test need not
 // wait long), and waits until every sentinel knows the master and its
 // replica.
-func startSentinel(bin string) (string, error) {
-	master, _, err := startServer(bin, false)
+func startSentinel(own *servers, bin string) (*SentinelGroup, error) {
+	master, _, err := startServer(own, bin, false)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	host, port, _ := strings.Cut(master, ":")
-	replica, _, err := startServer(bin, false, "--replicaof", host, port)
+	replica, _, err := startServer(own, bin, false, "--replicaof", host, port)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var sentinels []string
 	for range 3 {
 		sport, err := freePort(false)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		dir, err := os.MkdirTemp("", "fairlock-sentinel-")
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		dirs = append(dirs, dir)
+		own.dirs = append(own.dirs, dir)
 		conf := filepath.Join(dir, "sentinel.conf")
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
 			"sentinel monitor %s %s %s 2\n"+
@@ -247,16 +329,16 @@ func startSentinel(bin string) (string, error) {
 			"sentinel parallel-syncs %s 1\n",
 			sport, dir, SentinelMaster, host, port, SentinelMaster, SentinelMaster, SentinelMaster)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			return "", err
+			return nil, err
 		}
 		cmd := exec.Command(bin, conf, "--sentinel")
 		if err := cmd.Start(); err != nil {
-			return "", err
+			return nil, err
 		}
-		procs = append(procs, cmd)
+		own.procs = append(own.procs, cmd)
 		addr := fmt.Sprintf("127.0.0.1:%d", sport)
 		if err := answers(addr); err != nil {
-			return "", err
+			return nil, err
 		}
 		sentinels = append(sentinels, addr)
 	}
@@ -272,11 +354,11 @@ func startSentinel(bin string) (string, error) {
 			}
 			if time.Now().After(deadline) {
 				_ = s.Close()
-				return "", fmt.Errorf("sentinel %s does not know master %s and replica %s: %v %v", addr, master, replica, got, err)
+				return nil, fmt.Errorf("sentinel %s does not know master %s and replica %s: %v %v", addr, master, replica, got, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		_ = s.Close()
 	}
-	return strings.Join(sentinels, ","), nil
+	return &SentinelGroup{Master: master, Replica: replica, Sentinels: sentinels}, nil
 }

@@ -69,8 +69,6 @@ func NoLeaks(t testing.TB) {
 var (
 	startMu sync.Mutex
 	started = map[string]string{} // kind -> address
-	procs   []*exec.Cmd
-	dirs    []string
 )
 
 // Real returns a client of a plain real Redis, closed when the test ends.
@@ -154,7 +152,7 @@ func start(bin string, cluster bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dirs = append(dirs, dir)
+	shared.dirs = append(shared.dirs, dir)
 	args := []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
 	if cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
@@ -163,7 +161,7 @@ func start(bin string, cluster bool) (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
-	procs = append(procs, cmd)
+	shared.procs = append(shared.procs, cmd)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
@@ -197,13 +195,7 @@ func start(bin string, cluster bool) (string, error) {
 func Main(m *testing.M) int {
 	code := m.Run()
 	startMu.Lock()
-	for _, p := range procs {
-		_ = p.Process.Kill()
-		_ = p.Wait()
-	}
-	for _, d := range dirs {
-		_ = os.RemoveAll(d)
-	}
+	shared.stop()
 	startMu.Unlock()
 	return code
 }
@@ -216,7 +208,6 @@ func Name(t testing.TB) string {
 
 // Exit runs a package's tests, stops the servers they started and exits.
 func Exit(m *testing.M) { os.Exit(Main(m)) }
-
 
 // Fataler is the part of testing.TB (and of *rapid.T) that Quiet uses.
 type Fataler interface {
