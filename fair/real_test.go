@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,7 +228,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 
 	// Each master carries the channels of its own locks, on one pub/sub
 	// connection: three in all, for six locks.
-	conns := 0
+	var conns atomic.Int32 // the masters are asked at once
 	err = holders.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		chans, err := m.PubSubShardChannels(ctx, "fairlock:f:*").Result()
 		if err != nil {
@@ -252,7 +253,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 		}
 		for _, line := range strings.Split(list, "\n") {
 			if strings.Contains(line, "name="+opts.ClientName+" ") && !strings.Contains(line, " ssub=0 ") {
-				conns++
+				conns.Add(1)
 			}
 		}
 		return nil
@@ -260,10 +261,10 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conns != 3 {
-		t.Fatalf("%d sharded pub/sub connections for 6 locks on 3 masters, want 3", conns)
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d sharded pub/sub connections for 6 locks on 3 masters, want 3", n)
 	}
-	t.Logf("6 locks on 3 masters: %v; %d sharded pub/sub connections", perMaster, conns)
+	t.Logf("6 locks on 3 masters: %v; %d sharded pub/sub connections", perMaster, conns.Load())
 
 	for i, h := range held {
 		if err := h.Unlock(ctx); err != nil {

@@ -280,6 +280,9 @@ func startCluster3(own *servers, bin string) (*ClusterGroup, error) {
 					return fmt.Errorf("master %s has %d replicas", n.Options().Addr, len(links))
 				}
 			} else {
+				if err := linkUp(ctx, n); err != nil {
+					return err
+				}
 				replicas.Add(1)
 			}
 			return nil
@@ -294,6 +297,19 @@ func startCluster3(own *servers, bin string) (*ClusterGroup, error) {
 		c.ReloadState(ctx)
 	}
 	return &ClusterGroup{Nodes: addrs}, nil
+}
+
+// linkUp reports whether the replica n has finished its sync with its
+// master (WAIT counts it only then).
+func linkUp(ctx context.Context, n *redis.Client) error {
+	info, err := n.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "master_link_status:up") {
+		return fmt.Errorf("replica %s: link to its master not up yet", n.Options().Addr)
+	}
+	return nil
 }
 
 // startSentinel starts a master, a replica of it, and 3 sentinels that
@@ -344,6 +360,14 @@ func startSentinel(own *servers, bin string) (*SentinelGroup, error) {
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	defer rc.Close()
+	for linkUp(ctx, rc) != nil {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("replica %s: %v", replica, linkUp(ctx, rc))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	for _, addr := range sentinels {
 		s := redis.NewSentinelClient(&redis.Options{Addr: addr})
 		for {
