@@ -20,6 +20,10 @@ var (
 	ErrLockLost = core.ErrLockLost
 	// ErrReleased is the cause of a HoldContext ended by Unlock or ForceUnlock.
 	ErrReleased = core.ErrReleased
+	// ErrNotReplicated is wrapped by the error of a Lock or TryLock whose
+	// acquisition fewer replicas than WithReplicas asks for acknowledged in
+	// time: it was undone, and the handle holds nothing.
+	ErrNotReplicated = core.ErrNotReplicated
 )
 
 // DefaultWaitTimeout is how long a queued waiter may be silent, unless
@@ -46,6 +50,19 @@ func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
 // WithCleanupTimeout bounds the calls that run after the caller's ctx
 // ended, such as an Unlock under defer with a cancelled ctx (default 5 s).
 func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
+
+// WithReplicas makes Lock and TryLock return a hold only once n replicas
+// of the lock's master have acknowledged it (Redis WAIT, sent on the same
+// connection as the acquiring script, up to timeout). If fewer acknowledge
+// in time, the acquisition is undone and the call returns an error wrapping
+// ErrNotReplicated. A failover to a replica that acknowledged cannot lose
+// the hold; without this option an acquisition made just before a failover
+// can be lost (docs/deployments.md). It costs a round trip to the replicas
+// per acquisition. n is from 1 to 100, timeout at least 1 ms; default: no
+// waiting.
+// A hold handed over from the queue is claimed at once, with WAIT, before
+// Lock returns. The fair semaphore and RW lock do not take this option yet.
+func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
 
 // WithWaitTimeout sets how long a queued waiter may fall silent before it
 // counts as dead and loses its place (default 10 s, at least 10 ms). Waiters

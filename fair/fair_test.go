@@ -397,6 +397,9 @@ func TestFairBadInput(t *testing.T) {
 		"zero wait timeout":     fair.WithWaitTimeout(0),
 		"long label":            fair.WithLabel(strings.Repeat("x", 201)),
 		"negative lease":        fair.WithLease(-1),
+		"no replicas":           fair.WithReplicas(0, time.Second),
+		"too many replicas":     fair.WithReplicas(101, time.Second),
+		"zero replica timeout":  fair.WithReplicas(1, 0),
 	} {
 		if _, err := fair.New(client, "x", opt); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)

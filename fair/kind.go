@@ -96,9 +96,9 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 	h := k.h
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.FairAcquire.Run(ctx, h.Client, h.Keys,
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire,
 		h.Owner, entry, req.ID, core.Ms(a.Lease), core.Ms(h.Config.WaitTimeout),
-		mode, k.label, h.Publish, h.Channel, req.Stale).Result()
+		mode, k.label, h.Publish, h.Channel, req.Stale)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		if mode != "try" {
@@ -110,6 +110,11 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 	r, err := core.Ints(v)
 	if err != nil {
 		return reply{}, err
+	}
+	if r[0] == 1 {
+		if err := h.Replicated(ctx, req, acked); err != nil {
+			return reply{}, err // undone: the caller holds nothing
+		}
 	}
 	switch {
 	case r[0] == 1 && r[3] == 1:

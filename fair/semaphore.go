@@ -78,6 +78,9 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 	if err := checkPermits(permits); err != nil {
 		return nil, err
 	}
+	if cfg.Replicas > 0 {
+		return nil, core.Invalid("WithReplicas is not supported by the semaphore and the RW lock yet")
+	}
 	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
 		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label}, nil
 }

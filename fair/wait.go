@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -155,8 +156,9 @@ func (q *queueWait) try(ctx context.Context) (*core.Grant, error) {
 		case err != nil:
 			return nil, err
 		case r.held && r.handoff:
-			if g := q.handedOff(ctx, r); g != nil {
-				return g, nil
+			g, err := q.handedOff(ctx, r)
+			if g != nil || err != nil {
+				return g, err
 			}
 			continue // claimed too late: the next attempt tells where it stands
 		case r.held:
@@ -194,10 +196,8 @@ func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool, error
 		q.headUntil(n.expiry)
 	case handOff:
 		r := reply{held: true, count: 1, token: n.token, handoff: true, grantedAt: n.grantedAt}
-		if g := q.handedOff(ctx, r); g != nil {
-			return g, false, nil
-		}
-		return nil, true, nil
+		g, err := q.handedOff(ctx, r)
+		return g, g == nil && err == nil, err
 	case served:
 		if q.k.served == nil {
 			return nil, true, nil // not a semaphore's gate: look again
@@ -268,8 +268,21 @@ func parseServed(text string) (served, bool) {
 // a lost one, or an attempt's reply) granted this entry; nil if it came too
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
-func (q *queueWait) handedOff(ctx context.Context, r reply) *core.Grant {
-	return q.k.usable(ctx, q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
+func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
+	g := q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt))
+	if h := q.k.h; h.Config.Replicas > 0 {
+		// WithReplicas: the hold must be on enough replicas before Lock
+		// returns, so it is claimed now, with WAIT.
+		since, err := h.ClaimReplicated(ctx, *g, q.a.Lease, q.a.Fixed)
+		if errors.Is(err, core.ErrLockLost) {
+			return nil, nil // gone before the claim: the next try tells where it stands
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
+	}
+	return q.k.usable(ctx, g, q.a), nil
 }
 
 // queued takes in a reply that left the entry waiting.

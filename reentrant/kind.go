@@ -31,8 +31,8 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 	h := k.h
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.ReentrantAcquire.Run(ctx, h.Client, h.Keys,
-		h.Owner, req.ID, core.Ms(a.Lease), req.Stale).Result()
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire,
+		h.Owner, req.ID, core.Ms(a.Lease), req.Stale)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		return nil, 0, err
@@ -42,6 +42,9 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 		return nil, 0, err
 	}
 	if r[0] == 1 {
+		if err := h.Replicated(ctx, req, acked); err != nil {
+			return nil, 0, err // undone: the caller holds nothing
+		}
 		return &core.Grant{Count: int(r[1]), Token: r[2], Since: since}, 0, nil
 	}
 	return nil, time.Duration(r[1]) * time.Millisecond, nil

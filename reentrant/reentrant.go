@@ -20,6 +20,10 @@ var (
 	ErrLockLost = core.ErrLockLost
 	// ErrReleased is the cause of a HoldContext ended by Unlock or ForceUnlock.
 	ErrReleased = core.ErrReleased
+	// ErrNotReplicated is wrapped by the error of a Lock or TryLock whose
+	// acquisition fewer replicas than WithReplicas asks for acknowledged in
+	// time: it was undone, and the handle holds nothing.
+	ErrNotReplicated = core.ErrNotReplicated
 )
 
 // Option configures a Mutex.
@@ -42,6 +46,17 @@ func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
 // WithCleanupTimeout bounds the calls that run after the caller's ctx
 // ended, such as an Unlock under defer with a cancelled ctx (default 5 s).
 func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
+
+// WithReplicas makes Lock and TryLock return a hold only once n replicas
+// of the lock's master have acknowledged it (Redis WAIT, sent on the same
+// connection as the acquiring script, up to timeout). If fewer acknowledge
+// in time, the acquisition is undone and the call returns an error wrapping
+// ErrNotReplicated. A failover to a replica that acknowledged cannot lose
+// the hold; without this option an acquisition made just before a failover
+// can be lost (docs/deployments.md). It costs a round trip to the replicas
+// per acquisition. n is from 1 to 100, timeout at least 1 ms; default: no
+// waiting.
+func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
 
 // Mutex is one handle on a reentrant lock. Its methods are safe for
 // concurrent use; goroutines sharing a handle share its hold.

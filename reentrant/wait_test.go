@@ -191,7 +191,12 @@ func TestBadInput(t *testing.T) {
 		},
 		"nil clock":    func() error { _, err := reentrant.New(client, "x", core.WithClock(nil)); return err },
 		"zero cleanup": func() error { _, err := reentrant.New(client, "x", reentrant.WithCleanupTimeout(0)); return err },
-		"nil option":   func() error { _, err := reentrant.New(client, "x", nil); return err },
+		"no replicas":  func() error { _, err := reentrant.New(client, "x", reentrant.WithReplicas(0, time.Second)); return err },
+		"replica timeout": func() error {
+			_, err := reentrant.New(client, "x", reentrant.WithReplicas(1, -time.Second))
+			return err
+		},
+		"nil option": func() error { _, err := reentrant.New(client, "x", nil); return err },
 		"negative wait": func() error {
 			m, _ := reentrant.New(client, "x")
 			_, err := m.TryLock(context.Background(), -1, 0)

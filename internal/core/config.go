@@ -19,6 +19,10 @@ type Config struct {
 	Logger         *slog.Logger
 	Clock          clock.Clock
 	Scripts        *lua.Scripts
+	// Replicas, when above 0, is how many replicas must acknowledge an
+	// acquisition (WAIT) within ReplicaTimeout.
+	Replicas       int
+	ReplicaTimeout time.Duration
 	// Fair lock only.
 	WaitTimeout time.Duration
 	Label       string

@@ -19,6 +19,10 @@ var (
 	// ErrReleased is the cause of a HoldContext cancelled by Unlock or
 	// ForceUnlock.
 	ErrReleased = errors.New("fairlock: lock released")
+	// ErrNotReplicated is wrapped by the error of an acquisition that fewer
+	// replicas than WithReplicas asks for acknowledged in time: it was
+	// undone, and the caller holds nothing.
+	ErrNotReplicated = errors.New("fairlock: acquisition not acknowledged by enough replicas")
 )
 
 type lostError struct{}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,80 @@ func (h Handle) Answered(ctx context.Context, req Request, err error) {
 }
 
 func (h Handle) requestID() string { return h.Owner + "#" + NextID() }
+
+// RunAcquire runs an acquiring script; with WithReplicas, followed on its
+// connection by WAIT (lua.Script.RunWait). acked is the replicas that
+// acknowledged, -1 without WithReplicas.
+func (h Handle) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
+	if h.Config.Replicas == 0 {
+		v, err = s.Run(ctx, h.Client, h.Keys, args...).Result()
+		return v, -1, err
+	}
+	cmd, acked, err := s.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
+	if cmd == nil || cmd.Err() != nil {
+		return nil, 0, err
+	}
+	if err != nil {
+		acked = 0 // the script ran, but WAIT failed: nothing is known to be acknowledged
+	}
+	v, err = cmd.Result()
+	return v, acked, err
+}
+
+// Replicated judges a grant that req's reply reported, with acked replicas
+// acknowledging it (RunAcquire): with too few, the grant is undone (as a
+// lost reply's is) and the error wraps ErrNotReplicated.
+func (h Handle) Replicated(ctx context.Context, req Request, acked int64) error {
+	if acked < 0 || acked >= int64(h.Config.Replicas) {
+		return nil
+	}
+	err := fmt.Errorf("%w: %d of %d within %v; the acquisition was undone", ErrNotReplicated, acked, h.Config.Replicas, h.Config.ReplicaTimeout)
+	h.Answered(ctx, req, err)
+	return err
+}
+
+// ClaimReplicated claims a direct hand-off at once, as Claim does, and waits
+// for WithReplicas' replicas to acknowledge the hold: the grant was written
+// by another client's call, and the claim's WAIT covers it too (replication
+// is one ordered stream). With too few, the hold is released (handed on)
+// and the error wraps ErrNotReplicated.
+func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
+	since := h.Config.Clock.Now()
+	if fixed {
+		since = g.Since
+	}
+	flag := "0"
+	if fixed {
+		flag = "1"
+	}
+	script := h.Layout.Renew
+	if script == nil {
+		script = h.Config.Scripts.Renew
+	}
+	cmd, acked, err := script.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, h.Owner, g.Token, Ms(lease), flag)
+	if cmd == nil || cmd.Err() != nil {
+		return since, err
+	}
+	r, perr := Ints(cmd.Val())
+	if perr != nil {
+		return since, perr
+	}
+	if r[0] != 1 {
+		return since, ErrLockLost
+	}
+	if err == nil && acked >= int64(h.Config.Replicas) {
+		return since, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %d of %d within %v; the hand-off was passed on", ErrNotReplicated, acked, h.Config.Replicas, h.Config.ReplicaTimeout)
+	}
+	ctx, cancel := h.Cleanup(ctx)
+	defer cancel()
+	if rerr := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), g.Token, h.Publish, h.Channel).Err(); rerr != nil {
+		h.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
+	}
+	return since, err
+}
 
 // Claim makes a direct hand-off (g.Handoff) a full hold now: it renews the
 // hold to the full lease, counted from the grant for a fixed lease and from

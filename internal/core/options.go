@@ -96,6 +96,24 @@ func WithScripts(s *lua.Scripts) Option {
 	}
 }
 
+// MaxReplicas bounds WithReplicas.
+const MaxReplicas = 100
+
+// WithReplicas makes every acquisition wait for n replicas to acknowledge
+// it, up to timeout.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(c *Config) error {
+		if n < 1 || n > MaxReplicas {
+			return Invalid("replicas must be from 1 to %d, got %d", MaxReplicas, n)
+		}
+		if err := PositiveDuration("replica timeout", timeout, time.Millisecond); err != nil {
+			return err
+		}
+		c.Replicas, c.ReplicaTimeout = n, timeout
+		return nil
+	}
+}
+
 // WithWaitTimeout sets how long a queued fair waiter may be silent.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(c *Config) error {

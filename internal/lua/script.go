@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -125,6 +126,72 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 		}
 	}
 	return s.eval.Run(ctx, c, keys, args...)
+}
+
+// RunWait runs the script like Run, followed on the same connection by
+// WAIT replicas timeout, in one pipeline: WAIT counts the replicas that
+// acknowledged every write of its connection so far, so the script's writes
+// (and, replication being one ordered stream, every write before them) are
+// covered. On Cluster the pipeline goes to the master that owns keys[0]. It
+// returns the script's reply and the number of replicas that acknowledged
+// (or the error of either).
+func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
+	conn := redis.Cmdable(c)
+	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		conn = node
+	}
+	run := func(fcall bool) (*redis.Cmd, int64, error) {
+		pipe := conn.Pipeline()
+		var cmd *redis.Cmd
+		if fcall {
+			cmd = pipe.FCall(ctx, s.fn, keys, args...)
+		} else {
+			cmd = pipe.EvalSha(ctx, s.eval.Hash(), keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", replicas, timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if err := cmd.Err(); err != nil {
+			return cmd, 0, err
+		}
+		n, err := wait.Int64()
+		return cmd, n, err
+	}
+	if m := modeOf(c); m != modeEval {
+		cmd, n, err := run(true)
+		switch {
+		case cmd.Err() == nil: // ran (a failed WAIT is the caller's to judge)
+			if m == modeUnknown {
+				setMode(c, modeFunctions)
+			}
+			return cmd, n, err
+		case unsupported(err):
+			setMode(c, modeEval)
+		case functionMissing(err):
+			lerr := s.lib.load(ctx, c, keys)
+			if lerr == nil {
+				setMode(c, modeFunctions)
+				return run(true)
+			}
+			if !unsupported(lerr) {
+				return cmd, 0, lerr
+			}
+			setMode(c, modeEval)
+		default:
+			return cmd, 0, err
+		}
+	}
+	cmd, n, err := run(false)
+	if err != nil && strings.HasPrefix(redisError(err), "NOSCRIPT") {
+		if lerr := conn.ScriptLoad(ctx, s.src).Err(); lerr != nil {
+			return cmd, 0, lerr
+		}
+		return run(false)
+	}
+	return cmd, n, err
 }
 
 // load loads the library on the server (on Cluster, on the master that owns
