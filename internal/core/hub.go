@@ -20,7 +20,10 @@ import (
 // longest-waiting one (the reentrant lock: one wake-up per client, not the
 // herd). When the connection comes back after a failure, messages sent
 // meanwhile are lost, so every waiter of every re-confirmed channel is woken
-// to try again.
+// to try again. On Cluster, when a lock's slot moves to another master, the
+// old master drops the channel (a SUNSUBSCRIBE nobody asked for): its
+// waiters follow it to the hub of the new master, and are woken to try again
+// once it confirms (hub_move.go).
 
 // HubLinger is how long a channel stays subscribed with no waiter.
 var HubLinger = 30 * time.Second
@@ -34,7 +37,8 @@ type hub struct {
 	key     any
 	ps      *redis.PubSub
 	sharded bool
-	done    chan struct{} // closed when receive has returned
+	client  redis.UniversalClient // whose hub it is (sharded: to find a moved channel's new master)
+	done    chan struct{}         // closed when receive has returned
 	closing chan struct{}
 	sweep   *time.Timer
 
@@ -42,12 +46,14 @@ type hub struct {
 	mu      sync.Mutex
 	chans   map[string]*channel
 	pending map[string]int           // subscribe confirmations still to come
+	leaving map[string]int           // unsubscribes this hub asked for, not yet confirmed
 	syncs   map[string]chan struct{} // SyncHubs markers not yet read back
 }
 
 type channel struct {
 	ready     chan struct{}
 	confirmed bool
+	moved     bool // its waiters came from another hub: wake them when confirmed
 	subs      []*Sub
 	idleSince time.Time // when the last waiter left; zero while in use
 }
@@ -56,10 +62,14 @@ type channel struct {
 // for "try again".
 type Sub struct {
 	C       chan string
-	h       *hub
 	channel string
-	id      string
-	ch      *channel
+
+	// mu guards h and ch, which change when the channel moves to another
+	// hub; it is taken before the hub's mu.
+	mu sync.Mutex
+	h  *hub
+	ch *channel
+	id string // guarded by h.mu
 }
 
 func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any, bool, error) {
@@ -80,23 +90,8 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 	if err != nil {
 		return nil, err
 	}
-	hubsMu.Lock()
-	h := hubs[key]
-	if h == nil {
-		var ps *redis.PubSub
-		if sharded {
-			ps = key.(*redis.Client).SSubscribe(ctx)
-		} else {
-			ps = client.Subscribe(ctx)
-		}
-		h = &hub{key: key, ps: ps, sharded: sharded, done: make(chan struct{}), closing: make(chan struct{}),
-			chans: map[string]*channel{}, pending: map[string]int{}, syncs: map[string]chan struct{}{}}
-		hubs[key] = h
-		go h.receive()
-	}
-	h.cmdMu.Lock()
+	h := hubAt(client, key, sharded)
 	defer h.cmdMu.Unlock()
-	hubsMu.Unlock()
 
 	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
 	h.mu.Lock()
@@ -120,6 +115,28 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 		_ = err
 	}
 	return s, nil
+}
+
+// hubAt returns the hub of key (made if there is none), with its cmdMu
+// held: a hub cannot be closed as idle before its caller adds a channel.
+func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[key]
+	if h == nil {
+		var ps *redis.PubSub
+		if sharded {
+			ps = key.(*redis.Client).SSubscribe(context.Background())
+		} else {
+			ps = client.Subscribe(context.Background())
+		}
+		h = &hub{key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
+			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{}, syncs: map[string]chan struct{}{}}
+		hubs[key] = h
+		go h.receive()
+	}
+	h.cmdMu.Lock()
+	return h
 }
 
 // SubscribeIfLive registers a waiter on a channel that is already subscribed
@@ -159,12 +176,18 @@ func (h *hub) attachLocked(ch *channel, s *Sub) {
 }
 
 // Ready is closed once the subscription is confirmed.
-func (s *Sub) Ready() <-chan struct{} { return s.ch.ready }
+func (s *Sub) Ready() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ch.ready
+}
 
 // Close unregisters the waiter. A wake-up it did not consume is passed on to
 // the next waiter when it was meant for anyone. The channel stays subscribed
 // for HubLinger.
 func (s *Sub) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -194,6 +217,8 @@ func (s *Sub) Close() {
 // SetID changes the id that targeted messages must carry to reach s (a fair
 // waiter that re-joined the queue under a new entry).
 func (s *Sub) SetID(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.h.mu.Lock()
 	s.id = id
 	s.h.mu.Unlock()

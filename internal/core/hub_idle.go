@@ -45,6 +45,9 @@ func (h *hub) closeIdle(linger time.Duration) {
 		if time.Since(ch.idleSince) >= linger {
 			idle = append(idle, name)
 			delete(h.chans, name)
+			if h.sharded {
+				h.leaving[name]++ // its SUNSUBSCRIBE is not a moved slot
+			}
 		} else {
 			waitMore = true
 		}

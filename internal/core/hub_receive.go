@@ -77,8 +77,11 @@ func (h *hub) receive() {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				h.confirmed(m.Channel)
+			case "sunsubscribe":
+				h.dropped(m.Channel)
 			}
 		case *redis.Message:
 			if strings.HasPrefix(m.Payload, SyncMarker) {
@@ -113,6 +116,17 @@ func (h *hub) confirmed(name string) {
 		if h.pending[name] == 0 {
 			ch.confirmed = true
 			close(ch.ready)
+			if ch.moved {
+				// Its waiters came from the master the slot left: what
+				// was published in between is lost to them.
+				for _, s := range ch.subs {
+					select {
+					case s.C <- "":
+						unread.Add(1)
+					default:
+					}
+				}
+			}
 		}
 		return
 	}

@@ -1,0 +1,109 @@
+package core
+
+// A moved slot: when a lock's slot moves to another master of a Redis
+// Cluster, the old master drops the lock's shard channel, telling its
+// subscribers with a SUNSUBSCRIBE they did not ask for. The waiters on it
+// would hear nothing more (their next wake-up would be their fallback: a
+// timer, the fair lock's heartbeat). So they follow the channel to the hub
+// of the master that now owns the slot, and are woken to try again once
+// that master confirms the subscription.
+
+import (
+	"context"
+	"time"
+)
+
+// dropped handles a SUNSUBSCRIBE of name. One the hub asked for (closeIdle)
+// is nothing; otherwise the slot moved.
+func (h *hub) dropped(name string) {
+	h.mu.Lock()
+	if h.leaving[name] > 0 {
+		if h.leaving[name]--; h.leaving[name] == 0 {
+			delete(h.leaving, name)
+		}
+		h.mu.Unlock()
+		return
+	}
+	ch := h.chans[name]
+	if ch == nil {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.chans, name)
+	delete(h.pending, name)
+	subs := append([]*Sub(nil), ch.subs...)
+	h.mu.Unlock()
+	// Not on the receive goroutine: moving subscribes on another hub, and
+	// this hub must go on reading meanwhile.
+	go h.move(name, subs)
+}
+
+// move re-homes the waiters of a dropped channel on the hub of the master
+// that owns it now. A waiter whose Close came first is left alone; if the
+// new master cannot be found (the cluster cannot be reached, or still names
+// the old one after a while), the waiters are woken, and their fallback
+// covers them.
+func (h *hub) move(name string, subs []*Sub) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var key any
+	for {
+		if cc, ok := h.client.(interface{ ReloadState(context.Context) }); ok {
+			cc.ReloadState(ctx) // the slot map changed (go-redis reloads in the background)
+		}
+		k, _, err := hubKey(ctx, h.client, name)
+		if err == nil && k != h.key {
+			key = k
+			break
+		}
+		select {
+		case <-ctx.Done():
+			wake(subs)
+			return
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	to := hubAt(h.client, key, true)
+	defer to.cmdMu.Unlock()
+	var stay []*Sub // already confirmed there: woken at once
+	first := false
+	for _, s := range subs {
+		s.mu.Lock()
+		if s.h != h {
+			s.mu.Unlock()
+			continue
+		}
+		to.mu.Lock()
+		ch := to.chans[name]
+		if ch == nil {
+			ch = &channel{ready: make(chan struct{}), moved: true}
+			to.chans[name] = ch
+			to.pending[name]++
+			first = true
+		}
+		s.h = to
+		to.attachLocked(ch, s)
+		if ch.confirmed {
+			stay = append(stay, s)
+		} else {
+			ch.moved = true // woken when confirmed
+		}
+		to.mu.Unlock()
+		s.mu.Unlock()
+	}
+	if first {
+		_ = to.ps.SSubscribe(ctx, name) // on error go-redis subscribes it again when it reconnects
+	}
+	wake(stay)
+}
+
+// wake tells each of subs to try again.
+func wake(subs []*Sub) {
+	for _, s := range subs {
+		select {
+		case s.C <- "":
+			unread.Add(1)
+		default:
+		}
+	}
+}
