@@ -32,6 +32,10 @@ func (h *hub) dropped(name string) {
 	delete(h.chans, name)
 	delete(h.pending, name)
 	subs := append([]*Sub(nil), ch.subs...)
+	if len(h.chans) == 0 && h.sweep == nil {
+		// Nothing left here: the sweep closes the connection.
+		h.sweep = time.AfterFunc(HubLinger, func() { h.closeIdle(HubLinger) })
+	}
 	h.mu.Unlock()
 	// Not on the receive goroutine: moving subscribes on another hub, and
 	// this hub must go on reading meanwhile.
