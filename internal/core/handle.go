@@ -114,19 +114,9 @@ func (h Handle) Replicated(ctx context.Context, req Request, acked int64) error 
 // is one ordered stream). With too few, the hold is released (handed on)
 // and the error wraps ErrNotReplicated.
 func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
-	since := h.Config.Clock.Now()
-	if fixed {
-		since = g.Since
-	}
-	flag := "0"
-	if fixed {
-		flag = "1"
-	}
-	script := h.Layout.Renew
-	if script == nil {
-		script = h.Config.Scripts.Renew
-	}
-	cmd, acked, err := script.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, h.Owner, g.Token, Ms(lease), flag)
+	since := h.claimSince(g, fixed)
+	script, args := h.renewCall(g.Token, lease, fixed)
+	cmd, acked, err := script.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
 	if cmd == nil || cmd.Err() != nil {
 		return since, err
 	}
@@ -156,26 +146,39 @@ func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duratio
 // now otherwise. It returns the time the new lease counts from, or ok=false
 // if the hold is gone.
 func (h Handle) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
-	since = h.Config.Clock.Now()
-	if fixed {
-		since = g.Since
-	}
+	since = h.claimSince(g, fixed)
 	ok, err = h.renew(ctx, g.Token, lease, fixed)
 	return since, ok, err
 }
 
-// renew extends this handle's hold with token by lease (from the hand-off's
-// grant when fromGrant); false if the hold is gone.
-func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
-	fixed := "0"
+// claimSince is when a claimed hand-off's new lease counts from: its grant
+// for a fixed lease, now otherwise.
+func (h Handle) claimSince(g Grant, fixed bool) time.Time {
+	if fixed {
+		return g.Since
+	}
+	return h.Config.Clock.Now()
+}
+
+// renewCall is the script and arguments that extend this handle's hold with
+// token by lease (from the hand-off's grant when fromGrant).
+func (h Handle) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua.Script, []any) {
+	flag := "0"
 	if fromGrant {
-		fixed = "1"
+		flag = "1"
 	}
 	script := h.Layout.Renew
 	if script == nil {
 		script = h.Config.Scripts.Renew
 	}
-	v, err := script.Run(ctx, h.Client, h.Keys, h.Owner, token, Ms(lease), fixed).Result()
+	return script, []any{h.Owner, token, Ms(lease), flag}
+}
+
+// renew extends this handle's hold with token by lease (from the hand-off's
+// grant when fromGrant); false if the hold is gone.
+func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+	script, args := h.renewCall(token, lease, fromGrant)
+	v, err := script.Run(ctx, h.Client, h.Keys, args...).Result()
 	if err != nil {
 		return false, err
 	}
