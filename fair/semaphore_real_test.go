@@ -160,9 +160,10 @@ func BenchmarkUncontendedSemaphoreAcquireRelease(b *testing.B) {
 
 // A note that serves permits can be lost with the connection that carries
 // it. The readers it served find out once they reconnect: the gate's holder
-// by its next attempt, the readers queued behind it because their entries
-// are gone from the gate's queue and the semaphore tells them the permits
-// are theirs (mode "check"). Each gets the very hold Redis has.
+// by its next attempt; a reader queued behind it finds its entry gone from
+// the gate's queue and asks the semaphore (mode "check"), or, if the gate
+// was given on first and is free, takes the gate and finds its permits
+// there. Either way each gets the very hold it was served, no new one.
 func TestRealServedNoteLost(t *testing.T) {
 	redistest.NoLeaks(t)
 	admin := redistest.Real(t)
@@ -209,24 +210,25 @@ func TestRealServedNoteLost(t *testing.T) {
 	if st.InUse != n || len(st.Queue) != 1 { // the first reader still holds the gate
 		t.Fatalf("after the Unlock that served the readers: %+v", st)
 	}
+	served := map[int64]bool{}
+	for _, h := range st.Holders {
+		served[h.Token] = true
+	}
 	cut.On.Store(false)
 	for i, c := range reading {
 		done(t, c, fmt.Sprintf("reader %d, after reconnecting", i))
 	}
-	if checks.n.Load() == 0 {
-		t.Fatal("no queued reader asked the semaphore whether it had been served")
-	}
+	t.Logf("%d queued readers asked the semaphore (mode check)", checks.n.Load())
 	st, err = fair.InspectRWMutex(ctx, admin, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := map[int64]bool{}
-	for _, h := range st.Holders {
-		held[h.Token] = true
+	if st.InUse != n {
+		t.Fatalf("after reconnecting: %+v", st)
 	}
 	for i, r := range rs {
-		if !held[r.Token()] {
-			t.Fatalf("reader %d believes in token %d; Redis has %+v", i, r.Token(), st.Holders)
+		if !served[r.Token()] {
+			t.Fatalf("reader %d holds token %d, not one of the holds it was served: %+v", i, r.Token(), st.Holders)
 		}
 		ok(t, r.RUnlock(ctx), "RUnlock")
 	}
