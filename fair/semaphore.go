@@ -314,7 +314,6 @@ type semReply struct {
 	expiry    int64 // held: the hold's expiry (Redis ms)
 	gateLost  bool  // mode "gate": the caller's gate hold ran out
 	tooMany   int64 // n is above the semaphore's number, this one
-	notServed bool  // mode "check": nothing was served to the caller
 	next      int64 // not now: when the first permit hold expires (Redis ms, 0: none)
 	now       int64 // Redis's clock (ms)
 	clock     redisClock
@@ -354,7 +353,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	case -2:
 		return semReply{tooMany: r[1]}, nil
 	case -3:
-		return semReply{notServed: true}, nil
+		return semReply{}, nil // mode "check": nothing was served to the caller
 	}
 	now := r[4]
 	if r[0] == 1 {
