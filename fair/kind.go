@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"sync"
@@ -154,35 +155,42 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time)
 	}
 }
 
-// usable vets a hand-off before Lock returns it. Normally the grant arrives
-// at once and most of its first lease is left. If it came so late (this
-// client was cut off from Redis while its entry was still live, say) that
-// less than the drift margin of a full first lease (min(lease, wait
-// timeout)) is left as this client counts it, Lock would return a hold
-// about to be lost: it is claimed now instead, and
-// returned as a full hold. If the claim fails, nil: the caller keeps
-// waiting, and its next attempt finds out where it stands (a grant still in
-// force is reported again; one that ran out is handed on).
-func (k *kind) usable(ctx context.Context, g *core.Grant, a core.Attempt) *core.Grant {
-	return usable(ctx, k.h, g, a)
-}
-
-// usable is kind.usable for any hold that can be handed off: h is the
-// handle the grant is for.
-func usable(ctx context.Context, h core.Handle, g *core.Grant, a core.Attempt) *core.Grant {
+// usable vets a hand-off (h's grant g) before Lock returns it. With
+// WithReplicas it is claimed at once, with WAIT: the hold must be on enough
+// replicas before Lock returns (an error wraps ErrNotReplicated, and the
+// hold was passed on). Otherwise normally the grant arrives at once and most
+// of its first lease is left. If it came so late (this client was cut off
+// from Redis while its entry was still live, say) that less than the drift
+// margin of a full first lease (min(lease, wait timeout)) is left as this
+// client counts it, Lock would return a hold about to be lost: it is claimed
+// now instead, and returned as a full hold. If the hold is gone by the
+// claim, nil, nil: the caller keeps waiting, and its next attempt finds out
+// where it stands (a grant still in force is reported again; one that ran
+// out is handed on).
+func usable(ctx context.Context, h core.Handle, g *core.Grant, a core.Attempt) (*core.Grant, error) {
 	if g == nil || !g.Handoff {
-		return g
+		return g, nil
+	}
+	if h.Config.Replicas > 0 {
+		since, err := h.ClaimReplicated(ctx, *g, a.Lease, a.Fixed)
+		if errors.Is(err, core.ErrLockLost) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
 	}
 	cfg := h.Config
 	margin := cfg.Margin(min(a.Lease, cfg.WaitTimeout)) // the longest first lease a grant can have
 	if left := g.Since.Add(g.First - margin).Sub(cfg.Clock.Now()); left >= margin {
-		return g
+		return g, nil
 	}
 	since, ok, err := h.Claim(ctx, *g, a.Lease, a.Fixed)
 	if err != nil || !ok {
-		return nil
+		return nil, nil
 	}
-	return &core.Grant{Count: g.Count, Token: g.Token, Since: since}
+	return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
 }
 
 // leave takes the entry out of the queue, even when ctx has ended. If Redis

@@ -385,8 +385,8 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	for {
 		gate, err := k.lockGate(ctx, a, end)
 		if served, ok := errors.AsType[*permitsServed](err); ok {
-			if g := usable(ctx, k.h, served.g, a); g != nil {
-				return g, nil
+			if g, err := usable(ctx, k.h, served.g, a); g != nil || err != nil {
+				return g, err
 			}
 			continue // served too late to use, and gone: queue afresh
 		}
@@ -542,8 +542,8 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				if lastSent.After(g.Since) {
 					g.Since = lastSent
 				}
-				if g := usable(ctx, k.h, g, a); g != nil {
-					return g, false, nil
+				if g, err := usable(ctx, k.h, g, a); g != nil || err != nil {
+					return g, false, err
 				}
 			}
 		case core.Ready, core.Retry:

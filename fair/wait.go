@@ -2,7 +2,6 @@ package fair
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -269,20 +268,7 @@ func parseServed(text string) (served, bool) {
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
 func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
-	g := q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt))
-	if h := q.k.h; h.Config.Replicas > 0 {
-		// WithReplicas: the hold must be on enough replicas before Lock
-		// returns, so it is claimed now, with WAIT.
-		since, err := h.ClaimReplicated(ctx, *g, q.a.Lease, q.a.Fixed)
-		if errors.Is(err, core.ErrLockLost) {
-			return nil, nil // gone before the claim: the next try tells where it stands
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
-	}
-	return q.k.usable(ctx, g, q.a), nil
+	return usable(ctx, q.k.h, q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
 }
 
 // queued takes in a reply that left the entry waiting.

@@ -182,21 +182,21 @@ func serverBin(t testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("redis-server is not installed; CI must run real-Redis tests")
 		}
-		t.Skip("needs redis-server on PATH")
+		t.Skip("needs real Redis: install redis-server, or name running servers in FAIRLOCK_REDIS_ADDR and the other FAIRLOCK_*_ADDR(S) variables")
 	}
 	return bin
 }
 
 // startServer starts one redis-server with args on a free port and waits
 // until it answers.
-func startServer(own *servers, bin string, cluster bool, args ...string) (string, string, error) {
+func startServer(own *servers, bin string, cluster bool, args ...string) (string, error) {
 	port, err := freePort(cluster)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	dir, err := os.MkdirTemp("", "fairlock-redis-")
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	own.dirs = append(own.dirs, dir)
 	all := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
@@ -206,11 +206,11 @@ func startServer(own *servers, bin string, cluster bool, args ...string) (string
 	}
 	cmd := exec.Command(bin, all...)
 	if err := cmd.Start(); err != nil {
-		return "", "", err
+		return "", err
 	}
 	own.procs = append(own.procs, cmd)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	return addr, dir, answers(addr)
+	return addr, answers(addr)
 }
 
 func answers(addr string) error {
@@ -236,7 +236,7 @@ func startCluster3(own *servers, bin string) (*ClusterGroup, error) {
 	}
 	var addrs []string
 	for range 6 {
-		addr, _, err := startServer(own, bin, true)
+		addr, err := startServer(own, bin, true)
 		if err != nil {
 			return nil, err
 		}
@@ -317,12 +317,12 @@ func linkUp(ctx context.Context, n *redis.Client) error {
 // wait long), and waits until every sentinel knows the master and its
 // replica.
 func startSentinel(own *servers, bin string) (*SentinelGroup, error) {
-	master, _, err := startServer(own, bin, false)
+	master, err := startServer(own, bin, false)
 	if err != nil {
 		return nil, err
 	}
 	host, port, _ := strings.Cut(master, ":")
-	replica, _, err := startServer(own, bin, false, "--replicaof", host, port)
+	replica, err := startServer(own, bin, false, "--replicaof", host, port)
 	if err != nil {
 		return nil, err
 	}

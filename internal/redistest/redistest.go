@@ -17,8 +17,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -99,14 +97,7 @@ func address(t testing.TB, kind, env string) string {
 	if a, ok := started[kind]; ok {
 		return a
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set and redis-server is not installed; CI must run real-Redis tests", env)
-		}
-		t.Skipf("needs real Redis: set %s or install redis-server", env)
-	}
-	a, err := startDeployment(bin, kind)
+	a, err := startDeployment(serverBin(t), kind)
 	if err != nil {
 		t.Fatalf("starting redis-server (%s): %v", kind, err)
 	}
@@ -143,52 +134,29 @@ func freePort(cluster bool) (int, error) {
 	return 0, fmt.Errorf("no free port pair for a cluster node")
 }
 
+// start starts a plain server, or a one-node cluster that owns every slot.
 func start(bin string, cluster bool) (string, error) {
-	port, err := freePort(cluster)
-	if err != nil {
-		return "", err
+	addr, err := startServer(&shared, bin, cluster)
+	if err != nil || !cluster {
+		return addr, err
 	}
-	dir, err := os.MkdirTemp("", "fairlock-redis-")
-	if err != nil {
-		return "", err
-	}
-	shared.dirs = append(shared.dirs, dir)
-	args := []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
-	if cluster {
-		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"))
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	shared.procs = append(shared.procs, cmd)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		return "", err
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(ctx).Err() != nil {
+	for {
+		info, _ := c.ClusterInfo(ctx).Result()
+		if strings.Contains(info, "cluster_state:ok") {
+			return addr, nil
+		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redis-server on %s did not answer", addr)
+			return "", fmt.Errorf("cluster on %s did not become ok", addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if cluster {
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-			return "", err
-		}
-		for {
-			info, _ := c.ClusterInfo(ctx).Result()
-			if strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("cluster on %s did not become ok", addr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return addr, nil
 }
 
 // Main runs a package's tests and stops the servers they started.
