@@ -139,7 +139,9 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 	opts.ClientName = fmt.Sprintf("waiters-%d", time.Now().UnixNano())
 	waiters := redis.NewClusterClient(&opts)
 	t.Cleanup(func() { _ = waiters.Close() })
-	ctx := context.Background()
+	// Cancelled when the test ends, so a failure leaves no waiter behind.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 
 	// Masters by address, and the slots each serves.
 	shards, err := holders.ClusterShards(ctx).Result()
@@ -227,42 +229,52 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 	})
 
 	// Each master carries the channels of its own locks, on one pub/sub
-	// connection: three in all, for six locks.
+	// connection: three in all, for six locks. A waiter joins the queue
+	// before its subscription is confirmed, so this is awaited, not read once.
+	var last error
 	var conns atomic.Int32 // the masters are asked at once
-	err = holders.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		chans, err := m.PubSubShardChannels(ctx, "fairlock:f:*").Result()
-		if err != nil {
-			return err
-		}
-		want := map[string]bool{}
-		for _, name := range perMaster[m.Options().Addr] {
-			want["fairlock:f:{"+name+"}:wake"] = true
-		}
-		got := map[string]bool{}
-		for _, c := range chans {
-			if strings.Contains(c, base) {
-				got[c] = true
+	settled := func() bool {
+		conns.Store(0)
+		last = holders.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			chans, err := m.PubSubShardChannels(ctx, "fairlock:f:*").Result()
+			if err != nil {
+				return err
 			}
-		}
-		if !maps.Equal(got, want) {
-			return fmt.Errorf("master %s carries %v, want %v", m.Options().Addr, got, want)
-		}
-		list, err := m.ClientList(ctx).Result()
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(list, "\n") {
-			if strings.Contains(line, "name="+opts.ClientName+" ") && !strings.Contains(line, " ssub=0 ") {
-				conns.Add(1)
+			want := map[string]bool{}
+			for _, name := range perMaster[m.Options().Addr] {
+				want["fairlock:f:{"+name+"}:wake"] = true
 			}
+			got := map[string]bool{}
+			for _, c := range chans {
+				if strings.Contains(c, base) {
+					got[c] = true
+				}
+			}
+			if !maps.Equal(got, want) {
+				return fmt.Errorf("master %s carries %v, want %v", m.Options().Addr, got, want)
+			}
+			list, err := m.ClientList(ctx).Result()
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(list, "\n") {
+				if strings.Contains(line, "name="+opts.ClientName+" ") && !strings.Contains(line, " ssub=0 ") {
+					conns.Add(1)
+				}
+			}
+			return nil
+		})
+		if last == nil && conns.Load() != 3 {
+			last = fmt.Errorf("%d sharded pub/sub connections for 6 locks on 3 masters, want 3", conns.Load())
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		return last == nil
 	}
-	if n := conns.Load(); n != 3 {
-		t.Fatalf("%d sharded pub/sub connections for 6 locks on 3 masters, want 3", n)
+	deadline := time.Now().Add(10 * time.Second)
+	for !settled() {
+		if time.Now().After(deadline) {
+			t.Fatal(last)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("6 locks on 3 masters: %v; %d sharded pub/sub connections", perMaster, conns.Load())
 

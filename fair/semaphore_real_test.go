@@ -171,10 +171,9 @@ func TestRealServedNoteLost(t *testing.T) {
 	ctx := context.Background()
 	cut := &redistest.Partition{}
 	checks := &argCounter{arg: "check"}
-	readers := redis.NewClient(&redis.Options{Addr: admin.Options().Addr})
+	readers, readersName := redistest.Named(t, admin)
 	readers.AddHook(cut)
 	readers.AddHook(checks)
-	t.Cleanup(func() { _ = readers.Close() })
 
 	w, err := fair.NewRWMutex(admin, name)
 	if err != nil {
@@ -199,8 +198,12 @@ func TestRealServedNoteLost(t *testing.T) {
 	// The readers' client loses its connections, and cannot dial, while the
 	// writer's Unlock serves them: the note is published to nobody.
 	cut.On.Store(true)
-	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+	killed, err := redistest.KillPubSub(ctx, admin, readersName)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if killed == 0 {
+		t.Fatal("the readers have no pub/sub connection to cut")
 	}
 	ok(t, w.Unlock(ctx), "Unlock")
 	st, err := fair.InspectRWMutex(ctx, admin, name)

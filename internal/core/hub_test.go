@@ -122,7 +122,8 @@ func TestHubTargetsMessagesByID(t *testing.T) {
 func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	redistest.NoLeaks(t)
 	ctx := context.Background()
-	client, admin := redistest.Real(t), redistest.Real(t)
+	admin := redistest.Real(t)
+	client, name := redistest.Named(t, admin)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
 	a, _ := core.Subscribe(ctx, client, channel, "")
 	b, _ := core.Subscribe(ctx, client, channel, "x")
@@ -131,8 +132,8 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	<-a.Ready()
 	// Messages published while the connection is down are lost: every
 	// waiter must be told to look again once it is subscribed again.
-	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
-		t.Fatal(err)
+	if n, err := redistest.KillPubSub(ctx, admin, name); err != nil || n != 1 {
+		t.Fatalf("closed %d pub/sub connections: %v", n, err)
 	}
 	for name, s := range map[string]*core.Sub{"a": a, "b": b} {
 		select {

@@ -210,3 +210,36 @@ func Quiet(t Fataler, what string, cond func() bool) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// Named returns a client of the same server as c that names its
+// connections, so that KillPubSub can cut them alone: other test binaries
+// share the server. It is closed when the test ends.
+func Named(t testing.TB, c *redis.Client) (client *redis.Client, name string) {
+	t.Helper()
+	opts := *c.Options()
+	opts.ClientName = fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	client = redis.NewClient(&opts)
+	t.Cleanup(func() { _ = client.Close() })
+	return client, opts.ClientName
+}
+
+// KillPubSub closes, on the server admin talks to, the pub/sub connections
+// of the clients named name (see Named), and says how many it closed.
+func KillPubSub(ctx context.Context, admin *redis.Client, name string) (int, error) {
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") || strings.Contains(line, " sub=0 ") {
+			continue
+		}
+		id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		if err := admin.ClientKillByFilter(ctx, "ID", id).Err(); err != nil {
+			return killed, err
+		}
+		killed++
+	}
+	return killed, nil
+}
