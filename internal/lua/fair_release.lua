@@ -11,7 +11,7 @@ local bad = layout_error(s)
 if bad then return bad end
 
 -- A retried release returns its first answer instead of releasing twice.
-if s.q == req then return decode(s.a) end
+if s.q == req then return released_answer(s) end
 if ARGV[6] then
   token = undone_token(s, ARGV[6])
   if token == nil then return {0} end
@@ -21,7 +21,7 @@ local now, now_us = clock()
 local who, count, _, held_token = holder(s, now)
 if who ~= owner or held_token ~= token then
   -- Not held, unless this is a retry of the final release that ended this
-  -- very hold, after others wrote q/a: it gets its first answer.
+  -- very hold, after others wrote q: it gets its first answer.
   if released_hold(s, token) then return {1} end
   return {0}
 end
@@ -29,16 +29,18 @@ end
 local w, answer = {}, nil
 if count > 1 then
   w.c = int(count - 1)
+  w.a = w.c
   answer = {2, count - 1}
 else
   -- The next live waiter gets the lock in this same call; with nobody
   -- waiting the hold just ends.
   if not hand_off(s, w, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end
   note_released(s, w, token)
+  s.a = nil
   answer = {1}
 end
 -- The keys already live past the hold and every deadline (commit), and a
 -- hand-off's grant ends no later than the grantee's deadline: no PEXPIRE.
-w.q, w.a = req, encode(answer)
+w.q = req
 save(s, w)
 return answer

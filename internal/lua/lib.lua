@@ -11,7 +11,11 @@
 --       f  last fencing token issued for this lock (survives releases); a
 --          token is issued only with a new hold, so while one exists, f is
 --          its token
---       q  id of the last owner request applied, a its answer (retry safety)
+--       q  id of the last owner request that took, re-entered or released
+--          the hold; cleared whenever a token is issued (retry safety: see
+--          acquired_answer and released_answer)
+--       a  the count a release left, when that last request was a release
+--          that kept the hold (re-entries remained)
 --       r  tokens of the last holds ended by their owner's final release,
 --          16-digit fields, newest first (retry safety of a release, see
 --          released_hold)
@@ -51,10 +55,12 @@
 
 -- Layout 1 kept the hold as a hash; 2 as one JSON string; 3 is 2's data with
 -- a changed protocol (hand-offs carry their grant time, head notices), which
--- a layout-2 client would misread: the version says so before it can.
-local LAYOUT = '3'
+-- a layout-2 client would misread: the version says so before it can. 4
+-- keeps no answers (a is a release's remaining count, q is cleared with
+-- each token), which a layout-3 client would misread on a retry.
+local LAYOUT = '4'
 -- How long keys outlive the last hold and the last deadline: long enough for
--- a retried request to find its answer (q/a) and for the fence (f) to bridge
+-- a retried request to find it ran (q) and for the fence (f) to bridge
 -- quick re-locks.
 local RETAIN_MS = 30000
 -- TTLs are pushed this much further than needed, so that most writes (each
@@ -148,32 +154,49 @@ local function save_changes(s, w)
   if changed or next(w) ~= nil then save(s, w) end
 end
 
--- Answers are stored as comma-separated integers so a retried request can get
--- the very answer its first run produced.
-local function encode(t)
-  local parts = {}
-  for i, n in ipairs(t) do parts[i] = int(n) end
-  return table.concat(parts, ',')
+-- Retry safety. A request may run twice (go-redis resends it when the reply
+-- is lost), and its second run must change nothing and give the first
+-- run's answer. Each request that takes, re-enters or releases a hold writes
+-- its id to q, and a token is issued (next_token) only with q cleared, so a
+-- request that finds its own id in q ran already, and no hold was made
+-- since: its answer is read from the hold as it stands, not stored. (A
+-- renewal or a claim may have run since; neither changes a count or a
+-- token. A claim turns a hand-off into a full hold, which the retry then
+-- reports as such: true since.)
+--
+-- acquired_answer is an acquiring request's answer: {1, count, token, 0},
+-- or {1, count, token, 1, g} while the hold is a hand-off to entry that is
+-- not yet claimed. Only held answers write q. If the hold has ended since
+-- (expired, or forced open), the answer still names its token: the caller
+-- finds it gone at its next renewal or release, as it would have had the
+-- reply arrived.
+local function acquired_answer(s, entry)
+  local count = 1
+  if s.o and s.c then count = tonumber(s.c) end
+  if entry and s.e == entry then
+    return {1, count, tonumber(s.f), 1, tonumber(s.g)}
+  end
+  return {1, count, tonumber(s.f), 0}
 end
 
-local function decode(s)
-  local t = {}
-  for n in string.gmatch(s, '[^,]+') do t[#t + 1] = tonumber(n) end
-  return t
+-- released_answer is a releasing request's answer: {2, count} if it left the
+-- hold with count re-entries (a), {1} if it ended the hold.
+local function released_answer(s)
+  if s.a then return {2, tonumber(s.a)} end
+  return {1}
 end
 
 -- Undo: a release may name the acquiring request whose answer its caller
 -- never got (its context ended while the script ran). If that request was
--- applied and granted a hold, the release applies to that hold's token;
--- otherwise there is nothing to undo. Returns the token, or nil.
+-- applied (only a granted hold writes q), the release applies to that
+-- hold's token, the last one issued; otherwise there is nothing to undo.
+-- Returns the token, or nil.
 local function undone_token(s, undo)
   if undo == nil or undo == '' or s.q ~= undo then return nil end
-  local answer = decode(s.a)
-  if answer[1] ~= 1 then return nil end
-  return answer[3]
+  return tonumber(s.f)
 end
 
--- A final release's answer cannot wait in q/a for a retry: once the hold is
+-- A final release's answer cannot wait in q for a retry: once the hold is
 -- gone, other handles' requests overwrite them at once. So the tokens of the
 -- last RELEASED_KEPT holds that ended by their owner's final release are
 -- kept in r (a token names one hold, and only its owner releases it): a
@@ -212,6 +235,9 @@ local function next_token(s, w, now_us)
   local token = math.max(tonumber(s.f or '0') + 1, now_us)
   local text = int(token)
   s.f, w.f = text, text
+  -- No earlier request's retry may take this hold for its own (see
+  -- acquired_answer); the caller that asked for it writes its own id.
+  s.q, s.a = nil, nil
   return token, text
 end
 

@@ -10,7 +10,7 @@ if bad then return bad end
 
 -- A retry of a request that already ran (go-redis retries after timeouts)
 -- gets the first run's answer: a re-entry or a token is never applied twice.
-if s.q == req then return decode(s.a) end
+if s.q == req then return acquired_answer(s) end
 
 local now, now_us = clock()
 local who, count, expiry, token = holder(s, now)
@@ -35,6 +35,6 @@ else
   -- Held by another handle: tell the caller how long the hold can last.
   return {0, expiry - now}
 end
-w.q, w.a = req, encode(answer)
+w.q, s.a = req, nil
 commit(s, w, now, false)
 return answer
