@@ -14,8 +14,9 @@ import (
 
 // kind is the fair lock's scripts and its queue wait.
 type kind struct {
-	h     core.Handle
-	label string // "<host>\t<pid>\t<label>", as Inspect shows it
+	h        core.Handle
+	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
+	labelArg any    // label, boxed once
 
 	// served is set on a semaphore's gate: it asks the semaphore whether
 	// the waiter's permits were served to it from the queue (its entry left
@@ -60,7 +61,8 @@ var hostname = func() string {
 }()
 
 func newKind(h core.Handle) core.Kind {
-	return &kind{h: h, label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + h.Config.Label}
+	label := hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + h.Config.Label
+	return &kind{h: h, label: label, labelArg: label}
 }
 
 // reply is fair_acquire.lua's answer.
@@ -98,8 +100,8 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire,
-		h.Owner, entry, req.ID, core.Ms(a.Lease), core.Ms(h.Config.WaitTimeout),
-		mode, k.label, h.Publish, h.Channel, req.Stale)
+		h.OwnerArg(), entry, req.ID, h.MsArg(a.Lease), h.MsArg(h.Config.WaitTimeout),
+		mode, k.labelArg, h.PublishArg(), h.ChannelArg(), req.Stale)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		if mode != "try" {
@@ -237,4 +239,4 @@ func (k *kind) leaveAbandoned(ctx context.Context) {
 	k.mu.Unlock()
 }
 
-func (k *kind) newEntry() string { return k.h.Owner + "/" + core.NextID() }
+func (k *kind) newEntry() string { return core.IDOf(k.h.Owner, '/') }

@@ -32,7 +32,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire,
-		h.Owner, req.ID, core.Ms(a.Lease), req.Stale)
+		h.OwnerArg(), req.ID, h.MsArg(a.Lease), req.Stale)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		return nil, 0, err

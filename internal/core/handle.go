@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,60 @@ type Handle struct {
 	// it for a moment. The next acquiring request ends it there first, so
 	// it is neither taken for a re-entry nor left to run out. 0: none.
 	stale *atomic.Int64
+
+	args *args
+}
+
+// args are a handle's fixed script arguments, boxed once (a value passed as
+// an any is otherwise allocated at every call), and its script calls bound
+// to its keys (lua.Call): the hot path allocates for what changes only.
+type args struct {
+	owner, publish, channel any
+	lease, wait             any // Config.Lease and WaitTimeout, in ms
+	leaseMs, waitMs         int64
+	release                 *lua.Call
+	calls                   sync.Map // *lua.Script -> *lua.Call
+}
+
+func newArgs(h Handle) *args {
+	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
+		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout)}
+	a.lease, a.wait = a.leaseMs, a.waitMs
+	if h.Release != nil {
+		a.release = h.Release.On(h.Keys)
+	}
+	return a
+}
+
+// OwnerArg, PublishArg and ChannelArg are Owner, Publish and Channel as
+// script arguments, boxed once.
+func (h Handle) OwnerArg() any   { return h.args.owner }
+func (h Handle) PublishArg() any { return h.args.publish }
+func (h Handle) ChannelArg() any { return h.args.channel }
+
+// MsArg is d in whole milliseconds (Ms) as a script argument; the
+// handle's lease and wait timeout are boxed once.
+func (h Handle) MsArg(d time.Duration) any {
+	switch ms := Ms(d); ms {
+	case h.args.leaseMs:
+		return h.args.lease
+	case h.args.waitMs:
+		return h.args.wait
+	default:
+		return ms
+	}
+}
+
+// Call is s bound to the handle's keys (lua.Call).
+func (h Handle) Call(s *lua.Script) *lua.Call {
+	if s == h.Release && h.args.release != nil {
+		return h.args.release
+	}
+	if c, ok := h.args.calls.Load(s); ok {
+		return c.(*lua.Call)
+	}
+	c, _ := h.args.calls.LoadOrStore(s, s.On(h.Keys))
+	return c.(*lua.Call)
 }
 
 // Request is one acquiring script call: its id, which makes a retry of it
@@ -75,14 +130,14 @@ func (h Handle) Answered(ctx context.Context, req Request, err error) {
 	}
 }
 
-func (h Handle) requestID() string { return h.Owner + "#" + NextID() }
+func (h Handle) requestID() string { return IDOf(h.Owner, '#') }
 
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
 // connection by WAIT (lua.Script.RunWait). acked is the replicas that
 // acknowledged, -1 without WithReplicas.
 func (h Handle) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
 	if h.Config.Replicas == 0 {
-		v, err = s.Run(ctx, h.Client, h.Keys, args...).Result()
+		v, err = h.Call(s).Run(ctx, h.Client, args...).Result()
 		return v, -1, err
 	}
 	cmd, acked, err := s.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)

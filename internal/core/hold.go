@@ -29,24 +29,26 @@ type Grant struct {
 // hold is this handle's belief that it holds the lock. It ends by release or
 // by loss, exactly once; Lost and HoldContext report which.
 type hold struct {
-	m      *Mutex
-	token  int64
-	fixed  bool
-	lease  time.Duration
-	lost   chan struct{}
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	m     *Mutex
+	token int64
+	fixed bool
+	lease time.Duration
 
 	mu       sync.Mutex
 	ended    bool
+	cause    error // why it ended: ErrLockLost or ErrReleased
 	deadline time.Time
 	expiry   clock.Timer // fires at deadline: the hold is lost
 	renew    clock.Timer // the watchdog's next renewal
+	// Lost's channel and HoldContext's context are made when first asked
+	// for: most holds are never asked, and end without them.
+	lost   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &hold{m: m, token: g.Token, fixed: fixed, lease: lease, lost: make(chan struct{}), ctx: ctx, cancel: cancel}
+	h := &hold{m: m, token: g.Token, fixed: fixed, lease: lease}
 	first := lease
 	if g.First > 0 && g.First < lease {
 		first = g.First
@@ -164,32 +166,61 @@ func (h *hold) end(cause error, why string) bool {
 		h.mu.Unlock()
 		return false
 	}
-	h.ended = true
+	h.ended, h.cause = true, cause
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
 	if h.renew != nil {
 		h.renew.Stop()
 	}
+	lost, cancel := h.lost, h.cancel // those made later are made ended
 	h.mu.Unlock()
 	if cause == ErrLockLost {
 		h.m.stale.Store(h.token)
 	}
 	// The cause before Lost: whoever sees Lost closed finds HoldContext
 	// already ended, with ErrLockLost.
-	h.cancel(cause)
+	if cancel != nil {
+		cancel(cause)
+	}
 	if cause == ErrLockLost {
-		close(h.lost)
+		if lost != nil {
+			close(lost)
+		}
 		h.m.h.logError("lock lost: "+why, h.token)
 	}
 	return true
 }
 
-func (h *hold) isLost() bool {
-	select {
-	case <-h.lost:
-		return true
-	default:
-		return false
+// lostChan is the hold's Lost channel: closed once the hold is lost.
+func (h *hold) lostChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost == nil {
+		h.lost = make(chan struct{})
+		if h.ended && h.cause == ErrLockLost {
+			close(h.lost)
+		}
 	}
+	return h.lost
+}
+
+// context is the hold's HoldContext: cancelled, with the cause, once the
+// hold ends.
+func (h *hold) context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		if h.ended {
+			h.cancel(h.cause)
+		}
+	}
+	return h.ctx
+}
+
+func (h *hold) isLost() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended && h.cause == ErrLockLost
 }

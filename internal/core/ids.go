@@ -24,3 +24,10 @@ func NewOwnerID() string {
 
 // NextID returns a process-unique id (request ids, queue entries).
 func NextID() string { return strconv.FormatUint(requests.Add(1), 36) }
+
+// IDOf returns prefix + sep + NextID(), in one allocation.
+func IDOf(prefix string, sep byte) string {
+	var buf [64]byte
+	b := append(append(buf[:0], prefix...), sep)
+	return string(strconv.AppendUint(b, requests.Add(1), 36))
+}

@@ -67,6 +67,7 @@ func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Con
 	m := &Mutex{}
 	m.h = Handle{Client: client, Name: name, Owner: owner, Config: &cfg,
 		Publish: PublishCommand(client), Layout: layout(name, cfg.Scripts), stale: &m.stale}
+	m.h.args = newArgs(m.h)
 	m.kind = kind(m.h)
 	return m, nil
 }
@@ -283,7 +284,7 @@ func (m *Mutex) Lost() <-chan struct{} {
 	if m.last == nil {
 		return neverClosed
 	}
-	return m.last.lost
+	return m.last.lostChan()
 }
 
 var notHeldCtx = func() context.Context {
@@ -303,5 +304,5 @@ func (m *Mutex) HoldContext() context.Context {
 	if m.last == nil {
 		return notHeldCtx
 	}
-	return m.last.ctx
+	return m.last.context()
 }

@@ -63,7 +63,7 @@ func ReadState(v any) (HoldState, error) {
 // 2 still held, 0 not held.
 func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
 	h := m.h
-	v, err := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), token, h.Publish, h.Channel).Result()
+	v, err := h.Call(h.Release).Run(ctx, h.Client, h.OwnerArg(), h.requestID(), token, h.PublishArg(), h.ChannelArg()).Result()
 	if err != nil {
 		return 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -126,6 +127,46 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 		}
 	}
 	return s.eval.Run(ctx, c, keys, args...)
+}
+
+// Call is a script bound to the keys of one lock, with the fixed words of
+// its FCALL (the function, the key count, the keys) boxed once: a call on a
+// hot path then allocates for its changing arguments only.
+type Call struct {
+	s     *Script
+	keys  []string
+	fixed []any // "fcall", function, key count, keys...
+}
+
+// On binds s to keys.
+func (s *Script) On(keys []string) *Call {
+	fixed := []any{"fcall", s.fn, strconv.Itoa(len(keys))}
+	for _, k := range keys {
+		fixed = append(fixed, k)
+	}
+	return &Call{s: s, keys: keys, fixed: fixed}
+}
+
+// Script returns the script c calls.
+func (c *Call) Script() *Script { return c.s }
+
+// Run runs the script on c's keys with args, as Script.Run does.
+func (c *Call) Run(ctx context.Context, client redis.UniversalClient, args ...any) *redis.Cmd {
+	if modeOf(client) != modeFunctions {
+		// The first call on this client (which learns its mode), or no
+		// Functions: copied, so that args does not escape on the hot path.
+		return c.s.Run(ctx, client, c.keys, append([]any(nil), args...)...)
+	}
+	words := make([]any, 0, len(c.fixed)+len(args))
+	words = append(append(words, c.fixed...), args...)
+	cmd := redis.NewCmd(ctx, words...)
+	_ = client.Process(ctx, cmd)
+	if err := cmd.Err(); functionMissing(err) || unsupported(err) {
+		// Flushed or never loaded on this node (a restart, a moved slot),
+		// or Functions are gone: Run loads the library, or turns to EVALSHA.
+		return c.s.Run(ctx, client, c.keys, append([]any(nil), args...)...)
+	}
+	return cmd
 }
 
 // RunWait runs the script like Run, followed on the same connection by
