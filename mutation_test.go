@@ -139,6 +139,27 @@ var mutations = []struct {
 		spec: semaphoreSpec,
 	},
 	{
+		name: "a token issued without clearing the last request: a retry takes a hold made since for its own",
+		file: "lib.lua",
+		from: "s.q, s.a = nil, nil",
+		to:   "-- (q kept)",
+		spec: retrySpecOf,
+	},
+	{
+		name: "an acquiring request applied twice",
+		file: "fair_acquire.lua",
+		from: "if s.q == req then return acquired_answer(s, entry) end",
+		to:   "-- (no retry check)",
+		spec: retrySpecOf,
+	},
+	{
+		name: "a retried release that kept the hold answers that it ended it",
+		file: "fair_release.lua",
+		from: "  w.a = w.c\n",
+		to:   "",
+		spec: retrySpecOf,
+	},
+	{
 		name: "a downgraded write hold keeps all its permits",
 		file: "sem_resize.lua",
 		from: "s.p[owner] = permit_record(n, mine.x, token, mine.g, mine.label)",

@@ -1,0 +1,229 @@
+package fairlock_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+)
+
+// The retry specification: any acquiring or releasing request may run twice
+// (go-redis sends it again when its reply is lost), and the scripts keep no
+// stored answers: a request that finds its own id in the hold reads its
+// answer from the hold as it stands (lib.lua, acquired_answer). This
+// property drives the fair lock's scripts directly, so that it can send any
+// request again at any moment, and checks what that relies on:
+//
+//   - a retry that answers "held" names the very hold its first run was
+//     granted (its token), never a hold made since by anyone else;
+//   - while that hold stands as the request left it, the retry gets the first
+//     run's answer and changes nothing;
+//   - a retried release that kept the hold (re-entries remained) gets its
+//     first answer and releases no second level.
+//
+// Handles take, re-enter and release the lock, queue, and let leases run
+// out, so that holds end and new ones are made, by hand-off too, in calls
+// that are not the retried request's.
+
+const (
+	retryLease = 2 * time.Second
+	retryWait  = 3 * time.Second
+)
+
+type retryHandle struct {
+	owner string
+	joins int
+	entry string // its queued entry, "" if none
+
+	// Its last acquiring request that answered "held", and that answer.
+	acquire []any
+	granted []int64
+	// Its last release that kept the hold, and that answer.
+	release  []any
+	released []int64
+}
+
+type retrySpec struct {
+	t       *rapid.T
+	mr      *miniredis.Miniredis
+	clk     *clock.Fake
+	c       *redis.Client
+	scripts *lua.Scripts
+	keys    []string
+	handles []*retryHandle
+	reqs    int
+}
+
+func (s *retrySpec) call(sc *lua.Script, args ...any) []int64 {
+	v, err := sc.Run(context.Background(), s.c, s.keys, args...).Slice()
+	if err != nil {
+		s.t.Fatalf("%v", err)
+	}
+	out := make([]int64, len(v))
+	for i, e := range v {
+		out[i] = e.(int64)
+	}
+	return out
+}
+
+// replay sends a recorded request again, as it was.
+func (s *retrySpec) replay(args []any) []int64 {
+	return s.call(s.scripts.FairAcquire, args...)
+}
+
+func (s *retrySpec) hold() map[string]string {
+	raw, err := s.c.Get(context.Background(), s.keys[0]).Result()
+	if err != nil {
+		return map[string]string{}
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		s.t.Fatalf("the hold is not JSON: %v", err)
+	}
+	return h
+}
+
+// snapshot is what a retry that changes nothing leaves as it was.
+func (s *retrySpec) snapshot() string {
+	h := s.hold()
+	q, _ := s.c.LRange(context.Background(), s.keys[1], 0, -1).Result()
+	d, _ := s.c.ZRangeWithScores(context.Background(), s.keys[2], 0, -1).Result()
+	return fmt.Sprintf("o=%s c=%s f=%s x=%s e=%s g=%s q=%v d=%v", h["o"], h["c"], h["f"], h["x"], h["e"], h["g"], q, d)
+}
+
+func (s *retrySpec) acquire(t *rapid.T) {
+	hd := rapid.SampledFrom(s.handles).Draw(t, "handle")
+	mode := "join"
+	if hd.entry == "" {
+		hd.joins++
+		hd.entry = fmt.Sprintf("%s/%d", hd.owner, hd.joins)
+	} else {
+		mode = "queued"
+	}
+	if rapid.Bool().Draw(t, "try") {
+		mode = "try"
+	}
+	s.reqs++
+	args := []any{hd.owner, hd.entry, fmt.Sprintf("%s#%d", hd.owner, s.reqs), retryLease.Milliseconds(),
+		retryWait.Milliseconds(), mode, "", "PUBLISH", "retry", "0"}
+	r := s.call(s.scripts.FairAcquire, args...)
+	switch {
+	case r[0] == 1:
+		hd.acquire, hd.granted, hd.entry = args, r, ""
+	case r[0] == -1 || mode == "try":
+		hd.entry = ""
+	}
+}
+
+func (s *retrySpec) release(t *rapid.T) {
+	hd := rapid.SampledFrom(s.handles).Draw(t, "handle")
+	h := s.hold()
+	if h["o"] != hd.owner {
+		t.Skip("not the holder")
+	}
+	s.reqs++
+	args := []any{hd.owner, fmt.Sprintf("%s#%d", hd.owner, s.reqs), h["f"], "PUBLISH", "retry"}
+	r := s.call(s.scripts.FairRelease, args...)
+	if r[0] == 2 {
+		hd.release, hd.released = args, r
+	}
+}
+
+func (s *retrySpec) advance(t *rapid.T) {
+	s.clk.Advance(time.Duration(rapid.IntRange(1, 3000).Draw(t, "ms")) * time.Millisecond)
+}
+
+func (s *retrySpec) retryAcquire(t *rapid.T) {
+	hd := rapid.SampledFrom(s.handles).Draw(t, "handle")
+	if hd.acquire == nil {
+		t.Skip("no acquisition yet")
+	}
+	h := s.hold()
+	first := hd.granted
+	unchanged := h["q"] == hd.acquire[2] && h["o"] == hd.owner && h["f"] == strconv.FormatInt(first[2], 10) &&
+		h["c"] == strconv.FormatInt(first[1], 10)
+	before := s.snapshot()
+	again := s.replay(hd.acquire)
+	now := s.hold()
+	if again[0] == 1 && again[2] != first[2] &&
+		!(now["o"] == hd.owner && now["f"] == strconv.FormatInt(again[2], 10) && now["q"] == hd.acquire[2]) {
+		// Not its first hold, nor a fresh one this very run made (a late
+		// retry is a new request once others ran): a hold made since by
+		// someone else, or none.
+		t.Fatalf("%s's retried request %s answered held with token %d; its first run was granted %d, and Redis has %v",
+			hd.owner, hd.acquire[2], again[2], first[2], now)
+	}
+	if unchanged {
+		if !slices.Equal(again, first) {
+			t.Fatalf("%s's retried request answered %v, its first run %v (hold %v)", hd.owner, again, first, h)
+		}
+		if after := s.snapshot(); after != before {
+			t.Fatalf("%s's retried request changed the lock:\n%s\n%s", hd.owner, before, after)
+		}
+	}
+	if again[0] == 1 {
+		hd.granted = again
+	}
+	// A late retry in join mode may have queued its entry again: it is
+	// left to die by its deadline.
+	hd.entry = ""
+}
+
+func (s *retrySpec) retryRelease(t *rapid.T) {
+	hd := rapid.SampledFrom(s.handles).Draw(t, "handle")
+	if hd.release == nil {
+		t.Skip("no release that kept the hold")
+	}
+	h := s.hold()
+	if h["q"] != hd.release[1] {
+		t.Skip("another request ran since")
+	}
+	before := s.snapshot()
+	again := s.call(s.scripts.FairRelease, hd.release...)
+	if !slices.Equal(again, hd.released) {
+		t.Fatalf("%s's retried release answered %v, its first run %v", hd.owner, again, hd.released)
+	}
+	if after := s.snapshot(); after != before {
+		t.Fatalf("%s's retried release changed the lock:\n%s\n%s", hd.owner, before, after)
+	}
+}
+
+func retrySpecOf(scripts *lua.Scripts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			t.Fatalf("miniredis: %v", err)
+		}
+		defer mr.Close()
+		mr.ClockTTL(true)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		defer c.Close()
+		base := "fairlock:f:{retry}"
+		s := &retrySpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), c: c, scripts: scripts,
+			keys: []string{base, base + ":queue", base + ":deadlines"}}
+		for i := 0; i < 3; i++ {
+			s.handles = append(s.handles, &retryHandle{owner: fmt.Sprintf("client.h%d", i)})
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"acquire":      s.acquire,
+			"release":      s.release,
+			"advance":      s.advance,
+			"retryAcquire": s.retryAcquire,
+			"retryRelease": s.retryRelease,
+		})
+	}
+}
+
+func TestRetrySpecification(t *testing.T) {
+	rapid.Check(t, retrySpecOf(lua.Default))
+}
