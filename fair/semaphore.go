@@ -42,6 +42,7 @@ type Semaphore struct {
 	permits int
 	cfg     core.Config
 	label   string
+	calls   *core.Calls // its scripts bound to its keys, for every permit hold's handle
 }
 
 // Permit is one permit hold: n permits, from one Acquire or TryAcquire.
@@ -82,7 +83,7 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 		return nil, core.Invalid("WithReplicas is not supported by the semaphore and the RW lock yet")
 	}
 	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
-		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label}, nil
+		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label, calls: core.NewCalls()}, nil
 }
 
 func checkPermits(k int) error {
@@ -104,6 +105,7 @@ func (s *Semaphore) layout(_ string, scripts *lua.Scripts) core.Layout {
 		Channel: gate.Channel,
 		Release: scripts.SemRelease,
 		Renew:   scripts.SemRenew,
+		Calls:   s.calls,
 	}
 }
 

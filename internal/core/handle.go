@@ -22,6 +22,24 @@ type Layout struct {
 	ForceUnlock *lua.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
 	Renew *lua.Script
+	// Calls are the scripts bound to Keys; nil: each handle binds its own.
+	// A kind that makes a handle per hold (the semaphore) shares one among
+	// them: only handles on the very same Keys may share it.
+	Calls *Calls
+}
+
+// Calls binds scripts to one set of keys (lua.Call), once per script.
+type Calls struct{ m sync.Map } // *lua.Script -> *lua.Call
+
+// NewCalls returns an empty Calls.
+func NewCalls() *Calls { return &Calls{} }
+
+func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
+	if v, ok := c.m.Load(s); ok {
+		return v.(*lua.Call)
+	}
+	v, _ := c.m.LoadOrStore(s, s.On(keys))
+	return v.(*lua.Call)
 }
 
 // Handle is all a kind gets of the lock handle it serves: where the lock
@@ -53,16 +71,15 @@ type args struct {
 	owner, publish, channel any
 	lease, wait             any // Config.Lease and WaitTimeout, in ms
 	leaseMs, waitMs         int64
-	release                 *lua.Call
-	calls                   sync.Map // *lua.Script -> *lua.Call
+	calls                   *Calls
 }
 
 func newArgs(h Handle) *args {
 	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
-		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout)}
+		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Layout.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
-	if h.Release != nil {
-		a.release = h.Release.On(h.Keys)
+	if a.calls == nil {
+		a.calls = NewCalls()
 	}
 	return a
 }
@@ -87,16 +104,7 @@ func (h Handle) MsArg(d time.Duration) any {
 }
 
 // Call is s bound to the handle's keys (lua.Call).
-func (h Handle) Call(s *lua.Script) *lua.Call {
-	if s == h.Release && h.args.release != nil {
-		return h.args.release
-	}
-	if c, ok := h.args.calls.Load(s); ok {
-		return c.(*lua.Call)
-	}
-	c, _ := h.args.calls.LoadOrStore(s, s.On(h.Keys))
-	return c.(*lua.Call)
-}
+func (h Handle) Call(s *lua.Script) *lua.Call { return h.args.calls.of(s, h.Keys) }
 
 // Request is one acquiring script call: its id, which makes a retry of it
 // harmless, and the token of a stale hold it ends first (0: none).

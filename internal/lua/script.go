@@ -147,9 +147,6 @@ func (s *Script) On(keys []string) *Call {
 	return &Call{s: s, keys: keys, fixed: fixed}
 }
 
-// Script returns the script c calls.
-func (c *Call) Script() *Script { return c.s }
-
 // Run runs the script on c's keys with args, as Script.Run does.
 func (c *Call) Run(ctx context.Context, client redis.UniversalClient, args ...any) *redis.Cmd {
 	if modeOf(client) != modeFunctions {

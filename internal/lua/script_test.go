@@ -171,3 +171,80 @@ func TestFunctionsForbiddenByACL(t *testing.T) {
 		t.Fatalf("second call sent %q, want evalsha", got)
 	}
 }
+
+// A Call (a script bound to its keys, FCALL's fixed words boxed once) sends
+// one FCALL per call once the client's mode is known, finds a deleted
+// library again like Script.Run, and turns to EVALSHA without Functions.
+func TestCallOnRedis(t *testing.T) {
+	for _, kind := range []string{"single node", "cluster", "miniredis"} {
+		t.Run(kind, func(t *testing.T) {
+			var c redis.UniversalClient
+			switch kind {
+			case "cluster":
+				c = redistest.Cluster(t)
+			case "miniredis":
+				_, _, c = redistest.Mini(t)
+			default:
+				c = redistest.Real(t)
+			}
+			rec := &commands{}
+			c.AddHook(rec)
+			ctx := context.Background()
+			src := lua.Sources()
+			src["lib.lua"] += "\n-- call_test\n"
+			s := lua.MustBuild(src)
+			lib, _ := s.Library()
+			call := s.State.On([]string{"fairlock:r:{" + redistest.Name(t) + "}"})
+			run := func() {
+				t.Helper()
+				v, err := call.Run(ctx, c).Slice()
+				if err != nil || len(v) != 0 {
+					t.Fatalf("state of a free lock = %v, %v; want []", v, err)
+				}
+			}
+			run() // learns the mode
+			rec.take()
+			run()
+			want := map[string]string{"miniredis": "evalsha"}[kind]
+			if want == "" {
+				want = "fcall"
+			}
+			if got := rec.take(); got != want {
+				t.Fatalf("a call sent %q, want %s", got, want)
+			}
+			if kind == "miniredis" {
+				return
+			}
+			t.Cleanup(func() { deleteLibrary(t, c, lib) })
+			deleteLibrary(t, c, lib)
+			rec.take()
+			run()
+			loaded := "fcall fcall function fcall" // the Call's, then Script.Run's
+			if kind == "cluster" {
+				loaded = "fcall fcall fcall" // FUNCTION LOAD goes through the node's client
+			}
+			if got := rec.take(); got != loaded {
+				t.Fatalf("a call after the library was deleted sent %q, want %s", got, loaded)
+			}
+		})
+	}
+}
+
+func deleteLibrary(t *testing.T, c redis.UniversalClient, name string) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {
+			if err := rc.FunctionDelete(ctx, name).Err(); err != nil && !strings.Contains(err.Error(), "not exist") {
+				return err
+			}
+			return nil
+		})
+	} else if err = c.(*redis.Client).FunctionDelete(ctx, name).Err(); err != nil && strings.Contains(err.Error(), "not exist") {
+		err = nil
+	}
+	if err != nil {
+		t.Fatalf("deleting library %s: %v", name, err)
+	}
+}
