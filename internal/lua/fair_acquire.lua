@@ -104,24 +104,18 @@ if mode == 'try' then
   end
   return {0, expiry - now, 0, now}
 end
-local deadline = redis.call('ZSCORE', KEYS[3], entry)
+-- A join's entry id is fresh, so its first run adds it: ZADD NX answers 1,
+-- one call where a look-up and an add were two. A retried join finds its
+-- entry there (0), and is handled, as a waiter that believes it is queued
+-- is, by its deadline.
+local added = mode == 'join' and redis.call('ZADD', KEYS[3], 'NX', int(now + wait), entry) == 1
+local deadline = nil
+if not added then deadline = redis.call('ZSCORE', KEYS[3], entry) end
 local created = false
-if deadline and tonumber(deadline) > now then
-  -- Already queued: being here is a sign of life, so refresh the deadline.
-  redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
-elseif deadline or mode == 'queued' then
-  -- The entry's deadline passed (it fell silent too long), or it was removed:
-  -- it lost its place. Its list element stays as a tombstone.
-  redis.call('ZREM', KEYS[3], entry)
-  if next(w) ~= nil then
-    commit(s, w, now, false)
-  end
-  return {-1}
-else
+if added then
   -- Step 7, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
   redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
-  redis.call('ZADD', KEYS[3], int(now + wait), entry)
   -- A queue key this call created has no TTL yet. With a live head ahead,
   -- both keys already existed (that head is in both), and every write that
   -- could create them set their TTL; with none, they may be new.
@@ -129,6 +123,17 @@ else
   -- Cleanup was skipped if no waiter could be live; dead entries may still
   -- be ahead of this one.
   if head == nil then head = live_head(now) end
+elseif deadline and tonumber(deadline) > now then
+  -- Already queued: being here is a sign of life, so refresh the deadline.
+  redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+else
+  -- The entry's deadline passed (it fell silent too long), or it was removed:
+  -- it lost its place. Its list element stays as a tombstone.
+  redis.call('ZREM', KEYS[3], entry)
+  if next(w) ~= nil then
+    commit(s, w, now, false)
+  end
+  return {-1}
 end
 horizon(s, w, now + wait)
 commit(s, w, now, created)
