@@ -1,0 +1,6 @@
+//go:build !race
+
+package fairlock_test
+
+// raceEnabled: the tests were built with -race.
+const raceEnabled = false
