@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -194,6 +195,13 @@ func TestRealServedNoteLost(t *testing.T) {
 			return err == nil && len(st.Queue) == i+1
 		})
 	}
+
+	// A waiter is queued before its subscription is confirmed, and tries
+	// once more when it is: only once all of them sleep may the cut come, or
+	// that try fails with it.
+	redistest.Quiet(t, "the readers are queued, subscribed and asleep", func() bool {
+		return core.Asleep() == n
+	})
 
 	// The readers' client loses its connections, and cannot dial, while the
 	// writer's Unlock serves them: the note is published to nobody.
