@@ -101,32 +101,53 @@ func setMode(c redis.UniversalClient, m mode) {
 // EVALSHA. A call that failed for lack of the function did not run, so
 // retrying it is safe.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	if m := modeOf(c); m != modeEval {
-		cmd := c.FCall(ctx, s.fn, keys, args...)
-		switch err := cmd.Err(); {
-		case err == nil:
-			if m == modeUnknown {
-				setMode(c, modeFunctions)
-			}
-			return cmd
-		case unsupported(err):
-			setMode(c, modeEval)
-		case functionMissing(err):
-			lerr := s.lib.load(ctx, c, keys)
-			if lerr == nil {
-				setMode(c, modeFunctions)
-				return c.FCall(ctx, s.fn, keys, args...)
-			}
-			if !unsupported(lerr) {
-				cmd.SetErr(lerr)
-				return cmd
-			}
-			setMode(c, modeEval)
-		default:
-			return cmd // the script's own error, or the network's
+	var cmd *redis.Cmd
+	if ran, err := s.viaFunctions(ctx, c, keys, func() error {
+		cmd = c.FCall(ctx, s.fn, keys, args...)
+		return cmd.Err()
+	}); ran {
+		if err != nil {
+			cmd.SetErr(err) // the call's own error, or the library's load's
 		}
+		return cmd
 	}
 	return s.eval.Run(ctx, c, keys, args...)
+}
+
+// viaFunctions runs fcall, an FCALL of the script, as the client's server
+// allows: it learns the client's mode at its first call, and loads the
+// library on the node that owns keys[0] when it is missing there, then
+// calls again. ran is false when the server has no Functions (or this user
+// may not use them): the caller turns to EVALSHA. err is fcall's error, or
+// the load's.
+func (s *Script) viaFunctions(ctx context.Context, c redis.UniversalClient, keys []string, fcall func() error) (ran bool, err error) {
+	m := modeOf(c)
+	if m == modeEval {
+		return false, nil
+	}
+	switch err := fcall(); {
+	case err == nil:
+		if m == modeUnknown {
+			setMode(c, modeFunctions)
+		}
+		return true, nil
+	case unsupported(err):
+		setMode(c, modeEval)
+		return false, nil
+	case functionMissing(err):
+		lerr := s.lib.load(ctx, c, keys)
+		if lerr == nil {
+			setMode(c, modeFunctions)
+			return true, fcall()
+		}
+		if !unsupported(lerr) {
+			return true, lerr
+		}
+		setMode(c, modeEval)
+		return false, nil
+	default:
+		return true, err // the script's own error, or the network's
+	}
 }
 
 // Call is a script bound to the keys of one lock, with the fixed words of
@@ -198,29 +219,17 @@ func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, keys []st
 		n, err := wait.Int64()
 		return cmd, n, err
 	}
-	if m := modeOf(c); m != modeEval {
-		cmd, n, err := run(true)
-		switch {
-		case cmd.Err() == nil: // ran (a failed WAIT is the caller's to judge)
-			if m == modeUnknown {
-				setMode(c, modeFunctions)
-			}
-			return cmd, n, err
-		case unsupported(err):
-			setMode(c, modeEval)
-		case functionMissing(err):
-			lerr := s.lib.load(ctx, c, keys)
-			if lerr == nil {
-				setMode(c, modeFunctions)
-				return run(true)
-			}
-			if !unsupported(lerr) {
-				return cmd, 0, lerr
-			}
-			setMode(c, modeEval)
-		default:
+	var cmd *redis.Cmd
+	var n int64
+	var werr error
+	if ran, err := s.viaFunctions(ctx, c, keys, func() error {
+		cmd, n, werr = run(true)
+		return cmd.Err()
+	}); ran {
+		if err != nil {
 			return cmd, 0, err
 		}
+		return cmd, n, werr // the script ran; a failed WAIT is the caller's to judge
 	}
 	cmd, n, err := run(false)
 	if err != nil && strings.HasPrefix(redisError(err), "NOSCRIPT") {
