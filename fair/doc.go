@@ -114,9 +114,11 @@
 //     or the gate's lease) until it is claimed, so permits served to a
 //     waiter that died come back when its eviction would have. The first
 //     waiter also looks again by its own timer when the first permit hold in
-//     force runs out, which sends no message. A served waiter whose message
-//     was lost (a reconnect) finds its entry gone from the queue and asks
-//     the semaphore, which tells it the permits are its.
+//     force runs out, which sends no message, and at least every wait
+//     timeout / 3, so a release it did not hear costs it no more than a
+//     queued waiter's heartbeat. A served waiter whose message was lost (a
+//     reconnect) finds its entry gone from the queue and asks the
+//     semaphore, which tells it the permits are its.
 //  4. A first waiter that dies is passed over within one wait timeout: it
 //     holds the gate with the wait timeout as its lease.
 //  5. K lives in Redis (fairlock:s:{N}, with the holds): the first handle to

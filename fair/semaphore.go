@@ -485,10 +485,10 @@ func (k *semKind) check(ctx context.Context) (*core.Grant, error) {
 // waitPermits is the gate's holder waiting for permits: it tries, then
 // waits for a release to serve it (a note on the gate's channel, addressed
 // to its gate owner id), and tries again when the first permit hold expires
-// (a lease that runs out sends no message) and when its subscription is
-// confirmed. again reports that the gate was lost (this client fell silent
-// for longer than the wait timeout): the call queues afresh, at the tail,
-// like an evicted waiter.
+// (a lease that runs out sends no message), every wait timeout / 3, and when
+// its subscription is confirmed. again reports that the gate was lost (this
+// client fell silent for longer than the wait timeout): the call queues
+// afresh, at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	clk := k.h.Config.Clock
 	sub, err := core.Subscribe(ctx, k.h.Client, k.h.Channel, gate.Owner())
@@ -528,12 +528,19 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				fallback.Stop()
 				fallback = nil
 			}
-			if r.next > r.now {
-				// A lease that runs out sends no message. (An expiry not
-				// ahead of Redis's clock is never armed: a timer in the
-				// past would fire at once, again and again.)
-				fallback = w.At(clk, r.clock.notEarlier(r.next).Add(time.Millisecond), core.Retry)
+			// Try again when the first permit hold expires (a lease that
+			// runs out sends no message), and at the latest after a
+			// heartbeat's time, wait timeout / 3: a waiter in the queue
+			// finds permits served to it by its heartbeat, and the first
+			// waiter must not wait a whole lease for a release whose note
+			// never reached it. (An expiry not ahead of Redis's clock is
+			// never armed: a timer in the past would fire at once, again
+			// and again.)
+			at := clk.Now().Add(k.h.Config.WaitTimeout / 3)
+			if expiry := r.clock.notEarlier(r.next).Add(time.Millisecond); r.next > r.now && expiry.Before(at) {
+				at = expiry
 			}
+			fallback = w.At(clk, at, core.Retry)
 		}
 		switch wk := w.Next(ctx, sub); wk.Reason {
 		case core.Message:

@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -404,4 +405,57 @@ func TestSemaphoreAndMutexOfOneName(t *testing.T) {
 	}
 	mustUnlock(t, m)
 	release(t, p)
+}
+
+// dropPermitHolds deletes every permit hold's record from Redis behind the
+// semaphore's back: a release whose message never reached the waiters.
+func (e *env) dropPermitHolds() {
+	e.t.Helper()
+	raw, err := e.mr.Get(semKey)
+	if err != nil {
+		e.t.Fatalf("reading the permits: %v", err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		e.t.Fatalf("decoding the permits %q: %v", raw, err)
+	}
+	delete(st, "p")
+	b, err := json.Marshal(st)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ttl := e.mr.TTL(semKey)
+	if err := e.mr.Set(semKey, string(b)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.mr.SetTTL(semKey, ttl)
+}
+
+// Pub/sub delivers at most once: the first waiter, waiting for permits,
+// does not depend on hearing the release. It looks again every wait
+// timeout / 3, as a queued waiter's heartbeat does, not only when the first
+// permit hold's lease (30 s here) would run out.
+func TestSemaphoreFirstWaiterLooksAgainWithinAHeartbeat(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.semaphore(1)
+	held, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := acquireAsync(ctx, s, 1)
+	e.semQueue(1)
+	e.dropPermitHolds()
+	e.clk.Advance(fair.DefaultWaitTimeout/3 - time.Millisecond)
+	redistest.Quiet(t, "the waiter is asleep", func() bool { return core.Asleep() == 1 })
+	notGranted(t, waiter, "the first waiter, before its heartbeat's time")
+	e.clk.Advance(time.Millisecond)
+	p := got(t, waiter)
+	if p.Token() <= held.Token() {
+		t.Fatalf("the waiter's token %d is not above the dropped hold's %d", p.Token(), held.Token())
+	}
+	release(t, p)
+	if err := held.Release(ctx); !errors.Is(err, fair.ErrLockLost) && !errors.Is(err, fair.ErrNotHeld) {
+		t.Fatalf("Release of a hold deleted behind its back: %v", err)
+	}
 }
