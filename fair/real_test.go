@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
@@ -108,6 +110,127 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkHandOff times one hand-off on a quiet machine: from the holder's
+// Unlock being called to the Lock of the one waiter queued behind it (on a
+// client of its own, asleep) returning. ns/op is the mean. The metrics are
+// medians in units of the median PING round trip, both sampled once per
+// hand-off (this machine's speed drifts): p50-RTT and p99-RTT for the
+// hand-off, unlock-RTT for the releaser's Unlock call, and pubsub-RTT for
+// the floor of any wake-up by pub/sub, a PUBLISH sent on one client until
+// go-redis delivers it to a subscriber on another. (bench/'s contended
+// scenario measures hand-offs among 8 busy clients instead.)
+func BenchmarkHandOff(b *testing.B) {
+	clients := redistest.Clients(b, redistest.Single, 2)
+	name := redistest.Name(b)
+	ctx := context.Background()
+	floor := newPubSubProbe(b, clients[0], clients[1])
+	handles := make([]*fair.Mutex, 2)
+	for i, c := range clients {
+		m, err := fair.New(c, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		handles[i] = m
+	}
+	if err := handles[0].Lock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	var took, unlocks, pings, pubsubs []time.Duration
+	holder := 0
+	for b.Loop() {
+		b.StopTimer()
+		ping, pubsub := floor.sample(b)
+		pings, pubsubs = append(pings, ping), append(pubsubs, pubsub)
+		waiter := handles[1-holder]
+		done := make(chan result, 1)
+		go func() {
+			err := waiter.Lock(ctx)
+			done <- result{time.Now(), err}
+		}()
+		redistest.Quiet(b, "the waiter is queued and asleep", func() bool {
+			st, err := fair.Inspect(ctx, clients[0], name)
+			return err == nil && len(st.Queue) == 1 && core.Asleep() == 1
+		})
+		b.StartTimer()
+		start := time.Now()
+		if err := handles[holder].Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		unlocks = append(unlocks, time.Since(start))
+		r := <-done
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		took = append(took, r.at.Sub(start))
+		holder = 1 - holder
+	}
+	b.StopTimer()
+	if err := handles[holder].Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	floor.close()
+	rtt := float64(median(pings))
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2])/rtt, "p50-RTT")
+	b.ReportMetric(float64(took[len(took)*99/100])/rtt, "p99-RTT")
+	b.ReportMetric(float64(median(unlocks))/rtt, "unlock-RTT")
+	b.ReportMetric(float64(median(pubsubs))/rtt, "pubsub-RTT")
+}
+
+// pubSubProbe samples the two floors a hand-off is measured against: a PING
+// round trip, and a PUBLISH on one client until go-redis hands the message
+// to a subscriber on another.
+type pubSubProbe struct {
+	from    redis.UniversalClient
+	ps      *redis.PubSub
+	channel string
+	got     chan time.Time
+}
+
+func newPubSubProbe(b *testing.B, from, to redis.UniversalClient) *pubSubProbe {
+	ctx := context.Background()
+	p := &pubSubProbe{from: from, channel: redistest.Name(b) + ":probe", got: make(chan time.Time, 1)}
+	p.ps = to.Subscribe(ctx, p.channel)
+	if _, err := p.ps.Receive(ctx); err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := p.ps.ReceiveMessage(ctx); err != nil {
+				return // closed
+			}
+			p.got <- time.Now()
+		}
+	}()
+	return p
+}
+
+func (p *pubSubProbe) sample(b *testing.B) (ping, pubsub time.Duration) {
+	ctx := context.Background()
+	t := time.Now()
+	if err := p.from.Ping(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	ping = time.Since(t)
+	t = time.Now()
+	if err := p.from.Publish(ctx, p.channel, "x").Err(); err != nil {
+		b.Fatal(err)
+	}
+	return ping, (<-p.got).Sub(t)
+}
+
+func (p *pubSubProbe) close() { _ = p.ps.Close() }
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // Holds that end by their lease, with nobody unlocking (issue 11's
