@@ -115,12 +115,13 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 // BenchmarkHandOff times one hand-off on a quiet machine: from the holder's
 // Unlock being called to the Lock of the one waiter queued behind it (on a
 // client of its own, asleep) returning. ns/op is the mean. The metrics are
-// medians in units of the median PING round trip, both sampled once per
-// hand-off (this machine's speed drifts): p50-RTT and p99-RTT for the
-// hand-off, unlock-RTT for the releaser's Unlock call, and pubsub-RTT for
-// the floor of any wake-up by pub/sub, a PUBLISH sent on one client until
-// go-redis delivers it to a subscriber on another. (bench/'s contended
-// scenario measures hand-offs among 8 busy clients instead.)
+// in units of the median PING round trip, sampled once per hand-off (this
+// machine's speed drifts): p50-RTT and p99-RTT for the hand-off, unlock-RTT
+// for the releaser's Unlock call (median), and pubsub-RTT (median) for the
+// floor of any wake-up by pub/sub, a PUBLISH sent on one client until
+// go-redis delivers it to a subscriber on another, also sampled once per
+// hand-off. (bench/'s contended scenario measures hand-offs among 8 busy
+// clients instead.)
 func BenchmarkHandOff(b *testing.B) {
 	clients := redistest.Clients(b, redistest.Single, 2)
 	name := redistest.Name(b)
