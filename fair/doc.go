@@ -14,7 +14,9 @@
 //
 //  1. Mutual exclusion: at most one handle holds the lock at any moment, by
 //     Redis's clock; a handle stops believing it holds it before Redis lets
-//     it go (see Leases in the reentrant package).
+//     it go (see Leases in the reentrant package). [Mutex.ForceUnlock], an
+//     operator's tool, is the exception: the handle it forced out learns at
+//     its next renewal.
 //  2. FIFO: among waiters that stay alive, the lock is granted in the order
 //     they first joined the queue, however long any holder keeps it. A
 //     queued waiter keeps its place by refreshing its own deadline (now + its

@@ -137,7 +137,12 @@ func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.m.
 
 // ForceUnlock ends whoever holds the lock, at any hold count; the queue
 // stays, and the lock is handed to its first live waiter. It reports whether
-// the lock was held.
+// the lock was held. It is for an operator clearing a stuck lock: the
+// handle whose hold it ended learns only at its next renewal (within lease/3
+// with the watchdog, at its claim for a hand-off not yet claimed, when its
+// lease runs out for a fixed one), when its Lost closes and its Unlock
+// returns ErrLockLost; until then it still believes it holds the lock. On
+// the holding handle itself, it ends the hold as released.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
 
 // Name returns the lock's name, as given to New.

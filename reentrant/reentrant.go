@@ -119,7 +119,12 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.m.Extend(ctx, d) }
 
 // ForceUnlock ends whoever holds the lock, at any hold count, and wakes a
-// waiter. It reports whether the lock was held.
+// waiter. It reports whether the lock was held. It is for an operator
+// clearing a stuck lock: the handle whose hold it ended learns only at its
+// next renewal (within lease/3 with the watchdog, when its lease runs out
+// for a fixed one), when its Lost closes and its Unlock returns
+// ErrLockLost; until then it still believes it holds the lock. On the
+// holding handle itself, it ends the hold as released.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
 
 // Name returns the lock's name, as given to New.

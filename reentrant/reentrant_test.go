@@ -184,6 +184,30 @@ func TestForceUnlock(t *testing.T) {
 	}
 }
 
+func TestForcedOutHolderSeesLostAtItsNextRenewal(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.handle(reentrant.WithLease(3*time.Second)), e.handle()
+	mustLock(t, a)
+	if ok, err := b.ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock of a held lock = %v, %v; want true", ok, err)
+	}
+	e.clk.Advance(time.Second - time.Millisecond)
+	if isClosed(a.Lost()) {
+		t.Fatal("Lost closed before the watchdog's next renewal could find the hold gone")
+	}
+	e.clk.Advance(time.Millisecond) // lease/3: the renewal finds the hold gone
+	if !isClosed(a.Lost()) {
+		t.Fatal("a hold forced open is not Lost at the watchdog's next renewal")
+	}
+	if cause := context.Cause(a.HoldContext()); !errors.Is(cause, reentrant.ErrLockLost) {
+		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+		t.Fatalf("Unlock after the loss = %v, want ErrLockLost", err)
+	}
+}
+
 func TestFixedLeaseExpires(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
