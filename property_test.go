@@ -6,11 +6,15 @@ package fairlock_test
 // its own (a "process"), against miniredis, with the fake clock moving
 // miniredis's TIME and the library's timers together. Its actions are what
 // users and failures do: join the queue, try without waiting, re-enter,
-// unlock, give up, crash (fall silent for good), stall (a waiter cut off from
-// Redis for a while, then back), replay a release late (a go-redis retry
-// that comes after others used the lock), and let time pass in steps no longer than a
-// quarter of a heartbeat. After every step it checks what a user can
-// observe, one property per guarantee of package fair.
+// unlock, force the lock open (ForceUnlock, by an operator's handle or by
+// the holder), give up, crash (fall silent for good), stall (a waiter cut off
+// from Redis for a while, then back), replay a release late (a go-redis retry
+// that comes after others used the lock), and let time pass in steps no
+// longer than a quarter of a heartbeat. After every step it checks what a
+// user can observe, one property per guarantee of package fair, and what
+// Redis itself shows: every message published on the lock's channel (read
+// by a subscriber of its own, counted per change of head and per hand-off)
+// and the queue's two keys (tidiness).
 //
 //	go test -run TestFairLockSpecification .                      # 1,000 checks (CI)
 //	RAPID_CHECKS=100000 go test -run TestFairLockSpecification -timeout 0 .
@@ -100,6 +104,7 @@ type proc struct {
 
 	crashedAt    time.Time
 	crashedPhase phase
+	entryDied    bool // its entry was seen past its deadline: it lost its place
 
 	cut        *redistest.Partition // cuts the process off from Redis
 	releases   *releaseLog          // its last final release, to replay
@@ -109,6 +114,11 @@ type proc struct {
 	orphans    []orphan // entries left behind by calls that failed while cut off
 	token      int64    // the token of its latest hold
 	lostToken  int64    // the token of its latest hold that it lost
+
+	// forced: another handle's ForceUnlock ended its hold; it must see Lost
+	// by lostBy (its next renewal or claim, or its fixed lease's end).
+	forced bool
+	lostBy time.Time
 }
 
 // orphan is a queue entry whose waiter's call failed while it was cut off
@@ -137,6 +147,9 @@ type spec struct {
 	synced string // what had been published when the hubs were last synced
 
 	finalReleases atomic.Int64 // releases that ended a hold, by any process
+
+	admin  *fair.Mutex  // an operator's handle, on the probe's client: ForceUnlock
+	ledger *queueLedger // the messages Redis published, and the queue's keys
 }
 
 func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
@@ -147,6 +160,12 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	mr.ClockTTL(true)
 	s := &spec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	s.ledger = newQueueLedger(t, s.probe, "the lock", "fairlock:f:{"+lockName+"}", "")
+	admin, err := fair.New(s.probe, lockName, core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.admin = admin
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		cut := &redistest.Partition{}
@@ -174,7 +193,7 @@ func (s *spec) inspect() fair.State {
 func (s *spec) pick(ph phase) *proc {
 	var c []*proc
 	for _, p := range s.procs {
-		if p.phase == ph && !p.stalled {
+		if p.phase == ph && !p.stalled && !p.forced {
 			c = append(c, p)
 		}
 	}
@@ -198,6 +217,7 @@ func (s *spec) join(t *rapid.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.joins++
 	p.phase, p.joined, p.cancel, p.entry, p.wasStalled, p.fixed = waiting, s.joins, cancel, "", false, fixed
+	p.entryDied = false
 	p.result, p.running = make(chan error, 1), true
 	go func() {
 		ok, err := p.m.TryLock(ctx, time.Hour, fixed)
@@ -241,26 +261,128 @@ func (s *spec) tryWithoutWaiting(t *rapid.T) {
 	s.settle()
 }
 
+// reenter takes the lock again on its holder's handle, with the watchdog's
+// lease or a fixed one (at most the watchdog's, so that a crashed holder's
+// hold still ends within lease). A re-entry may lengthen the hold, never
+// shorten it: Redis's expiry becomes the later of the hold's and now plus
+// the lease asked for, whatever the hold's lease mode.
 func (s *spec) reenter(t *rapid.T) {
 	p := s.pick(holding)
-	if p.fixed != 0 {
-		t.Skip("a hold with a fixed lease is not re-entered here: a re-entry may lengthen it")
+	asked := time.Duration(0)
+	if rapid.Bool().Draw(t, "fixed lease") {
+		asked = time.Duration(rapid.IntRange(100, int(lease/time.Millisecond)).Draw(t, "lease ms")) * time.Millisecond
 	}
-	ok, err := p.m.TryLock(context.Background(), 0, 0)
+	before := s.inspect()
+	ok, err := p.m.TryLock(context.Background(), 0, asked)
 	if !ok || err != nil {
 		t.Fatalf("re-entry by holder %s = %v, %v", p.label, ok, err)
 	}
 	p.count++
+	after := s.inspect()
+	want := asked
+	if want == 0 {
+		want = lease
+	}
+	want = max(want, before.Holder.TTL)
+	if after.Holder == nil || after.Holder.Token != p.token || after.Holder.TTL != want {
+		t.Fatalf("re-entry: %s asked for %v on a hold with %v left; Redis now has %+v, want %v left",
+			p.label, asked, before.Holder.TTL, after.Holder, want)
+	}
 }
 
+// forceUnlock ends the hold whoever has it, as an operator does: the lock is
+// handed to the live head of the queue (with the queue behind it kept), or
+// left free when nobody live waits. The holder's handle is told at its next
+// renewal (or claim, or when its fixed lease ends): it sees Lost then, and
+// its Unlock says ErrLockLost. The holder may also force its own hold open:
+// that ends it as released, not lost.
+func (s *spec) forceUnlock(t *rapid.T) {
+	before := s.inspect()
+	var old *proc
+	for _, p := range s.procs {
+		if p.phase == holding && !p.forced && before.Holder != nil && before.Holder.Label == p.label &&
+			before.Holder.Token == p.token && !isClosed(p.m.Lost()) {
+			old = p
+		}
+	}
+	caller, byHolder := s.admin, false
+	if old != nil && !old.stalled && rapid.Bool().Draw(t, "by the holder") {
+		caller, byHolder = old.m, true
+	}
+	was, err := caller.ForceUnlock(context.Background())
+	if err != nil {
+		t.Fatalf("ForceUnlock: %v", err)
+	}
+	if was != (before.Holder != nil) {
+		t.Fatalf("ForceUnlock reported held=%v; the holder was %+v", was, before.Holder)
+	}
+	after := s.inspect()
+	// The first waiter whose deadline is ahead gets the lock; the dead
+	// entries before it are popped, and so are those right behind it.
+	next, rest := -1, before.Queue
+	for i, w := range before.Queue {
+		if !w.Expired {
+			next, rest = i, before.Queue[i+1:]
+			break
+		}
+	}
+	for len(rest) > 0 && rest[0].Expired {
+		rest = rest[1:]
+	}
+	switch {
+	case next < 0 && after.Holder != nil:
+		t.Fatalf("ForceUnlock with no live waiter left the lock held: %+v", after.Holder)
+	case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
+		t.Fatalf("ForceUnlock did not hand the lock to the live head %s: the holder is %+v",
+			before.Queue[next].Entry, after.Holder)
+	case next >= 0 && before.Holder != nil && after.Holder.Token <= before.Holder.Token:
+		t.Fatalf("fencing: the hand-off after ForceUnlock got token %d, not above %d", after.Holder.Token, before.Holder.Token)
+	}
+	if next >= 0 && !slices.EqualFunc(after.Queue, rest, func(a, b fair.Waiter) bool { return a.Entry == b.Entry }) {
+		t.Fatalf("ForceUnlock changed the queue behind the head: %+v, then %+v", before.Queue, after.Queue)
+	}
+	if old != nil {
+		if byHolder {
+			// Its own ForceUnlock: released, not lost.
+			if isClosed(old.m.Lost()) || !errors.Is(context.Cause(old.m.HoldContext()), fair.ErrReleased) {
+				t.Fatalf("%s forced its own hold open: Lost closed=%v, HoldContext cause %v, want ErrReleased",
+					old.label, isClosed(old.m.Lost()), context.Cause(old.m.HoldContext()))
+			}
+			old.phase, old.count = idle, 0
+		} else {
+			// It learns at its next renewal or claim (within lease/2), or,
+			// cut off or with a fixed lease, when its lease runs out.
+			old.forced = true
+			old.lostBy = s.clk.Now().Add(before.Holder.TTL + time.Millisecond)
+			if old.fixed == 0 && !old.stalled {
+				old.lostBy = s.clk.Now().Add(lease/2 + time.Millisecond)
+			}
+		}
+	}
+	s.settle()
+}
+
+// unlock undoes one level of a hold. The last one hands the lock, in the
+// same call, to the first waiter whose deadline is ahead (guarantee 6), or
+// frees it.
 func (s *spec) unlock(t *rapid.T) {
 	p := s.pick(holding)
+	before := s.inspect()
 	if err := p.m.Unlock(context.Background()); err != nil {
 		t.Fatalf("Unlock by holder %s: %v", p.label, err)
 	}
 	p.count--
 	if p.count == 0 {
 		p.phase = idle
+		after := s.inspect()
+		next := slices.IndexFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
+		switch {
+		case next < 0 && after.Holder != nil:
+			t.Fatalf("%s's last Unlock, with no live waiter, left the lock held: %+v", p.label, after.Holder)
+		case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
+			t.Fatalf("hand-off: %s's last Unlock did not hand the lock to the live head %s: the holder is %+v",
+				p.label, before.Queue[next].Entry, after.Holder)
+		}
 	}
 	s.settle()
 }
@@ -309,6 +431,31 @@ func (s *spec) crash(t *rapid.T) {
 // deadline passes it is dead to the queue.
 func (s *spec) stall(t *rapid.T) {
 	p := s.pick(waiting)
+	s.cutOff(p)
+}
+
+// stallHead cuts off the waiter at the head of the queue of a held lock,
+// with a live waiter behind it: its death changes the head, and the waiter
+// behind must be told. The clock then runs to just past its deadline, where
+// the next call, before any heartbeat, finds it dead (see toDeadline).
+func (s *spec) stallHead(t *rapid.T) {
+	st := s.inspect()
+	var live []*proc
+	for _, w := range st.Queue {
+		for _, p := range s.procs {
+			if !w.Expired && p.entry == w.Entry && p.phase == waiting && !p.stalled {
+				live = append(live, p)
+			}
+		}
+	}
+	if st.Holder == nil || len(live) < 2 || st.Queue[0].Entry != live[0].entry {
+		t.Skip("no live head of a held lock with a live waiter behind it")
+	}
+	s.cutOff(live[0])
+	s.toDeadline(t)
+}
+
+func (s *spec) cutOff(p *proc) {
 	p.cut.On.Store(true)
 	p.stalled, p.stalledAt, p.wasStalled = true, s.clk.Now(), true
 	s.settle()
@@ -355,6 +502,50 @@ func (s *spec) advance(t *rapid.T) {
 	d := time.Duration(rapid.IntRange(1, int(maxStep/time.Millisecond)).Draw(t, "ms")) * time.Millisecond
 	s.clk.Advance(d)
 	s.settle()
+}
+
+// toDeadline lets time pass until just after the next deadline of a silent
+// waiter in Redis: the moment an entry that fell silent dies, before the heartbeats
+// of the others (each a third of a wait timeout apart) come to evict it.
+// Then a newcomer, if there is one, joins or tries at once: its call is the
+// one that finds the entry dead, and must do what the heartbeat would have.
+func (s *spec) toDeadline(t *rapid.T) {
+	now := redisNow(s.clk.Now())
+	q := readQueue(t, s.probe, "fairlock:f:{"+lockName+"}:queue", "fairlock:f:{"+lockName+"}:deadlines")
+	// Live waiters push their deadlines on; only a silent one's is kept.
+	live := map[string]bool{}
+	for _, p := range s.procs {
+		if p.phase == waiting && !p.stalled {
+			live[p.entry] = true
+		}
+	}
+	next := int64(0)
+	for e, d := range q.deadlines {
+		if d > now && !live[e] && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	if next == 0 {
+		t.Skip("no silent waiter's deadline ahead")
+	}
+	// In steps no longer than advance's, as wait does: a waiter woken on
+	// the way acts before the clock moves on.
+	for left := time.Duration(next-now+1) * time.Millisecond; left > 0; left -= maxStep {
+		s.clk.Advance(min(left, maxStep))
+		s.settle()
+		if left > maxStep {
+			s.check(t)
+		}
+	}
+	if !slices.ContainsFunc(s.procs, func(p *proc) bool { return p.phase == idle && !p.stalled && !p.forced }) {
+		return
+	}
+	s.check(t)
+	if rapid.Bool().Draw(t, "joins") {
+		s.join(t)
+	} else {
+		s.tryWithoutWaiting(t)
+	}
 }
 
 // wait lets up to two wait timeouts pass, in full steps, checking after each.
@@ -575,12 +766,22 @@ func (s *spec) grantPending(st fair.State) bool {
 	return false
 }
 
+// lostEarlySlack is how long before Redis's expiry a handle may give up its
+// hold: the safety margin of the longest lease here (1% plus 2 ms), and 1 ms
+// of rounding.
+const lostEarlySlack = lease/100 + 3*time.Millisecond
+
 // check runs after every step: each property is named after its guarantee.
 func (s *spec) check(t *rapid.T) {
 	now := s.clk.Now()
+	// Unlocking a hold its handle lost does not reach Redis: st stays true
+	// through the loop below.
+	st := s.inspect()
 
-	// A hold is lost only by a process that was cut off from Redis, or when
-	// its fixed lease ran out; its Unlock then says so.
+	// A hold is lost only by a process that was cut off from Redis, when
+	// its fixed lease ran out, or after another handle forced it open; never
+	// while Redis still keeps it for longer than the safety margin. Its
+	// Unlock then says so. A forced-out holder sees Lost by its next renewal.
 	for _, p := range s.procs {
 		if p.phase != holding {
 			continue
@@ -588,10 +789,17 @@ func (s *spec) check(t *rapid.T) {
 		select {
 		case <-p.m.Lost():
 		default:
+			if p.forced && now.After(p.lostBy) {
+				t.Fatalf("ForceUnlock: %s's hold was forced open, and its Lost is still open %v after its next renewal was due",
+					p.label, now.Sub(p.lostBy))
+			}
 			continue
 		}
-		if !p.wasStalled && p.fixed == 0 {
+		if !p.wasStalled && p.fixed == 0 && !p.forced {
 			t.Fatalf("%s lost a hold that its watchdog kept alive", p.label)
+		}
+		if h := st.Holder; h != nil && h.Token == p.token && h.TTL > lostEarlySlack {
+			t.Fatalf("%s's Lost is closed while Redis keeps its hold for %v more", p.label, h.TTL)
 		}
 		if p.stalled {
 			continue // it cannot even tell Redis yet
@@ -599,15 +807,28 @@ func (s *spec) check(t *rapid.T) {
 		if err := p.m.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
 			t.Fatalf("Unlock of %s's lost hold = %v, want ErrLockLost", p.label, err)
 		}
-		p.phase, p.count, p.lostToken = idle, 0, p.token
+		p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
 	}
-	st := s.inspect()
+	// Messages, heads and tidiness, as Redis shows them.
+	s.ledger.check(t, s.probe, now)
+
+	// Guarantee 6: a hand-off is claimed (made a full hold) halfway through
+	// its first lease, by a holder that can reach Redis.
+	if raw := rawHold(t, s.probe, "fairlock:f:{"+lockName+"}"); field(raw, "e") != "" && st.Holder != nil {
+		g, x := number(raw, "g"), number(raw, "x")
+		for _, p := range s.procs {
+			if p.label == st.Holder.Label && p.phase == holding && !p.stalled && !p.wasStalled && !p.forced &&
+				redisNow(now) > g+(x-g)/2+1 {
+				t.Fatalf("hand-off: %s's hold, granted at %d until %d, is still not claimed at %d", p.label, g, x, redisNow(now))
+			}
+		}
+	}
 
 	// Guarantee 1, mutual exclusion: at most one handle believes it holds
 	// the lock, and Redis agrees with it, hold count included.
 	var holders []*proc
 	for _, p := range s.procs {
-		if p.phase == holding && !isClosed(p.m.Lost()) {
+		if p.phase == holding && !p.forced && !isClosed(p.m.Lost()) {
 			holders = append(holders, p)
 		}
 	}
@@ -637,9 +858,18 @@ func (s *spec) check(t *rapid.T) {
 	listed := map[*proc]bool{}
 	var queued []string
 	for _, w := range st.Queue {
+		for _, p := range s.procs {
+			if p.label == w.Label && w.Expired && w.Entry == p.entry {
+				p.entryDied = true
+			}
+		}
 		for _, p := range live {
 			if p.label != w.Label || w.Expired || p.isOrphan(w.Entry) {
 				continue
+			}
+			if p.entry == w.Entry && p.entryDied {
+				t.Fatalf("eviction: %s's entry %s was past its deadline, and is a live waiter again: it lost its place, and must re-join at the tail",
+					p.label, w.Entry)
 			}
 			listed[p] = true
 			queued = append(queued, p.label)
@@ -652,7 +882,7 @@ func (s *spec) check(t *rapid.T) {
 				// Evicted during its stall, it re-joined: from now on it
 				// counts from the tail.
 				s.joins++
-				p.joined, p.entry, p.wasStalled = s.joins, w.Entry, false
+				p.joined, p.entry, p.wasStalled, p.entryDied = s.joins, w.Entry, false, false
 			}
 		}
 	}
@@ -817,6 +1047,7 @@ func (s *spec) close() {
 		}
 		_ = p.client.Close()
 	}
+	s.ledger.close()
 	_ = s.probe.Close()
 	s.mr.Close()
 }
@@ -832,12 +1063,15 @@ func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
 			"tryWithoutWaiting": s.tryWithoutWaiting,
 			"reenter":           s.reenter,
 			"unlock":            s.unlock,
+			"forceUnlock":       s.forceUnlock,
 			"giveUp":            s.giveUp,
 			"crash":             s.crash,
 			"stall":             s.stall,
+			"stallHead":         s.stallHead,
 			"stallFor":          s.stallFor,
 			"resume":            s.resume,
 			"advance":           s.advance,
+			"toDeadline":        s.toDeadline,
 			"wait":              s.wait,
 			"lateRetry":         s.lateRetry,
 			"":                  s.check,
