@@ -7,7 +7,10 @@ package fairlock_test
 // (Acquire, or TryAcquire with a fixed lease; RLock or Lock), try without
 // waiting, release, give up, crash, change the number of permits (the
 // semaphore) or downgrade a write hold (the RW lock), and let time pass.
-// After every step it checks each guarantee. An RWMutex is a semaphore of
+// After every step it checks each guarantee, and what Redis shows of the
+// gate, the fair lock its waiters queue on (queueLedger): every message on
+// the gate's channel (grants of permits, hand-offs of the gate, head
+// notices) counted, and its queue's tidiness. An RWMutex is a semaphore of
 // MaxPermits permits where a reader takes 1 and a writer all: the same
 // accounting check is "no reader beside a writer, never two writers".
 
@@ -137,7 +140,8 @@ type semSpec struct {
 	joins int
 
 	lastToken  int64
-	servable   time.Time // the first waiter could be served since (zero: not)
+	ledger     *queueLedger // the gate's messages and queue, as Redis shows them
+	servable   time.Time    // the first waiter could be served since (zero: not)
 	servableBy string
 	allowance  time.Duration // how long it may take
 }
@@ -153,6 +157,11 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 		s.k, s.k0 = fair.MaxPermits, fair.MaxPermits
 	}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	base := "fairlock:s:{" + semName + "}"
+	if rw {
+		base = "fairlock:rw:{" + semName + "}"
+	}
+	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
 	opts := func(label string) []fair.Option {
 		return []fair.Option{core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel(label),
 			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
@@ -467,6 +476,9 @@ func (s *semSpec) byLabel(label string) *semProc {
 func (s *semSpec) check(t *rapid.T) {
 	st := s.inspect()
 	now := s.clk.Now()
+	// The gate is a fair lock: its messages and queue keep the fair lock's
+	// rules, and every grant of permits to a waiter had its message.
+	s.ledger.check(t, s.probe, now)
 	// Every hold a live handle believes in is in Redis, with its permits;
 	// every hold in Redis is one a handle was granted.
 	tokens := map[int64]*semProc{}
@@ -591,6 +603,7 @@ func (s *semSpec) close() {
 		}
 		_ = p.client.Close()
 	}
+	s.ledger.close()
 	_ = s.probe.Close()
 	s.mr.Close()
 }
