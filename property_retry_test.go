@@ -29,7 +29,10 @@ import (
 //   - while that hold stands as the request left it, the retry gets the first
 //     run's answer and changes nothing;
 //   - a retried release that kept the hold (re-entries remained) gets its
-//     first answer and releases no second level.
+//     first answer and releases no second level;
+//   - a release that undoes an acquiring request (its caller's ctx ended
+//     before the answer) releases one level only if that request was
+//     applied, and changes nothing otherwise.
 //
 // Handles take, re-enter and release the lock, queue, and let leases run
 // out, so that holds end and new ones are made, by hand-off too, in calls
@@ -51,6 +54,8 @@ type retryHandle struct {
 	// Its last release that kept the hold, and that answer.
 	release  []any
 	released []int64
+	// How many requests had been sent when each of those two ran.
+	acquireSeq, releaseSeq int
 }
 
 type retrySpec struct {
@@ -76,9 +81,10 @@ func (s *retrySpec) call(sc *lua.Script, args ...any) []int64 {
 	return out
 }
 
-// replay sends a recorded request again, as it was.
-func (s *retrySpec) replay(args []any) []int64 {
-	return s.call(s.scripts.FairAcquire, args...)
+// replay sends a recorded request again, as it was: one more request run.
+func (s *retrySpec) replay(sc *lua.Script, args []any) []int64 {
+	s.reqs++
+	return s.call(sc, args...)
 }
 
 func (s *retrySpec) hold() map[string]string {
@@ -119,7 +125,7 @@ func (s *retrySpec) acquire(t *rapid.T) {
 	r := s.call(s.scripts.FairAcquire, args...)
 	switch {
 	case r[0] == 1:
-		hd.acquire, hd.granted, hd.entry = args, r, ""
+		hd.acquire, hd.granted, hd.entry, hd.acquireSeq = args, r, "", s.reqs
 	case r[0] == -1 || mode == "try":
 		hd.entry = ""
 	}
@@ -135,7 +141,42 @@ func (s *retrySpec) release(t *rapid.T) {
 	args := []any{hd.owner, fmt.Sprintf("%s#%d", hd.owner, s.reqs), h["f"], "PUBLISH", "retry"}
 	r := s.call(s.scripts.FairRelease, args...)
 	if r[0] == 2 {
-		hd.release, hd.released = args, r
+		hd.release, hd.released, hd.releaseSeq = args, r, s.reqs
+	}
+}
+
+// undoRelease is the release a Lock sends when its ctx ended while its
+// acquiring request ran: it names that request, whose answer it never got.
+// A request that was not applied has nothing to undo: {0}, and nothing
+// changes, even when the handle holds the lock by an earlier acquisition.
+// One that was applied, with nothing since and its hold in force, is
+// undone: one level of its hold is released.
+func (s *retrySpec) undoRelease(t *rapid.T) {
+	hd := rapid.SampledFrom(s.handles).Draw(t, "handle")
+	h := s.hold()
+	s.reqs++
+	x, _ := strconv.ParseInt(h["x"], 10, 64)
+	applied := hd.acquire != nil && s.reqs-1 == hd.acquireSeq && h["o"] == hd.owner &&
+		h["f"] == strconv.FormatInt(hd.granted[2], 10) && x > s.clk.Now().UnixMilli() &&
+		rapid.Bool().Draw(t, "undo the applied one")
+	undo := fmt.Sprintf("%s#never%d", hd.owner, s.reqs)
+	if applied {
+		undo = hd.acquire[2].(string)
+	}
+	before := s.snapshot()
+	r := s.call(s.scripts.FairRelease, hd.owner, fmt.Sprintf("%s#%d", hd.owner, s.reqs), "0", "PUBLISH", "retry", undo)
+	if !applied {
+		if !slices.Equal(r, []int64{0}) {
+			t.Fatalf("undoing %s's request %s, never applied, answered %v, want {0} (hold %v)", hd.owner, undo, r, h)
+		}
+		if after := s.snapshot(); after != before {
+			t.Fatalf("undoing a request never applied changed the lock:\n%s\n%s", before, after)
+		}
+		return
+	}
+	count, _ := strconv.ParseInt(h["c"], 10, 64)
+	if want := []int64{1}; count == 1 && !slices.Equal(r, want) || count > 1 && !slices.Equal(r, []int64{2, count - 1}) {
+		t.Fatalf("undoing %s's applied request %s on a hold of count %d answered %v", hd.owner, undo, count, r)
 	}
 }
 
@@ -150,10 +191,12 @@ func (s *retrySpec) retryAcquire(t *rapid.T) {
 	}
 	h := s.hold()
 	first := hd.granted
-	unchanged := h["q"] == hd.acquire[2] && h["o"] == hd.owner && h["f"] == strconv.FormatInt(first[2], 10) &&
-		h["c"] == strconv.FormatInt(first[1], 10)
+	// The hold stands as the request left it: its id is the last, or no
+	// request was sent since (whatever the scripts wrote).
+	unchanged := (h["q"] == hd.acquire[2] || s.reqs == hd.acquireSeq) && h["o"] == hd.owner &&
+		h["f"] == strconv.FormatInt(first[2], 10) && h["c"] == strconv.FormatInt(first[1], 10)
 	before := s.snapshot()
-	again := s.replay(hd.acquire)
+	again := s.replay(s.scripts.FairAcquire, hd.acquire)
 	now := s.hold()
 	if again[0] == 1 && again[2] != first[2] &&
 		!(now["o"] == hd.owner && now["f"] == strconv.FormatInt(again[2], 10) && now["q"] == hd.acquire[2]) {
@@ -185,11 +228,14 @@ func (s *retrySpec) retryRelease(t *rapid.T) {
 		t.Skip("no release that kept the hold")
 	}
 	h := s.hold()
-	if h["q"] != hd.release[1] {
+	// The hold stands as the release left it: its id is the last, or no
+	// request was sent since and the hold is still there (its keys did
+	// not expire).
+	if h["q"] != hd.release[1] && !(s.reqs == hd.releaseSeq && h["o"] == hd.owner && h["f"] == hd.release[2]) {
 		t.Skip("another request ran since")
 	}
 	before := s.snapshot()
-	again := s.call(s.scripts.FairRelease, hd.release...)
+	again := s.replay(s.scripts.FairRelease, hd.release)
 	if !slices.Equal(again, hd.released) {
 		t.Fatalf("%s's retried release answered %v, its first run %v", hd.owner, again, hd.released)
 	}
@@ -220,6 +266,7 @@ func retrySpecOf(scripts *lua.Scripts) func(*rapid.T) {
 			"advance":      s.advance,
 			"retryAcquire": s.retryAcquire,
 			"retryRelease": s.retryRelease,
+			"undoRelease":  s.undoRelease,
 		})
 	}
 }
