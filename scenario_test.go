@@ -1,0 +1,207 @@
+package fairlock_test
+
+// Scenarios: paths the state machines do not reach by chance, played once,
+// step by step, under the fake clock. Each is a specification of its own
+// (TestSpecificationCatchesBrokenScripts runs them against broken scripts
+// too).
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+)
+
+// tb is what a scenario needs of a test: *testing.T and *rapid.T both are.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// scenarioSpec runs a scenario as a specification: one check of it is the
+// whole scenario (give it checks: 1 in mutations).
+func scenarioSpec(play func(tb, *lua.Scripts)) func(*lua.Scripts) func(*rapid.T) {
+	return func(scripts *lua.Scripts) func(*rapid.T) {
+		return func(t *rapid.T) { play(t, scripts) }
+	}
+}
+
+// lostHandOffFoundByTheHeartbeat: a hand-off whose message is lost is found
+// by the grantee's heartbeat, whose reply carries the grant's time. The new
+// holder counts its lease from that time, as it would from the message: with
+// a fixed lease it holds the lock until Redis's expiry (less the safety
+// margin). Counted from its last "queued" answer instead, the hold would be
+// lost as soon as Lock returned, although Redis keeps it for another 100 ms.
+func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const (
+		name  = "lost-hand-off"
+		wait  = 3 * time.Second
+		fixed = 600 * time.Millisecond
+	)
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	defer mr.Close()
+	mr.ClockTTL(true)
+	clk := clock.NewFake(redistest.Epoch, mr.SetTime)
+	client := func() *redis.Client { return redis.NewClient(&redis.Options{Addr: mr.Addr()}) }
+	ca, cb, probe := client(), client(), client()
+	defer ca.Close()
+	defer cb.Close()
+	defer probe.Close()
+	opts := []fair.Option{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	a, err := fair.New(ca, name, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	b, err := fair.New(cb, name, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	if err := a.Lock(ctx); err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		ok, err := b.TryLock(bctx, time.Hour, fixed)
+		done <- result{ok, err}
+	}()
+	// b is queued and asleep; two heartbeats answer "queued" (at 1 s and 2 s).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := fair.Inspect(ctx, probe, name)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		if len(st.Queue) == 1 && core.Asleep() == 1 && core.Unread() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(2 * time.Second)
+	clk.Advance(500 * time.Millisecond)
+
+	// a's release hands the lock to b at 2.5 s, with a fixed lease until
+	// 3.1 s; its message goes to a channel nobody reads: it is lost.
+	st, err := fair.Inspect(ctx, probe, name)
+	if err != nil || st.Holder == nil {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
+	v, err := scripts.FairRelease.Run(ctx, probe, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
+	if err != nil || len(v) != 1 || v[0] != int64(1) {
+		t.Fatalf("releasing a's hold: %v, %v", v, err)
+	}
+	granted, err := fair.Inspect(ctx, probe, name)
+	if err != nil || granted.Holder == nil || !granted.Holder.Pending {
+		t.Fatalf("the release did not hand the lock to b: %+v, %v", granted.Holder, err)
+	}
+
+	// b's heartbeat at 3 s finds the grant.
+	clk.Advance(500 * time.Millisecond)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the heartbeat did not hand b the lock whose message was lost")
+	}
+	if !r.ok || r.err != nil {
+		t.Fatalf("b's TryLock = %v, %v; want the hold handed to it", r.ok, r.err)
+	}
+	if isClosed(b.Lost()) {
+		t.Fatalf("b's hand-off, found by its heartbeat at 3 s, was lost at once, though Redis keeps it until 3.1 s: " +
+			"its lease must count from the grant (2.5 s), not from b's last queued answer (2 s)")
+	}
+	if b.Token() != granted.Holder.Token {
+		t.Fatalf("b holds token %d, Redis granted %d", b.Token(), granted.Holder.Token)
+	}
+	clk.Advance(80 * time.Millisecond)
+	if isClosed(b.Lost()) {
+		t.Fatalf("b lost its hold 20 ms before Redis's expiry, more than the safety margin early")
+	}
+	clk.Advance(20 * time.Millisecond)
+	if !isClosed(b.Lost()) {
+		t.Fatalf("b still believes it holds the lock after its fixed lease ran out in Redis")
+	}
+	_ = a.Unlock(ctx) // its hold was ended behind its back: ErrLockLost
+}
+
+// reentryNeverShortensAHold: the reentrant lock's re-entry with a lease
+// longer than the hold has left lengthens it; with a shorter one it keeps
+// it (reentrant.Mutex.TryLock's doc). The fair lock's specification checks
+// the same of its own.
+func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	defer mr.Close()
+	mr.ClockTTL(true)
+	clk := clock.NewFake(redistest.Epoch, mr.SetTime)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	m, err := reentrant.New(client, "reentry", core.WithClock(clk), core.WithScripts(scripts))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	ttl := func() time.Duration {
+		d, err := m.TTL(ctx)
+		if err != nil {
+			t.Fatalf("TTL: %v", err)
+		}
+		return d
+	}
+	if ok, err := m.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	if ok, err := m.TryLock(ctx, 0, 3*time.Second); !ok || err != nil {
+		t.Fatalf("re-entry = %v, %v", ok, err)
+	}
+	if got := ttl(); got != 3*time.Second {
+		t.Fatalf("a re-entry asking for 3s on a hold with 500ms left left it %v, want 3s", got)
+	}
+	if ok, err := m.TryLock(ctx, 0, 100*time.Millisecond); !ok || err != nil {
+		t.Fatalf("re-entry = %v, %v", ok, err)
+	}
+	if got := ttl(); got != 3*time.Second {
+		t.Fatalf("a re-entry asking for 100ms on a hold with 3s left left it %v, want 3s: never shorter", got)
+	}
+	clk.Advance(2 * time.Second)
+	if isClosed(m.Lost()) {
+		t.Fatalf("the lengthened hold was lost before its new lease ran out")
+	}
+	for m.Unlock(ctx) == nil {
+	}
+}
+
+func TestReentryNeverShortensAHold(t *testing.T) {
+	reentryNeverShortensAHold(t, lua.Default)
+}
+
+func TestLostHandOffFoundByTheHeartbeat(t *testing.T) {
+	lostHandOffFoundByTheHeartbeat(t, lua.Default)
+}
