@@ -111,6 +111,8 @@ var mutations = []struct {
 		file: "fair_heartbeat.lua",
 		from: "if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
 		to:   "if popped and not head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
+		// A rare coincidence: caught after 45 to 218 checks in 3 runs (2026-11-24).
+		checks: 3000,
 	},
 	{
 		name: "a head notice at every re-entry",
@@ -123,6 +125,8 @@ var mutations = []struct {
 		file: "fair_acquire.lua",
 		from: "if next_head then tell_head(next_head, now + lease, publish, channel) end",
 		to:   "-- (no notice)",
+		// A rare coincidence: caught after 283 to about 600 checks in 4 runs (2026-11-24).
+		checks: 5000,
 	},
 	{
 		name: "a head notice whenever a waiter leaves a held lock",
@@ -142,6 +146,8 @@ var mutations = []struct {
 		file: "lib.lua",
 		from: "    if score then redis.call('ZREM', deadlines, head) end",
 		to:   "",
+		// A rare coincidence: caught after 15 to about 300 checks in 4 runs (2026-11-24).
+		checks: 3000,
 	},
 	{
 		name: "a head that takes the lock itself leaves its deadline behind",
@@ -199,6 +205,8 @@ var mutations = []struct {
 		from: "      redis.call('ZREM', KEYS[4], head)\n",
 		to:   "",
 		spec: semaphoreSpec,
+		// A rare coincidence: caught after 66 to about 220 checks in 3 runs (2026-11-24).
+		checks: 3000,
 	},
 	{
 		// Every permit hold served and not claimed had its note (queueLedger).
@@ -215,6 +223,8 @@ var mutations = []struct {
 		from: "    if s.p[owner] == nil then -- (else",
 		to:   "    if true then -- (else",
 		spec: semaphoreSpec,
+		// A rare coincidence: caught after 35 to 259 checks in 3 runs (2026-11-24).
+		checks: 3000,
 	},
 	{
 		name:   "a reentrant re-entry that does not lengthen the hold",
