@@ -35,6 +35,18 @@ func scenarioSpec(play func(tb, *lua.Scripts)) func(*lua.Scripts) func(*rapid.T)
 	}
 }
 
+// fakeRedis starts a miniredis whose clock, TTLs included, a fake clock
+// drives; the caller closes it.
+func fakeRedis(t tb) (*miniredis.Miniredis, *clock.Fake) {
+	t.Helper()
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	mr.ClockTTL(true)
+	return mr, clock.NewFake(redistest.Epoch, mr.SetTime)
+}
+
 // lostHandOffFoundByTheHeartbeat: a hand-off whose message is lost is found
 // by the grantee's heartbeat, whose reply carries the grant's time. The new
 // holder counts its lease from that time, as it would from the message: with
@@ -48,13 +60,8 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		wait  = 3 * time.Second
 		fixed = 600 * time.Millisecond
 	)
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
+	mr, clk := fakeRedis(t)
 	defer mr.Close()
-	mr.ClockTTL(true)
-	clk := clock.NewFake(redistest.Epoch, mr.SetTime)
 	client := func() *redis.Client { return redis.NewClient(&redis.Options{Addr: mr.Addr()}) }
 	ca, cb, probe := client(), client(), client()
 	defer ca.Close()
@@ -153,13 +160,8 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 // the same of its own.
 func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
+	mr, clk := fakeRedis(t)
 	defer mr.Close()
-	mr.ClockTTL(true)
-	clk := clock.NewFake(redistest.Epoch, mr.SetTime)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 	m, err := reentrant.New(client, "reentry", core.WithClock(clk), core.WithScripts(scripts))
