@@ -73,6 +73,7 @@ const (
 	maxStep     = heartbeat / 4
 	processes   = 5
 	lockName    = "spec"
+	lockKey     = "fairlock:f:{" + lockName + "}" // the hold; its queue keys and channel add a suffix
 	// leaseEndSlack is how long after a hold's end (Redis's clock) the head
 	// may still wait: its timer fires 1 ms after the expiry, and one more
 	// for rounding. A real network adds one round trip.
@@ -160,7 +161,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	mr.ClockTTL(true)
 	s := &spec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	s.ledger = newQueueLedger(t, s.probe, "the lock", "fairlock:f:{"+lockName+"}", "")
+	s.ledger = newQueueLedger(t, s.probe, "the lock", lockKey, "")
 	admin, err := fair.New(s.probe, lockName, core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel("admin"))
 	if err != nil {
 		t.Fatal(err)
@@ -505,13 +506,14 @@ func (s *spec) advance(t *rapid.T) {
 }
 
 // toDeadline lets time pass until just after the next deadline of a silent
-// waiter in Redis: the moment an entry that fell silent dies, before the heartbeats
-// of the others (each a third of a wait timeout apart) come to evict it.
-// Then a newcomer, if there is one, joins or tries at once: its call is the
-// one that finds the entry dead, and must do what the heartbeat would have.
+// waiter in Redis: the moment an entry that fell silent dies, before the
+// heartbeats of the others (each a third of a wait timeout apart) come to
+// evict it. Then a newcomer, if there is one, joins or tries at once: its
+// call is the one that finds the entry dead, and must do what the heartbeat
+// would have.
 func (s *spec) toDeadline(t *rapid.T) {
 	now := redisNow(s.clk.Now())
-	q := readQueue(t, s.probe, "fairlock:f:{"+lockName+"}:queue", "fairlock:f:{"+lockName+"}:deadlines")
+	q := readQueue(t, s.probe, lockKey+":queue", lockKey+":deadlines")
 	// Live waiters push their deadlines on; only a silent one's is kept.
 	live := map[string]bool{}
 	for _, p := range s.procs {
@@ -814,7 +816,7 @@ func (s *spec) check(t *rapid.T) {
 
 	// Guarantee 6: a hand-off is claimed (made a full hold) halfway through
 	// its first lease, by a holder that can reach Redis.
-	if raw := rawHold(t, s.probe, "fairlock:f:{"+lockName+"}"); field(raw, "e") != "" && st.Holder != nil {
+	if raw := rawHold(t, s.probe, lockKey); field(raw, "e") != "" && st.Holder != nil {
 		g, x := number(raw, "g"), number(raw, "x")
 		for _, p := range s.procs {
 			if p.label == st.Holder.Label && p.phase == holding && !p.stalled && !p.wasStalled && !p.forced &&
