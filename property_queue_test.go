@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,17 +45,12 @@ func newChannelLog(t *rapid.T, client *redis.Client, channel string) *channelLog
 	return c
 }
 
-var debugWire = os.Getenv("DEBUG_WIRE") != ""
-
 func (c *channelLog) receive() {
 	defer close(c.done)
 	for {
 		msg, err := c.ps.ReceiveMessage(context.Background())
 		if err != nil {
 			return // closed
-		}
-		if debugWire {
-			fmt.Fprintf(os.Stderr, "WIRE %s %q\n", c.name, msg.Payload)
 		}
 		c.mu.Lock()
 		if ch, ok := c.markers[msg.Payload]; ok {
