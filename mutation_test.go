@@ -235,6 +235,24 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		// Keys outlive every hold, however long its lease
+		// (longPermitHoldsKeepTheirKeys).
+		name:   "a renewal past the keys' retention does not keep the semaphore's keys",
+		file:   "sem_renew.lua",
+		from:   "if expiry > tonumber(s.x or '0') then w.x = int(expiry) end",
+		to:     "",
+		spec:   scenarioSpec(longPermitHoldsKeepTheirKeys),
+		checks: 1,
+	},
+	{
+		name:   "a grant with a lease past the keys' retention does not keep the semaphore's keys",
+		file:   "lib.lua",
+		from:   "  if expiry > tonumber(w.x or s.x or '0') then w.x = int(expiry) end\n  return token",
+		to:     "  return token",
+		spec:   scenarioSpec(longPermitHoldsKeepTheirKeys),
+		checks: 1,
+	},
+	{
 		name: "a semaphore newcomer passes the waiters",
 		file: "sem_acquire.lua",
 		from: "elseif holder(gate, now) or",
@@ -427,6 +445,7 @@ func TestSeededBugs(t *testing.T) {
 		"": fairLockSpec, "fair": fairLockSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
 		"lost-hand-off": scenarioSpec(lostHandOffFoundByTheHeartbeat),
 		"reentry":       scenarioSpec(reentryNeverShortensAHold),
+		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),
 	}
 	for name, value := range map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"} {
 		old := flag.Lookup(name).Value.String()

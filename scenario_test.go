@@ -200,6 +200,59 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	}
 }
 
+// longPermitHoldsKeepTheirKeys: every key of a semaphore lives as long as
+// its longest permit hold (fair/doc.go, guarantee 8), even when that is
+// longer than the keys' retention of 30 s: a hold with a fixed lease of 2
+// minutes, alone on its semaphore, and one kept by a watchdog whose lease
+// is 2 minutes (renewed every 40 s), alone on another, both still count 3
+// minutes later, so nobody else is granted their permits.
+func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	mr, clk := fakeRedis(t)
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	semaphore := func(name string) *fair.Semaphore {
+		sem, err := fair.NewSemaphore(client, name, 1,
+			core.WithClock(clk), core.WithScripts(scripts), fair.WithLease(2*time.Minute))
+		if err != nil {
+			t.Fatalf("NewSemaphore: %v", err)
+		}
+		return sem
+	}
+	fixedSem, renewedSem := semaphore("long-fixed"), semaphore("long-renewed")
+	fixed, err := fixedSem.TryAcquire(ctx, 1, 0, 4*time.Minute)
+	if err != nil || fixed == nil {
+		t.Fatalf("TryAcquire with a 4-minute lease = %v, %v", fixed, err)
+	}
+	renewed, err := renewedSem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	for i := 0; i < 180; i++ {
+		clk.Advance(time.Second)
+	}
+	for _, c := range []struct {
+		name string
+		sem  *fair.Semaphore
+		p    *fair.Permit
+	}{{"fixed", fixedSem, fixed}, {"renewed", renewedSem, renewed}} {
+		if isClosed(c.p.Lost()) {
+			t.Fatalf("the %s permit hold was lost within its lease", c.name)
+		}
+		if p, err := c.sem.TryAcquire(ctx, 1, 0, 0); err != nil || p != nil {
+			t.Fatalf("3 minutes into a %s permit hold, another holder got the only permit (%v, %v): the keys did not outlive the hold",
+				c.name, p, err)
+		}
+		_ = c.p.Release(ctx)
+	}
+}
+
+func TestLongPermitHoldsKeepTheirKeys(t *testing.T) {
+	longPermitHoldsKeepTheirKeys(t, lua.Default)
+}
+
 func TestReentryNeverShortensAHold(t *testing.T) {
 	reentryNeverShortensAHold(t, lua.Default)
 }
