@@ -253,6 +253,15 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		// More than the semaphore has is an error, not a wait
+		// (tryWithoutWaiting, and the first waiter after SetPermits).
+		name: "a request for one permit more than the semaphore has waits",
+		file: "sem_acquire.lua",
+		from: "if n > k then\n  save_changes(s, w)\n  return {-2, k}",
+		to:   "if n > k + 1 then\n  save_changes(s, w)\n  return {-2, k}",
+		spec: semaphoreSpec,
+	},
+	{
 		name: "a semaphore newcomer passes the waiters",
 		file: "sem_acquire.lua",
 		from: "elseif holder(gate, now) or",
