@@ -219,8 +219,8 @@ func number(v map[string]any, name string) int64 {
 	return n
 }
 
-// check runs after every step, at Redis time now; it returns the raw queue.
-func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) rawQueue {
+// check runs after every step, at Redis time now.
+func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) {
 	ms := redisNow(now)
 	q := readQueue(t, client, l.hold+":queue", l.hold+":deadlines")
 	q.checkTidy(t, l.what)
@@ -258,7 +258,6 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) raw
 			}
 		}
 	}
-	return q
 }
 
 // note accounts for one note published on the queue's channel.
