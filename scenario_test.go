@@ -22,10 +22,7 @@ import (
 )
 
 // tb is what a scenario needs of a test: *testing.T and *rapid.T both are.
-type tb interface {
-	Helper()
-	Fatalf(format string, args ...any)
-}
+type tb = redistest.Fataler
 
 // scenarioSpec runs a scenario as a specification: one check of it is the
 // whole scenario (give it checks: 1 in mutations).
@@ -36,15 +33,29 @@ func scenarioSpec(play func(tb, *lua.Scripts)) func(*lua.Scripts) func(*rapid.T)
 }
 
 // fakeRedis starts a miniredis whose clock, TTLs included, a fake clock
-// drives; the caller closes it.
-func fakeRedis(t tb) (*miniredis.Miniredis, *clock.Fake) {
+// drives, and returns that clock and a maker of clients; stop closes every
+// client made and the server. (redistest.Mini does the same for a
+// testing.TB, through Cleanup, which *rapid.T does not have.)
+func fakeRedis(t tb) (clk *clock.Fake, client func() *redis.Client, stop func()) {
 	t.Helper()
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		t.Fatalf("miniredis: %v", err)
 	}
 	mr.ClockTTL(true)
-	return mr, clock.NewFake(redistest.Epoch, mr.SetTime)
+	var clients []*redis.Client
+	client = func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		clients = append(clients, c)
+		return c
+	}
+	stop = func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		mr.Close()
+	}
+	return clock.NewFake(redistest.Epoch, mr.SetTime), client, stop
 }
 
 // lostHandOffFoundByTheHeartbeat: a hand-off whose message is lost is found
@@ -60,13 +71,9 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		wait  = 3 * time.Second
 		fixed = 600 * time.Millisecond
 	)
-	mr, clk := fakeRedis(t)
-	defer mr.Close()
-	client := func() *redis.Client { return redis.NewClient(&redis.Options{Addr: mr.Addr()}) }
+	clk, client, stop := fakeRedis(t)
+	defer stop()
 	ca, cb, probe := client(), client(), client()
-	defer ca.Close()
-	defer cb.Close()
-	defer probe.Close()
 	opts := []fair.Option{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
 	a, err := fair.New(ca, name, opts...)
 	if err != nil {
@@ -92,20 +99,10 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		done <- result{ok, err}
 	}()
 	// b is queued and asleep; two heartbeats answer "queued" (at 1 s and 2 s).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Quiet(t, "b is queued and asleep", func() bool {
 		st, err := fair.Inspect(ctx, probe, name)
-		if err != nil {
-			t.Fatalf("Inspect: %v", err)
-		}
-		if len(st.Queue) == 1 && core.Asleep() == 1 && core.Unread() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %+v", st)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return err == nil && len(st.Queue) == 1 && core.Asleep() == 1
+	})
 	clk.Advance(2 * time.Second)
 	clk.Advance(500 * time.Millisecond)
 
@@ -160,10 +157,9 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 // the same of its own.
 func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	mr, clk := fakeRedis(t)
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
+	clk, newClient, stop := fakeRedis(t)
+	defer stop()
+	client := newClient()
 	m, err := reentrant.New(client, "reentry", core.WithClock(clk), core.WithScripts(scripts))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -208,10 +204,9 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 // minutes later, so nobody else is granted their permits.
 func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	mr, clk := fakeRedis(t)
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
+	clk, newClient, stop := fakeRedis(t)
+	defer stop()
+	client := newClient()
 	ctx := context.Background()
 	semaphore := func(name string) *fair.Semaphore {
 		sem, err := fair.NewSemaphore(client, name, 1,
