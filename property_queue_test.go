@@ -219,8 +219,9 @@ func number(v map[string]any, name string) int64 {
 	return n
 }
 
-// check runs after every step, at Redis time now.
-func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) {
+// check runs after every step, at Redis time now. It returns the hold as
+// it read it (lib.lua's fields), for the caller's own checks.
+func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map[string]any {
 	ms := redisNow(now)
 	q := readQueue(t, client, l.hold+":queue", l.hold+":deadlines")
 	q.checkTidy(t, l.what)
@@ -258,6 +259,7 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) {
 			}
 		}
 	}
+	return hold
 }
 
 // note accounts for one note published on the queue's channel.

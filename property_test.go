@@ -318,29 +318,19 @@ func (s *spec) forceUnlock(t *rapid.T) {
 		t.Fatalf("ForceUnlock reported held=%v; the holder was %+v", was, before.Holder)
 	}
 	after := s.inspect()
-	// The first waiter whose deadline is ahead gets the lock; the dead
-	// entries before it are popped, and so are those right behind it.
-	next, rest := -1, before.Queue
-	for i, w := range before.Queue {
-		if !w.Expired {
-			next, rest = i, before.Queue[i+1:]
-			break
+	if next := handedOn(t, "ForceUnlock", before, after); next >= 0 {
+		if before.Holder != nil && after.Holder.Token <= before.Holder.Token {
+			t.Fatalf("fencing: the hand-off after ForceUnlock got token %d, not above %d", after.Holder.Token, before.Holder.Token)
 		}
-	}
-	for len(rest) > 0 && rest[0].Expired {
-		rest = rest[1:]
-	}
-	switch {
-	case next < 0 && after.Holder != nil:
-		t.Fatalf("ForceUnlock with no live waiter left the lock held: %+v", after.Holder)
-	case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
-		t.Fatalf("ForceUnlock did not hand the lock to the live head %s: the holder is %+v",
-			before.Queue[next].Entry, after.Holder)
-	case next >= 0 && before.Holder != nil && after.Holder.Token <= before.Holder.Token:
-		t.Fatalf("fencing: the hand-off after ForceUnlock got token %d, not above %d", after.Holder.Token, before.Holder.Token)
-	}
-	if next >= 0 && !slices.EqualFunc(after.Queue, rest, func(a, b fair.Waiter) bool { return a.Entry == b.Entry }) {
-		t.Fatalf("ForceUnlock changed the queue behind the head: %+v, then %+v", before.Queue, after.Queue)
+		// The dead entries before the new holder are popped, and so are
+		// those right behind it; the rest of the queue stays.
+		rest := before.Queue[next+1:]
+		for len(rest) > 0 && rest[0].Expired {
+			rest = rest[1:]
+		}
+		if !slices.EqualFunc(after.Queue, rest, func(a, b fair.Waiter) bool { return a.Entry == b.Entry }) {
+			t.Fatalf("ForceUnlock changed the queue behind the head: %+v, then %+v", before.Queue, after.Queue)
+		}
 	}
 	if old != nil {
 		if byHolder {
@@ -375,17 +365,26 @@ func (s *spec) unlock(t *rapid.T) {
 	p.count--
 	if p.count == 0 {
 		p.phase = idle
-		after := s.inspect()
-		next := slices.IndexFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
-		switch {
-		case next < 0 && after.Holder != nil:
-			t.Fatalf("%s's last Unlock, with no live waiter, left the lock held: %+v", p.label, after.Holder)
-		case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
-			t.Fatalf("hand-off: %s's last Unlock did not hand the lock to the live head %s: the holder is %+v",
-				p.label, before.Queue[next].Entry, after.Holder)
-		}
+		handedOn(t, p.label+"'s last Unlock", before, s.inspect())
 	}
 	s.settle()
+}
+
+// handedOn checks a call that ended the hold (what), from the states
+// before and after it: the first waiter whose deadline was ahead holds the
+// lock now, as a hand-off not yet claimed, or, with no such waiter, the lock
+// is free (guarantee 6). It returns that waiter's index in before.Queue, -1
+// if none.
+func handedOn(t *rapid.T, what string, before, after fair.State) int {
+	next := slices.IndexFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
+	switch {
+	case next < 0 && after.Holder != nil:
+		t.Fatalf("hand-off: %s, with no live waiter, left the lock held: %+v", what, after.Holder)
+	case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
+		t.Fatalf("hand-off: %s did not hand the lock to the live head %s: the holder is %+v",
+			what, before.Queue[next].Entry, after.Holder)
+	}
+	return next
 }
 
 func (s *spec) giveUp(t *rapid.T) {
@@ -812,11 +811,11 @@ func (s *spec) check(t *rapid.T) {
 		p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
 	}
 	// Messages, heads and tidiness, as Redis shows them.
-	s.ledger.check(t, s.probe, now)
+	raw := s.ledger.check(t, s.probe, now)
 
 	// Guarantee 6: a hand-off is claimed (made a full hold) halfway through
 	// its first lease, by a holder that can reach Redis.
-	if raw := rawHold(t, s.probe, lockKey); field(raw, "e") != "" && st.Holder != nil {
+	if field(raw, "e") != "" && st.Holder != nil {
 		g, x := number(raw, "g"), number(raw, "x")
 		for _, p := range s.procs {
 			if p.label == st.Holder.Label && p.phase == holding && !p.stalled && !p.wasStalled && !p.forced &&
