@@ -401,11 +401,7 @@ func TestSpecificationCatchesBrokenScripts(t *testing.T) {
 	// stops at its first failure. Most mutations are caught within 200
 	// checks, so 1,000 leaves a wide margin; one that needs a rare
 	// coincidence says how many it may take (checks).
-	for name, value := range map[string]string{"rapid.checks": "1000", "rapid.shrinktime": "1ms", "rapid.nofailfile": "true"} {
-		old := flag.Lookup(name).Value.String()
-		_ = flag.Set(name, value)
-		defer flag.Set(name, old)
-	}
+	defer setFlags(map[string]string{"rapid.checks": "1000", "rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	for _, mu := range mutations {
 		t.Run(mu.name, func(t *testing.T) {
 			if mu.checks > 0 {
@@ -418,6 +414,21 @@ func TestSpecificationCatchesBrokenScripts(t *testing.T) {
 			}
 			t.Logf("caught: %s", why)
 		})
+	}
+}
+
+// setFlags sets rapid's flags for a hunt (no shrinking, no fail files:
+// only "does it fail" counts) and returns what puts them back.
+func setFlags(values map[string]string) (restore func()) {
+	old := map[string]string{}
+	for name, value := range values {
+		old[name] = flag.Lookup(name).Value.String()
+		_ = flag.Set(name, value)
+	}
+	return func() {
+		for name, value := range old {
+			_ = flag.Set(name, value)
+		}
 	}
 }
 
@@ -467,11 +478,7 @@ func TestSeededBugs(t *testing.T) {
 		"reentry":       scenarioSpec(reentryNeverShortensAHold),
 		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),
 	}
-	for name, value := range map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"} {
-		old := flag.Lookup(name).Value.String()
-		_ = flag.Set(name, value)
-		defer flag.Set(name, old)
-	}
+	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0
 	for _, b := range bugs {
 		spec, ok := specs[b.Spec]
