@@ -74,7 +74,7 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []fair.Option{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
 	a, err := fair.New(ca, name, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)

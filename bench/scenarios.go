@@ -325,7 +325,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	client := e.client()
 	defer client.Close()
 	name := lockName("queue")
-	opts := []fair.Option{fair.WithWaitTimeout(5 * time.Minute)}
+	opts := []fair.MutexOption{fair.WithWaitTimeout(5 * time.Minute)}
 	holder, err := fair.New(client, name, opts...)
 	if err != nil {
 		return res, err
@@ -345,7 +345,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	for i := 0; i < n; i++ {
 		c, o := client, opts
 		if i%20 == 13 {
-			c, o = crashed, []fair.Option{fair.WithWaitTimeout(time.Second)}
+			c, o = crashed, []fair.MutexOption{fair.WithWaitTimeout(time.Second)}
 		}
 		m, err := fair.New(c, name, o...)
 		if err != nil {

@@ -30,8 +30,19 @@ var (
 // WithWaitTimeout says otherwise.
 const DefaultWaitTimeout = core.DefaultWaitTimeout
 
-// Option configures a Mutex.
-type Option = core.Option
+// Option configures any fair primitive: New, NewSemaphore and NewRWMutex
+// take it. Every Option is also a MutexOption.
+type Option interface{ fairOption }
+
+// MutexOption configures a Mutex (New): an Option, or WithReplicas, which
+// the semaphore and the RW lock do not support yet. Given to them, it does
+// not compile.
+type MutexOption interface{ mutexOption }
+
+type (
+	fairOption  = core.FairOption
+	mutexOption = core.FairMutexOption
+)
 
 // WithLease sets the lease that the watchdog keeps alive for Lock and for
 // TryLock with lease 0 (default 30 s, at least 10 ms). It is renewed every
@@ -59,10 +70,12 @@ func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout
 // the hold; without this option an acquisition made just before a failover
 // can be lost (docs/deployments.md). It costs a round trip to the replicas
 // per acquisition. n is from 1 to 100, timeout at least 1 ms; default: no
-// waiting.
-// A hold handed over from the queue is claimed at once, with WAIT, before
-// Lock returns. The fair semaphore and RW lock do not take this option yet.
-func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
+// waiting. A hold handed over from the queue is claimed at once, with WAIT,
+// before Lock returns. The fair semaphore and RW lock do not take this
+// option yet: it is a MutexOption, which they do not accept.
+func WithReplicas(n int, timeout time.Duration) MutexOption {
+	return core.WithReplicas(n, timeout)
+}
 
 // WithWaitTimeout sets how long a queued waiter may fall silent before it
 // counts as dead and loses its place (default 10 s, at least 10 ms). Waiters
@@ -86,8 +99,8 @@ type Mutex struct {
 // Redis only when used. Bad arguments get an error wrapping
 // ErrInvalidArgument: a nil or *redis.Ring client, an empty name, a name
 // with { or }, or an invalid option.
-func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
-	cfg, err := core.Apply(opts)
+func New(client redis.UniversalClient, name string, opts ...MutexOption) (*Mutex, error) {
+	cfg, err := core.ApplyFairMutex(opts)
 	if err != nil {
 		return nil, err
 	}

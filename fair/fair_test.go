@@ -394,7 +394,7 @@ func TestFairBadInput(t *testing.T) {
 	redistest.NoLeaks(t)
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	for name, opt := range map[string]fair.Option{
+	for name, opt := range map[string]fair.MutexOption{
 		"negative wait timeout": fair.WithWaitTimeout(-time.Second),
 		"zero wait timeout":     fair.WithWaitTimeout(0),
 		"long label":            fair.WithLabel(strings.Repeat("x", 201)),

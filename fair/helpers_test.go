@@ -41,9 +41,9 @@ func (e *env) process() *redis.Client {
 	return c
 }
 
-func (e *env) handleOn(c *redis.Client, opts ...fair.Option) *fair.Mutex {
+func (e *env) handleOn(c *redis.Client, opts ...fair.MutexOption) *fair.Mutex {
 	e.t.Helper()
-	m, err := fair.New(c, lockName, append([]fair.Option{core.WithClock(e.clk)}, opts...)...)
+	m, err := fair.New(c, lockName, append([]fair.MutexOption{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
@@ -101,8 +101,8 @@ func (e *env) holder() string {
 }
 
 // named returns a handle labelled name.
-func (e *env) named(name string, opts ...fair.Option) *fair.Mutex {
-	return e.handleOn(e.client, append([]fair.Option{fair.WithLabel(name)}, opts...)...)
+func (e *env) named(name string, opts ...fair.MutexOption) *fair.Mutex {
+	return e.handleOn(e.client, append([]fair.MutexOption{fair.WithLabel(name)}, opts...)...)
 }
 
 type result struct {

@@ -242,7 +242,7 @@ func median(d []time.Duration) time.Duration {
 // per turn.
 func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 	redistest.HoldsEndingByLease(t, true, func(c redis.UniversalClient, name string, i int, lease time.Duration) (redistest.TurnLocker, error) {
-		opts := []fair.Option{fair.WithLabel(fmt.Sprint(i))}
+		opts := []fair.MutexOption{fair.WithLabel(fmt.Sprint(i))}
 		if lease > 0 {
 			opts = append(opts, fair.WithLease(lease))
 		}

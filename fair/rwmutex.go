@@ -54,7 +54,7 @@ type RWMutex struct {
 }
 
 // NewRWMutex returns a handle on the fair read-write lock name. It takes the
-// same options as New. Bad arguments get an error wrapping
+// options of every fair primitive (Option), as NewSemaphore does. Bad arguments get an error wrapping
 // ErrInvalidArgument. Its keys collide with no Mutex or Semaphore of the
 // same name.
 func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) (*RWMutex, error) {

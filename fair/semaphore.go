@@ -56,9 +56,10 @@ type Permit struct {
 // permits (1 to MaxPermits). The number a semaphore has lives with its
 // state in Redis: the first handle to use it sets it, SetPermits changes it,
 // and handles made with another number follow Redis's, until the semaphore
-// has been unused long enough for its keys to expire. It takes the same
-// options as New: the lease of its permit holds, the wait timeout of its
-// waiters, the label Inspect shows, and so on. Bad arguments get an error
+// has been unused long enough for its keys to expire. It takes the options
+// of every fair primitive (Option): the lease of its permit holds, the wait
+// timeout of its waiters, the label Inspect shows, and so on; not
+// WithReplicas. Bad arguments get an error
 // wrapping ErrInvalidArgument. Semaphore keys do not collide with those of a
 // Mutex of the same name.
 func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
@@ -66,7 +67,7 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int, opts .
 }
 
 func newSemaphore(client redis.UniversalClient, name, base string, permits int, opts []Option) (*Semaphore, error) {
-	cfg, err := core.Apply(opts)
+	cfg, err := core.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -78,9 +79,6 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 	}
 	if err := checkPermits(permits); err != nil {
 		return nil, err
-	}
-	if cfg.Replicas > 0 {
-		return nil, core.Invalid("WithReplicas is not supported by the semaphore and the RW lock yet")
 	}
 	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
 		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label, calls: core.NewCalls()}, nil

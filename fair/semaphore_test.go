@@ -118,7 +118,6 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 		{"negative permits", e.client, "a", -1, nil},
 		{"too many permits", e.client, "a", fair.MaxPermits + 1, nil},
 		{"bad option", e.client, "a", 1, []fair.Option{fair.WithLease(-time.Second)}},
-		{"WithReplicas, not supported yet", e.client, "a", 1, []fair.Option{fair.WithReplicas(1, time.Second)}},
 		{"nil option", e.client, "a", 1, []fair.Option{nil}},
 	} {
 		if _, err := fair.NewSemaphore(c.client, c.name, c.k, c.opts...); !errors.Is(err, fair.ErrInvalidArgument) {

@@ -111,7 +111,7 @@ func BenchmarkLockUnlockReplicas(b *testing.B) {
 	ctx := context.Background()
 	for _, replicas := range []int{0, 1} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
-			var opts []fair.Option
+			var opts []fair.MutexOption
 			if replicas > 0 {
 				opts = append(opts, fair.WithReplicas(replicas, time.Second))
 			}

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func fairOn(t *testing.T, c redis.UniversalClient, name string, opts ...fair.Option) *fair.Mutex {
+func fairOn(t *testing.T, c redis.UniversalClient, name string, opts ...fair.MutexOption) *fair.Mutex {
 	t.Helper()
 	m, err := fair.New(c, name, opts...)
 	if err != nil {

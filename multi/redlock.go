@@ -72,7 +72,7 @@ func NewRedLock(clients []redis.UniversalClient, name string, opts ...reentrant.
 	if len(clients) == 0 {
 		return nil, core.Invalid("RedLock needs at least one client")
 	}
-	cfg, err := core.Apply(opts)
+	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -26,8 +26,11 @@ var (
 	ErrNotReplicated = core.ErrNotReplicated
 )
 
-// Option configures a Mutex.
-type Option = core.Option
+// Option configures a Mutex (New) and a multi.RedLock. The fair lock's
+// options are of another type: given here, they do not compile.
+type Option interface{ option }
+
+type option = core.ReentrantOption
 
 // WithLease sets the lease that the watchdog keeps alive for Lock and for
 // TryLock with lease 0 (default 30 s, at least 10 ms). It is renewed every
@@ -67,15 +70,11 @@ type Mutex struct {
 // New returns a handle on the lock name, with its own owner id. It talks to
 // Redis only when used. Bad arguments get an error wrapping
 // ErrInvalidArgument: a nil or *redis.Ring client, an empty name, a name
-// with { or }, an invalid option, or an option of the fair lock
-// (fair.WithWaitTimeout, fair.WithLabel: this lock has no queue).
+// with { or }, or an invalid option.
 func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
-	cfg, err := core.Apply(opts)
+	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
-	}
-	if len(cfg.FairOnly) > 0 {
-		return nil, core.Invalid("%s is an option of the fair lock (package fair); the reentrant lock has no queue", cfg.FairOnly[0])
 	}
 	m, err := core.NewMutex(client, name, cfg, layout, newKind)
 	if err != nil {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -215,23 +213,3 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// The fair lock's options compile here (both packages share one Option
-// type), but a queue option on a lock without a queue would be silently
-// ignored: New refuses it and says why. Options both locks have are
-// accepted from either package.
-func TestFairOnlyOptionsAreRefused(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer client.Close()
-	for name, opt := range map[string]reentrant.Option{
-		"WithWaitTimeout": fair.WithWaitTimeout(time.Second),
-		"WithLabel":       fair.WithLabel("report runner"),
-	} {
-		_, err := reentrant.New(client, "x", reentrant.WithLease(time.Second), opt)
-		if !errors.Is(err, reentrant.ErrInvalidArgument) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "fair lock") {
-			t.Errorf("reentrant.New with fair.%s = %v, want an ErrInvalidArgument naming the option as the fair lock's", name, err)
-		}
-	}
-	if _, err := reentrant.New(client, "x", fair.WithLease(time.Second), fair.WithLogger(slog.Default())); err != nil {
-		t.Errorf("reentrant.New with options both locks have, from package fair: %v", err)
-	}
-}

@@ -26,9 +26,6 @@ type Config struct {
 	// Fair lock only.
 	WaitTimeout time.Duration
 	Label       string
-	// FairOnly names the fair-only options applied (WithWaitTimeout,
-	// WithLabel), so that the reentrant lock can refuse them.
-	FairOnly []string
 }
 
 // Defaults.

@@ -8,28 +8,82 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 )
 
-// Option sets one field of a Config, or says why it cannot.
-type Option func(*Config) error
+// Setting sets one field of a Config, or says why it cannot.
+type Setting func(*Config) error
 
-// Apply applies opts to the defaults.
-func Apply(opts []Option) (Config, error) {
+// The option kinds. Each public option type is an interface over one of
+// them (fair.Option, fair.MutexOption, reentrant.Option), and each option
+// is of a concrete type below with the methods of the primitives it applies
+// to: an option given to a primitive it does not apply to does not compile.
+type (
+	// FairMutexOption applies to fair.New.
+	FairMutexOption interface{ appliesToFairMutex() Setting }
+	// FairOption applies to every fair primitive (New, NewSemaphore,
+	// NewRWMutex).
+	FairOption interface {
+		FairMutexOption
+		appliesToEveryFairPrimitive() Setting
+	}
+	// ReentrantOption applies to reentrant.New (and multi.NewRedLock).
+	ReentrantOption interface{ appliesToReentrant() Setting }
+)
+
+// Everywhere is an option of every primitive: the lease, the drift factor,
+// the logger, the cleanup timeout, and the tests' clock and scripts.
+type Everywhere Setting
+
+func (o Everywhere) appliesToFairMutex() Setting          { return Setting(o) }
+func (o Everywhere) appliesToEveryFairPrimitive() Setting { return Setting(o) }
+func (o Everywhere) appliesToReentrant() Setting          { return Setting(o) }
+
+// FairOnly is an option of the fair primitives alone: their queue's wait
+// timeout, and the label Inspect shows.
+type FairOnly Setting
+
+func (o FairOnly) appliesToFairMutex() Setting          { return Setting(o) }
+func (o FairOnly) appliesToEveryFairPrimitive() Setting { return Setting(o) }
+
+// MutexesOnly is an option of the two mutexes alone (WithReplicas): the
+// semaphore and the RW lock do not support it yet.
+type MutexesOnly Setting
+
+func (o MutexesOnly) appliesToFairMutex() Setting { return Setting(o) }
+func (o MutexesOnly) appliesToReentrant() Setting { return Setting(o) }
+
+// Apply applies opts to the defaults; setting picks each option's Setting
+// for the primitive being made (a method of the option kind).
+func Apply[O any](opts []O, setting func(O) Setting) (Config, error) {
 	cfg := NewConfig()
 	for _, o := range opts {
-		if o == nil {
+		if any(o) == nil {
 			return cfg, Invalid("option must not be nil")
 		}
-		if err := o(&cfg); err != nil {
+		if err := setting(o)(&cfg); err != nil {
 			return cfg, err
 		}
 	}
 	return cfg, nil
 }
 
+// ApplyFairMutex, ApplyFair and ApplyReentrant apply the options of a fair
+// Mutex, of the other fair primitives, and of a reentrant Mutex.
+func ApplyFairMutex[O FairMutexOption](opts []O) (Config, error) {
+	return Apply(opts, func(o O) Setting { return o.appliesToFairMutex() })
+}
+
+func ApplyFair[O FairOption](opts []O) (Config, error) {
+	return Apply(opts, func(o O) Setting { return o.appliesToEveryFairPrimitive() })
+}
+
+func ApplyReentrant[O ReentrantOption](opts []O) (Config, error) {
+	return Apply(opts, func(o O) Setting { return o.appliesToReentrant() })
+}
+
 // MinLease is the shortest lease an option accepts.
 const MinLease = 10 * time.Millisecond
 
 // WithLease sets the lease the watchdog keeps alive.
-func WithLease(d time.Duration) Option {
+func WithLease(d time.Duration) Everywhere {
 	return func(c *Config) error {
 		if err := PositiveDuration("lease", d, MinLease); err != nil {
 			return err
@@ -40,7 +94,7 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithDriftFactor sets the part of every lease given up for clock drift.
-func WithDriftFactor(f float64) Option {
+func WithDriftFactor(f float64) Everywhere {
 	return func(c *Config) error {
 		if !(f >= 0 && f < 0.5) {
 			return Invalid("drift factor must be in [0, 0.5), got %v", f)
@@ -51,7 +105,7 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithCleanupTimeout bounds cleanup calls made after a call's ctx ended.
-func WithCleanupTimeout(d time.Duration) Option {
+func WithCleanupTimeout(d time.Duration) Everywhere {
 	return func(c *Config) error {
 		if err := PositiveDuration("cleanup timeout", d, time.Millisecond); err != nil {
 			return err
@@ -62,7 +116,7 @@ func WithCleanupTimeout(d time.Duration) Option {
 }
 
 // WithLogger sets the logger for background events.
-func WithLogger(l *slog.Logger) Option {
+func WithLogger(l *slog.Logger) Everywhere {
 	return func(c *Config) error {
 		if l == nil {
 			return Invalid("logger must not be nil")
@@ -74,7 +128,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithClock sets the clock that drives the library's timers. Not part of the
 // public API (its type is internal): this module's tests pass it to New.
-func WithClock(clk clock.Clock) Option {
+func WithClock(clk clock.Clock) Everywhere {
 	return func(c *Config) error {
 		if clk == nil {
 			return Invalid("clock must not be nil")
@@ -86,7 +140,7 @@ func WithClock(clk clock.Clock) Option {
 
 // WithScripts replaces the script set. Not part of the public API: this
 // module's tests (the mutation test, say) pass it to New.
-func WithScripts(s *lua.Scripts) Option {
+func WithScripts(s *lua.Scripts) Everywhere {
 	return func(c *Config) error {
 		if s == nil {
 			return Invalid("scripts must not be nil")
@@ -101,7 +155,7 @@ const MaxReplicas = 100
 
 // WithReplicas makes every acquisition wait for n replicas to acknowledge
 // it, up to timeout.
-func WithReplicas(n int, timeout time.Duration) Option {
+func WithReplicas(n int, timeout time.Duration) MutexesOnly {
 	return func(c *Config) error {
 		if n < 1 || n > MaxReplicas {
 			return Invalid("replicas must be from 1 to %d, got %d", MaxReplicas, n)
@@ -115,25 +169,23 @@ func WithReplicas(n int, timeout time.Duration) Option {
 }
 
 // WithWaitTimeout sets how long a queued fair waiter may be silent.
-func WithWaitTimeout(d time.Duration) Option {
+func WithWaitTimeout(d time.Duration) FairOnly {
 	return func(c *Config) error {
 		if err := PositiveDuration("wait timeout", d, MinLease); err != nil {
 			return err
 		}
 		c.WaitTimeout = d
-		c.FairOnly = append(c.FairOnly, "WithWaitTimeout")
 		return nil
 	}
 }
 
 // WithLabel sets the fair lock's label.
-func WithLabel(s string) Option {
+func WithLabel(s string) FairOnly {
 	return func(c *Config) error {
 		if len(s) > 200 {
 			return Invalid("label must be at most 200 bytes, got %d", len(s))
 		}
 		c.Label = s
-		c.FairOnly = append(c.FairOnly, "WithLabel")
 		return nil
 	}
 }
