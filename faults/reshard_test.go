@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -31,34 +32,8 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	key := holdKey("fair", name)
-	slot, err := probe.ClusterKeySlot(ctx, key).Result()
-	must(t, err)
-	src, _ := shardOf(t, probe, key)
-	var dst string
-	var mu sync.Mutex
-	var masters []string
-	must(t, probe.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		mu.Lock() // the masters are asked at once
-		masters = append(masters, m.Options().Addr)
-		mu.Unlock()
-		return nil
-	}))
-	for _, m := range masters {
-		if m != src {
-			dst = m
-			break
-		}
-	}
-	node := func(addr string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	srcC, dstC := node(src), node(dst)
-	srcID, err := srcC.Do(ctx, "CLUSTER", "MYID").Text()
-	must(t, err)
-	dstID, err := dstC.Do(ctx, "CLUSTER", "MYID").Text()
-	must(t, err)
+	mv := newSlotMove(t, probe, key)
+	dstC := mv.dstC
 
 	const wait = 3 * time.Second // heartbeat every second
 	a, err := fair.New(newClient(), name, fair.WithLease(failLease), fair.WithLabel("a"))
@@ -77,25 +52,8 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 		eventually(t, 5*time.Second, label+" is queued", func() bool { return len(queueOf(t, probe, name)) == i+1 })
 	}
 
-	// Move the slot, keys and all.
-	start := time.Now()
-	must(t, dstC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
-	must(t, srcC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
-	keys, err := srcC.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100).StringSlice()
-	must(t, err)
-	if len(keys) != 3 {
-		t.Fatalf("keys in the lock's slot: %v, want the hold, the queue and the deadlines", keys)
-	}
-	host, port, _ := strings.Cut(dst, ":")
-	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	must(t, srcC.Do(ctx, args...).Err())
-	for _, m := range append([]string{dst, src}, masters...) {
-		must(t, node(m).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-	}
-	t.Logf("slot %d moved from %s to %s in %v", slot, src, dst, time.Since(start).Round(time.Millisecond))
+	// Move the slot, keys and all: the hold, the queue and the deadlines.
+	mv.run(3)
 
 	// The holder keeps its hold through two renewals on the new master.
 	time.Sleep(failLease / 3 * 2)
@@ -137,7 +95,10 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 		}
 		if i+1 < len(ws) {
 			select {
-			case <-ws[i+1].done:
+			case r := <-ws[i+1].done:
+				if r.err != nil {
+					t.Fatalf("waiter %d's Lock failed: %v", i+1, r.err)
+				}
 				t.Fatalf("waiter %d was served before waiter %d unlocked", i+1, i)
 			default:
 			}
@@ -146,4 +107,127 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 		unlocked = time.Now()
 		must(t, w.m.Unlock(ctx))
 	}
+}
+
+// The first call after a lock's slot moved to a master without the scripts'
+// library loads it there, even though the client's map of the cluster still
+// names the old master for a moment (go-redis follows the MOVED reply at
+// once, and reloads its map later): the library goes to every master, not
+// to the one that map names.
+func TestFirstCallAfterASlotMoveLoadsTheLibrary(t *testing.T) {
+	g := redistest.NewClusterGroup(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Nodes})
+	defer c.Close()
+	ctx := context.Background()
+	name := lockName(t)
+	m, err := fair.New(c, name)
+	must(t, err)
+	mv := newSlotMove(t, c, holdKey("fair", name))
+	for round := range 3 {
+		ok, err := m.TryLock(ctx, 0, time.Minute) // a hold whose keys move
+		if err != nil || !ok {
+			t.Fatalf("round %d: TryLock before the move: %v, %v", round, ok, err)
+		}
+		// Only the master that has the lock's slot has the library.
+		must(t, c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.FunctionFlush(ctx).Err()
+		}))
+		must(t, mv.srcC.FunctionLoadReplace(ctx, libraryCode()).Err())
+		mv.run(1)
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("round %d: Unlock on the new master, the first call there: %v", round, err)
+		}
+		mv = mv.onward()
+	}
+}
+
+// libraryCode is the code of the scripts' function library.
+func libraryCode() string {
+	_, code := lua.Default.Library()
+	return code
+}
+
+// slotMove moves one key's slot, keys and all, to another master: CLUSTER
+// SETSLOT IMPORTING/MIGRATING, MIGRATE of its keys (want of them), SETSLOT
+// NODE on every master.
+type slotMove struct {
+	t          *testing.T
+	slot       int64
+	src, dst   string
+	srcC, dstC *redis.Client
+	masters    []string
+}
+
+func newSlotMove(t *testing.T, probe *redis.ClusterClient, key string) *slotMove {
+	ctx := context.Background()
+	slot, err := probe.ClusterKeySlot(ctx, key).Result()
+	must(t, err)
+	src, _ := shardOf(t, probe, key)
+	var mu sync.Mutex
+	var masters []string
+	must(t, probe.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		mu.Lock() // the masters are asked at once
+		masters = append(masters, m.Options().Addr)
+		mu.Unlock()
+		return nil
+	}))
+	mv := &slotMove{t: t, slot: slot, src: src, masters: masters}
+	for _, m := range masters {
+		if m != src {
+			mv.dst = m
+			break
+		}
+	}
+	mv.srcC, mv.dstC = mv.node(src), mv.node(mv.dst)
+	return mv
+}
+
+// onward is the next move of the same slot: from where this one took it to
+// another master.
+func (mv *slotMove) onward() *slotMove {
+	next := &slotMove{t: mv.t, slot: mv.slot, src: mv.dst, srcC: mv.dstC, masters: mv.masters}
+	for _, m := range mv.masters {
+		if m != next.src && m != mv.src {
+			next.dst = m
+			break
+		}
+	}
+	if next.dst == "" {
+		next.dst = mv.src
+	}
+	next.dstC = next.node(next.dst)
+	return next
+}
+
+func (mv *slotMove) node(addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	mv.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (mv *slotMove) run(want int) {
+	t := mv.t
+	ctx := context.Background()
+	srcID, err := mv.srcC.Do(ctx, "CLUSTER", "MYID").Text()
+	must(t, err)
+	dstID, err := mv.dstC.Do(ctx, "CLUSTER", "MYID").Text()
+	must(t, err)
+	start := time.Now()
+	must(t, mv.dstC.Do(ctx, "CLUSTER", "SETSLOT", mv.slot, "IMPORTING", srcID).Err())
+	must(t, mv.srcC.Do(ctx, "CLUSTER", "SETSLOT", mv.slot, "MIGRATING", dstID).Err())
+	keys, err := mv.srcC.Do(ctx, "CLUSTER", "GETKEYSINSLOT", mv.slot, 100).StringSlice()
+	must(t, err)
+	if len(keys) != want {
+		t.Fatalf("keys in the lock's slot: %v, want %d", keys, want)
+	}
+	host, port, _ := strings.Cut(mv.dst, ":")
+	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	must(t, mv.srcC.Do(ctx, args...).Err())
+	for _, m := range append([]string{mv.dst, mv.src}, mv.masters...) {
+		must(t, mv.node(m).Do(ctx, "CLUSTER", "SETSLOT", mv.slot, "NODE", dstID).Err())
+	}
+	t.Logf("slot %d moved from %s to %s in %v", mv.slot, mv.src, mv.dst, time.Since(start).Round(time.Millisecond))
 }

@@ -95,9 +95,9 @@ func setMode(c redis.UniversalClient, m mode) {
 }
 
 // Run runs the script with keys and args, like redis.Script.Run: as a
-// function call where the server has Functions (loading the library on the
-// node that owns keys[0] when it is missing there: at first use, after a
-// restart without persistence, after FUNCTION FLUSH), otherwise with
+// function call where the server has Functions (loading the library when
+// it is missing: at first use, after a restart without persistence, after
+// FUNCTION FLUSH, on the new master of a moved slot), otherwise with
 // EVALSHA. A call that failed for lack of the function did not run, so
 // retrying it is safe.
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
@@ -116,8 +116,7 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 
 // viaFunctions runs fcall, an FCALL of the script, as the client's server
 // allows: it learns the client's mode at its first call, and loads the
-// library on the node that owns keys[0] when it is missing there, then
-// calls again. ran is false when the server has no Functions (or this user
+// library when it is missing (library.load), then calls again. ran is false when the server has no Functions (or this user
 // may not use them): the caller turns to EVALSHA. err is fcall's error, or
 // the load's.
 func (s *Script) viaFunctions(ctx context.Context, c redis.UniversalClient, keys []string, fcall func() error) (ran bool, err error) {
@@ -241,15 +240,16 @@ func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, keys []st
 	return cmd, n, err
 }
 
-// load loads the library on the server (on Cluster, on the master that owns
-// keys[0]).
+// load loads the library on the server; on Cluster, on every master the
+// client knows. Not on the master that owns keys[0] alone: when a slot has
+// just moved, the client's map may still name the old master (go-redis
+// follows a MOVED reply at once but reloads its map later), and the library
+// would go there again while the call that missed it goes to the new one.
 func (l *library) load(ctx context.Context, c redis.UniversalClient, keys []string) error {
 	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
-		node, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return err
-		}
-		return node.FunctionLoadReplace(ctx, l.code).Err()
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.FunctionLoadReplace(ctx, l.code).Err()
+		})
 	}
 	return c.FunctionLoadReplace(ctx, l.code).Err()
 }
