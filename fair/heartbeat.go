@@ -35,7 +35,7 @@ const beatBatch = 1000
 
 type heartbeat struct {
 	key heartbeatKey
-	k   *kind // any member's kind: same keys, channel and scripts
+	qu  *queue // any member's queue: same keys, channel and scripts
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -77,15 +77,15 @@ func (m *member) current() string {
 // joinHeartbeat adds a queued waiter to its client's heartbeat on the lock,
 // starting the beat with the first one; the beat runs at the pace of the
 // shortest wait timeout among its waiters.
-func joinHeartbeat(k *kind, entry string, w *core.Waiter) (*heartbeat, *member) {
-	cfg := k.h.Config
-	key := heartbeatKey{client: k.h.Client, hold: k.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
+func joinHeartbeat(qu *queue, entry string, w *core.Waiter) (*heartbeat, *member) {
+	cfg := qu.h.Config
+	key := heartbeatKey{client: qu.h.Client, hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
 	beatsMu.Lock()
 	defer beatsMu.Unlock()
 	hb := beats[key]
 	if hb == nil {
-		hb = &heartbeat{key: key, k: k, members: map[*member]struct{}{}}
+		hb = &heartbeat{key: key, qu: qu, members: map[*member]struct{}{}}
 		beats[key] = hb
 	}
 	hb.mu.Lock()
@@ -139,10 +139,10 @@ func (hb *heartbeat) beat() {
 }
 
 func (hb *heartbeat) beatBatch(members []*member) {
-	k := hb.k
-	cfg := k.h.Config
+	qu := hb.qu
+	cfg := qu.h.Config
 	args := make([]any, 0, 2+2*len(members))
-	args = append(args, k.h.Publish, k.h.Channel)
+	args = append(args, qu.h.Publish, qu.h.Channel)
 	entries := make([]string, len(members))
 	for i, m := range members {
 		entries[i] = m.current()
@@ -151,9 +151,9 @@ func (hb *heartbeat) beatBatch(members []*member) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
 	sent := cfg.Clock.Now()
-	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, k.h.Client, k.h.Keys, args...).Result()
+	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, qu.h.Client, qu.h.Keys, args...).Result()
 	if err != nil {
-		k.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
+		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		return
 	}
 	status, err := core.Ints(v)

@@ -383,9 +383,9 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	}
 	end := sent.Add(a.Wait)
 	for {
-		gate, err := k.lockGate(ctx, a, end)
-		if served, ok := errors.AsType[*permitsServed](err); ok {
-			if g, err := usable(ctx, k.h, served.g, a); g != nil || err != nil {
+		gate, served, err := k.lockGate(ctx, a, end)
+		if served != nil {
+			if g, err := usable(ctx, k.h, served, a); g != nil || err != nil {
 				return g, err
 			}
 			continue // served too late to use, and gone: queue afresh
@@ -437,42 +437,48 @@ func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, b
 	return nil, false, nil
 }
 
-// lockGate queues on the gate until it is this call's, or end (unless a
-// waits forever): nil, nil when the wait elapsed. The gate's lease is the
-// wait timeout. The gate's owner id names the permit hold and its request
-// (permit_request in lib.lua), so that a release can serve it in the queue:
-// a *permitsServed error then carries the grant.
-func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (*core.Mutex, error) {
+// lockGate queues on the gate until it is this call's (gate), or this
+// call's permits were served to it as it waited there (served), or end
+// (unless a waits forever): all nil when the wait elapsed. The gate's lease
+// is the wait timeout. The gate's owner id names the permit hold and its
+// request (permit_request in lib.lua), so that a release can serve it in the
+// queue.
+func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (gate *core.Mutex, served *core.Grant, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
+	ga := cfg.LockAttempt()
+	if !a.Forever {
+		left := end.Sub(cfg.Clock.Now())
+		if left <= 0 {
+			return nil, nil, nil
+		}
+		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
+	}
 	owner := k.h.Owner + "+" + strconv.Itoa(k.n) + "+" + strconv.FormatInt(core.Ms(a.Lease), 10) + "+" + core.NextID()
-	gate, err := core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
+	var q *queue
+	gate, err = core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
 		return layoutAt(k.s.base+":gate", scripts)
 	}, func(h core.Handle) core.Kind {
-		gk := newKind(h).(*kind)
-		gk.served = k.check
-		return gk
+		q = newQueue(h)
+		return q
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if a.Forever {
-		return gate, gate.Lock(ctx)
+	out, err := q.wait(ctx, ga, k)
+	if out.held == nil {
+		return nil, out.served, err
 	}
-	left := end.Sub(cfg.Clock.Now())
-	if left <= 0 {
-		return nil, nil
-	}
-	ok, err := gate.TryLock(ctx, left, 0)
-	if !ok {
-		return nil, err
-	}
-	return gate, nil
+	gate.Adopt(out.held, ga)
+	return gate, nil, nil
 }
 
-// check asks whether this call's permits were served to it while it waited
-// in the gate's queue: the grant, or nil.
-func (k *semKind) check(ctx context.Context) (*core.Grant, error) {
+// served asks whether this call's permits were served to it while it waited
+// in the gate's queue: the grant, or nil (permitSource).
+func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 	r, err := k.attempt(ctx, core.Attempt{}, "check", nil)
 	if err != nil || !r.held {
 		return nil, err

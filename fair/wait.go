@@ -10,28 +10,47 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 )
 
-// Acquire is one Lock or TryLock. It tries once; TryLock with no wait stops
-// there (it never queues). Otherwise the first try queued the caller, and
-// queueWait waits for its turn.
-func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
-	k.leaveAbandoned(ctx)
-	entry := k.newEntry()
-	clk := k.h.Config.Clock
+// A permitSource is what a semaphore's waiter waits for besides its gate:
+// permits, which a release may serve it while it is still queued (serve in
+// lib.lua), taking its entry out of the queue. A fair Mutex's waiter has
+// none: it waits for the lock alone.
+type permitSource interface {
+	// served asks whether the waiter's permits were served to it while it
+	// was queued: the grant, or nil. The queue asks when the waiter's entry
+	// left the queue without a turn of the queue's own (the note that served
+	// it may have been lost).
+	served(ctx context.Context) (*core.Grant, error)
+}
+
+// outcome is how a wait in the queue ended; both nil: the wait elapsed.
+type outcome struct {
+	held   *core.Grant // the queue's lock is the caller's (a Mutex's hold, a semaphore's gate)
+	served *core.Grant // permits were served to the caller as it waited (permitSource)
+}
+
+// wait is one Lock or TryLock of the queue's lock, for a caller that also
+// waits for permits if ps is not nil. It tries once; TryLock with no wait
+// stops there (it never queues). Otherwise the first try queued the caller,
+// and queueWait waits for its turn.
+func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (outcome, error) {
+	qu.leaveAbandoned(ctx)
+	entry := qu.newEntry()
+	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
 		sent := clk.Now()
-		r, err := k.attempt(ctx, a, entry, "try")
-		return k.grant(r, a, sent, sent, time.Time{}), err
+		r, err := qu.attempt(ctx, a, entry, "try")
+		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.SubscribeIfLive(k.h.Client, k.h.Channel, entry)
+	sub := core.SubscribeIfLive(qu.h.Client, qu.h.Channel, entry)
 	if sub != nil {
 		defer sub.Close()
 	}
 	sent := clk.Now()
-	r, err := k.attempt(ctx, a, entry, "join")
+	r, err := qu.attempt(ctx, a, entry, "join")
 	if err != nil || r.held {
-		return k.grant(r, a, sent, sent, time.Time{}), err // a fresh entry is never handed the lock
+		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err // a fresh entry is never handed the lock
 	}
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
@@ -45,9 +64,9 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if sub == nil {
 		// Subscribed only now: a hand-off sent before the subscription was
 		// confirmed would be missed, so try again once it is.
-		if sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, entry); err != nil {
-			k.leave(ctx, entry)
-			return nil, err
+		if sub, err = core.Subscribe(ctx, qu.h.Client, qu.h.Channel, entry); err != nil {
+			qu.leave(ctx, entry)
+			return outcome{}, err
 		}
 		defer sub.Close()
 		select {
@@ -56,8 +75,8 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		default: // the Ready wake will say when
 		}
 	}
-	q := &queueWait{k: k, a: a, entry: entry, next: "queued", sub: sub, w: w}
-	q.hb, q.mem = joinHeartbeat(k, entry, w)
+	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: "queued", sub: sub, w: w}
+	q.hb, q.mem = joinHeartbeat(qu, entry, w)
 	defer q.hb.leave(q.mem)
 	defer q.stopFallback()
 	// The last request answered "queued" was processed before any hand-off
@@ -72,7 +91,8 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 // news (the heartbeat keeps its place and is its fallback), its fallback
 // timer, the end of its wait, or its ctx ending. Each has its method below.
 type queueWait struct {
-	k     *kind
+	qu    *queue
+	ps    permitSource // nil: the caller waits for the queue's lock alone
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
 	next  string // the mode of the next attempt: "queued", or "join" after an eviction
@@ -107,99 +127,97 @@ type (
 	served struct{ token, grantedAt, expiry int64 }
 )
 
-// permitsServed ends a Lock of a semaphore's gate without the gate: the
-// waiter's permits were served to it from the queue (serve in lib.lua).
-type permitsServed struct{ g *core.Grant }
+// done reports whether an outcome ends the wait.
+func (o outcome) done() bool { return o.held != nil || o.served != nil }
 
-func (*permitsServed) Error() string { return "fairlock: permits served from the gate's queue" }
-
-// run waits until the lock is this call's, or the wait is over: it returns
-// nil, nil when the wait elapsed. try says to make an attempt first.
-func (q *queueWait) run(ctx context.Context, try bool) (*core.Grant, error) {
+// run waits until the lock (or, with a permitSource, permits) is this
+// call's, or the wait is over: a zero outcome when the wait elapsed. try
+// says to make an attempt first.
+func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 	for {
 		if try {
-			if g, err := q.try(ctx); g != nil || err != nil {
-				return g, err
+			if out, err := q.try(ctx); out.done() || err != nil {
+				return out, err
 			}
 		}
-		var g *core.Grant
+		var out outcome
 		var err error
 		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
 		case core.Ready, core.Retry:
 			try = true
 		case core.Message:
-			g, try, err = q.onMessage(ctx, wk.Payload)
+			out, try, err = q.onMessage(ctx, wk.Payload)
 		case core.Notice:
-			g, try, err = q.onNote(ctx, wk.Notice)
+			out, try, err = q.onNote(ctx, wk.Notice)
 		case core.Timeout:
-			q.k.leave(ctx, q.entry)
-			return nil, nil
+			q.qu.leave(ctx, q.entry)
+			return outcome{}, nil
 		case core.Cancelled:
-			q.k.leave(ctx, q.entry)
-			return nil, ctx.Err()
+			q.qu.leave(ctx, q.entry)
+			return outcome{}, ctx.Err()
 		}
-		if g != nil || err != nil {
-			return g, err
+		if out.done() || err != nil {
+			return out, err
 		}
 	}
 }
 
-// try makes attempts until one either grants the lock or leaves the entry
-// waiting (nil, nil).
-func (q *queueWait) try(ctx context.Context) (*core.Grant, error) {
+// try makes attempts until one either ends the wait or leaves the entry
+// waiting (a zero outcome).
+func (q *queueWait) try(ctx context.Context) (outcome, error) {
 	for {
-		sent := q.k.h.Config.Clock.Now()
-		r, err := q.k.attempt(ctx, q.a, q.entry, q.next)
+		sent := q.qu.h.Config.Clock.Now()
+		r, err := q.qu.attempt(ctx, q.a, q.entry, q.next)
 		q.next = "queued"
 		switch {
 		case err != nil:
-			return nil, err
+			return outcome{}, err
 		case r.held && r.handoff:
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
-				return g, err
+				return outcome{held: g}, err
 			}
 			continue // claimed too late: the next attempt tells where it stands
 		case r.held:
-			return q.k.grant(r, q.a, sent, sent, time.Time{}), nil
+			return outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil
 		case r.evicted:
-			if err := q.rejoin(ctx); err != nil {
-				return nil, err
+			if out, err := q.rejoin(ctx); out.done() || err != nil {
+				return out, err
 			}
 			continue
 		}
 		q.mem.queuedAt(sent)
 		q.queued(r)
-		return nil, nil
+		return outcome{}, nil
 	}
 }
 
 // onMessage handles a hub message: a note for this entry, or for another
 // entry of this client (ignored).
-func (q *queueWait) onMessage(ctx context.Context, payload string) (*core.Grant, bool, error) {
+func (q *queueWait) onMessage(ctx context.Context, payload string) (outcome, bool, error) {
 	n, mine := parseNote(payload, q.entry)
 	if !mine {
-		return nil, false, nil
+		return outcome{}, false, nil
 	}
 	if n == nil {
-		return nil, true, nil // a note this client cannot read: look again
+		return outcome{}, true, nil // a note this client cannot read: look again
 	}
 	return q.onNote(ctx, n)
 }
 
-// onNote handles news for this entry. It returns the grant, or whether to
-// try again at once; the error ends the wait (*permitsServed included).
-func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool, error) {
+// onNote handles news for this entry. It returns the outcome that ends the
+// wait, or whether to try again at once.
+func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	switch n := n.(type) {
 	case headNotice:
 		q.headUntil(n.expiry)
 	case handOff:
 		r := reply{held: true, count: 1, token: n.token, handoff: true, grantedAt: n.grantedAt}
 		g, err := q.handedOff(ctx, r)
-		return g, g == nil && err == nil, err
+		return outcome{held: g}, g == nil && err == nil, err
 	case served:
-		if q.k.served == nil {
-			return nil, true, nil // not a semaphore's gate: look again
+		if q.ps == nil {
+			return outcome{}, true, nil // nobody serves this waiter permits: look again
 		}
 		// Served after the last request answered "queued": both bound the
 		// grant's time from below.
@@ -207,12 +225,13 @@ func (q *queueWait) onNote(ctx context.Context, n any) (*core.Grant, bool, error
 		if queued := q.mem.lastQueued(); queued.After(since) {
 			since = queued
 		}
-		return nil, false, &permitsServed{&core.Grant{Count: 1, Token: n.token, Since: since,
-			First: time.Duration(n.expiry-n.grantedAt) * time.Millisecond, Handoff: true}}
+		return outcome{served: &core.Grant{Count: 1, Token: n.token, Since: since,
+			First: time.Duration(n.expiry-n.grantedAt) * time.Millisecond, Handoff: true}}, false, nil
 	case evicted:
-		return nil, true, q.rejoin(ctx)
+		out, err := q.rejoin(ctx)
+		return out, !out.done() && err == nil, err
 	}
-	return nil, false, nil
+	return outcome{}, false, nil
 }
 
 // parseNote reads a hub message's note: "<entry> <token> <grant time>" (a
@@ -268,7 +287,7 @@ func parseServed(text string) (served, bool) {
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
 func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
-	return usable(ctx, q.k.h, q.k.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
+	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
 }
 
 // queued takes in a reply that left the entry waiting.
@@ -285,7 +304,7 @@ func (q *queueWait) queued(r reply) {
 // expires at Redis time expiry (ms).
 func (q *queueWait) headUntil(expiry int64) {
 	q.stopFallback()
-	q.fallback = q.w.At(q.k.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
+	q.fallback = q.w.At(q.qu.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
 }
 
 func (q *queueWait) stopFallback() {
@@ -297,24 +316,21 @@ func (q *queueWait) stopFallback() {
 
 // rejoin gives the call a new entry, for the next attempt to join at the
 // tail: its old entry was evicted after it fell silent for longer than its
-// wait timeout. On a semaphore's gate an entry also leaves the queue when its
-// permits are served, and the note saying so can be lost (a reconnect): the
-// semaphore is asked first, and a *permitsServed error ends the wait.
-func (q *queueWait) rejoin(ctx context.Context) error {
-	if q.k.served != nil {
-		g, err := q.k.served(ctx)
-		if err != nil {
-			return err
-		}
-		if g != nil {
-			return &permitsServed{g}
+// wait timeout. A semaphore's waiter also leaves the queue when its permits
+// are served, and the note saying so can be lost (a reconnect): its
+// permitSource is asked first, and a grant it reports ends the wait.
+func (q *queueWait) rejoin(ctx context.Context) (outcome, error) {
+	if q.ps != nil {
+		g, err := q.ps.served(ctx)
+		if err != nil || g != nil {
+			return outcome{served: g}, err
 		}
 	}
-	entry := q.k.newEntry()
-	q.k.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
+	entry := q.qu.newEntry()
+	q.qu.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 		"entry", q.entry, "new_entry", entry)
 	q.sub.SetID(entry)
 	q.mem.rename(entry)
 	q.entry, q.next = entry, "join"
-	return nil
+	return outcome{}, nil
 }

@@ -123,12 +123,21 @@ func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
 	if err != nil || g == nil {
 		return false, err
 	}
+	m.Adopt(g, a)
+	return true, nil
+}
+
+// Adopt makes g, granted for a by a call that went around Acquire (a
+// semaphore's wait in its gate's queue), this handle's hold, as Acquire
+// does with its kind's grants: a fresh hold, or a re-entry of the current
+// one.
+func (m *Mutex) Adopt(g *Grant, a Attempt) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.cur; h != nil && h.token == g.Token && !h.isLost() {
 		// Re-entry: the lease mode stays as the fresh acquisition fixed it.
 		h.reenter(*g, a.Lease)
-		return true, nil
+		return
 	}
 	if m.cur != nil {
 		// The handle believed in an older hold that Redis no longer has.
@@ -142,7 +151,6 @@ func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
 		// Lock returns and nobody counts on a hold Redis may have ended.
 		m.cur.end(ErrLockLost, "the lease ran out before the acquisition returned")
 	}
-	return true, nil
 }
 
 // Unlock implements both locks' Unlock.

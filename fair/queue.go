@@ -12,16 +12,15 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 )
 
-// kind is the fair lock's scripts and its queue wait.
-type kind struct {
+// queue is the fair queue of one handle's lock: its scripts, its waiters'
+// entries, and the wait for a turn (wait.go). Two primitives use it, each as
+// a plain user: a fair Mutex waits in it for the lock (as its core.Kind),
+// and a Semaphore's waiter waits in its gate's queue for the gate or for
+// permits served to it there (permitSource).
+type queue struct {
 	h        core.Handle
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
 	labelArg any    // label, boxed once
-
-	// served is set on a semaphore's gate: it asks the semaphore whether
-	// the waiter's permits were served to it from the queue (its entry left
-	// the queue without the gate), and returns that grant, or nil.
-	served func(ctx context.Context) (*core.Grant, error)
 
 	mu        sync.Mutex
 	abandoned []string // entries this handle could not take out of the queue
@@ -60,9 +59,19 @@ var hostname = func() string {
 	return h
 }()
 
-func newKind(h core.Handle) core.Kind {
+// newQueue returns the queue of the lock h serves.
+func newQueue(h core.Handle) *queue {
 	label := hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + h.Config.Label
-	return &kind{h: h, label: label, labelArg: label}
+	return &queue{h: h, label: label, labelArg: label}
+}
+
+// mutexKind is newQueue as a fair Mutex's core.Kind.
+func mutexKind(h core.Handle) core.Kind { return newQueue(h) }
+
+// Acquire is one Lock or TryLock of a fair Mutex: a wait for the lock alone.
+func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
+	out, err := qu.wait(ctx, a, nil)
+	return out.held, err
 }
 
 // reply is fair_acquire.lua's answer.
@@ -95,17 +104,17 @@ func (c redisClock) notLater(ms int64) time.Time { return time.UnixMilli(ms).Add
 // has expired.
 func (c redisClock) notEarlier(ms int64) time.Time { return time.UnixMilli(ms).Add(-c.atRead) }
 
-func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
-	h := k.h
+func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
+	h := qu.h
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire,
 		h.OwnerArg(), entry, req.ID, h.MsArg(a.Lease), h.MsArg(h.Config.WaitTimeout),
-		mode, k.labelArg, h.PublishArg(), h.ChannelArg(), req.Stale)
+		mode, qu.labelArg, h.PublishArg(), h.ChannelArg(), req.Stale)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		if mode != "try" {
-			k.leave(ctx, entry) // nor may the caller stay queued
+			qu.leave(ctx, entry) // nor may the caller stay queued
 		}
 		return reply{}, err
 	}
@@ -140,7 +149,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, entry, mode string) 
 // keeps the grant until min(grant time + lease, the entry's deadline), and
 // that deadline is at least queued + wait timeout: the server set it after
 // that request was sent. So the first lease runs until the earlier of both.
-func (k *kind) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
+func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
 	if !r.held {
 		return nil
 	}
@@ -153,7 +162,7 @@ func (k *kind) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time)
 	}
 	return &core.Grant{
 		Count: r.count, Token: r.token, Since: since, Handoff: true,
-		First: min(a.Lease, queued.Add(k.h.Config.WaitTimeout).Sub(since)),
+		First: min(a.Lease, queued.Add(qu.h.Config.WaitTimeout).Sub(since)),
 	}
 }
 
@@ -198,45 +207,45 @@ func usable(ctx context.Context, h core.Handle, g *core.Grant, a core.Attempt) (
 // leave takes the entry out of the queue, even when ctx has ended. If Redis
 // cannot be reached, the entry stops being refreshed and is evicted within
 // one wait timeout.
-func (k *kind) leave(ctx context.Context, entry string) {
-	ctx, cancel := k.h.Cleanup(ctx)
+func (qu *queue) leave(ctx context.Context, entry string) {
+	ctx, cancel := qu.h.Cleanup(ctx)
 	defer cancel()
-	if err := k.leaveOnce(ctx, entry); err != nil {
-		k.h.Info("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
+	if err := qu.leaveOnce(ctx, entry); err != nil {
+		qu.h.Info("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
 		// Until then the lock could be handed to it, and this handle would
 		// take that grant for its own: the next Lock removes it first.
-		k.mu.Lock()
-		k.abandoned = append(k.abandoned, entry)
-		k.mu.Unlock()
+		qu.mu.Lock()
+		qu.abandoned = append(qu.abandoned, entry)
+		qu.mu.Unlock()
 	}
 }
 
-func (k *kind) leaveOnce(ctx context.Context, entry string) error {
-	h := k.h
+func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
+	h := qu.h
 	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Keys, h.Owner, entry, h.Publish, h.Channel).Err()
 }
 
 // leaveAbandoned removes the entries earlier calls could not remove, giving
 // back any grant made to them, before this handle joins again.
-func (k *kind) leaveAbandoned(ctx context.Context) {
-	k.mu.Lock()
-	entries := k.abandoned
-	k.abandoned = nil
-	k.mu.Unlock()
+func (qu *queue) leaveAbandoned(ctx context.Context) {
+	qu.mu.Lock()
+	entries := qu.abandoned
+	qu.abandoned = nil
+	qu.mu.Unlock()
 	if len(entries) == 0 {
 		return
 	}
-	ctx, cancel := k.h.Cleanup(ctx)
+	ctx, cancel := qu.h.Cleanup(ctx)
 	defer cancel()
 	var left []string
 	for _, e := range entries {
-		if err := k.leaveOnce(ctx, e); err != nil {
+		if err := qu.leaveOnce(ctx, e); err != nil {
 			left = append(left, e)
 		}
 	}
-	k.mu.Lock()
-	k.abandoned = append(k.abandoned, left...)
-	k.mu.Unlock()
+	qu.mu.Lock()
+	qu.abandoned = append(qu.abandoned, left...)
+	qu.mu.Unlock()
 }
 
-func (k *kind) newEntry() string { return core.IDOf(k.h.Owner, '/') }
+func (qu *queue) newEntry() string { return core.IDOf(qu.h.Owner, '/') }
