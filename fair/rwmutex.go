@@ -50,7 +50,8 @@ type RWMutex struct {
 	rn    int     // read re-entries (inside the write hold while write != nil)
 	write *Permit // the write hold (all permits)
 	wn    int
-	last  *Permit // the most recent hold, for Lost and HoldContext
+
+	latest core.Latest // the most recent hold, for Lost and HoldContext
 }
 
 // NewRWMutex returns a handle on the fair read-write lock name. It takes the
@@ -132,7 +133,7 @@ func (m *RWMutex) acquire(ctx context.Context, write bool, a core.Attempt) (bool
 	} else {
 		m.read, m.rn = p, 1
 	}
-	m.last = p
+	m.latest.Set(p.end)
 	return true, nil
 }
 
@@ -167,14 +168,7 @@ func (m *RWMutex) dropLostLocked() {
 	}
 }
 
-func isLost(p *Permit) bool {
-	select {
-	case <-p.Lost():
-		return true
-	default:
-		return false
-	}
-}
+func isLost(p *Permit) bool { return p.end.IsLost() }
 
 // RUnlock undoes one RLock or successful TryRLock. The last one gives the
 // read lock back (the next in the queue takes it if it can), unless the
@@ -264,26 +258,12 @@ func (m *RWMutex) Token() int64 {
 
 // Lost returns a channel closed if the current (or most recent) hold is
 // lost. Before the first hold it returns a channel that is never closed.
-func (m *RWMutex) Lost() <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.last == nil {
-		return core.NeverClosed()
-	}
-	return m.last.Lost()
-}
+func (m *RWMutex) Lost() <-chan struct{} { return m.latest.Lost() }
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends; context.Cause tells ErrLockLost from ErrReleased. Before the
 // first hold it is already cancelled with cause ErrNotHeld.
-func (m *RWMutex) HoldContext() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.last == nil {
-		return core.NotHeldContext()
-	}
-	return m.last.HoldContext()
-}
+func (m *RWMutex) HoldContext() context.Context { return m.latest.Context() }
 
 // InspectRWMutex reads the state of the read-write lock name without
 // changing it: its holders (a reader holds 1 permit, a writer MaxPermits) and

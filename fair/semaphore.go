@@ -47,9 +47,10 @@ type Semaphore struct {
 
 // Permit is one permit hold: n permits, from one Acquire or TryAcquire.
 type Permit struct {
-	s *Semaphore
-	m *core.Mutex
-	n int
+	s   *Semaphore
+	m   *core.Mutex
+	end *core.End // the hold's
+	n   int
 }
 
 // NewSemaphore returns a handle on the fair semaphore name with permits
@@ -149,7 +150,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	if ok, err := m.Acquire(ctx, a); !ok {
 		return nil, err
 	}
-	return &Permit{s: s, m: m, n: n}, nil
+	return &Permit{s: s, m: m, end: m.HoldEnd(), n: n}, nil
 }
 
 // Release gives the permits back; the first waiter takes them if they are
@@ -184,11 +185,11 @@ func (p *Permit) Token() int64 { return p.m.Token() }
 
 // Lost returns a channel closed if the hold is lost: a renewal found it gone,
 // or its lease ran out without a successful renewal. Release never closes it.
-func (p *Permit) Lost() <-chan struct{} { return p.m.Lost() }
+func (p *Permit) Lost() <-chan struct{} { return p.end.Lost() }
 
 // HoldContext returns a context cancelled when the hold ends for any reason;
 // context.Cause tells ErrLockLost from ErrReleased.
-func (p *Permit) HoldContext() context.Context { return p.m.HoldContext() }
+func (p *Permit) HoldContext() context.Context { return p.end.Context() }
 
 // SetPermits changes the number of permits of the semaphore in Redis, for
 // every handle, and returns the number it had (0 if it had none recorded).

@@ -73,19 +73,17 @@ var (
 type Lock struct {
 	members []Locker // in the global order
 
-	mu    sync.Mutex
-	hold  *hold // the current hold, nil if none
-	depth int   // Lock and TryLock calls the current hold is made of
-	last  *hold // the most recent hold, for Lost and HoldContext
+	mu     sync.Mutex
+	hold   *hold       // the current hold, nil if none
+	depth  int         // Lock and TryLock calls the current hold is made of
+	latest core.Latest // the most recent hold, for Lost and HoldContext
 }
 
-// hold is one time every member was held.
+// hold is one time every member was held: it ends when the first member's
+// hold ends, or by Unlock.
 type hold struct {
-	lost   chan struct{}
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stops  []func() bool
-	once   sync.Once
+	core.End
+	stops []func() bool // the watchers of the members' holds
 }
 
 // New returns a Lock over members, which must be distinct handles on
@@ -172,7 +170,7 @@ func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bo
 		return false, err
 	}
 	l.mu.Lock()
-	lost := l.hold != nil && isClosed(l.hold.lost)
+	lost := l.hold != nil && l.hold.IsLost()
 	l.mu.Unlock()
 	if lost {
 		// Re-entering a hold part of which is gone would mix a fresh member
@@ -194,7 +192,8 @@ func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bo
 		return true, nil
 	}
 	h := l.watch()
-	l.hold, l.last, l.depth = h, h, 1
+	l.hold, l.depth = h, 1
+	l.latest.Set(&h.End)
 	return true, nil
 }
 
@@ -209,18 +208,11 @@ func (l *Lock) releaseTaken(ctx context.Context, n int) {
 // watch makes the hold that ends when any member's hold ends. It starts no
 // goroutine: each member's HoldContext calls back once it is done.
 func (l *Lock) watch() *hold {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &hold{lost: make(chan struct{}), ctx: ctx, cancel: cancel}
+	h := &hold{}
 	for _, m := range l.members {
 		mctx := m.HoldContext()
 		h.stops = append(h.stops, context.AfterFunc(mctx, func() {
-			// The cause first: whoever sees Lost closed finds HoldContext
-			// already ended with ErrLockLost.
-			cause := context.Cause(mctx)
-			cancel(cause)
-			if errors.Is(cause, ErrLockLost) {
-				h.once.Do(func() { close(h.lost) })
-			}
+			h.Finish(context.Cause(mctx))
 		}))
 	}
 	return h
@@ -259,7 +251,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		}
 	}
 	if last {
-		h.cancel(fair.ErrReleased)
+		h.Finish(ErrReleased)
 	}
 	return errors.Join(errs...)
 }
@@ -274,35 +266,12 @@ func (l *Lock) Tokens() []int64 {
 	return tokens
 }
 
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // Lost returns a channel closed when any member's hold of the current (or
 // most recent) hold is lost. Before the first hold it is never closed.
-func (l *Lock) Lost() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		return core.NeverClosed()
-	}
-	return l.last.lost
-}
+func (l *Lock) Lost() <-chan struct{} { return l.latest.Lost() }
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: by Unlock (cause fair.ErrReleased) or by the loss of any
 // member's hold (cause ErrLockLost). Before the first hold it is already
 // cancelled with cause ErrNotHeld.
-func (l *Lock) HoldContext() context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		return core.NotHeldContext()
-	}
-	return l.last.ctx
-}
+func (l *Lock) HoldContext() context.Context { return l.latest.Context() }

@@ -37,29 +37,26 @@ type RedLock struct {
 
 	acq sync.Mutex // one attempt at a time
 
-	mu    sync.Mutex
-	hold  *redHold
-	depth int
-	last  *redHold
+	mu     sync.Mutex
+	hold   *redHold
+	depth  int
+	latest core.Latest // the most recent hold, for Lost and HoldContext
 }
 
+// redHold is one hold of a majority: it ends by Unlock, or as lost once
+// fewer than a quorum of its members hold it. Its End's lock guards gone.
 type redHold struct {
+	core.End
 	held     []*reentrant.Mutex // the members that granted it
 	validity time.Duration
 	lease    time.Duration // each member's lease
 	renewed  bool          // kept alive by the watchdog (Lock, TryLock with lease 0)
 	clk      clock.Clock
 	cleanup  time.Duration // bound of one round of renewals
-	lost     chan struct{}
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	stops    []func() bool
+	quorum   int
+	stops    []func() bool // the watchers of the members' holds
 
-	mu     sync.Mutex
-	gone   int // members lost
-	ended  bool
-	quorum int
-	renew  clock.Timer // the watchdog's next round
+	gone int // members lost
 }
 
 // NewRedLock returns a handle on the lock name on each of clients, which
@@ -141,7 +138,8 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 		}
 		if h != nil {
 			r.mu.Lock()
-			r.hold, r.depth, r.last = h, 1, h
+			r.hold, r.depth = h, 1
+			r.latest.Set(&h.End)
 			r.mu.Unlock()
 			h.watch()
 			return true, nil
@@ -166,7 +164,7 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 func (r *RedLock) reenter() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hold == nil || isClosed(r.hold.lost) {
+	if r.hold == nil || r.hold.IsLost() {
 		return false
 	}
 	r.depth++
@@ -205,9 +203,8 @@ func (r *RedLock) attempt(ctx context.Context, lease time.Duration) (*redHold, e
 	}
 	validity := full - clk.Now().Sub(start) - r.cfg.Margin(full)
 	if len(held) >= r.quorum && validity > 0 {
-		hctx, hcancel := context.WithCancelCause(context.Background())
 		return &redHold{held: held, validity: validity, lease: full, renewed: lease == 0, clk: clk,
-			cleanup: r.cfg.CleanupTimeout, lost: make(chan struct{}), ctx: hctx, cancel: hcancel, quorum: r.quorum}, nil
+			cleanup: r.cfg.CleanupTimeout, quorum: r.quorum}, nil
 	}
 	unlockAll(ctx, held)
 	return nil, ctx.Err()
@@ -242,15 +239,9 @@ func (h *redHold) watch() {
 		}))
 	}
 	if h.renewed {
-		h.mu.Lock()
-		h.scheduleLocked(h.lease / 3)
-		h.mu.Unlock()
-	}
-}
-
-func (h *redHold) scheduleLocked(after time.Duration) {
-	if !h.ended {
-		h.renew = h.clk.AfterFunc(after, h.watchdog)
+		h.Lock()
+		h.RenewLocked(h.clk, h.lease/core.RenewEvery, h.watchdog)
+		h.Unlock()
 	}
 }
 
@@ -265,7 +256,7 @@ func (h *redHold) watchdog() {
 	failed := make([]bool, len(h.held))
 	var wg sync.WaitGroup
 	for i, m := range h.held {
-		if isClosed(m.Lost()) {
+		if isLost(m) {
 			continue
 		}
 		wg.Go(func() {
@@ -274,35 +265,26 @@ func (h *redHold) watchdog() {
 		})
 	}
 	wg.Wait()
-	next := h.lease / 3
+	next := h.lease / core.RenewEvery
 	for _, f := range failed {
 		if f {
-			next = h.lease / 9
+			next = h.lease / core.RetryEvery
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.scheduleLocked(next)
+	h.Lock()
+	defer h.Unlock()
+	h.RenewLocked(h.clk, next, h.watchdog)
 }
 
+// memberLost counts a member whose hold was lost; the hold is lost with
+// fewer than a quorum left.
 func (h *redHold) memberLost() {
-	h.mu.Lock()
+	h.Lock()
 	h.gone++
-	lost := !h.ended && len(h.held)-h.gone < h.quorum
+	lost := len(h.held)-h.gone < h.quorum
+	h.Unlock()
 	if lost {
-		h.ended = true
-		h.stopLocked()
-	}
-	h.mu.Unlock()
-	if lost {
-		h.cancel(ErrLockLost) // first: Lost closed means HoldContext has ended
-		close(h.lost)
-	}
-}
-
-func (h *redHold) stopLocked() {
-	if h.renew != nil {
-		h.renew.Stop()
+		h.Finish(ErrLockLost)
 	}
 }
 
@@ -311,13 +293,15 @@ func (h *redHold) end() {
 	for _, stop := range h.stops {
 		stop()
 	}
-	h.mu.Lock()
-	was := h.ended
-	h.ended = true
-	h.stopLocked()
-	h.mu.Unlock()
-	if !was {
-		h.cancel(ErrReleased)
+	h.Finish(ErrReleased)
+}
+
+func isLost(m *reentrant.Mutex) bool {
+	select {
+	case <-m.Lost():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -333,7 +317,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	r.depth--
-	lost := isClosed(h.lost)
+	lost := h.IsLost()
 	if r.depth > 0 && !lost {
 		r.mu.Unlock()
 		return nil
@@ -412,22 +396,8 @@ func maxOf(v []int64) int64 {
 
 // Lost returns a channel closed when the current (or most recent) hold is
 // lost: fewer than a majority of its members still hold it.
-func (r *RedLock) Lost() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		return core.NeverClosed()
-	}
-	return r.last.lost
-}
+func (r *RedLock) Lost() <-chan struct{} { return r.latest.Lost() }
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: cause ErrLockLost or ErrReleased.
-func (r *RedLock) HoldContext() context.Context {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		return core.NotHeldContext()
-	}
-	return r.last.ctx
-}
+func (r *RedLock) HoldContext() context.Context { return r.latest.Context() }

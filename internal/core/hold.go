@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -26,25 +25,17 @@ type Grant struct {
 	Handoff bool
 }
 
-// hold is this handle's belief that it holds the lock. It ends by release or
-// by loss, exactly once; Lost and HoldContext report which.
+// hold is this handle's belief that it holds the lock: its End (how it
+// ends, and its watchdog), its lease and its local deadline.
 type hold struct {
+	End
 	m     *Mutex
 	token int64
 	fixed bool
 	lease time.Duration
 
-	mu       sync.Mutex
-	ended    bool
-	cause    error // why it ended: ErrLockLost or ErrReleased
 	deadline time.Time
 	expiry   clock.Timer // fires at deadline: the hold is lost
-	renew    clock.Timer // the watchdog's next renewal
-	// Lost's channel and HoldContext's context are made when first asked
-	// for: most holds are never asked, and end without them.
-	lost   chan struct{}
-	ctx    context.Context
-	cancel context.CancelCauseFunc
 }
 
 func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
@@ -53,18 +44,18 @@ func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
 	if g.First > 0 && g.First < lease {
 		first = g.First
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.Lock()
+	defer h.Unlock()
 	h.extendLocked(g.Since, first)
+	clk := m.h.Config.Clock
 	if g.Handoff {
 		// The hold is usable at once. It is claimed (extended to the full
 		// lease) halfway through its first lease: a short hold is released
 		// before that and never costs Redis a claim.
-		clk := m.h.Config.Clock
 		half := h.deadline.Sub(clk.Now()) / 2
-		h.renew = clk.AfterFunc(max(half, 0), func() { h.claim(g) })
+		h.RenewLocked(clk, max(half, 0), func() { h.claim(g) })
 	} else if !fixed {
-		h.scheduleRenewLocked(lease / 3)
+		h.RenewLocked(clk, lease/RenewEvery, h.watchdog)
 	}
 	return h
 }
@@ -88,38 +79,35 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 // bornLost reports whether the hold's deadline had passed by the time it
 // was made: the acquisition took longer than the lease it was granted.
 func (h *hold) bornLost() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.Lock()
+	defer h.Unlock()
 	return !h.deadline.After(h.m.h.Config.Clock.Now())
-}
-
-func (h *hold) scheduleRenewLocked(after time.Duration) {
-	h.renew = h.m.h.Config.Clock.AfterFunc(after, h.watchdog)
 }
 
 // claim turns a handed-off grant into a full hold, then hands over to the
 // watchdog (or, for a fixed lease, to the loss timer alone).
 func (h *hold) claim(g Grant) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
+	cfg := h.m.h.Config
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
 	since, ok, err := h.m.h.Claim(ctx, g, h.lease, h.fixed)
 	if err == nil && !ok {
 		h.end(ErrLockLost, "the lock was gone when its hand-off was claimed")
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
+	h.Lock()
+	defer h.Unlock()
+	if h.EndedLocked() {
 		return
 	}
 	if err != nil {
 		h.m.h.logWarn("claiming a handed-off lock failed; retrying", err)
-		h.renew = h.m.h.Config.Clock.AfterFunc(h.lease/9, func() { h.claim(g) })
+		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, func() { h.claim(g) })
 		return
 	}
 	h.extendLocked(since, h.lease)
 	if !h.fixed {
-		h.scheduleRenewLocked(h.lease / 3)
+		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
 	}
 }
 
@@ -127,100 +115,53 @@ func (h *hold) claim(g Grant) {
 // lease counts from when the renewal was sent. A failed call is retried
 // sooner; if none succeeds, the loss timer ends the hold.
 func (h *hold) watchdog() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
+	cfg := h.m.h.Config
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
-	since := h.m.h.Config.Clock.Now()
+	since := cfg.Clock.Now()
 	ok, err := h.m.h.renew(ctx, h.token, h.lease, false)
 	if err == nil && !ok {
 		h.end(ErrLockLost, "the lock was deleted or taken by another owner")
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
+	h.Lock()
+	defer h.Unlock()
+	if h.EndedLocked() {
 		return
 	}
 	if err != nil {
 		h.m.h.logWarn("renewing the lease failed; retrying", err)
-		h.scheduleRenewLocked(h.lease / 9)
+		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, h.watchdog)
 		return
 	}
 	h.extendLocked(since, h.lease)
-	h.scheduleRenewLocked(h.lease / 3)
+	h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
 }
 
 // reenter applies a re-entry's grant: a lease that may only grow.
 func (h *hold) reenter(g Grant, lease time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.ended {
+	h.Lock()
+	defer h.Unlock()
+	if !h.EndedLocked() {
 		h.extendLocked(g.Since, lease)
 	}
 }
 
-// end finishes the hold once: cause ErrLockLost closes Lost, any cause
-// cancels HoldContext. It reports whether this call ended it.
+// end finishes the hold once (End.Finish), and stops its loss timer. A lost
+// hold is remembered as stale (Handle.stale) and logged. It reports whether
+// this call ended it.
 func (h *hold) end(cause error, why string) bool {
-	h.mu.Lock()
-	if h.ended {
-		h.mu.Unlock()
+	if !h.Finish(cause) {
 		return false
 	}
-	h.ended, h.cause = true, cause
+	h.Lock()
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
-	if h.renew != nil {
-		h.renew.Stop()
-	}
-	lost, cancel := h.lost, h.cancel // those made later are made ended
-	h.mu.Unlock()
+	h.Unlock()
 	if cause == ErrLockLost {
 		h.m.stale.Store(h.token)
-	}
-	// The cause before Lost: whoever sees Lost closed finds HoldContext
-	// already ended, with ErrLockLost.
-	if cancel != nil {
-		cancel(cause)
-	}
-	if cause == ErrLockLost {
-		if lost != nil {
-			close(lost)
-		}
 		h.m.h.logError("lock lost: "+why, h.token)
 	}
 	return true
-}
-
-// lostChan is the hold's Lost channel: closed once the hold is lost.
-func (h *hold) lostChan() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.lost == nil {
-		h.lost = make(chan struct{})
-		if h.ended && h.cause == ErrLockLost {
-			close(h.lost)
-		}
-	}
-	return h.lost
-}
-
-// context is the hold's HoldContext: cancelled, with the cause, once the
-// hold ends.
-func (h *hold) context() context.Context {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ctx == nil {
-		h.ctx, h.cancel = context.WithCancelCause(context.Background())
-		if h.ended {
-			h.cancel(h.cause)
-		}
-	}
-	return h.ctx
-}
-
-func (h *hold) isLost() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended && h.cause == ErrLockLost
 }

@@ -39,9 +39,9 @@ type Mutex struct {
 	h    Handle
 	kind Kind
 
-	mu   sync.Mutex
-	cur  *hold // the hold this handle believes in, nil if none
-	last *hold // the most recent hold, for Lost and HoldContext
+	mu     sync.Mutex
+	cur    *hold  // the hold this handle believes in, nil if none
+	latest Latest // the most recent hold, for Lost and HoldContext
 
 	stale atomic.Int64 // Handle.stale
 }
@@ -134,7 +134,7 @@ func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
 func (m *Mutex) Adopt(g *Grant, a Attempt) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h := m.cur; h != nil && h.token == g.Token && !h.isLost() {
+	if h := m.cur; h != nil && h.token == g.Token && !h.IsLost() {
 		// Re-entry: the lease mode stays as the fresh acquisition fixed it.
 		h.reenter(*g, a.Lease)
 		return
@@ -144,7 +144,7 @@ func (m *Mutex) Adopt(g *Grant, a Attempt) {
 		m.cur.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
 	}
 	m.cur = newHold(m, *g, a.Lease, a.Fixed)
-	m.last = m.cur
+	m.latest.Set(&m.cur.End)
 	if m.cur.bornLost() {
 		// Its loss timer would only fire at the clock's next tick (a fake
 		// clock's next Advance): end it now, so that Lost is closed before
@@ -161,7 +161,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if h == nil {
 		return ErrNotHeld
 	}
-	if h.isLost() {
+	if h.IsLost() {
 		m.forget(h)
 		return ErrLockLost
 	}
@@ -224,7 +224,7 @@ func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
 	if h == nil {
 		return ErrNotHeld
 	}
-	if h.isLost() {
+	if h.IsLost() {
 		return ErrLockLost
 	}
 	since := m.h.Config.Clock.Now()
@@ -238,9 +238,9 @@ func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
 		}
 		return ErrNotHeld // released while the renewal ran
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
+	h.Lock()
+	defer h.Unlock()
+	if h.EndedLocked() {
 		// Released (or lost) while the renewal ran: nothing to extend.
 		return ErrNotHeld
 	}
@@ -273,7 +273,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 func (m *Mutex) Token() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cur == nil || m.cur.isLost() {
+	if m.cur == nil || m.cur.IsLost() {
 		return 0
 	}
 	return m.cur.token
@@ -285,15 +285,19 @@ var neverClosed = make(chan struct{})
 // never closed.
 func NeverClosed() <-chan struct{} { return neverClosed }
 
-// Lost returns the channel of the current (or most recent) hold.
-func (m *Mutex) Lost() <-chan struct{} {
+// HoldEnd returns the End of the current hold, nil if none: for a
+// primitive built on this handle (a semaphore's Permit) to follow it.
+func (m *Mutex) HoldEnd() *End {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.last == nil {
-		return neverClosed
+	if m.cur == nil {
+		return nil
 	}
-	return m.last.lostChan()
+	return &m.cur.End
 }
+
+// Lost returns the channel of the current (or most recent) hold.
+func (m *Mutex) Lost() <-chan struct{} { return m.latest.Lost() }
 
 var notHeldCtx = func() context.Context {
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -306,11 +310,4 @@ var notHeldCtx = func() context.Context {
 func NotHeldContext() context.Context { return notHeldCtx }
 
 // HoldContext returns the context of the current (or most recent) hold.
-func (m *Mutex) HoldContext() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.last == nil {
-		return notHeldCtx
-	}
-	return m.last.context()
-}
+func (m *Mutex) HoldContext() context.Context { return m.latest.Context() }

@@ -1,0 +1,171 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+)
+
+// End is how one hold ends, shared by every primitive: once, by release
+// (ErrReleased) or by loss (ErrLockLost). Its context is the primary
+// signal, cancelled with the cause; Lost is derived from it, a channel
+// closed when the cause is ErrLockLost. Both are made when first asked for:
+// most holds are never asked, and end without them. End also owns the
+// hold's watchdog timer (Renew), which ending stops.
+//
+// Its mutex guards the hold built on it too (Lock, Unlock): a round of
+// renewal and the end never interleave.
+type End struct {
+	mu     sync.Mutex
+	ended  bool
+	cause  error
+	lost   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	renew  clock.Timer // the watchdog's next round
+	stops  []func() bool
+}
+
+// Lock and Unlock guard End and the hold built on it.
+func (e *End) Lock()   { e.mu.Lock() }
+func (e *End) Unlock() { e.mu.Unlock() }
+
+// Finish ends the hold with cause, once: it stops the watchdog and the
+// watchers (OnEnd), cancels the context, and, for ErrLockLost, closes Lost.
+// It reports whether this call ended it.
+func (e *End) Finish(cause error) bool {
+	e.mu.Lock()
+	if e.ended {
+		e.mu.Unlock()
+		return false
+	}
+	e.ended, e.cause = true, cause
+	if e.renew != nil {
+		e.renew.Stop()
+	}
+	stops := e.stops
+	e.stops = nil
+	lost, cancel := e.lost, e.cancel // those made later are made ended
+	e.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	// The cause before Lost: whoever sees Lost closed finds the context
+	// already ended, with ErrLockLost.
+	if cancel != nil {
+		cancel(cause)
+	}
+	if cause == ErrLockLost && lost != nil {
+		close(lost)
+	}
+	return true
+}
+
+// EndedLocked reports, with the lock held, whether the hold has ended.
+func (e *End) EndedLocked() bool { return e.ended }
+
+// IsLost reports whether the hold ended by loss.
+func (e *End) IsLost() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ended && e.cause == ErrLockLost
+}
+
+// Context is cancelled, with the cause, once the hold ends.
+func (e *End) Context() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil {
+		e.ctx, e.cancel = context.WithCancelCause(context.Background())
+		if e.ended {
+			e.cancel(e.cause)
+		}
+	}
+	return e.ctx
+}
+
+// Lost is closed once the hold's context ends with cause ErrLockLost.
+func (e *End) Lost() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lost == nil {
+		e.lost = make(chan struct{})
+		if e.ended && e.cause == ErrLockLost {
+			close(e.lost)
+		}
+	}
+	return e.lost
+}
+
+// OnEnd registers stop, run once when the hold ends (a watcher of other
+// holds' contexts, say); at once if it has ended.
+func (e *End) OnEnd(stop func() bool) {
+	e.mu.Lock()
+	if !e.ended {
+		e.stops = append(e.stops, stop)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	stop()
+}
+
+// RenewLocked schedules the watchdog's next round, with the lock held: round
+// runs after d on clk, unless the hold has ended by then. One round is
+// pending at a time; ending the hold stops it.
+func (e *End) RenewLocked(clk clock.Clock, d time.Duration, round func()) {
+	if e.ended {
+		return
+	}
+	if e.renew != nil {
+		e.renew.Stop()
+	}
+	e.renew = clk.AfterFunc(d, round)
+}
+
+// Renewal cadence: a watchdog renews a lease every lease/RenewEvery, and
+// after a failed round tries again after lease/RetryEvery.
+const (
+	RenewEvery = 3
+	RetryEvery = 9
+)
+
+// Latest is a handle's most recent hold, for its Lost and HoldContext:
+// before a first hold, Lost is never closed and HoldContext is already
+// cancelled with cause ErrNotHeld; afterwards they are that hold's, until
+// the next one.
+type Latest struct {
+	mu sync.Mutex
+	e  *End
+}
+
+// Set makes e the most recent hold.
+func (l *Latest) Set(e *End) {
+	l.mu.Lock()
+	l.e = e
+	l.mu.Unlock()
+}
+
+func (l *Latest) get() *End {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.e
+}
+
+// Lost is the most recent hold's Lost.
+func (l *Latest) Lost() <-chan struct{} {
+	if e := l.get(); e != nil {
+		return e.Lost()
+	}
+	return neverClosed
+}
+
+// Context is the most recent hold's context.
+func (l *Latest) Context() context.Context {
+	if e := l.get(); e != nil {
+		return e.Context()
+	}
+	return notHeldCtx
+}
