@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -56,7 +56,7 @@ func (c *channelLog) receive() {
 		if ch, ok := c.markers[msg.Payload]; ok {
 			delete(c.markers, msg.Payload)
 			close(ch)
-		} else if !strings.HasPrefix(msg.Payload, core.SyncMarker) {
+		} else if !strings.HasPrefix(msg.Payload, redistest.SyncMarker) {
 			c.notes = append(c.notes, strings.Split(msg.Payload, ";")...)
 		}
 		c.mu.Unlock()
@@ -69,7 +69,7 @@ func (c *channelLog) receive() {
 func (c *channelLog) take(t *rapid.T) []string {
 	c.mu.Lock()
 	c.seq++
-	marker := fmt.Sprintf("%sspec-%d", core.SyncMarker, c.seq)
+	marker := fmt.Sprintf("%sspec-%d", redistest.SyncMarker, c.seq)
 	read := make(chan struct{})
 	c.markers[marker] = read
 	c.mu.Unlock()

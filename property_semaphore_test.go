@@ -471,7 +471,7 @@ func (s *semSpec) settle() {
 				running++
 			}
 		}
-		return running == core.Asleep()
+		return running == redistest.Asleep()
 	})
 }
 

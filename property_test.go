@@ -711,7 +711,7 @@ func (s *spec) settle() {
 				running++
 			}
 		}
-		if running == core.Asleep() && core.Unread() == 0 {
+		if running == redistest.Asleep() && redistest.Unread() == 0 {
 			st := s.inspect()
 			if !s.grantPending(st) {
 				// Every message a script publishes comes with a new
@@ -719,7 +719,7 @@ func (s *spec) settle() {
 				// neither changed since the last sync, none is in flight.
 				if pub := published(st); pub != s.synced {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					core.SyncHubs(ctx)
+					redistest.SyncHubs(ctx)
 					cancel()
 					s.synced = pub
 					continue // look again: a waiter may have woken
@@ -728,7 +728,7 @@ func (s *spec) settle() {
 			}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, core.Asleep())
+			s.t.Fatalf("waiters did not settle: %d running, %d asleep", running, redistest.Asleep())
 		}
 		if spins < 100 {
 			runtime.Gosched()

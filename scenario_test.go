@@ -101,7 +101,7 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	// b is queued and asleep; two heartbeats answer "queued" (at 1 s and 2 s).
 	redistest.Quiet(t, "b is queued and asleep", func() bool {
 		st, err := fair.Inspect(ctx, probe, name)
-		return err == nil && len(st.Queue) == 1 && core.Asleep() == 1
+		return err == nil && len(st.Queue) == 1 && redistest.Asleep() == 1
 	})
 	clk.Advance(2 * time.Second)
 	clk.Advance(500 * time.Millisecond)

@@ -67,7 +67,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctx)
 		h.cancel, h.done = cancel, make(chan error, 1)
 		go func() { h.done <- h.m.Lock(ctx) }()
-		s.waitFor(func() bool { return len(s.inspect().Queue) == queued && core.Asleep() == queued })
+		s.waitFor(func() bool { return len(s.inspect().Queue) == queued && redistest.Asleep() == queued })
 	}
 
 	a, b, c, d := open("A"), open("B"), open("C"), open("D")
@@ -94,7 +94,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 	if err := <-c.done; err == nil {
 		t.Fatal("C got the lock instead of giving up")
 	}
-	s.waitFor(func() bool { return core.Asleep() == 2 })
+	s.waitFor(func() bool { return redistest.Asleep() == 2 })
 	s.capture("4-c-gives-up")
 
 	clk.Advance(time.Second)

@@ -18,24 +18,20 @@ import (
 // every waiter's fallback timer: the script evicts dead heads, hands a free
 // lock to the live head, and reports grants whose message was lost.
 
+// heartbeatKey names a heartbeat among its client's services (core.Services).
 type heartbeatKey struct {
-	client  redis.UniversalClient
 	hold    string // the hold's key: a fair lock and a semaphore's gate may share a name
 	scripts *lua.Scripts
 	clock   clock.Clock
 }
 
-var (
-	beatsMu sync.Mutex
-	beats   = map[heartbeatKey]*heartbeat{}
-)
-
 // beatBatch bounds the waiters refreshed by one script call.
 const beatBatch = 1000
 
 type heartbeat struct {
-	key heartbeatKey
-	qu  *queue // any member's queue: same keys, channel and scripts
+	key    heartbeatKey
+	client redis.UniversalClient
+	qu     *queue // any member's queue: same keys, channel and scripts
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -79,44 +75,45 @@ func (m *member) current() string {
 // shortest wait timeout among its waiters.
 func joinHeartbeat(qu *queue, entry string, w *core.Waiter) (*heartbeat, *member) {
 	cfg := qu.h.Config
-	key := heartbeatKey{client: qu.h.Client, hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
+	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
-	beatsMu.Lock()
-	defer beatsMu.Unlock()
-	hb := beats[key]
-	if hb == nil {
-		hb = &heartbeat{key: key, qu: qu, members: map[*member]struct{}{}}
-		beats[key] = hb
-	}
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	hb.members[mem] = struct{}{}
-	if every := mem.wait / 3; hb.timer == nil || every < hb.every {
-		if hb.timer != nil {
-			hb.timer.Stop()
+	var hb *heartbeat
+	core.Services(qu.h.Client, func(services map[any]any) {
+		hb, _ = services[key].(*heartbeat)
+		if hb == nil {
+			hb = &heartbeat{key: key, client: qu.h.Client, qu: qu, members: map[*member]struct{}{}}
+			services[key] = hb
 		}
-		hb.every = every
-		hb.timer = key.clock.AfterFunc(every, hb.beat)
-	}
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		hb.members[mem] = struct{}{}
+		if every := mem.wait / 3; hb.timer == nil || every < hb.every {
+			if hb.timer != nil {
+				hb.timer.Stop()
+			}
+			hb.every = every
+			hb.timer = key.clock.AfterFunc(every, hb.beat)
+		}
+	})
 	return hb, mem
 }
 
 // leave removes a waiter; the last one stops the beat.
 func (hb *heartbeat) leave(mem *member) {
-	beatsMu.Lock()
-	defer beatsMu.Unlock()
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	delete(hb.members, mem)
-	if len(hb.members) == 0 {
-		if hb.timer != nil {
-			hb.timer.Stop()
-			hb.timer = nil
+	core.Services(hb.client, func(services map[any]any) {
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		delete(hb.members, mem)
+		if len(hb.members) == 0 {
+			if hb.timer != nil {
+				hb.timer.Stop()
+				hb.timer = nil
+			}
+			if services[hb.key] == hb {
+				delete(services, hb.key)
+			}
 		}
-		if beats[hb.key] == hb {
-			delete(beats, hb.key)
-		}
-	}
+	})
 }
 
 // beat refreshes every member's deadline and delivers what it learned.

@@ -73,7 +73,7 @@ func (e *env) watch() <-chan *redis.Message {
 	go func() {
 		defer close(out)
 		for m := range watch.Channel() {
-			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+			if !strings.HasPrefix(m.Payload, redistest.SyncMarker) {
 				out <- m
 			}
 		}
@@ -170,7 +170,7 @@ func (e *env) enqueueCtx(ctx context.Context, m *fair.Mutex, n int) <-chan resul
 func (e *env) settle(n int) {
 	e.t.Helper()
 	redistest.Quiet(e.t, "the waiters are queued and asleep", func() bool {
-		return len(e.queued()) == n && core.Asleep() == n
+		return len(e.queued()) == n && redistest.Asleep() == n
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
@@ -70,7 +69,7 @@ func (c *calls) collect() int {
 func (c *calls) settle(n int) {
 	c.e.t.Helper()
 	redistest.Quiet(c.e.t, "the waiters are asleep", func() bool {
-		return c.collect() == core.Asleep() && (n < 0 || len(c.e.queued()) == n)
+		return c.collect() == redistest.Asleep() && (n < 0 || len(c.e.queued()) == n)
 	})
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
@@ -156,7 +155,7 @@ func BenchmarkHandOff(b *testing.B) {
 		}()
 		redistest.Quiet(b, "the waiter is queued and asleep", func() bool {
 			st, err := fair.Inspect(ctx, clients[0], name)
-			return err == nil && len(st.Queue) == 1 && core.Asleep() == 1
+			return err == nil && len(st.Queue) == 1 && redistest.Asleep() == 1
 		})
 		b.StartTimer()
 		start := time.Now()

@@ -38,7 +38,7 @@ func (e *env) rwState() fair.SemaphoreState {
 func (e *env) rwQueue(n int) {
 	e.t.Helper()
 	redistest.Quiet(e.t, "the waiters are queued and asleep", func() bool {
-		return len(e.rwState().Queue) == n && core.Asleep() == n
+		return len(e.rwState().Queue) == n && redistest.Asleep() == n
 	})
 }
 
@@ -175,7 +175,7 @@ func TestRWMutexOneMessageWakesTheReadersAtTheHead(t *testing.T) {
 	for len(got) < 2 {
 		select {
 		case m := <-messages:
-			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+			if !strings.HasPrefix(m.Payload, redistest.SyncMarker) {
 				got = append(got, m.Payload)
 			}
 		case <-time.After(5 * time.Second):
@@ -188,7 +188,7 @@ func TestRWMutexOneMessageWakesTheReadersAtTheHead(t *testing.T) {
 	for quiet := time.After(50 * time.Millisecond); ; {
 		select {
 		case m := <-messages:
-			if !strings.HasPrefix(m.Payload, core.SyncMarker) {
+			if !strings.HasPrefix(m.Payload, redistest.SyncMarker) {
 				t.Fatalf("a third message %q after %q", m.Payload, got)
 			}
 			continue

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -200,7 +199,7 @@ func TestRealServedNoteLost(t *testing.T) {
 	// once more when it is: only once all of them sleep may the cut come, or
 	// that try fails with it.
 	redistest.Quiet(t, "the readers are queued, subscribed and asleep", func() bool {
-		return core.Asleep() == n
+		return redistest.Asleep() == n
 	})
 
 	// The readers' client loses its connections, and cannot dial, while the

@@ -58,7 +58,7 @@ func acquireAsync(ctx context.Context, s *fair.Semaphore, n int) <-chan permitRe
 func (e *env) semQueue(n int) {
 	e.t.Helper()
 	redistest.Quiet(e.t, "the semaphore's waiters are queued and asleep", func() bool {
-		return len(e.semState().Queue) == n && core.Asleep() == n
+		return len(e.semState().Queue) == n && redistest.Asleep() == n
 	})
 }
 
@@ -446,7 +446,7 @@ func TestSemaphoreFirstWaiterLooksAgainWithinAHeartbeat(t *testing.T) {
 	e.semQueue(1)
 	e.dropPermitHolds()
 	e.clk.Advance(fair.DefaultWaitTimeout/3 - time.Millisecond)
-	redistest.Quiet(t, "the waiter is asleep", func() bool { return core.Asleep() == 1 })
+	redistest.Quiet(t, "the waiter is asleep", func() bool { return redistest.Asleep() == 1 })
 	notGranted(t, waiter, "the first waiter, before its heartbeat's time")
 	e.clk.Advance(time.Millisecond)
 	p := got(t, waiter)

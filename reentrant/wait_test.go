@@ -212,4 +212,3 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
-

@@ -9,9 +9,9 @@ import (
 )
 
 // The hub: all waiters of one go-redis client share one pub/sub connection
-// (on Cluster, one per shard node, with sharded pub/sub). A channel stays
-// subscribed while a local waiter needs it, and for HubLinger after the last
-// one left, so a busy lock does not subscribe and unsubscribe at every wait;
+// (on Cluster, one per shard node, with sharded pub/sub); the client's
+// Shared keeps them. A channel stays subscribed while a local waiter needs
+// it, and for hubLinger after the last one left, so a busy lock does not subscribe and unsubscribe at every wait;
 // a hub with no channel left closes its connection.
 //
 // A message on a channel wakes one local waiter per note it carries (notes
@@ -25,15 +25,11 @@ import (
 // waiters follow it to the hub of the new master, and are woken to try again
 // once it confirms (hub_move.go).
 
-// HubLinger is how long a channel stays subscribed with no waiter.
-var HubLinger = 30 * time.Second
-
-var (
-	hubsMu sync.Mutex
-	hubs   = map[any]*hub{}
-)
+// hubLinger is how long a channel stays subscribed with no waiter.
+const hubLinger = 30 * time.Second
 
 type hub struct {
+	shared  *Shared // whose hub it is: it is in shared.hubs under key
 	key     any
 	ps      *redis.PubSub
 	sharded bool
@@ -45,9 +41,8 @@ type hub struct {
 	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
 	mu      sync.Mutex
 	chans   map[string]*channel
-	pending map[string]int           // subscribe confirmations still to come
-	leaving map[string]int           // unsubscribes this hub asked for, not yet confirmed
-	syncs   map[string]chan struct{} // SyncHubs markers not yet read back
+	pending map[string]int // subscribe confirmations still to come
+	leaving map[string]int // unsubscribes this hub asked for, not yet confirmed
 }
 
 type channel struct {
@@ -120,9 +115,9 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 // hubAt returns the hub of key (made if there is none), with its cmdMu
 // held: a hub cannot be closed as idle before its caller adds a channel.
 func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
-	h := hubs[key]
+	sh := lockShared(client)
+	defer sh.mu.Unlock()
+	h := sh.hubs[key]
 	if h == nil {
 		var ps *redis.PubSub
 		if sharded {
@@ -130,9 +125,9 @@ func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
 		} else {
 			ps = client.Subscribe(context.Background())
 		}
-		h = &hub{key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
-			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{}, syncs: map[string]chan struct{}{}}
-		hubs[key] = h
+		h = &hub{shared: sh, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
+			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{}}
+		sh.hubs[key] = h
 		go h.receive()
 	}
 	h.cmdMu.Lock()
@@ -152,9 +147,13 @@ func SubscribeIfLive(client redis.UniversalClient, name, id string) *Sub {
 		}
 		key = node
 	}
-	hubsMu.Lock()
-	h := hubs[key]
-	hubsMu.Unlock()
+	sh := existing(client)
+	if sh == nil {
+		return nil
+	}
+	sh.mu.Lock()
+	h := sh.hubs[key]
+	sh.mu.Unlock()
 	if h == nil {
 		return nil
 	}
@@ -184,7 +183,7 @@ func (s *Sub) Ready() <-chan struct{} {
 
 // Close unregisters the waiter. A wake-up it did not consume is passed on to
 // the next waiter when it was meant for anyone. The channel stays subscribed
-// for HubLinger.
+// for hubLinger.
 func (s *Sub) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,7 +199,7 @@ func (s *Sub) Close() {
 	}
 	select {
 	case p := <-s.C:
-		unread.Add(-1)
+		probeUnread(-1)
 		if p == "" {
 			h.deliverLocked(ch, "")
 		}
@@ -209,7 +208,7 @@ func (s *Sub) Close() {
 	if len(ch.subs) == 0 {
 		ch.idleSince = time.Now()
 		if h.sweep == nil {
-			h.sweep = time.AfterFunc(HubLinger, func() { h.closeIdle(HubLinger) })
+			h.sweep = time.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
 }

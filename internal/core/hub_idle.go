@@ -1,6 +1,6 @@
 package core
 
-// Idle sweeping: a channel without waiters stays subscribed for HubLinger,
+// Idle sweeping: a channel without waiters stays subscribed for hubLinger,
 // then is unsubscribed; a hub left with no channel closes its connection.
 
 import (
@@ -11,23 +11,31 @@ import (
 // CloseIdleHubs unsubscribes every channel without waiters now, and closes
 // hubs left with none. Tests call it before checking for leaked goroutines.
 func CloseIdleHubs() {
-	hubsMu.Lock()
-	all := make([]*hub, 0, len(hubs))
-	for _, h := range hubs {
-		all = append(all, h)
-	}
-	hubsMu.Unlock()
-	for _, h := range all {
+	for _, h := range allHubs() {
 		h.closeIdle(0)
 	}
+}
+
+// allHubs returns every client's hubs.
+func allHubs() []*hub {
+	var all []*hub
+	for _, sh := range allShared() {
+		sh.mu.Lock()
+		for _, h := range sh.hubs {
+			all = append(all, h)
+		}
+		sh.mu.Unlock()
+	}
+	return all
 }
 
 // closeIdle unsubscribes channels idle for at least linger; a hub with no
 // channel left closes; one with channels still idle sweeps again later.
 func (h *hub) closeIdle(linger time.Duration) {
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
-	if hubs[h.key] != h {
+	sh := h.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.hubs[h.key] != h {
 		return
 	}
 	h.cmdMu.Lock()
@@ -54,11 +62,12 @@ func (h *hub) closeIdle(linger time.Duration) {
 	}
 	empty := len(h.chans) == 0
 	if waitMore {
-		h.sweep = time.AfterFunc(linger, func() { h.closeIdle(HubLinger) })
+		h.sweep = time.AfterFunc(linger, func() { h.closeIdle(hubLinger) })
 	}
 	h.mu.Unlock()
 	if empty {
-		delete(hubs, h.key)
+		delete(sh.hubs, h.key)
+		sh.dropIfEmptyLocked()
 		h.cmdMu.Unlock()
 		close(h.closing)
 		_ = h.ps.Close()

@@ -30,7 +30,7 @@ func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 		}
 		select {
 		case s.C <- payload:
-			unread.Add(1)
+			probeUnread(1)
 			return
 		default:
 			if target != "" {
@@ -40,11 +40,11 @@ func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 				// before the grant, never after).
 				select {
 				case <-s.C:
-					unread.Add(-1)
+					probeUnread(-1)
 				default:
 				}
 				s.C <- payload
-				unread.Add(1)
+				probeUnread(1)
 				return
 			}
 		}
@@ -84,15 +84,12 @@ func (h *hub) receive() {
 				h.dropped(m.Channel)
 			}
 		case *redis.Message:
-			if strings.HasPrefix(m.Payload, SyncMarker) {
-				h.synced(m.Payload) // SyncHubs' marker, for no waiter
-				continue
-			}
 			h.mu.Lock()
 			if ch := h.chans[m.Channel]; ch != nil {
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()
+			probeRead(m.Channel, m.Payload)
 		}
 	}
 }
@@ -122,7 +119,7 @@ func (h *hub) confirmed(name string) {
 				for _, s := range ch.subs {
 					select {
 					case s.C <- "":
-						unread.Add(1)
+						probeUnread(1)
 					default:
 					}
 				}
@@ -135,7 +132,7 @@ func (h *hub) confirmed(name string) {
 	for _, s := range ch.subs {
 		select {
 		case s.C <- "":
-			unread.Add(1)
+			probeUnread(1)
 		default:
 		}
 	}

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -39,13 +38,6 @@ const (
 	Cancelled               // the call's context ended
 	Notice                  // news from the kind's own machinery, in Notice
 )
-
-// asleep counts waiters blocked in Next, for tests that must not move a fake
-// clock before every waiter has gone to sleep.
-var asleep atomic.Int64
-
-// Asleep returns how many waiters, in this process, are waiting for a wake.
-func Asleep() int { return int(asleep.Load()) }
 
 // NewWaiter returns a waiter; Close it when the call returns.
 func NewWaiter() *Waiter {
@@ -93,15 +85,15 @@ func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
 		}
 	}
 	if ready == nil { // only a timer or a message can wake it now
-		asleep.Add(1)
-		defer asleep.Add(-1)
+		probeAsleep(1)
+		defer probeAsleep(-1)
 	}
 	select {
 	case wk := <-w.c:
 		w.cur = wk.done
 		return wk
 	case p := <-msgs:
-		unread.Add(-1)
+		probeUnread(-1)
 		if p == "" {
 			return Wake{Reason: Retry}
 		}

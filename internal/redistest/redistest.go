@@ -193,12 +193,12 @@ func Quiet(t Fataler, what string, cond func() bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	synced := false
 	for {
-		if cond() && core.Unread() == 0 {
+		if cond() && Unread() == 0 {
 			if synced {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			core.SyncHubs(ctx)
+			SyncHubs(ctx)
 			cancel()
 			synced = true
 			continue
