@@ -9,6 +9,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -138,13 +139,12 @@ func (hb *heartbeat) beat() {
 func (hb *heartbeat) beatBatch(members []*member) {
 	qu := hb.qu
 	cfg := qu.h.Config
-	args := make([]any, 0, 2+2*len(members))
-	args = append(args, qu.h.Publish, qu.h.Channel)
 	entries := make([]string, len(members))
+	waits := make([]int64, len(members))
 	for i, m := range members {
-		entries[i] = m.current()
-		args = append(args, entries[i], core.Ms(m.wait))
+		entries[i], waits[i] = m.current(), wire.Ms(m.wait)
 	}
+	args := wire.Heartbeat(qu.h.PublishArg(), qu.h.ChannelArg(), entries, waits)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
 	sent := cfg.Clock.Now()
@@ -153,22 +153,21 @@ func (hb *heartbeat) beatBatch(members []*member) {
 		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		return
 	}
-	status, err := core.Ints(v)
-	if err != nil || len(status) != len(members)+1 {
+	r, err := wire.DecodeHeartbeat(v, len(members))
+	if err != nil {
 		return
 	}
-	grantedAt := status[len(members)]
 	for i, m := range members {
 		if m.current() != entries[i] {
 			continue // it re-joined meanwhile: this news is about its old entry
 		}
-		switch s := status[i]; {
-		case s == 0:
+		switch s := r.Status[i]; {
+		case s == wire.BeatQueued:
 			m.queuedAt(sent)
 		case s < 0:
 			m.w.Fire(core.Notice, evicted{})
 		default:
-			m.w.Fire(core.Notice, handOff{token: s, grantedAt: grantedAt})
+			m.w.Fire(core.Notice, wire.HandOff{Token: s, GrantedAt: r.Granted})
 		}
 	}
 }

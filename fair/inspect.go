@@ -3,12 +3,11 @@ package fair
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,14 +53,7 @@ type Origin struct {
 	Label string // WithLabel's text
 }
 
-func parseOrigin(s string) Origin {
-	parts := strings.SplitN(s, "\t", 3)
-	if len(parts) < 3 {
-		return Origin{Label: s}
-	}
-	pid, _ := strconv.Atoi(parts[1])
-	return Origin{Host: parts[0], PID: pid, Label: parts[2]}
-}
+func parseOrigin(s string) Origin { return Origin(wire.ParseOrigin(s)) }
 
 // Inspect reads the state of the fair lock name without changing it.
 func Inspect(ctx context.Context, client redis.UniversalClient, name string) (State, error) {
@@ -71,7 +63,7 @@ func Inspect(ctx context.Context, client redis.UniversalClient, name string) (St
 	if err := core.CheckName(name); err != nil {
 		return State{}, err
 	}
-	v, err := lua.Default.FairInspect.Run(ctx, client, keysOf(name)).Slice()
+	v, err := lua.Default.FairInspect.Run(ctx, client, wire.QueueKeys(wire.FairBase(name))).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("fairlock: inspecting lock %q: %w", name, err)
 	}
@@ -79,31 +71,23 @@ func Inspect(ctx context.Context, client redis.UniversalClient, name string) (St
 }
 
 func parseInspect(v []any) (State, error) {
-	if len(v) < 7 {
-		return State{}, fmt.Errorf("fairlock: unexpected inspect reply of %d elements", len(v))
+	in, err := wire.DecodeInspect(v)
+	if err != nil {
+		return State{}, err
 	}
-	str := func(i int) string { s, _ := v[i].(string); return s }
-	num := func(i int) int64 { n, _ := v[i].(int64); return n }
 	var s State
-	if owner := str(1); owner != "" {
-		s.Holder = &Holder{
-			Owner: owner, Count: int(num(2)), TTL: time.Duration(num(3)) * time.Millisecond,
-			Token: num(4), Origin: parseOrigin(str(5)), Pending: str(6) != "", Entry: str(6),
-		}
+	if h := in.Holder; h != nil {
+		s.Holder = &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
+			Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
 	}
-	now := num(0)
-	for i := 7; i+2 < len(v); i += 3 {
-		entry, deadline, info := str(i), num(i+1), str(i+2)
-		if deadline < 0 {
+	for _, e := range in.Elements {
+		if e.Deadline < 0 {
 			continue // a tombstone: it gave up
 		}
-		w := Waiter{Entry: entry, Deadline: time.Duration(deadline-now) * time.Millisecond, Expired: deadline <= now}
-		if j := strings.LastIndexByte(entry, '/'); j >= 0 {
-			w.Owner = entry[:j]
-		}
-		// info is "lease|wait|origin".
-		if parts := strings.SplitN(info, "|", 3); len(parts) == 3 {
-			w.Origin = parseOrigin(parts[2])
+		w := Waiter{Owner: wire.OwnerOfEntry(e.Entry), Entry: e.Entry,
+			Deadline: time.Duration(e.Deadline-in.Now) * time.Millisecond, Expired: e.Deadline <= in.Now}
+		if o, ok := wire.ParseElementInfo(e.Info); ok {
+			w.Origin = Origin(o)
 		}
 		s.Queue = append(s.Queue, w)
 	}

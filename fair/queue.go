@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // queue is the fair queue of one handle's lock: its scripts, its waiters'
@@ -26,26 +26,18 @@ type queue struct {
 	abandoned []string // entries this handle could not take out of the queue
 }
 
-func keysOf(name string) []string { return keysAt(lockBase(name)) }
-
-func lockBase(name string) string { return "fairlock:f:{" + name + "}" }
-
-func keysAt(base string) []string {
-	return []string{base, base + ":queue", base + ":deadlines"}
-}
-
 // layout is where a fair lock lives: the hold, the queue, the waiters'
 // deadlines, and the channel that carries hand-offs and head notices.
 func layout(name string, scripts *lua.Scripts) core.Layout {
-	return layoutAt(lockBase(name), scripts)
+	return layoutAt(wire.FairBase(name), scripts)
 }
 
 // layoutAt is a fair lock's layout on keys that start with base (a
 // semaphore's gate has its own).
 func layoutAt(base string, scripts *lua.Scripts) core.Layout {
 	return core.Layout{
-		Keys:        keysAt(base),
-		Channel:     base + ":wake",
+		Keys:        wire.QueueKeys(base),
+		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
 		ForceUnlock: scripts.FairForceUnlock,
 	}
@@ -61,7 +53,7 @@ var hostname = func() string {
 
 // newQueue returns the queue of the lock h serves.
 func newQueue(h core.Handle) *queue {
-	label := hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + h.Config.Label
+	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
 	return &queue{h: h, label: label, labelArg: label}
 }
 
@@ -108,36 +100,36 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 	h := qu.h
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire,
-		h.OwnerArg(), entry, req.ID, h.MsArg(a.Lease), h.MsArg(h.Config.WaitTimeout),
-		mode, qu.labelArg, h.PublishArg(), h.ChannelArg(), req.Stale)
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, wire.FairAcquire{
+		Owner: h.OwnerArg(), Entry: entry, Request: req.ID,
+		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
+		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
+	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
-		if mode != "try" {
+		if mode != wire.ModeTry {
 			qu.leave(ctx, entry) // nor may the caller stay queued
 		}
 		return reply{}, err
 	}
 	read := h.Config.Clock.Now()
-	r, err := core.Ints(v)
+	r, err := wire.DecodeFairAcquire(v)
 	if err != nil {
 		return reply{}, err
 	}
-	if r[0] == 1 {
+	if r.Held {
 		if err := h.Replicated(ctx, req, acked); err != nil {
 			return reply{}, err // undone: the caller holds nothing
 		}
 	}
 	switch {
-	case r[0] == 1 && r[3] == 1:
-		return reply{held: true, count: int(r[1]), token: r[2], handoff: true, grantedAt: r[4]}, nil
-	case r[0] == 1:
-		return reply{held: true, count: int(r[1]), token: r[2]}, nil
-	case r[0] == -1:
+	case r.Held:
+		return reply{held: true, count: r.Count, token: r.Token, handoff: r.Handoff, grantedAt: r.Granted}, nil
+	case r.Evicted:
 		return reply{evicted: true}, nil
 	default:
-		redisNow := time.UnixMilli(r[3])
-		return reply{holdEnds: r[3] + r[1], head: r[2] == 1,
+		redisNow := time.UnixMilli(r.Now)
+		return reply{holdEnds: r.Now + r.HoldMs, head: r.Head,
 			clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
 	}
 }
@@ -222,7 +214,8 @@ func (qu *queue) leave(ctx context.Context, entry string) {
 
 func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
 	h := qu.h
-	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Keys, h.Owner, entry, h.Publish, h.Channel).Err()
+	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Keys,
+		wire.Leave{Owner: h.OwnerArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 }
 
 // leaveAbandoned removes the entries earlier calls could not remove, giving
@@ -248,4 +241,4 @@ func (qu *queue) leaveAbandoned(ctx context.Context) {
 	qu.mu.Unlock()
 }
 
-func (qu *queue) newEntry() string { return core.IDOf(qu.h.Owner, '/') }
+func (qu *queue) newEntry() string { return wire.Entry(qu.h.Owner) }

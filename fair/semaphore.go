@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,7 +64,7 @@ type Permit struct {
 // wrapping ErrInvalidArgument. Semaphore keys do not collide with those of a
 // Mutex of the same name.
 func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore(client, name, semBase(name), permits, opts)
+	return newSemaphore(client, name, wire.SemaphoreBase(name), permits, opts)
 }
 
 func newSemaphore(client redis.UniversalClient, name, base string, permits int, opts []Option) (*Semaphore, error) {
@@ -82,7 +82,7 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 		return nil, err
 	}
 	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
-		label: hostname + "\t" + strconv.Itoa(os.Getpid()) + "\t" + cfg.Label, calls: core.NewCalls()}, nil
+		label: wire.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
 }
 
 func checkPermits(k int) error {
@@ -92,13 +92,11 @@ func checkPermits(k int) error {
 	return nil
 }
 
-func semBase(name string) string { return "fairlock:s:{" + name + "}" }
-
 // layout is where the semaphore's permit holds live: the permits key, and
 // the gate's keys (a release serves the waiters at the head). Grants to
 // waiters go out on the gate's channel, where they already listen.
 func (s *Semaphore) layout(_ string, scripts *lua.Scripts) core.Layout {
-	gate := layoutAt(s.base+":gate", scripts)
+	gate := layoutAt(wire.GateBase(s.base), scripts)
 	return core.Layout{
 		Keys:    append([]string{s.base}, gate.Keys...),
 		Channel: gate.Channel,
@@ -165,8 +163,8 @@ func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
 func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 	s := p.s
 	l := s.layout(s.name, s.cfg.Scripts)
-	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, l.Keys, p.m.Owner(), p.m.Token(), n,
-		core.PublishCommand(s.client), l.Channel).Int()
+	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, l.Keys,
+		wire.SemResize(p.m.Owner(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return false, err
 	}
@@ -200,7 +198,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 		return 0, err
 	}
 	l := s.layout(s.name, s.cfg.Scripts)
-	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, k, core.PublishCommand(s.client), l.Channel).Int()
+	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, wire.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
 	}
@@ -255,7 +253,7 @@ func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name st
 	if err := core.CheckName(name); err != nil {
 		return SemaphoreState{}, err
 	}
-	return inspectSemaphore(ctx, client, name, semBase(name), lua.Default)
+	return inspectSemaphore(ctx, client, name, wire.SemaphoreBase(name), lua.Default)
 }
 
 func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, base string, scripts *lua.Scripts) (SemaphoreState, error) {
@@ -267,7 +265,7 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err != nil {
 		return st, err
 	}
-	g, err := scripts.FairInspect.Run(ctx, client, keysAt(base+":gate")).Slice()
+	g, err := scripts.FairInspect.Run(ctx, client, wire.QueueKeys(wire.GateBase(base))).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
 	}
@@ -283,15 +281,13 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 }
 
 func parseSemState(v []any) (SemaphoreState, error) {
-	if len(v) < 2 || (len(v)-2)%5 != 0 {
-		return SemaphoreState{}, fmt.Errorf("fairlock: unexpected semaphore state reply of %d elements", len(v))
+	in, err := wire.DecodeSemState(v)
+	if err != nil {
+		return SemaphoreState{}, err
 	}
-	str := func(i int) string { s, _ := v[i].(string); return s }
-	num := func(i int) int64 { n, _ := v[i].(int64); return n }
-	st := SemaphoreState{Permits: int(num(0))}
-	for i := 2; i+4 < len(v); i += 5 {
-		h := PermitHolder{Owner: str(i), Permits: int(num(i + 1)),
-			TTL: time.Duration(num(i+2)) * time.Millisecond, Token: num(i + 3), Origin: parseOrigin(str(i + 4))}
+	st := SemaphoreState{Permits: in.Permits}
+	for _, ph := range in.Holds {
+		h := PermitHolder{Owner: ph.Owner, Permits: ph.Permits, TTL: ph.TTL, Token: ph.Token, Origin: parseOrigin(ph.Origin)}
 		st.InUse += h.Permits
 		st.Holders = append(st.Holders, h)
 	}
@@ -336,36 +332,32 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Keys,
-		h.Owner, k.n, core.Ms(a.Lease), k.s.permits, mode, gateOwner, gateToken, k.s.label,
-		h.Publish, h.Channel).Result()
+	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Keys, wire.SemAcquire{
+		Owner: h.Owner, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
+		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
+	}.Args()...).Result()
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		return semReply{}, err
 	}
 	read := clk.Now()
-	r, err := core.Ints(v)
-	if err != nil {
+	r, err := wire.DecodeSemAcquire(v)
+	switch {
+	case err != nil:
 		return semReply{}, err
-	}
-	switch r[0] {
-	case -1:
+	case r.GateLost:
 		return semReply{gateLost: true}, nil
-	case -2:
-		return semReply{tooMany: r[1]}, nil
-	case -3:
-		return semReply{}, nil // mode "check": nothing was served to the caller
+	case r.TooMany != 0:
+		return semReply{tooMany: r.TooMany}, nil
+	case r.Checked:
+		return semReply{}, nil // nothing was served to the caller
 	}
-	now := r[4]
-	if r[0] == 1 {
-		now = r[5]
-	}
-	redisNow := time.UnixMilli(now)
+	redisNow := time.UnixMilli(r.Now)
 	c := redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}
-	if r[0] == 1 {
-		return semReply{held: true, token: r[2], grantedAt: r[3], expiry: r[4], now: now, clock: c}, nil
+	if r.Held {
+		return semReply{held: true, token: r.Token, grantedAt: r.Granted, expiry: r.Expiry, now: r.Now, clock: c}, nil
 	}
-	return semReply{next: r[1], now: now, clock: c}, nil
+	return semReply{next: r.Next, now: r.Now, clock: c}, nil
 }
 
 // Acquire is one Acquire or TryAcquire: a first attempt that passes nobody,
@@ -375,7 +367,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	clk := k.h.Config.Clock
 	sent := clk.Now()
-	r, err := k.attempt(ctx, a, "try", nil)
+	r, err := k.attempt(ctx, a, wire.SemTry, nil)
 	if g, done, err := k.outcome(r, err, sent); done {
 		return g, err
 	}
@@ -415,9 +407,7 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 // their lease to run out. It runs even when ctx has ended.
 func (k *semKind) giveBack(ctx context.Context) {
 	h := k.h
-	ctx, cancel := h.Cleanup(ctx)
-	defer cancel()
-	if err := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, "", 0, h.Publish, h.Channel, "served").Err(); err != nil {
+	if err := h.Undo(ctx, wire.UndoAny); err != nil {
 		h.Info("giving back permits served to a waiter that stopped waiting failed; their first lease will run out", "error", err)
 	}
 }
@@ -458,7 +448,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		}
 		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
 	}
-	owner := k.h.Owner + "+" + strconv.Itoa(k.n) + "+" + strconv.FormatInt(core.Ms(a.Lease), 10) + "+" + core.NextID()
+	owner := wire.PermitRequest(k.h.Owner, k.n, wire.Ms(a.Lease))
 	var q *queue
 	gate, err = core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
 		return layoutAt(k.s.base+":gate", scripts)
@@ -480,7 +470,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 // served asks whether this call's permits were served to it while it waited
 // in the gate's queue: the grant, or nil (permitSource).
 func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
-	r, err := k.attempt(ctx, core.Attempt{}, "check", nil)
+	r, err := k.attempt(ctx, core.Attempt{}, wire.SemCheck, nil)
 	if err != nil || !r.held {
 		return nil, err
 	}
@@ -520,7 +510,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	for try := true; ; {
 		if try {
 			sent := clk.Now()
-			r, err := k.attempt(ctx, a, "gate", gate)
+			r, err := k.attempt(ctx, a, wire.SemGate, gate)
 			if g, done, err := k.outcome(r, err, sent); done {
 				return g, false, err
 			}
@@ -550,8 +540,12 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 		switch wk := w.Next(ctx, sub); wk.Reason {
 		case core.Message:
 			try = true
-			if sv, ok := servedNote(wk.Payload, gate.Owner()); ok {
-				r := semReply{held: true, token: sv.token, grantedAt: sv.grantedAt, expiry: sv.expiry, clock: last.clock}
+			if n, _ := wire.ParseNote(wk.Payload, gate.Owner()); n != nil {
+				sv, ok := n.(wire.Served)
+				if !ok {
+					break // another note for it: look again
+				}
+				r := semReply{held: true, token: sv.Token, grantedAt: sv.GrantedAt, expiry: sv.Expiry, clock: last.clock}
 				g := r.served()
 				if lastSent.After(g.Since) {
 					g.Since = lastSent
@@ -570,11 +564,4 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			try = false
 		}
 	}
-}
-
-// servedNote reads a note addressed to id that serves it permits.
-func servedNote(payload, id string) (served, bool) {
-	n, mine := parseNote(payload, id)
-	sv, ok := n.(served)
-	return sv, mine && ok
 }

@@ -2,12 +2,11 @@ package fair
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // A permitSource is what a semaphore's waiter waits for besides its gate:
@@ -38,7 +37,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
 		sent := clk.Now()
-		r, err := qu.attempt(ctx, a, entry, "try")
+		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
 		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err
 	}
 	// On a busy lock the channel is already subscribed: listen for this
@@ -48,7 +47,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		defer sub.Close()
 	}
 	sent := clk.Now()
-	r, err := qu.attempt(ctx, a, entry, "join")
+	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
 	if err != nil || r.held {
 		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err // a fresh entry is never handed the lock
 	}
@@ -75,7 +74,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		default: // the Ready wake will say when
 		}
 	}
-	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: "queued", sub: sub, w: w}
+	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
 	q.hb, q.mem = joinHeartbeat(qu, entry, w)
 	defer q.hb.leave(q.mem)
 	defer q.stopFallback()
@@ -95,7 +94,7 @@ type queueWait struct {
 	ps    permitSource // nil: the caller waits for the queue's lock alone
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
-	next  string // the mode of the next attempt: "queued", or "join" after an eviction
+	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
 	sub   *core.Sub
 	w     *core.Waiter
 	hb    *heartbeat
@@ -111,21 +110,13 @@ type queueWait struct {
 	fallback clock.Timer
 }
 
-// Notes are news for one queued entry: the hub's messages are parsed into
-// them (parseNote), and the heartbeat delivers them as core.Notice values.
-type (
-	// handOff: the lock was handed to the entry at Redis time grantedAt (ms).
-	handOff struct{ token, grantedAt int64 }
-	// headNotice: the entry became the head of a held lock whose hold
-	// expires at Redis time expiry (ms).
-	headNotice struct{ expiry int64 }
-	// evicted: the entry lost its place, having been silent for longer than
-	// its wait timeout.
-	evicted struct{}
-	// served: a semaphore's waiter was granted its permits from the gate's
-	// queue at Redis time grantedAt (ms), until expiry unless claimed.
-	served struct{ token, grantedAt, expiry int64 }
-)
+// News for one queued entry: the hub's messages are parsed into wire.Note
+// values (wire.ParseNote), and the heartbeat delivers the same values, and
+// evicted, as core.Notice values.
+
+// evicted: the entry lost its place, having been silent for longer than its
+// wait timeout (the heartbeat's news).
+type evicted struct{}
 
 // done reports whether an outcome ends the wait.
 func (o outcome) done() bool { return o.held != nil || o.served != nil }
@@ -168,7 +159,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 	for {
 		sent := q.qu.h.Config.Clock.Now()
 		r, err := q.qu.attempt(ctx, q.a, q.entry, q.next)
-		q.next = "queued"
+		q.next = wire.ModeQueued
 		switch {
 		case err != nil:
 			return outcome{}, err
@@ -195,7 +186,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 // onMessage handles a hub message: a note for this entry, or for another
 // entry of this client (ignored).
 func (q *queueWait) onMessage(ctx context.Context, payload string) (outcome, bool, error) {
-	n, mine := parseNote(payload, q.entry)
+	n, mine := wire.ParseNote(payload, q.entry)
 	if !mine {
 		return outcome{}, false, nil
 	}
@@ -209,77 +200,31 @@ func (q *queueWait) onMessage(ctx context.Context, payload string) (outcome, boo
 // wait, or whether to try again at once.
 func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	switch n := n.(type) {
-	case headNotice:
-		q.headUntil(n.expiry)
-	case handOff:
-		r := reply{held: true, count: 1, token: n.token, handoff: true, grantedAt: n.grantedAt}
+	case wire.HeadNotice:
+		q.headUntil(n.Expiry)
+	case wire.HandOff:
+		r := reply{held: true, count: 1, token: n.Token, handoff: true, grantedAt: n.GrantedAt}
 		g, err := q.handedOff(ctx, r)
 		return outcome{held: g}, g == nil && err == nil, err
-	case served:
+	case wire.Served:
 		if q.ps == nil {
 			return outcome{}, true, nil // nobody serves this waiter permits: look again
 		}
 		// Served after the last request answered "queued": both bound the
 		// grant's time from below.
-		since := q.rc.notLater(n.grantedAt)
+		since := q.rc.notLater(n.GrantedAt)
 		if queued := q.mem.lastQueued(); queued.After(since) {
 			since = queued
 		}
-		return outcome{served: &core.Grant{Count: 1, Token: n.token, Since: since,
-			First: time.Duration(n.expiry-n.grantedAt) * time.Millisecond, Handoff: true}}, false, nil
+		return outcome{served: &core.Grant{Count: 1, Token: n.Token, Since: since,
+			First: time.Duration(n.Expiry-n.GrantedAt) * time.Millisecond, Handoff: true}}, false, nil
+	case wire.Freed:
+		return outcome{}, true, nil // look again
 	case evicted:
 		out, err := q.rejoin(ctx)
 		return out, !out.done() && err == nil, err
 	}
 	return outcome{}, false, nil
-}
-
-// parseNote reads a hub message's note: "<entry> <token> <grant time>" (a
-// hand-off), "<entry> head <expiry>" (a head notice), or, on a semaphore's
-// gate, "<entry> permits <token> <grant time> <expiry>" (served). mine
-// reports whether it names entry; n is nil if it cannot be read.
-func parseNote(payload, entry string) (n any, mine bool) {
-	target, rest, _ := strings.Cut(payload, " ")
-	if target != entry {
-		return nil, false
-	}
-	if rest, ok := strings.CutPrefix(rest, "permits "); ok {
-		if s, ok := parseServed(rest); ok {
-			return s, true
-		}
-		return nil, true
-	}
-	a, b, _ := strings.Cut(rest, " ")
-	ms, err := strconv.ParseInt(b, 10, 64)
-	if err != nil {
-		return nil, true
-	}
-	if a == "head" {
-		return headNotice{expiry: ms}, true
-	}
-	token, err := strconv.ParseInt(a, 10, 64)
-	if err != nil {
-		return nil, true
-	}
-	return handOff{token: token, grantedAt: ms}, true
-}
-
-// parseServed reads "<token> <grant time> <expiry>", the rest of a note
-// that served permits.
-func parseServed(text string) (served, bool) {
-	f := strings.Fields(text)
-	if len(f) != 3 {
-		return served{}, false
-	}
-	var v [3]int64
-	for i, x := range f {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return served{}, false
-		}
-		v[i] = n
-	}
-	return served{token: v[0], grantedAt: v[1], expiry: v[2]}, v[2] >= v[1]
 }
 
 // handedOff is the hold a hand-off (its message, the heartbeat's notice of
@@ -331,6 +276,6 @@ func (q *queueWait) rejoin(ctx context.Context) (outcome, error) {
 		"entry", q.entry, "new_entry", entry)
 	q.sub.SetID(entry)
 	q.mem.rename(entry)
-	q.entry, q.next = entry, "join"
+	q.entry, q.next = entry, wire.ModeJoin
 	return outcome{}, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // kind is the reentrant lock's scripts and wait.
@@ -16,8 +17,8 @@ type kind struct {
 // layout is where a reentrant lock lives: one hash, and a wake-up channel.
 func layout(name string, scripts *lua.Scripts) core.Layout {
 	return core.Layout{
-		Keys:        []string{"fairlock:r:{" + name + "}"},
-		Channel:     "fairlock:r:{" + name + "}:wake",
+		Keys:        []string{wire.ReentrantKey(name)},
+		Channel:     wire.Channel(wire.ReentrantKey(name)),
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 	}
@@ -31,23 +32,24 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 	h := k.h
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire,
-		h.OwnerArg(), req.ID, h.MsArg(a.Lease), req.Stale)
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{
+		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
+	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		return nil, 0, err
 	}
-	r, err := core.Ints(v)
+	r, err := wire.DecodeReentrantAcquire(v)
 	if err != nil {
 		return nil, 0, err
 	}
-	if r[0] == 1 {
+	if r.Held {
 		if err := h.Replicated(ctx, req, acked); err != nil {
 			return nil, 0, err // undone: the caller holds nothing
 		}
-		return &core.Grant{Count: int(r[1]), Token: r[2], Since: since}, 0, nil
+		return &core.Grant{Count: r.Count, Token: r.Token, Since: since}, 0, nil
 	}
-	return nil, time.Duration(r[1]) * time.Millisecond, nil
+	return nil, time.Duration(r.HoldMs) * time.Millisecond, nil
 }
 
 // Acquire tries once; if the lock is taken and the caller may wait, it

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -130,15 +131,28 @@ func (h Handle) Answered(ctx context.Context, req Request, err error) {
 		}
 		return
 	}
-	ctx, cancel := h.Cleanup(ctx)
-	defer cancel()
-	err = h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), 0, h.Publish, h.Channel, req.ID).Err()
-	if err != nil {
+	if err := h.Undo(ctx, req.ID); err != nil {
 		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
 }
 
-func (h Handle) requestID() string { return IDOf(h.Owner, '#') }
+// Undo releases this handle's grant that the acquiring request undo was
+// answered with, whatever its token (wire.Release.Undo), even when ctx has
+// ended.
+func (h Handle) Undo(ctx context.Context, undo string) error {
+	ctx, cancel := h.Cleanup(ctx)
+	defer cancel()
+	return h.Release.Run(ctx, h.Client, h.Keys, h.releaseArgs(0, undo).Args()...).Err()
+}
+
+func (h Handle) requestID() string { return wire.Request(h.Owner) }
+
+// releaseArgs is a release of this handle's hold with token, or, with undo,
+// of the grant that undo names.
+func (h Handle) releaseArgs(token int64, undo string) wire.Release {
+	return wire.Release{Owner: h.args.owner, Request: h.requestID(), Token: token,
+		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
+}
 
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
 // connection by WAIT (lua.Script.RunWait). acked is the replicas that
@@ -183,11 +197,11 @@ func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duratio
 	if cmd == nil || cmd.Err() != nil {
 		return since, err
 	}
-	r, perr := Ints(cmd.Val())
+	ok, perr := wire.DecodeRenew(cmd.Val())
 	if perr != nil {
 		return since, perr
 	}
-	if r[0] != 1 {
+	if !ok {
 		return since, ErrLockLost
 	}
 	if err == nil && acked >= int64(h.Config.Replicas) {
@@ -198,7 +212,7 @@ func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duratio
 	}
 	ctx, cancel := h.Cleanup(ctx)
 	defer cancel()
-	if rerr := h.Release.Run(ctx, h.Client, h.Keys, h.Owner, h.requestID(), g.Token, h.Publish, h.Channel).Err(); rerr != nil {
+	if rerr := h.Release.Run(ctx, h.Client, h.Keys, h.releaseArgs(g.Token, "").Args()...).Err(); rerr != nil {
 		h.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
 	}
 	return since, err
@@ -226,15 +240,15 @@ func (h Handle) claimSince(g Grant, fixed bool) time.Time {
 // renewCall is the script and arguments that extend this handle's hold with
 // token by lease (from the hand-off's grant when fromGrant).
 func (h Handle) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua.Script, []any) {
-	flag := "0"
+	from := wire.FromNow
 	if fromGrant {
-		flag = "1"
+		from = wire.FromGrant
 	}
 	script := h.Layout.Renew
 	if script == nil {
 		script = h.Config.Scripts.Renew
 	}
-	return script, []any{h.Owner, token, Ms(lease), flag}
+	return script, wire.Renew{Owner: h.args.owner, Token: token, Lease: wire.Ms(lease), From: from}.Args()
 }
 
 // renew extends this handle's hold with token by lease (from the hand-off's
@@ -245,11 +259,7 @@ func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fro
 	if err != nil {
 		return false, err
 	}
-	r, err := Ints(v)
-	if err != nil {
-		return false, err
-	}
-	return r[0] == 1, nil
+	return wire.DecodeRenew(v)
 }
 
 // Cleanup is ctx, or, when ctx has already ended, a context that keeps its

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
 // deliverLocked wakes, for each note of payload (notes are separated by
 // ';'), the one waiter of ch that the note is for.
 func (h *hub) deliverLocked(ch *channel, payload string) {
-	for note := range strings.SplitSeq(payload, ";") {
+	for note := range strings.SplitSeq(payload, wire.NoteSeparator) {
 		h.deliverNoteLocked(ch, note)
 	}
 }
@@ -23,7 +24,7 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 // deliverNoteLocked wakes one waiter of ch for one note: the waiter it names,
 // or any waiter for "".
 func (h *hub) deliverNoteLocked(ch *channel, payload string) {
-	target, _, _ := strings.Cut(payload, " ")
+	target := wire.NoteTarget(payload)
 	for _, s := range ch.subs {
 		if target != "" && s.id != target {
 			continue

@@ -46,7 +46,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 	redistest.NoLeaks(t)
 	ctx := context.Background()
 	admin := redistest.Real(t)
-	name := "hubtest-" + strconv.Itoa(os.Getpid()) + "-" + core.NextID()
+	name := "hubtest-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, ClientName: name})
 	defer client.Close()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,15 +26,6 @@ type Attempt struct {
 	Fixed   bool          // a fixed lease, not renewed
 }
 
-// HoldState is the hold as Redis sees it.
-type HoldState struct {
-	Owner string
-	Count int
-	TTL   time.Duration
-	Token int64
-	Label string
-}
-
 // Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
 type Mutex struct {
 	h    Handle
@@ -50,12 +42,12 @@ type Mutex struct {
 // the keys layout gives for name, waiting as the Kind that kind returns.
 func NewMutex(client redis.UniversalClient, name string, cfg Config,
 	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
-	return NewMutexAs(NewOwnerID(), client, name, cfg, layout, kind)
+	return NewMutexAs(wire.NewOwner(), client, name, cfg, layout, kind)
 }
 
 // NewMutexAs is NewMutex with the owner id given: an id that says more than
 // who it is (a semaphore's waiter on its gate names the permits it asks
-// for). It must be as unique as NewOwnerID's, and never reused.
+// for). It must be as unique as wire.NewOwner's, and never reused.
 func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Config,
 	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
@@ -174,9 +166,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		m.forget(h)
 		h.end(ErrReleased, "")
 		return err
-	case status == 2:
+	case status == wire.StillHeld:
 		return nil
-	case status == 0:
+	case status == wire.NotHeld:
 		m.forget(h)
 		h.end(ErrLockLost, "Unlock found the lock gone or taken")
 		return ErrLockLost

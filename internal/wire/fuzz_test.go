@@ -1,4 +1,4 @@
-package core
+package wire
 
 import "testing"
 
@@ -13,8 +13,8 @@ func FuzzReadReplies(f *testing.F) {
 		if i := int(odd); i < len(v) {
 			v[i] = []any{"nested"} // an element of the wrong type
 		}
-		if s, err := ReadState(v); err == nil && len(v) >= 5 && int(odd) >= len(v) && (s.Owner != owner || s.Token != token) {
-			t.Fatalf("ReadState(%v) = %+v", v, s)
+		if s, err := DecodeState(v); err == nil && len(v) >= 5 && int(odd) >= len(v) && (s.Owner != owner || s.Token != token) {
+			t.Fatalf("DecodeState(%v) = %+v", v, s)
 		}
 		if ints, err := Ints(v); err == nil {
 			for i, x := range ints {
@@ -23,7 +23,7 @@ func FuzzReadReplies(f *testing.F) {
 				}
 			}
 		}
-		_, _ = ReadState("not a list")
+		_, _ = DecodeState("not a list")
 		_, _ = Ints(int64(3))
 	})
 }

@@ -1,0 +1,360 @@
+package wire
+
+import (
+	"fmt"
+	"time"
+)
+
+// The scripts' arguments, in ARGV order, and their replies. Each script's
+// file (internal/lua) documents the same at its top. Arguments that a handle
+// sends on every call are passed already boxed (any), so that a call
+// allocates for what changes only.
+
+// FairAcquire is fair_acquire.lua's ARGV: one attempt of a fair waiter.
+type FairAcquire struct {
+	Owner, Entry, Request any
+	Lease, Wait           any    // ms
+	Mode                  string // ModeTry, ModeJoin or ModeQueued
+	Origin                any    // EncodeOrigin's text
+	Publish, Channel      any
+	Stale                 int64 // the token of a hold this handle gave up for lost (0: none)
+}
+
+// Args is a's ARGV.
+func (a FairAcquire) Args() []any {
+	return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale}
+}
+
+// FairAcquireReply is fair_acquire.lua's reply.
+type FairAcquireReply struct {
+	Held    bool
+	Count   int
+	Token   int64
+	Handoff bool  // held by a hand-off to this entry, not yet claimed
+	Granted int64 // Handoff: the grant's Redis time, ms
+	Evicted bool  // the entry lost its place
+	HoldMs  int64 // waiting: ms until the current hold expires
+	Head    bool  // waiting: the entry is the live head
+	Now     int64 // waiting: Redis's clock, ms
+}
+
+// DecodeFairAcquire reads {1, count, token, 0}, {1, count, token, 1, g},
+// {0, hold ms, head, now} or {-1}.
+func DecodeFairAcquire(v any) (FairAcquireReply, error) {
+	r, err := ints(v, 1, "fair_acquire")
+	if err != nil {
+		return FairAcquireReply{}, err
+	}
+	switch {
+	case r[0] == 1 && len(r) >= 5 && r[3] == 1:
+		return FairAcquireReply{Held: true, Count: int(r[1]), Token: r[2], Handoff: true, Granted: r[4]}, nil
+	case r[0] == 1 && len(r) >= 3:
+		return FairAcquireReply{Held: true, Count: int(r[1]), Token: r[2]}, nil
+	case r[0] == -1:
+		return FairAcquireReply{Evicted: true}, nil
+	case r[0] == 0 && len(r) >= 4:
+		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3]}, nil
+	}
+	return FairAcquireReply{}, fmt.Errorf("fairlock: unexpected fair_acquire reply %v", r)
+}
+
+// ReentrantAcquire is reentrant_acquire.lua's ARGV.
+type ReentrantAcquire struct {
+	Owner, Request any
+	Lease          any // ms
+	Stale          int64
+}
+
+// Args is a's ARGV.
+func (a ReentrantAcquire) Args() []any { return []any{a.Owner, a.Request, a.Lease, a.Stale} }
+
+// ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, count, token}
+// when held, {0, ms until the current hold expires} otherwise.
+type ReentrantAcquireReply struct {
+	Held   bool
+	Count  int
+	Token  int64
+	HoldMs int64
+}
+
+// DecodeReentrantAcquire reads reentrant_acquire.lua's reply.
+func DecodeReentrantAcquire(v any) (ReentrantAcquireReply, error) {
+	r, err := ints(v, 2, "reentrant_acquire")
+	if err != nil {
+		return ReentrantAcquireReply{}, err
+	}
+	if r[0] == 1 && len(r) >= 3 {
+		return ReentrantAcquireReply{Held: true, Count: int(r[1]), Token: r[2]}, nil
+	}
+	return ReentrantAcquireReply{HoldMs: r[1]}, nil
+}
+
+// Release is the ARGV of every release script (fair_release.lua,
+// reentrant_release.lua, sem_release.lua).
+type Release struct {
+	Owner, Request   any
+	Token            int64
+	Publish, Channel any
+	// Undo, when not empty, releases a grant whose answer never reached
+	// its caller, whatever its token: the acquiring request to undo (only
+	// if that request was applied; a semaphore's owner ids are used once,
+	// so there the owner's hold is released), or UndoAny.
+	Undo string
+}
+
+// Args is r's ARGV.
+func (r Release) Args() []any {
+	if r.Undo == "" {
+		return []any{r.Owner, r.Request, r.Token, r.Publish, r.Channel}
+	}
+	return []any{r.Owner, r.Request, r.Token, r.Publish, r.Channel, r.Undo}
+}
+
+// Release outcomes.
+const (
+	NotHeld   = 0 // the hold was not this owner's (gone, or another's)
+	Released  = 1 // the hold ended
+	StillHeld = 2 // a re-entry was undone; the hold goes on
+)
+
+// DecodeRelease reads {1}, {2, count} or {0}: one of the outcomes above.
+func DecodeRelease(v any) (int, error) {
+	r, err := ints(v, 1, "release")
+	if err != nil {
+		return 0, err
+	}
+	return int(r[0]), nil
+}
+
+// Renew is renew.lua's and sem_renew.lua's ARGV.
+type Renew struct {
+	Owner any
+	Token int64
+	Lease int64  // ms
+	From  string // FromNow, or FromGrant for a fixed lease's claim
+}
+
+// Args is r's ARGV.
+func (r Renew) Args() []any { return []any{r.Owner, r.Token, r.Lease, r.From} }
+
+// DecodeRenew reads {1, ms until expiry} or {0}: whether the hold is still
+// this one.
+func DecodeRenew(v any) (bool, error) {
+	r, err := ints(v, 1, "renew")
+	if err != nil {
+		return false, err
+	}
+	return r[0] == 1, nil
+}
+
+// Leave is fair_leave.lua's ARGV.
+type Leave struct{ Owner, Entry, Publish, Channel any }
+
+// Args is l's ARGV.
+func (l Leave) Args() []any { return []any{l.Owner, l.Entry, l.Publish, l.Channel} }
+
+// Heartbeat is fair_heartbeat.lua's ARGV: the publish command and channel,
+// then an entry id and its wait timeout (ms) per waiter.
+func Heartbeat(publish, channel any, entries []string, waits []int64) []any {
+	args := make([]any, 0, 2+2*len(entries))
+	args = append(args, publish, channel)
+	for i, e := range entries {
+		args = append(args, e, waits[i])
+	}
+	return args
+}
+
+// Heartbeat statuses of an entry.
+const (
+	BeatQueued  = 0  // still queued; its deadline was pushed
+	BeatEvicted = -1 // evicted or gone
+	// a positive status is the token of a hold handed to the entry
+)
+
+// HeartbeatReply is fair_heartbeat.lua's reply: a status per entry, in
+// order, then the grant time (Redis ms) of a hand-off among them.
+type HeartbeatReply struct {
+	Status  []int64
+	Granted int64
+}
+
+// DecodeHeartbeat reads fair_heartbeat.lua's reply for n entries.
+func DecodeHeartbeat(v any, n int) (HeartbeatReply, error) {
+	r, err := Ints(v)
+	if err != nil {
+		return HeartbeatReply{}, err
+	}
+	if len(r) != n+1 {
+		return HeartbeatReply{}, fmt.Errorf("fairlock: fair_heartbeat replied %d elements for %d entries", len(r), n)
+	}
+	return HeartbeatReply{Status: r[:n], Granted: r[n]}, nil
+}
+
+// Publishing is the ARGV of the scripts that take only the publish command
+// and the channel (fair_force_unlock.lua, reentrant_force_unlock.lua).
+func Publishing(publish, channel any) []any { return []any{publish, channel} }
+
+// HoldState is state.lua's reply: the hold as Redis sees it (Owner "" when
+// the lock is free).
+type HoldState struct {
+	Owner  string
+	Count  int
+	TTL    time.Duration
+	Token  int64
+	Origin string
+}
+
+// DecodeState reads {} or {owner, count, ms until expiry, token, origin}.
+func DecodeState(v any) (HoldState, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return HoldState{}, fmt.Errorf("fairlock: unexpected state reply %T", v)
+	}
+	if len(list) < 5 {
+		return HoldState{}, nil
+	}
+	owner, _ := list[0].(string)
+	count, _ := list[1].(int64)
+	ttl, _ := list[2].(int64)
+	token, _ := list[3].(int64)
+	origin, _ := list[4].(string)
+	return HoldState{Owner: owner, Count: int(count), TTL: time.Duration(ttl) * time.Millisecond, Token: token, Origin: origin}, nil
+}
+
+// Inspected is fair_inspect.lua's reply.
+type Inspected struct {
+	Now    int64 // Redis's clock, ms
+	Holder *InspectedHolder
+	// Elements are the queue list's elements in order; a Deadline of -1
+	// marks a tombstone (the entry gave up).
+	Elements []InspectedElement
+}
+
+// InspectedHolder is the hold fair_inspect.lua reports.
+type InspectedHolder struct {
+	Owner  string
+	Count  int
+	TTL    time.Duration
+	Token  int64
+	Origin string
+	Entry  string // the entry a pending hand-off was granted to ("": claimed)
+}
+
+// InspectedElement is one queue element.
+type InspectedElement struct {
+	Entry    string
+	Deadline int64 // Redis ms, -1 for a tombstone
+	Info     string
+}
+
+// DecodeInspect reads {now, holder, count, ms left, token, origin, granted
+// entry, then per element: entry, deadline or -1, the element's info}.
+func DecodeInspect(v []any) (Inspected, error) {
+	if len(v) < 7 {
+		return Inspected{}, fmt.Errorf("fairlock: unexpected inspect reply of %d elements", len(v))
+	}
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	num := func(i int) int64 { n, _ := v[i].(int64); return n }
+	in := Inspected{Now: num(0)}
+	if owner := str(1); owner != "" {
+		in.Holder = &InspectedHolder{Owner: owner, Count: int(num(2)), TTL: time.Duration(num(3)) * time.Millisecond,
+			Token: num(4), Origin: str(5), Entry: str(6)}
+	}
+	for i := 7; i+2 < len(v); i += 3 {
+		in.Elements = append(in.Elements, InspectedElement{Entry: str(i), Deadline: num(i + 1), Info: str(i + 2)})
+	}
+	return in, nil
+}
+
+// SemAcquire is sem_acquire.lua's ARGV.
+type SemAcquire struct {
+	Owner            string
+	N                int
+	Lease            int64 // ms
+	Permits          int   // the handle's number, used when none is recorded
+	Mode             string
+	GateOwner        string // SemGate: the caller's gate hold
+	GateToken        int64
+	Origin           string
+	Publish, Channel string
+}
+
+// Args is a's ARGV.
+func (a SemAcquire) Args() []any {
+	return []any{a.Owner, a.N, a.Lease, a.Permits, a.Mode, a.GateOwner, a.GateToken, a.Origin, a.Publish, a.Channel}
+}
+
+// SemAcquireReply is sem_acquire.lua's reply.
+type SemAcquireReply struct {
+	Held     bool
+	Token    int64
+	Granted  int64 // Held: when the permits were served to the caller as it waited (Redis ms; 0: granted to this call)
+	Expiry   int64 // Held: the hold's expiry (Redis ms)
+	GateLost bool  // SemGate: the caller no longer holds the gate
+	TooMany  int64 // the caller asked for more than this, the semaphore's number
+	Checked  bool  // SemCheck: nothing was served to the caller
+	Next     int64 // not now: when the first permit hold expires (Redis ms, 0: none)
+	Now      int64 // Redis's clock (ms), for Held and not now
+}
+
+// DecodeSemAcquire reads {1, 1, token, g, expiry, now}, {0, next expiry, K,
+// used, now}, {-1}, {-2, K} or {-3}.
+func DecodeSemAcquire(v any) (SemAcquireReply, error) {
+	r, err := ints(v, 1, "sem_acquire")
+	if err != nil {
+		return SemAcquireReply{}, err
+	}
+	switch {
+	case r[0] == -1:
+		return SemAcquireReply{GateLost: true}, nil
+	case r[0] == -2 && len(r) >= 2:
+		return SemAcquireReply{TooMany: r[1]}, nil
+	case r[0] == -3:
+		return SemAcquireReply{Checked: true}, nil
+	case r[0] == 1 && len(r) >= 6:
+		return SemAcquireReply{Held: true, Token: r[2], Granted: r[3], Expiry: r[4], Now: r[5]}, nil
+	case r[0] == 0 && len(r) >= 5:
+		return SemAcquireReply{Next: r[1], Now: r[4]}, nil
+	}
+	return SemAcquireReply{}, fmt.Errorf("fairlock: unexpected sem_acquire reply %v", r)
+}
+
+// SemSet is sem_set.lua's ARGV.
+func SemSet(permits int, publish, channel string) []any { return []any{permits, publish, channel} }
+
+// SemResize is sem_resize.lua's ARGV.
+func SemResize(owner string, token int64, n int, publish, channel string) []any {
+	return []any{owner, token, n, publish, channel}
+}
+
+// SemState is sem_state.lua's reply.
+type SemState struct {
+	Permits int   // 0: none recorded
+	Now     int64 // Redis's clock, ms
+	Holds   []SemHold
+}
+
+// SemHold is one permit hold in force.
+type SemHold struct {
+	Owner   string
+	Permits int
+	TTL     time.Duration
+	Token   int64
+	Origin  string
+}
+
+// DecodeSemState reads {K, now, then per hold: owner, permits, ms until
+// expiry, token, origin}.
+func DecodeSemState(v []any) (SemState, error) {
+	if len(v) < 2 || (len(v)-2)%5 != 0 {
+		return SemState{}, fmt.Errorf("fairlock: unexpected semaphore state reply of %d elements", len(v))
+	}
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	num := func(i int) int64 { n, _ := v[i].(int64); return n }
+	st := SemState{Permits: int(num(0)), Now: num(1)}
+	for i := 2; i+4 < len(v); i += 5 {
+		st.Holds = append(st.Holds, SemHold{Owner: str(i), Permits: int(num(i + 1)),
+			TTL: time.Duration(num(i+2)) * time.Millisecond, Token: num(i + 3), Origin: str(i + 4)})
+	}
+	return st, nil
+}

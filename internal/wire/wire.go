@@ -1,0 +1,289 @@
+// Package wire is fairlock's protocol with its Redis scripts, on the Go
+// side: every key name, id, note and record the library and the scripts
+// exchange is built and read here, every script's arguments are named here
+// in ARGV order, and every script's reply has a named decoder. Its mirror
+// on the Lua side is internal/lua/wire.lua: a change to one is a change to
+// both (and, when data stored in Redis changes, to the data layout's
+// version, LAYOUT in internal/lua/hold.lua).
+//
+// The encodings, and where each is built and read:
+//
+//	owner id     "<client>.<handle>"                 Go (NewOwner); Lua reads it whole
+//	entry id     "<owner>/<n>"                       Go (Entry); Lua entry_owner, Go OwnerOfEntry
+//	request id   "<owner>#<n>"                       Go (Request); Lua compares it whole
+//	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
+//	queue element "<entry>|<lease>|<wait>|<origin>"  Lua (wire.lua element); Go ParseElement (Inspect)
+//	permit request "<owner>+<n>+<lease ms>+<id>"     Go (PermitRequest), the owner id of a
+//	                                                 semaphore's waiter on its gate; Lua permit_request
+//	notes        hand-off, head notice, permits, freed, ';' between notes
+//	                                                 Lua (wire.lua); Go ParseNote, NoteTarget
+//	permit record "<n>|<expiry>|<token>|<g>|<origin>"  Lua only (wire.lua)
+//	released tokens, 16-digit fields                  Lua only (retry.lua)
+//	the hold, a JSON object of one-letter fields      Lua only (hold.lua); Go reads it
+//	                                                 through the scripts' replies
+//	modes, flags and undo markers                     the constants below
+package wire
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Keys and channels. Every key of one lock shares the hash tag {name}, so
+// every script is single-slot and runs on Redis Cluster.
+
+// FairBase is where a fair lock's keys start.
+func FairBase(name string) string { return "fairlock:f:{" + name + "}" }
+
+// SemaphoreBase is where a fair semaphore's keys start.
+func SemaphoreBase(name string) string { return "fairlock:s:{" + name + "}" }
+
+// RWBase is where a fair read-write lock's keys start (a semaphore's).
+func RWBase(name string) string { return "fairlock:rw:{" + name + "}" }
+
+// GateBase is where the gate of the semaphore at base keeps its keys.
+func GateBase(base string) string { return base + ":gate" }
+
+// QueueKeys are a fair queue's keys at base: the hold, the queue list, the
+// deadlines zset.
+func QueueKeys(base string) []string {
+	return []string{base, base + ":queue", base + ":deadlines"}
+}
+
+// Channel is where the lock at base publishes its notes.
+func Channel(base string) string { return base + ":wake" }
+
+// ReentrantKey is a reentrant lock's one key.
+func ReentrantKey(name string) string { return "fairlock:r:{" + name + "}" }
+
+// Ids.
+
+// clientID names this process in owner ids: a random UUID, in 22
+// characters.
+var clientID = func() string {
+	u := uuid.New()
+	return base64.RawURLEncoding.EncodeToString(u[:])
+}()
+
+var handles, seq atomic.Uint64
+
+// NewOwner returns a fresh owner id, "<client>.<handle>": one per handle.
+func NewOwner() string {
+	return clientID + "." + strconv.FormatUint(handles.Add(1), 36)
+}
+
+// next returns a process-unique number, in base 36.
+func next() string { return strconv.FormatUint(seq.Add(1), 36) }
+
+// Entry returns a fresh queue entry id of owner, "<owner>/<n>".
+func Entry(owner string) string { return idOf(owner, '/') }
+
+// Request returns a fresh request id of owner, "<owner>#<n>".
+func Request(owner string) string { return idOf(owner, '#') }
+
+// idOf is prefix + sep + a fresh number, in one allocation.
+func idOf(prefix string, sep byte) string {
+	var buf [64]byte
+	b := append(append(buf[:0], prefix...), sep)
+	return string(strconv.AppendUint(b, seq.Add(1), 36))
+}
+
+// OwnerOfEntry returns the owner id an entry id extends ("" if none).
+func OwnerOfEntry(entry string) string {
+	if j := strings.LastIndexByte(entry, '/'); j >= 0 {
+		return entry[:j]
+	}
+	return ""
+}
+
+// PermitRequest is the owner id under which a semaphore's waiter queues on
+// its gate, "<owner>+<n>+<lease ms>+<id>": the owner id of its permit hold
+// (which has no '+'), the permits it asks for and their lease, so that a
+// release can serve it from the gate's queue (permit_request in wire.lua).
+func PermitRequest(owner string, n int, leaseMs int64) string {
+	return owner + "+" + strconv.Itoa(n) + "+" + strconv.FormatInt(leaseMs, 10) + "+" + next()
+}
+
+// Origin is where a handle runs, and its label, as Inspect shows it.
+type Origin struct {
+	Host  string
+	PID   int
+	Label string
+}
+
+// EncodeOrigin is origin as the scripts store it: "<host>\t<pid>\t<label>".
+func EncodeOrigin(host string, pid int, label string) string {
+	return host + "\t" + strconv.Itoa(pid) + "\t" + label
+}
+
+// ParseOrigin reads EncodeOrigin's text; text of another form is all label.
+func ParseOrigin(s string) Origin {
+	parts := strings.SplitN(s, "\t", 3)
+	if len(parts) < 3 {
+		return Origin{Label: s}
+	}
+	pid, _ := strconv.Atoi(parts[1])
+	return Origin{Host: parts[0], PID: pid, Label: parts[2]}
+}
+
+// ParseElementInfo reads what follows the entry id in a queue element,
+// "<lease>|<wait>|<origin>", as fair_inspect.lua returns it.
+func ParseElementInfo(info string) (Origin, bool) {
+	parts := strings.SplitN(info, "|", 3)
+	if len(parts) != 3 {
+		return Origin{}, false
+	}
+	return ParseOrigin(parts[2]), true
+}
+
+// Notes: what the scripts publish on a lock's channel. One message carries
+// one or more notes, separated by NoteSeparator; each note's first word is
+// the id of the waiter it is for (an entry id, or a gate's owner id), or it
+// is empty: a wake-up for any one waiter (the reentrant lock's release).
+
+// NoteSeparator separates the notes of one message.
+const NoteSeparator = ";"
+
+// NoteTarget is the id a note is for: its first word ("" for any waiter).
+func NoteTarget(note string) string {
+	target, _, _ := strings.Cut(note, " ")
+	return target
+}
+
+// Note is one note, parsed: HandOff, HeadNotice, Served or Freed.
+type Note interface{ note() }
+
+type (
+	// HandOff: "<entry> <token> <grant ms>": the lock was handed to the
+	// entry at Redis time GrantedAt.
+	HandOff struct{ Token, GrantedAt int64 }
+	// HeadNotice: "<entry> head <expiry ms>": the entry became the head of a
+	// held lock whose hold expires at Redis time Expiry.
+	HeadNotice struct{ Expiry int64 }
+	// Served: "<id> permits <token> <grant ms> <expiry ms>": a semaphore's
+	// waiter was granted its permits at Redis time GrantedAt, until Expiry
+	// unless claimed.
+	Served struct{ Token, GrantedAt, Expiry int64 }
+	// Freed: "<id> freed": permits were freed, but the gate's holder asks
+	// for what the script cannot grant (more than the semaphore has): it
+	// looks for itself.
+	Freed struct{}
+)
+
+func (HandOff) note()    {}
+func (HeadNotice) note() {}
+func (Served) note()     {}
+func (Freed) note()      {}
+
+// ParseNote reads one note. mine reports whether it is for id; n is nil
+// when it cannot be read (news for id all the same: look again).
+func ParseNote(note, id string) (n Note, mine bool) {
+	target, rest, _ := strings.Cut(note, " ")
+	if target != id {
+		return nil, false
+	}
+	if rest == "freed" {
+		return Freed{}, true
+	}
+	if rest, ok := strings.CutPrefix(rest, "permits "); ok {
+		if s, ok := parseServed(rest); ok {
+			return s, true
+		}
+		return nil, true
+	}
+	a, b, _ := strings.Cut(rest, " ")
+	ms, err := strconv.ParseInt(b, 10, 64)
+	if err != nil {
+		return nil, true
+	}
+	if a == "head" {
+		return HeadNotice{Expiry: ms}, true
+	}
+	token, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return nil, true
+	}
+	return HandOff{Token: token, GrantedAt: ms}, true
+}
+
+func parseServed(text string) (Served, bool) {
+	f := strings.Fields(text)
+	if len(f) != 3 {
+		return Served{}, false
+	}
+	var v [3]int64
+	for i, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return Served{}, false
+		}
+		v[i] = n
+	}
+	return Served{Token: v[0], GrantedAt: v[1], Expiry: v[2]}, v[2] >= v[1]
+}
+
+// Modes and flags: the words that select what a script does.
+const (
+	// fair_acquire.lua's modes.
+	ModeTry    = "try"    // never queue (TryLock with no wait)
+	ModeJoin   = "join"   // queue a fresh entry if the lock cannot be taken
+	ModeQueued = "queued" // a waiter that believes it is queued
+
+	// sem_acquire.lua's modes.
+	SemTry   = "try"   // take permits only if nobody waits
+	SemGate  = "gate"  // the gate's holder, the first waiter
+	SemCheck = "check" // only ask whether permits were served to the caller
+
+	// renew.lua's and sem_renew.lua's ARGV[4].
+	FromNow   = "0" // a renewal: the lease counts from now
+	FromGrant = "1" // a fixed lease's claim: it counts from the grant
+
+	// UndoAny is a release's undo argument when the owner's hold is to be
+	// released whatever its token, and no request names it: permits served
+	// to a semaphore's waiter that stopped waiting (owner ids of permit
+	// holds are used once).
+	UndoAny = "any"
+)
+
+// Ms is d in whole milliseconds, at least 1: how durations travel.
+func Ms(d time.Duration) int64 {
+	if ms := d.Milliseconds(); ms > 0 {
+		return ms
+	}
+	return 1
+}
+
+// Ints reads a reply of integers.
+func Ints(v any) ([]int64, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("fairlock: unexpected script reply %T", v)
+	}
+	out := make([]int64, len(list))
+	for i, e := range list {
+		n, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("fairlock: unexpected script reply element %T", e)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// ints reads a reply of at least n integers.
+func ints(v any, n int, script string) ([]int64, error) {
+	r, err := Ints(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(r) < n {
+		return nil, fmt.Errorf("fairlock: %s replied %d elements, want at least %d", script, len(r), n)
+	}
+	return r, nil
+}

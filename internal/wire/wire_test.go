@@ -1,0 +1,114 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Values read back from Redis are parsed without trusting them: whatever
+// they hold, parsing never panics.
+
+func FuzzParseNote(f *testing.F) {
+	f.Add("c.1/7 1700000000000001 1700000000123", "c.1/7")
+	f.Add("c.1/7 head 1700000000456", "c.1/7")
+	f.Add("c.1/7 head", "c.1/7")
+	f.Add("c.1/7  ", "c.1/7")
+	f.Add("", "")
+	f.Add("c.1/8 1 2", "c.1/7")
+	f.Add("c.1/7 permits 5 1700000000000 1700000003000", "c.1/7")
+	f.Add("c.1/7 freed", "c.1/7")
+	f.Fuzz(func(t *testing.T, payload, entry string) {
+		n, mine := ParseNote(payload, entry)
+		target, _, _ := strings.Cut(payload, " ")
+		if mine != (target == entry) {
+			t.Fatalf("ParseNote(%q, %q) says mine=%v, but the note names %q", payload, entry, mine, target)
+		}
+		if !mine && n != nil {
+			t.Fatalf("a note for another entry was read: %#v", n)
+		}
+		// What was read is what the scripts would have written for it.
+		var canonical string
+		switch n := n.(type) {
+		case nil:
+			return
+		case HandOff:
+			canonical = entry + " " + strconv.FormatInt(n.Token, 10) + " " + strconv.FormatInt(n.GrantedAt, 10)
+		case HeadNotice:
+			canonical = entry + " head " + strconv.FormatInt(n.Expiry, 10)
+		case Served:
+			canonical = entry + " permits " + strconv.FormatInt(n.Token, 10) + " " + strconv.FormatInt(n.GrantedAt, 10) + " " + strconv.FormatInt(n.Expiry, 10)
+		case Freed:
+			canonical = entry + " freed"
+		default:
+			t.Fatalf("ParseNote returned %T", n)
+		}
+		if again, _ := ParseNote(canonical, entry); again != n {
+			t.Fatalf("ParseNote(%q) = %#v, but its canonical form %q reads as %#v", payload, n, canonical, again)
+		}
+	})
+}
+
+func FuzzParseOrigin(f *testing.F) {
+	f.Add("host\t12\tlabel")
+	f.Add("host\tnot a pid\tlabel\twith\ttabs")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		o := ParseOrigin(s)
+		if strings.Count(s, "\t") >= 2 {
+			if !strings.HasPrefix(s, o.Host+"\t") || !strings.HasSuffix(s, "\t"+o.Label) {
+				t.Fatalf("ParseOrigin(%q) = %+v", s, o)
+			}
+		} else if o.Label != s {
+			t.Fatalf("ParseOrigin(%q) = %+v, want the whole text as the label", s, o)
+		}
+	})
+}
+
+// The hub's notes are parsed once, into the values the heartbeat also
+// delivers: a note for another entry is not this waiter's, and one that
+// cannot be read makes the waiter look again rather than guess.
+func TestParseNote(t *testing.T) {
+	const me = "owner.1/7"
+	for _, tc := range []struct {
+		payload string
+		want    Note
+		mine    bool
+	}{
+		{me + " 1700000000000001 1700000000123", HandOff{Token: 1700000000000001, GrantedAt: 1700000000123}, true},
+		{me + " head 1700000000456", HeadNotice{Expiry: 1700000000456}, true},
+		{me + " permits 1700000000000002 1700000000123 1700000003123", Served{Token: 1700000000000002, GrantedAt: 1700000000123, Expiry: 1700000003123}, true},
+		{me + " permits 5 1700000000123 1700000000000", nil, true}, // expires before its grant
+		{me + " freed", Freed{}, true},
+		{"owner.1/8 head 1700000000456", nil, false},
+		{"owner.1/70 12 34", nil, false},
+		{me, nil, true},
+		{me + " head", nil, true},
+		{me + " head soon", nil, true},
+		{me + " twelve 34", nil, true},
+		{"", nil, false},
+	} {
+		got, mine := ParseNote(tc.payload, me)
+		if got != tc.want || mine != tc.mine {
+			t.Errorf("ParseNote(%q) = %#v, %v; want %#v, %v", tc.payload, got, mine, tc.want, tc.mine)
+		}
+	}
+}
+
+// Ids say whose they are: an entry's owner is read back from it.
+func TestIDs(t *testing.T) {
+	owner := NewOwner()
+	if owner == NewOwner() {
+		t.Fatal("two handles got one owner id")
+	}
+	e1, e2 := Entry(owner), Entry(owner)
+	if e1 == e2 || OwnerOfEntry(e1) != owner || OwnerOfEntry(e2) != owner {
+		t.Fatalf("entries %q, %q of %q", e1, e2, owner)
+	}
+	if r := Request(owner); !strings.HasPrefix(r, owner+"#") || r == Request(owner) {
+		t.Fatalf("request id %q of %q", r, owner)
+	}
+	if got := OwnerOfEntry("no-slash"); got != "" {
+		t.Fatalf("OwnerOfEntry of an id without an owner = %q", got)
+	}
+}
