@@ -27,30 +27,30 @@ var mutations = []struct {
 	{
 		name: "a deadline that is never refreshed",
 		file: "fair_heartbeat.lua",
-		from: "redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)",
+		from: "redis.call('ZADD', Q.deadlines, 'XX', int(now + wait), entry)",
 		to:   "-- (refresh removed)",
 	},
 	{
 		name: "eviction of a live head",
-		file: "lib.lua",
+		file: "queue.lua",
 		from: "if deadline > now then return head, popped end",
 		to:   "if deadline > now + 2500 then return head, popped end",
 	},
 	{
 		name: "enqueueing at the head",
 		file: "fair_acquire.lua",
-		from: "redis.call('RPUSH', KEYS[2],",
-		to:   "redis.call('LPUSH', KEYS[2],",
+		from: "redis.call('RPUSH', Q.list,",
+		to:   "redis.call('LPUSH', Q.list,",
 	},
 	{
 		name: "a queue key without TTL",
-		file: "lib.lua",
+		file: "hold.lua",
 		from: "redis.call('PEXPIRE', key, int(keep - now))",
 		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(keep - now)) end",
 	},
 	{
 		name: "no head notice: a waiter that becomes head while the lock is held is not told when the hold ends",
-		file: "lib.lua",
+		file: "wire.lua",
 		from: "return head .. ' head ' .. int(expiry)",
 		to:   "return 'nobody head ' .. int(expiry)",
 	},
@@ -71,8 +71,8 @@ var mutations = []struct {
 		// ForceUnlock's outcome (forceUnlock): free when nobody waits.
 		name: "ForceUnlock ends the hold only when it hands the lock on",
 		file: "fair_force_unlock.lua",
-		from: "if not hand_off(s, w, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end",
-		to:   "if hand_off(s, w, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end",
+		from: "if not hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end",
+		to:   "if hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2]) then clear_hold(s) end",
 	},
 	{
 		// The hold's expiry after a re-entry (reenter).
@@ -137,22 +137,22 @@ var mutations = []struct {
 	{
 		// Tidiness: the deadlines zset holds only entries of the list.
 		name: "a hand-off leaves its grantee's deadline behind",
-		file: "lib.lua",
-		from: "    if score then redis.call('ZREM', KEYS[3], head) end\n    lease, label",
+		file: "queue.lua",
+		from: "    if score then redis.call('ZREM', q.deadlines, head) end\n    lease, label",
 		to:   "    lease, label",
 	},
 	{
 		name: "cleanup leaves a dead head's deadline behind",
-		file: "lib.lua",
-		from: "    if score then redis.call('ZREM', deadlines, head) end",
-		to:   "",
+		file: "queue.lua",
+		from: "    if score then redis.call('ZREM', q.deadlines, head) end\n    popped = true",
+		to:   "    popped = true",
 		// A rare coincidence: caught after 15 to about 300 checks in 4 runs (2026-11-24).
 		checks: 3000,
 	},
 	{
 		name: "a head that takes the lock itself leaves its deadline behind",
 		file: "fair_acquire.lua",
-		from: "      redis.call('ZREM', KEYS[3], entry)\n      local next_head",
+		from: "      redis.call('ZREM', Q.deadlines, entry)\n      local next_head",
 		to:   "      local next_head",
 	},
 	{
@@ -171,7 +171,7 @@ var mutations = []struct {
 		// The last Unlock hands the lock on in the same call (unlock).
 		name: "the last release frees the lock without handing it on",
 		file: "fair_release.lua",
-		from: "  if not hand_off(s, w, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end",
+		from: "  if not hand_off(s, w, Q, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end",
 		to:   "  clear_hold(s)",
 	},
 	{
@@ -201,8 +201,8 @@ var mutations = []struct {
 	{
 		// The gate's tidiness (queueLedger).
 		name: "serving a waiter from the gate's queue leaves its deadline behind",
-		file: "lib.lua",
-		from: "      redis.call('ZREM', KEYS[4], head)\n",
+		file: "permits.lua",
+		from: "      redis.call('ZREM', gate.deadlines, head)\n",
 		to:   "",
 		spec: semaphoreSpec,
 		// A rare coincidence: caught after 66 to about 220 checks in 3 runs (2026-11-24).
@@ -211,15 +211,15 @@ var mutations = []struct {
 	{
 		// Every permit hold served and not claimed had its note (queueLedger).
 		name: "permits served to one waiter alone are not published",
-		file: "lib.lua",
-		from: "  if #notes > 0 then redis.call(publish, channel, table.concat(notes, ';')) end",
-		to:   "  if #notes > 1 then redis.call(publish, channel, table.concat(notes, ';')) end",
+		file: "permits.lua",
+		from: "  if #grants > 0 then redis.call(publish, channel, notes(grants)) end",
+		to:   "  if #grants > 1 then redis.call(publish, channel, notes(grants)) end",
 		spec: semaphoreSpec,
 	},
 	{
 		// Never a second grant while the first is in force (queueLedger).
 		name: "the gate's holder is served again while its grant is in force",
-		file: "lib.lua",
+		file: "permits.lua",
 		from: "    if s.p[owner] == nil then -- (else",
 		to:   "    if true then -- (else",
 		spec: semaphoreSpec,
@@ -246,7 +246,7 @@ var mutations = []struct {
 	},
 	{
 		name:   "a grant with a lease past the keys' retention does not keep the semaphore's keys",
-		file:   "lib.lua",
+		file:   "permits.lua",
 		from:   "  if expiry > tonumber(w.x or s.x or '0') then w.x = int(expiry) end\n  return token",
 		to:     "  return token",
 		spec:   scenarioSpec(longPermitHoldsKeepTheirKeys),
@@ -265,8 +265,8 @@ var mutations = []struct {
 		// The first waiter is told at once when it asks for more than K
 		// (progress, with K down to one).
 		name: "a first waiter asking for more than K is not told to look again",
-		file: "lib.lua",
-		from: "      redis.call(publish, channel, who .. ' freed')\n",
+		file: "permits.lua",
+		from: "      redis.call(publish, channel, freed_note(who))\n",
 		to:   "",
 		spec: semaphoreSpec,
 		// Caught after 32 to 278 checks in 3 runs (2026-11-24).
@@ -289,15 +289,15 @@ var mutations = []struct {
 	{
 		name: "a semaphore release does not serve the first waiter",
 		file: "sem_release.lua",
-		from: "serve(s, w, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])",
+		from: "serve(s, w, GATE, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])",
 		to:   "-- (no serving)",
 		spec: semaphoreSpec,
 	},
 	{
 		name: "waiters in the gate's queue are served past a first waiter whose request does not fit",
-		file: "lib.lua",
-		from: "if not blocked and tonumber(gate.h or '0') > now then",
-		to:   "if tonumber(gate.h or '0') > now then",
+		file: "permits.lua",
+		from: "if not blocked and tonumber(g.h or '0') > now then",
+		to:   "if tonumber(g.h or '0') > now then",
 		spec: semaphoreSpec,
 		// It needs a blocked first waiter, a fitting one behind it and a
 		// release of the right size at once: caught after 177, 350 and 656
@@ -306,14 +306,14 @@ var mutations = []struct {
 	},
 	{
 		name: "serving the queue grants one permit too many",
-		file: "lib.lua",
+		file: "permits.lua",
 		from: "if owner == nil or n > k or used + n > k or s.p[owner] then break end",
 		to:   "if owner == nil or n > k or used + n > k + 1 or s.p[owner] then break end",
 		spec: semaphoreSpec,
 	},
 	{
 		name: "permits served to a queued waiter outlive its place in the queue",
-		file: "lib.lua",
+		file: "permits.lua",
 		from: "local expiry = math.min(now + lease, deadline)",
 		to:   "local expiry = now + lease + 60000",
 		spec: semaphoreSpec,
@@ -335,7 +335,7 @@ var mutations = []struct {
 	{
 		name: "raising a semaphore's permits does not serve the first waiter",
 		file: "sem_set.lua",
-		from: "serve(s, w, used, tonumber(ARGV[1]), now, now_us, ARGV[2], ARGV[3])",
+		from: "serve(s, w, GATE, used, tonumber(ARGV[1]), now, now_us, ARGV[2], ARGV[3])",
 		to:   "-- (no serving)",
 		spec: semaphoreSpec,
 	},
@@ -348,14 +348,14 @@ var mutations = []struct {
 	},
 	{
 		name: "expired permit holds are counted",
-		file: "lib.lua",
+		file: "permits.lua",
 		from: "if n and x > now then",
 		to:   "if n and x > now - 60000 then",
 		spec: semaphoreSpec,
 	},
 	{
 		name: "a token issued without clearing the last request: a retry takes a hold made since for its own",
-		file: "lib.lua",
+		file: "fence.lua",
 		from: "s.q, s.a = nil, nil",
 		to:   "-- (q kept)",
 		spec: retrySpecOf,

@@ -193,7 +193,7 @@ func newQueueLedger(t *rapid.T, client *redis.Client, what, hold, permits string
 
 func (l *queueLedger) close() { l.wire.close() }
 
-// rawHold reads a hold key's JSON object (lib.lua's fields), nil if none.
+// rawHold reads a hold key's JSON object (hold.lua's fields), nil if none.
 func rawHold(t *rapid.T, client *redis.Client, key string) map[string]any {
 	raw, err := client.Get(context.Background(), key).Result()
 	if err == redis.Nil {
@@ -220,7 +220,7 @@ func number(v map[string]any, name string) int64 {
 }
 
 // check runs after every step, at Redis time now. It returns the hold as
-// it read it (lib.lua's fields), for the caller's own checks.
+// it read it (hold.lua's fields), for the caller's own checks.
 func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map[string]any {
 	ms := redisNow(now)
 	q := readQueue(t, client, l.hold+":queue", l.hold+":deadlines")

@@ -20,7 +20,7 @@ import (
 // The retry specification: any acquiring or releasing request may run twice
 // (go-redis sends it again when its reply is lost), and the scripts keep no
 // stored answers: a request that finds its own id in the hold reads its
-// answer from the hold as it stands (lib.lua, acquired_answer). This
+// answer from the hold as it stands (retry.lua, acquired_answer). This
 // property drives the fair lock's scripts directly, so that it can send any
 // request again at any moment, and checks what that relies on:
 //

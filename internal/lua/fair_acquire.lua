@@ -1,6 +1,6 @@
 -- fair_acquire.lua: one attempt of a fair-lock waiter, the seven steps of the
 -- fair queue, numbered in the order they run (docs/queue-semantics.md).
--- KEYS[1..3]: hold, queue, deadlines (see lib.lua).
+-- KEYS[1..3]: hold, queue, deadlines (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
@@ -16,6 +16,7 @@
 --                            the caller's entry is the live head, and Redis's
 --                            clock in ms (head notices give absolute expiries)
 --   {-1}                     the entry was evicted (deadline passed) or removed
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local publish, channel = ARGV[8], ARGV[9]
@@ -30,14 +31,14 @@ local now, now_us = clock()
 local w = {}
 local function answer(t)
   w.q, s.a = req, nil
-  commit(s, w, now, false)
+  commit(s, w, now, false, {Q.list, Q.deadlines})
   return t
 end
 
 -- Step 1, queue cleanup: pop given-up and dead waiters off the head (when
 -- there can be a live one at all). popped: the live head changed.
 local head, popped = nil, false
-if may_have_waiters(s, w, now) then head, popped = live_head(now) end
+if may_have_waiters(s, w, now) then head, popped = live_head(Q, now) end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
@@ -58,9 +59,9 @@ if who == owner then
   -- the same handle took it). Count it, and drop this call's queue entry.
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
   if mode ~= 'try' then
-    redis.call('ZREM', KEYS[3], entry)
+    redis.call('ZREM', Q.deadlines, entry)
     -- If it was the head, its tombstone goes now.
-    if head == entry then head, popped = live_head(now) end
+    if head == entry then head, popped = live_head(Q, now) end
   end
   if popped and head then
     -- The head changed while the lock stays held: tell the new one.
@@ -78,9 +79,9 @@ if who == nil then
     if head == entry then
       -- The head took the lock itself (the last hold's lease ran out): the
       -- waiter behind it is head now, and must hear when this lease ends.
-      redis.call('LPOP', KEYS[2])
-      redis.call('ZREM', KEYS[3], entry)
-      local next_head = live_head(now)
+      redis.call('LPOP', Q.list)
+      redis.call('ZREM', Q.deadlines, entry)
+      local next_head = live_head(Q, now)
       if next_head then tell_head(next_head, now + lease, publish, channel) end
     end
     return answer({1, 1, token, 0})
@@ -88,8 +89,8 @@ if who == nil then
   -- Step 5, hand-off: free, but a live waiter is first (the last hold
   -- expired, or the head just became first): it gets the lock, and its
   -- wake-up, now.
-  hand_off(s, w, now, now_us, publish, channel)
-  head = live_head(now)
+  hand_off(s, w, Q, now, now_us, publish, channel)
+  head = live_head(Q, now)
   expiry = tonumber(w.x)
 elseif popped and head and head ~= entry then
   -- Held by another, and cleanup removed the head (dead past its deadline):
@@ -100,7 +101,7 @@ end
 -- Step 6, the caller waits. "try" never queues: no barging past waiters.
 if mode == 'try' then
   if next(w) ~= nil then
-    commit(s, w, now, false)
+    commit(s, w, now, false, {Q.list, Q.deadlines})
   end
   return {0, expiry - now, 0, now}
 end
@@ -108,35 +109,35 @@ end
 -- one call where a look-up and an add were two. A retried join finds its
 -- entry there (0), and is handled, as a waiter that believes it is queued
 -- is, by its deadline.
-local added = mode == 'join' and redis.call('ZADD', KEYS[3], 'NX', int(now + wait), entry) == 1
+local added = mode == 'join' and redis.call('ZADD', Q.deadlines, 'NX', int(now + wait), entry) == 1
 local deadline = nil
-if not added then deadline = redis.call('ZSCORE', KEYS[3], entry) end
+if not added then deadline = redis.call('ZSCORE', Q.deadlines, entry) end
 local created = false
 if added then
   -- Step 7, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  redis.call('RPUSH', KEYS[2], entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. label)
+  redis.call('RPUSH', Q.list, element(entry, lease, wait, label))
   -- A queue key this call created has no TTL yet. With a live head ahead,
   -- both keys already existed (that head is in both), and every write that
   -- could create them set their TTL; with none, they may be new.
   created = head == nil
   -- Cleanup was skipped if no waiter could be live; dead entries may still
   -- be ahead of this one.
-  if head == nil then head = live_head(now) end
+  if head == nil then head = live_head(Q, now) end
 elseif deadline and tonumber(deadline) > now then
   -- Already queued: being here is a sign of life, so refresh the deadline.
-  redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+  redis.call('ZADD', Q.deadlines, 'XX', int(now + wait), entry)
 else
   -- The entry's deadline passed (it fell silent too long), or it was removed:
   -- it lost its place. Its list element stays as a tombstone.
-  redis.call('ZREM', KEYS[3], entry)
+  redis.call('ZREM', Q.deadlines, entry)
   if next(w) ~= nil then
-    commit(s, w, now, false)
+    commit(s, w, now, false, {Q.list, Q.deadlines})
   end
   return {-1}
 end
 horizon(s, w, now + wait)
-commit(s, w, now, created)
+commit(s, w, now, created, {Q.list, Q.deadlines})
 local first = 0
 if head == entry then first = 1 end
 return {0, expiry - now, first, now}

@@ -7,6 +7,7 @@
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
 -- token of a hold granted to it; then the grant's time (Redis ms, 0: none).
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
@@ -18,9 +19,9 @@ local w = {}
 -- behind it is told it is head now.
 local _, _, expiry = holder(s, now)
 if expiry == nil then
-  hand_off(s, w, now, now_us, ARGV[1], ARGV[2])
+  hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2])
 else
-  local head, popped = live_head(now)
+  local head, popped = live_head(Q, now)
   if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end
 end
 local granted, token = w.e or s.e, w.f or s.f
@@ -28,20 +29,20 @@ local granted, token = w.e or s.e, w.f or s.f
 local status = {}
 for i = 3, #ARGV, 2 do
   local entry, wait = ARGV[i], tonumber(ARGV[i + 1])
-  local deadline = redis.call('ZSCORE', KEYS[3], entry)
+  local deadline = redis.call('ZSCORE', Q.deadlines, entry)
   if entry == granted then
     status[#status + 1] = tonumber(token)
   elseif deadline and tonumber(deadline) > now then
-    redis.call('ZADD', KEYS[3], 'XX', int(now + wait), entry)
+    redis.call('ZADD', Q.deadlines, 'XX', int(now + wait), entry)
     horizon(s, w, now + wait)
     status[#status + 1] = 0
   else
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
     -- not reached its list element yet.
-    redis.call('ZREM', KEYS[3], entry)
+    redis.call('ZREM', Q.deadlines, entry)
     status[#status + 1] = -1
   end
 end
-commit(s, w, now, false)
+commit(s, w, now, false, {Q.list, Q.deadlines})
 status[#status + 1] = tonumber(w.g or s.g or '0')
 return status

@@ -3,6 +3,7 @@
 -- given-up entries are reported, not removed.
 -- Returns {now ms, holder, count, ms left, token, label, granted entry,
 --          then per list element: entry, deadline ms or -1, waiter info}.
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
@@ -10,10 +11,10 @@ local now = clock()
 local who, count, expiry, token = holder(s, now)
 local out = {now, who or '', count or 0, who and (expiry - now) or 0, token or 0,
   (who and s.b) or '', (who and s.e) or ''}
-for _, element in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  local entry, info = string.match(element, '^([^|]*)|(.*)$')
+for _, el in ipairs(redis.call('LRANGE', Q.list, 0, -1)) do
+  local entry, info = element_entry(el), element_info(el)
   out[#out + 1] = entry
-  out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[3], entry) or '-1')
+  out[#out + 1] = tonumber(redis.call('ZSCORE', Q.deadlines, entry) or '-1')
   out[#out + 1] = info
 end
 return out

@@ -6,13 +6,14 @@
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] owner id, ARGV[2] entry id, ARGV[3] publish command, ARGV[4] channel.
 -- Returns 1 if a grant to this entry was given back.
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry = ARGV[1], ARGV[2]
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
 local now, now_us = clock()
 
-redis.call('ZREM', KEYS[3], entry)
+redis.call('ZREM', Q.deadlines, entry)
 local who, _, expiry = holder(s, now)
 local returned = 0
 if who == owner and s.e == entry then
@@ -21,12 +22,12 @@ end
 if who == nil then
   -- If leaving made someone else first while the lock is free, they get it.
   local w = {}
-  if not hand_off(s, w, now, now_us, ARGV[3], ARGV[4]) and returned == 1 then clear_hold(s) end
+  if not hand_off(s, w, Q, now, now_us, ARGV[3], ARGV[4]) and returned == 1 then clear_hold(s) end
   save_changes(s, w)
 elseif may_have_waiters(s, {}, now) then
   -- Held: if the leaver was the head, its tombstone goes now and the waiter
   -- behind it is told it is head (it must hear when the hold ends).
-  local head, popped = live_head(now)
+  local head, popped = live_head(Q, now)
   if popped and head then tell_head(head, expiry, ARGV[3], ARGV[4]) end
 end
 return returned

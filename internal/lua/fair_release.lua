@@ -1,10 +1,11 @@
 -- fair_release.lua: undo one level of a fair hold; the last level hands the
--- lock straight to the live head of the queue (see hand_off in lib.lua).
+-- lock straight to the live head of the queue (see hand_off in queue.lua).
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
 -- Returns {1} released, {2, count} still held count times, {0} not held.
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -34,7 +35,7 @@ if count > 1 then
 else
   -- The next live waiter gets the lock in this same call; with nobody
   -- waiting the hold just ends.
-  if not hand_off(s, w, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end
+  if not hand_off(s, w, Q, now, now_us, ARGV[4], ARGV[5]) then clear_hold(s) end
   note_released(s, w, token)
   s.a = nil
   answer = {1}

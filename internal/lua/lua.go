@@ -1,8 +1,9 @@
 // Package lua holds fairlock's Redis scripts. Each script is a file of this
-// folder, embedded at build time, with lib.lua's helpers put in front of it.
+// folder, embedded at build time, with the helpers of the library files
+// (Library, in order) put in front of it.
 //
 // Where the server has Redis Functions (Redis 7 and later), all scripts are
-// loaded as one function library and called with FCALL: lib.lua then runs
+// loaded as one function library and called with FCALL: the helpers then run
 // once per load, not at every call (about 2 µs of Redis time per call on the
 // machine of docs/performance.md). Elsewhere (miniredis, Redis 6, an ACL
 // that forbids Functions) each runs as a plain script: EVALSHA, with EVAL
@@ -18,6 +19,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 
@@ -52,7 +54,13 @@ type Scripts struct {
 // Default is the set the library runs.
 var Default = MustBuild(Sources())
 
-// Sources returns the text of every script file by name (lib.lua included).
+// Library names the files of helpers, split by concern, in the order they
+// are put in front of every script: each may use those before it (hold.lua
+// says what each holds).
+var Library = []string{"hold.lua", "wire.lua", "fence.lua", "retry.lua", "queue.lua", "permits.lua"}
+
+// Sources returns the text of every script file by name (the library's
+// included).
 func Sources() map[string]string {
 	out := map[string]string{}
 	names, _ := fs.Glob(files, "*.lua")
@@ -66,20 +74,29 @@ func Sources() map[string]string {
 // MustBuild builds a set from file texts as Sources returns them; tests use
 // it to run deliberately broken variants. It panics on a missing file.
 func MustBuild(src map[string]string) *Scripts {
-	lib := src["lib.lua"]
+	var helpers strings.Builder
+	for _, name := range Library {
+		text, ok := src[name]
+		if !ok {
+			panic(fmt.Sprintf("lua: no library file %s", name))
+		}
+		helpers.WriteString(text)
+		helpers.WriteString("\n")
+	}
+	lib := helpers.String()
 	names := make([]string, 0, len(src))
 	for name := range src {
-		if name != "lib.lua" {
+		if !slices.Contains(Library, name) {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
 
-	// The function library: lib.lua once, then each script as the body of a
-	// function. The helpers read KEYS and ARGV, which a function receives as
-	// arguments, so they are upvalues that each call sets first, together
-	// with lib.lua's per-call flags, missing and changed (declared in
-	// lib.lua, reset here by name: rename them in both places). Its name
+	// The function library: the helpers once, then each script as the body
+	// of a function. The helpers read KEYS and ARGV, which a function
+	// receives as arguments, so they are upvalues that each call sets first,
+	// together with the per-call flags, missing and changed (declared in
+	// hold.lua, reset here by name: rename them in both places). Its name
 	// carries a hash of its text, so
 	// that libraries of different fairlock versions (function names are
 	// global to a server) live side by side.

@@ -1,5 +1,5 @@
 -- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock.
--- KEYS[1] the hold (see lib.lua).
+-- KEYS[1] the hold (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
 -- token of a hold this handle gave up for lost ("0": none).
 -- Returns {1, count, token} when held, {0, ms until the current hold expires}.

@@ -1,5 +1,5 @@
 -- reentrant_force_unlock.lua: end whoever's hold, and wake a waiter.
--- KEYS[1] the hold (see lib.lua). ARGV[1] publish command, ARGV[2] channel.
+-- KEYS[1] the hold (see hold.lua). ARGV[1] publish command, ARGV[2] channel.
 -- Returns 1 if the lock was held.
 local s = load()
 local bad = layout_error(s)

@@ -1,6 +1,6 @@
 -- reentrant_release.lua: undo one level of a hold; the last level frees the
 -- lock and publishes one wake-up on the lock's channel.
--- KEYS[1] the hold (see lib.lua).
+-- KEYS[1] the hold (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.

@@ -21,5 +21,8 @@ if s.e then
   -- The grant is claimed: it is now an ordinary hold.
   s.e, s.g = nil, nil
 end
-commit(s, w, now, false)
+-- A fair lock's queue keys live as long as its hold (commit).
+local others = {}
+for i = 2, #KEYS do others[#others + 1] = KEYS[i] end
+commit(s, w, now, false, others)
 return {1, tonumber(w.x) - now}

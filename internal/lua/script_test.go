@@ -70,7 +70,7 @@ func TestFunctionsOnRedis(t *testing.T) {
 			// A library of its own (the sources differ by a comment), so that
 			// deleting it below cannot disturb other tests on this server.
 			src := lua.Sources()
-			src["lib.lua"] += "\n-- script_test\n"
+			src["hold.lua"] += "\n-- script_test\n"
 			s := lua.MustBuild(src)
 			lib, _ := s.Library()
 			if def, _ := lua.Default.Library(); def == lib {
@@ -191,7 +191,7 @@ func TestCallOnRedis(t *testing.T) {
 			c.AddHook(rec)
 			ctx := context.Background()
 			src := lua.Sources()
-			src["lib.lua"] += "\n-- call_test\n"
+			src["hold.lua"] += "\n-- call_test\n"
 			s := lua.MustBuild(src)
 			lib, _ := s.Library()
 			call := s.State.On([]string{"fairlock:r:{" + redistest.Name(t) + "}"})

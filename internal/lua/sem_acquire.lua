@@ -1,6 +1,6 @@
 -- sem_acquire.lua: one attempt to take permits of a fair semaphore for one
 -- permit hold (its own owner id, used once).
--- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines (lib.lua).
+-- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines (hold.lua).
 -- ARGV[1] owner id of the permit hold, ARGV[2] permits asked for (n),
 -- ARGV[3] lease ms, ARGV[4] the number of permits the caller's handle was made
 -- with (used only when the semaphore has none recorded), ARGV[5] mode,
@@ -10,7 +10,7 @@
 -- its queue has no live waiter): a newcomer never passes a waiter, even when
 -- enough permits are free. "gate" is the gate's holder, the first waiter:
 -- when it is granted, so is every waiter behind it whose request fits (serve
--- in lib.lua). "check" only asks whether the permits were served to the
+-- in permits.lua). "check" only asks whether the permits were served to the
 -- caller while it waited (its entry left the gate's queue).
 -- Returns
 --   {1, 1, token, g, expiry, now}  held: g is 0 for a grant to this call,
@@ -26,6 +26,7 @@
 --                                 the gate (its lease ran out)
 --   {-2, K}                       n is more than the semaphore has
 --   {-3}                          mode "check": nothing was served to it
+local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, n, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local mode, label = ARGV[5], ARGV[8]
 local s = load()
@@ -63,8 +64,8 @@ end
 
 -- Step 4, order: only the first waiter (the gate's holder) may take
 -- permits while anyone waits.
-local gate = load(KEYS[2])
-bad = layout_error(gate, KEYS[2])
+local gate = load(GATE.hold)
+bad = layout_error(gate, GATE.hold)
 if bad then return bad end
 if mode == 'gate' then
   local who, _, _, token = holder(gate, now)
@@ -72,7 +73,7 @@ if mode == 'gate' then
     save_changes(s, w)
     return {-1}
   end
-elseif holder(gate, now) or (may_have_waiters(gate, {}, now) and live_head(now, KEYS[3], KEYS[4])) then
+elseif holder(gate, now) or (may_have_waiters(gate, {}, now) and live_head(GATE, now)) then
   save_changes(s, w)
   return {0, earliest or 0, k, used, now}
 end
@@ -90,7 +91,7 @@ local token = grant_permit(s, w, owner, n, expiry, 0, now_us, label)
 -- Step 6, the first waiter served: so is the run behind it that fits, with
 -- one message.
 if mode == 'gate' then
-  serve(s, w, used + n, k, now, now_us, ARGV[9], ARGV[10], true)
+  serve(s, w, GATE, used + n, k, now, now_us, ARGV[9], ARGV[10], true)
 end
-commit(s, w, now, false, 1)
+commit(s, w, now, false)
 return {1, 1, token, 0, expiry, now}

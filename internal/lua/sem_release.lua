@@ -1,5 +1,5 @@
 -- sem_release.lua: give back one permit hold's permits, and serve the
--- waiters at the head that the freed permits let in (serve in lib.lua).
+-- waiters at the head that the freed permits let in (serve in permits.lua).
 -- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines.
 -- ARGV[1] owner id of the permit hold, ARGV[2] request id (unused: owner ids
 -- are used once, so the hold itself tells a retry), ARGV[3] its token,
@@ -8,6 +8,7 @@
 -- its token: an acquisition whose answer was lost, or permits served to a
 -- waiter that gave up.
 -- Returns {1} released, {0} not held (ran out, or never granted).
+local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, token = ARGV[1], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -28,6 +29,6 @@ end
 s.p[owner] = nil
 w.p = s.p
 note_released(s, w, token)
-serve(s, w, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
-commit(s, w, now, false, 1)
+serve(s, w, GATE, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
+commit(s, w, now, false)
 return {1}

@@ -23,5 +23,5 @@ local expiry = math.max(mine.x, from + lease)
 s.p[owner] = permit_record(mine.n, expiry, token, 0, mine.label)
 w.p = s.p
 if expiry > tonumber(s.x or '0') then w.x = int(expiry) end
-commit(s, w, now, false, 1)
+commit(s, w, now, false)
 return {1, expiry - now}

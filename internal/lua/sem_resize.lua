@@ -7,6 +7,7 @@
 -- permits, ARGV[4] publish command, ARGV[5] channel (the gate's).
 -- Returns 1 done (also when it already had that number: safe to retry), 0
 -- when the hold is gone.
+local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, token, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -23,7 +24,7 @@ end
 s.p[owner] = permit_record(n, mine.x, token, mine.g, mine.label)
 w.p = s.p
 if n < mine.n then
-  serve(s, w, used - mine.n + n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
+  serve(s, w, GATE, used - mine.n + n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
 end
-commit(s, w, now, false, 1)
+commit(s, w, now, false)
 return 1

@@ -1,5 +1,5 @@
 -- state.lua: read-only view of the hold, for IsLocked, HoldCount and TTL.
--- KEYS[1] the hold (see lib.lua).
+-- KEYS[1] the hold (see hold.lua).
 -- Returns {} when free, else {owner, count, ms until expiry, token, label}.
 local s = load()
 local bad = layout_error(s)

@@ -8,7 +8,7 @@ import (
 )
 
 // Hold reads a lock's hold, the JSON object of strings at key (see
-// internal/lua/lib.lua), as a map; nil when the key does not exist.
+// internal/lua/hold.lua), as a map; nil when the key does not exist.
 func Hold(t testing.TB, mr *miniredis.Miniredis, key string) map[string]string {
 	t.Helper()
 	raw, err := mr.Get(key)

@@ -1,0 +1,194 @@
+-- hold.lua: the hold, the one string every script reads once (load) and
+-- writes at most once (save, commit), and its keys' lifetime.
+--
+-- The helpers of this folder are split by concern, and lua.go puts them in
+-- front of every script in this order (each may use those before it):
+-- hold.lua (the hold and its keys' lifetime), wire.lua (every string the
+-- scripts exchange with the Go side), fence.lua (fencing tokens), retry.lua
+-- (answers to retried requests), queue.lua (the fair queue), permits.lua
+-- (a semaphore's permits). Helpers that touch a queue take its keys (a
+-- queue made by queue_keys); load, save and commit work on the script's own
+-- hold, KEYS[1].
+--
+-- Data layout, for a lock named N (the braces are Redis Cluster's hash tag, so
+-- all keys of one lock live in one slot):
+--   KEYS[1] fairlock:<kind>:{N}   string, the hold: one JSON object whose
+--                                 fields are all strings
+--       v  layout version (LAYOUT below); a mismatch fails loudly
+--       o  owner id of the hold ("<client>.<handle>")      } present only while
+--       c  hold count (re-entries)                          } a hold exists;
+--       x  expiry of the hold, Redis time in ms             } held = o and x > now
+--       f  last fencing token issued for this lock (survives releases); a
+--          token is issued only with a new hold, so while one exists, f is
+--          its token
+--       q  id of the last owner request that took, re-entered or released
+--          the hold; cleared whenever a token is issued (retry safety: see
+--          acquired_answer and released_answer)
+--       a  the count a release left, when that last request was a release
+--          that kept the hold (re-entries remained)
+--       r  tokens of the last holds ended by their owner's final release,
+--          16-digit fields, newest first (retry safety of a release, see
+--          released_hold)
+--       k  time until which every key of the lock is kept (its TTL, in ms)
+--       fair lock only:
+--       h  the latest waiter deadline ever written (bounds the queue's life)
+--       e  queue entry a direct hand-off granted the hold to, until claimed
+--       g  grant time of that hand-off; b the holder's label
+--   fair lock only:
+--   KEYS[2] fairlock:f:{N}:queue      list, the queue in join order; each
+--       element is "<entry id>|<lease ms>|<wait ms>|<label>" (entry ids have
+--       no '|'), so the head's lease and label come with it
+--   KEYS[3] fairlock:f:{N}:deadlines  zset, entry id -> deadline (Redis ms);
+--       an entry in the list but not here is a tombstone (it gave up or died)
+--
+-- A fair semaphore named N (sem_*.lua) keeps its permits in one string of the
+-- same JSON form, and queues its waiters on a fair lock, its gate:
+--   fairlock:s:{N}        the permits: v, f, r and k as above, and
+--       m  the number of permits (K), set by the first caller or SetPermits
+--       p  object, one field per permit hold: the holder's owner id ->
+--          "<permits>|<expiry, Redis ms>|<token>|<g>|<label>", g the grant
+--          time (Redis ms) of permits served to a waiter until it claims
+--          them, 0 otherwise
+--       x  the latest expiry any permit hold ever had (for commit)
+--   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
+--       of the layout above: its holder is the first waiter, waiting for
+--       permits; everyone behind it waits in its queue. Their owner ids say
+--       what they ask for (permit_request), so that a release can serve
+--       them; grants go out on the gate's channel, :gate:wake.
+--
+-- Time is always Redis's own (TIME), never a client's. Each script reads the
+-- hold once (load: GET and cjson.decode) and writes it at most once (save:
+-- cjson.encode and SET). Redis time is spent per redis.call, so calls are
+-- counted: the hold is one string rather than a hash because one GET and one
+-- SET of it cost Redis about half of what HMGET and HSET of its fields did
+-- (docs/performance.md).
+
+-- Layout 1 kept the hold as a hash; 2 as one JSON string; 3 is 2's data with
+-- a changed protocol (hand-offs carry their grant time, head notices), which
+-- a layout-2 client would misread: the version says so before it can. 4
+-- keeps no answers (a is a release's remaining count, q is cleared with
+-- each token), which a layout-3 client would misread on a retry.
+local LAYOUT = '4'
+-- How long keys outlive the last hold and the last deadline: long enough for
+-- a retried request to find it ran (q) and for the fence (f) to bridge
+-- quick re-locks.
+local RETAIN_MS = 30000
+-- TTLs are pushed this much further than needed, so that most writes (each
+-- watchdog renewal, say) find them long enough and skip the PEXPIREs.
+local SLACK_MS = 10000
+
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- Integers are written with %d: Lua's default formatting keeps 14 digits.
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- missing: the hold key did not exist when load ran; changed: clear_hold
+-- changed the hold, so it must be saved even with nothing else to write.
+-- Both are per call. As a plain script (EVALSHA) this file runs at every
+-- call; in the Functions library it runs once, so lua.go resets both by
+-- these names at the start of every function: rename them there too.
+local missing, changed = false, false
+
+-- What load makes of a string that is not a hold fairlock wrote.
+local NOT_OURS = '\0not ours'
+
+-- load reads the hold: strings by field name, absent fields nil. key: another
+-- key of the same layout (a semaphore's gate), KEYS[1] if nil.
+local function load(key)
+  local raw = redis.pcall('GET', key or KEYS[1])
+  if type(raw) == 'table' then
+    -- Not a string: a hash of layout 1 (or anything else) under our name.
+    return {v = 'of another type (' .. redis.call('TYPE', key or KEYS[1]).ok .. ')'}
+  end
+  if not raw then
+    if key == nil then missing = true end
+    return {}
+  end
+  -- Every hold fairlock writes is a JSON object with a layout version.
+  local ok, s = pcall(cjson.decode, raw)
+  if not ok or type(s) ~= 'table' or s.v == nil then return {v = NOT_OURS} end
+  return s
+end
+
+local function layout_error(s, key)
+  key = key or KEYS[1]
+  if s.v == NOT_OURS then
+    return redis.error_reply('fairlock: key ' .. key .. ' holds a string that fairlock did not write ' ..
+      '(not a JSON object with a layout version); delete the key or use another lock name')
+  end
+  if s.v and s.v ~= LAYOUT then
+    return redis.error_reply('fairlock: lock ' .. key .. ' has data layout ' ..
+      s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
+  end
+  return nil
+end
+
+-- Is the lock held now? Returns owner, count, expiry, token (owner nil if free).
+local function holder(s, now)
+  if s.o and tonumber(s.x) > now then
+    return s.o, tonumber(s.c), tonumber(s.x), tonumber(s.f)
+  end
+  return nil
+end
+
+-- save writes the hold: s with the fields of w (name -> string) over it, in
+-- one SET. ttl (ms) sets the key's TTL; without it the key keeps its TTL, or,
+-- had it not existed, gets RETAIN_MS (callers without a ttl normally act on a
+-- key that commit already made outlive every hold and deadline).
+local function save(s, w, ttl)
+  for name, value in pairs(w) do s[name] = value end
+  s.v = LAYOUT
+  if ttl == nil and missing then ttl = RETAIN_MS end
+  if ttl then
+    redis.call('SET', KEYS[1], cjson.encode(s), 'PX', int(ttl))
+  else
+    redis.call('SET', KEYS[1], cjson.encode(s), 'KEEPTTL')
+  end
+end
+
+-- clear_hold ends the hold (the fence, answers and horizons stay); the
+-- caller saves.
+local function clear_hold(s)
+  s.o, s.c, s.x, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil
+  changed = true
+end
+
+-- save_changes saves only if w holds a write or the hold was cleared.
+local function save_changes(s, w)
+  if changed or next(w) ~= nil then save(s, w) end
+end
+
+-- Every write ends here: commit saves w, and makes sure each key of the lock
+-- lives until the later of the hold's expiry and the last waiter's deadline,
+-- plus RETAIN_MS, so nothing is left once every client is gone. The time all
+-- keys are kept until is stored in k; only when a write needs longer are they
+-- extended (all of them, with SLACK_MS to spare: the hold by its SET, the
+-- others by PEXPIRE). force: this write may have created one of the others,
+-- which has no TTL yet. others: the lock's keys besides the hold (a fair
+-- lock's queue and deadlines; none for a reentrant lock or a semaphore,
+-- whose gate's keys are the gate's own business).
+local function commit(s, w, now, force, others)
+  local need = now
+  local x = tonumber(w.x or s.x or '0')
+  if x > need then need = x end
+  local h = tonumber(w.h or s.h or '0')
+  if h > need then need = h end
+  need = need + RETAIN_MS
+  local keep = nil
+  if force or need > tonumber(s.k or '0') then
+    keep = need + SLACK_MS
+    w.k = int(keep)
+  end
+  save(s, w, keep and keep - now)
+  if keep and others then
+    for _, key in ipairs(others) do
+      redis.call('PEXPIRE', key, int(keep - now))
+    end
+  end
+end

@@ -1,0 +1,109 @@
+-- permits.lua: a fair semaphore's permits: the permit holds in one field
+-- of its hold (p, records of wire.lua's permit_record), and the serving of
+-- the waiters at the head of its gate's queue.
+
+-- Semaphore: the permit holds in force. Records that ran out or that
+-- fairlock did not write are dropped (changed is set, w.p written). Returns
+-- the table of holds (owner -> {n, x, token, g, label}), the permits they
+-- use, and the earliest expiry among them (nil if none). g is the grant time
+-- of a hold served to a waiter and not yet claimed (Redis ms), 0 otherwise.
+local function permit_holds(s, w, now)
+  local holds, used, earliest = {}, 0, nil
+  local p = s.p
+  if type(p) ~= 'table' then p = {} end
+  local kept, dropped = {}, type(s.p) ~= 'table' and s.p ~= nil
+  for owner, rec in pairs(p) do
+    local n, x, t, g, label = read_permit_record(rec)
+    if n and x > now then
+      holds[owner] = {n = n, x = x, token = t, g = g, label = label}
+      kept[owner] = rec
+      used = used + n
+      if earliest == nil or x < earliest then earliest = x end
+    else
+      dropped = true
+    end
+  end
+  if dropped then w.p = kept; changed = true end
+  s.p = kept
+  return holds, used, earliest
+end
+
+-- Semaphore: the permit hold of owner with token, in force; nil (with the
+-- cleanup's changes saved) when it is gone.
+local function own_permit(s, w, now, owner, token)
+  local mine = permit_holds(s, w, now)[owner]
+  if mine and mine.token == token then return mine end
+  save_changes(s, w)
+  return nil
+end
+
+-- Semaphore: a new permit hold of owner, n permits until expiry; g as in
+-- permit_record (wire.lua). Returns its token.
+local function grant_permit(s, w, owner, n, expiry, g, now_us, label)
+  local token = next_token(s, w, now_us)
+  s.p[owner] = permit_record(n, expiry, token, g, label)
+  w.p = s.p
+  if expiry > tonumber(w.x or s.x or '0') then w.x = int(expiry) end
+  return token
+end
+
+-- Semaphore: serve the waiters at the head, in order, as far as the free
+-- permits go: the gate's holder, the first waiter (unless skip_holder: the
+-- caller just served it), then the gate's queue from its live head. The
+-- first request that does not fit stops it: nobody passes a waiter. Each
+-- is granted its permits as a hand-off: until its owner claims it, the grant
+-- lasts no longer than the waiter's place would have (the gate's hold, or the
+-- entry's queue deadline), so permits served to a waiter that died come back
+-- when its eviction would have come. ONE message carries every grant
+-- (permits_note; id: the gate's owner, or the queue entry): a release wakes
+-- the whole run of readers at the head of an RWMutex's queue at once. When
+-- entries left the queue, the same message tells the new head when the
+-- gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
+-- use, k the number of permits.
+local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_holder)
+  local g = load(gate.hold)
+  if g.v and g.v ~= LAYOUT then return end -- the gate's own scripts report it
+  local who, _, gate_expiry = holder(g, now)
+  local grants, blocked = {}, false
+  if who and not skip_holder then
+    local owner, n, lease = permit_request(who)
+    if owner == nil or n > k then
+      -- Not a request this script can grant: its holder looks for itself
+      -- (one for more than K permits gets its error).
+      redis.call(publish, channel, freed_note(who))
+      return
+    end
+    if s.p[owner] == nil then -- (else served already: it has yet to give the gate on)
+      blocked = used + n > k
+      if not blocked then
+        local expiry = math.min(now + lease, gate_expiry)
+        local token = grant_permit(s, w, owner, n, expiry, now, now_us, g.b or '')
+        grants[1] = permits_note(who, token, now, expiry)
+        used = used + n
+      end
+    end
+  end
+  if not blocked and tonumber(g.h or '0') > now then
+    local popped = false
+    while true do
+      local head = live_head(gate, now)
+      if head == nil then break end
+      local owner, n, lease = permit_request(entry_owner(head))
+      if owner == nil or n > k or used + n > k or s.p[owner] then break end
+      local element = redis.call('LPOP', gate.list)
+      local deadline = tonumber(redis.call('ZSCORE', gate.deadlines, head))
+      redis.call('ZREM', gate.deadlines, head)
+      local expiry = math.min(now + lease, deadline)
+      local _, label = element_lease(element)
+      local token = grant_permit(s, w, owner, n, expiry, now, now_us, label or '')
+      grants[#grants + 1] = permits_note(head, token, now, expiry)
+      used = used + n
+      popped = true
+    end
+    if popped then
+      local head = live_head(gate, now)
+      if head then grants[#grants + 1] = head_notice(head, gate_expiry or now) end
+    end
+  end
+  if #grants > 0 then redis.call(publish, channel, notes(grants)) end
+end

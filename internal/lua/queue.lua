@@ -1,0 +1,92 @@
+-- queue.lua: the fair queue. A queue is three keys, made by queue_keys:
+-- the hold, the list of entries in join order, and the zset of their
+-- deadlines. A fair lock's are KEYS[1..3]; a semaphore's gate's KEYS[2..4].
+
+-- The keys of one fair queue.
+local function queue_keys(hold, list, deadlines)
+  return {hold = hold, list = list, deadlines = deadlines}
+end
+
+-- Fair lock: a waiter's deadline was pushed to d; keep h the latest one.
+local function horizon(s, w, d)
+  if d > tonumber(w.h or s.h or '0') then w.h = int(d) end
+end
+
+-- Fair lock: can any waiter be live? Every deadline ever written is at most
+-- h, so once h has passed (or no one ever queued) the queue holds only the
+-- dead, and the lookups of live_head can be skipped: the common uncontended
+-- call never touches the queue keys.
+local function may_have_waiters(s, w, now)
+  return tonumber(w.h or s.h or '0') > now
+end
+
+-- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
+-- deadline passed from the head of q, until the head is a live waiter. Each
+-- entry is popped once in its life, so this is O(1) amortised per entry.
+-- Returns the live head's entry id (nil if none), and whether anything was
+-- popped. Every script that ends a head's turn pops it at once (with the
+-- tombstones behind it), so the front of the list is the live head that was
+-- told it is head, and a pop here means the head changed: it died.
+local function live_head(q, now)
+  local popped = false
+  while true do
+    local element = redis.call('LINDEX', q.list, 0)
+    if not element then return nil, popped end
+    local head = element_entry(element)
+    local score = redis.call('ZSCORE', q.deadlines, head)
+    local deadline = tonumber(score or '0')
+    if deadline > now then return head, popped end
+    redis.call('LPOP', q.list)
+    if score then redis.call('ZREM', q.deadlines, head) end
+    popped = true
+  end
+end
+
+-- Fair lock, the head notice (head_notice in wire.lua): the waiter that just
+-- became the live head while the lock is held learns when that hold expires,
+-- so that it tries again the moment a lease runs out (a fixed lease, a
+-- holder that died, a grant never claimed). Nobody else would wake it then:
+-- a lease that runs out sends no message. One message per change of head.
+-- The expiry is absolute, so a notice read late still wakes its waiter on
+-- time (the waiter knows Redis's clock from its last reply).
+local function tell_head(head, expiry, publish, channel)
+  redis.call(publish, channel, head_notice(head, expiry))
+end
+
+-- Fair lock, direct hand-off: grant the lock to the live head of q and
+-- publish the grant to that waiter alone (handoff_note, with the grant's
+-- Redis time): the waiter needs no further round trip, and counts its lease
+-- from the grant. The same message carries the head notice for the waiter
+-- behind it, so a hand-off is still one message. Until the grantee claims
+-- it, the grant lasts no longer than the waiter's own queue deadline: a grant
+-- to a waiter that died ends when its eviction would have, and the next
+-- head, told of that end, takes the lock then.
+-- Callers use it when the lock is free (expired, given back) or is being
+-- freed by this very call (the last release, ForceUnlock): the new hold's
+-- fields in w replace whatever hold s still records, which those callers
+-- rely on.
+-- Writes go to w (saved by the caller). Returns the grantee's entry, or nil.
+local function hand_off(s, w, q, now, now_us, publish, channel)
+  if not may_have_waiters(s, w, now) then return nil end
+  -- Step 1 and the grant in one pass: pop until a live entry is popped.
+  -- An element that fairlock did not write is dropped like a dead entry.
+  local element, head, deadline, lease, label
+  repeat
+    element = redis.call('LPOP', q.list)
+    if not element then return nil end
+    head = element_entry(element)
+    local score = redis.call('ZSCORE', q.deadlines, head)
+    deadline = tonumber(score or '0')
+    if score then redis.call('ZREM', q.deadlines, head) end
+    lease, label = element_lease(element)
+  until deadline > now and lease
+  local _, token = next_token(s, w, now_us)
+  local expiry = math.min(now + lease, deadline)
+  w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
+  w.e, w.g, w.b = head, int(now), label
+  local message = {handoff_note(head, token, now)}
+  local next_head = live_head(q, now)
+  if next_head then message[2] = head_notice(next_head, expiry) end
+  redis.call(publish, channel, notes(message))
+  return head
+end

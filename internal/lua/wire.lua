@@ -1,0 +1,88 @@
+-- wire.lua: every string the scripts build or read besides the hold's
+-- JSON, in one place. Its mirror on the Go side is internal/wire: a change
+-- to one is a change to both.
+--
+--   queue element   "<entry>|<lease ms>|<wait ms>|<origin>" (entry ids have
+--                   no '|'; the origin, "<host>\t<pid>\t<label>", comes last
+--                   and may hold anything)
+--   entry id        "<owner>/<join number>"
+--   permit request  "<permit owner>+<n>+<lease ms>+<id>", the owner id of a
+--                   semaphore's waiter on its gate
+--   permit record   "<n>|<expiry ms>|<token>|<g>|<origin>"
+--   notes           one message carries one or more, separated by ';', each
+--                   for the waiter its first word names:
+--                     "<entry> <token> <grant ms>"                 hand-off
+--                     "<entry> head <expiry ms>"                   head notice
+--                     "<id> permits <token> <grant ms> <expiry ms>" permits served
+--                     "<id> freed"                                 look again
+--                   and the reentrant lock's release publishes "" (any one
+--                   waiter)
+
+-- The queue element of an entry.
+local function element(entry, lease, wait, origin)
+  return entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. origin
+end
+
+-- The entry id of a queue element.
+local function element_entry(element)
+  return string.match(element, '^[^|]*')
+end
+
+-- What follows the entry id in a queue element: "<lease>|<wait>|<origin>".
+local function element_info(element)
+  return string.match(element, '^[^|]*|(.*)$')
+end
+
+-- The lease and origin of a queue element; nil if fairlock did not write it.
+local function element_lease(element)
+  local lease, origin = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
+  return tonumber(lease), origin
+end
+
+-- The owner of a queue entry.
+local function entry_owner(entry)
+  return string.match(entry, '^(.*)/[^/]*$')
+end
+
+-- Semaphore: what a waiter asks for, from its owner id on the gate: the
+-- owner id of its permit hold (which has no '+'), the permits it wants and
+-- their lease. nil for an id of another form.
+local function permit_request(gate_owner)
+  local owner, n, lease = string.match(gate_owner or '', '^([^+]+)%+(%d+)%+(%d+)%+')
+  if owner == nil then return nil end
+  return owner, tonumber(n), tonumber(lease)
+end
+
+-- Semaphore: one permit hold's record (g: the grant time of permits served
+-- to a waiter until it claims them, else 0).
+local function permit_record(n, x, token, g, origin)
+  return int(n) .. '|' .. int(x) .. '|' .. int(token) .. '|' .. int(g) .. '|' .. origin
+end
+
+-- Semaphore: a permit hold's record read back: n, expiry, token, g, origin;
+-- nil if fairlock did not write it.
+local function read_permit_record(rec)
+  local n, x, t, g, origin = string.match(tostring(rec), '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  return tonumber(n), tonumber(x), tonumber(t), tonumber(g), origin
+end
+
+-- Notes.
+local function head_notice(head, expiry)
+  return head .. ' head ' .. int(expiry)
+end
+
+local function handoff_note(entry, token, granted)
+  return entry .. ' ' .. token .. ' ' .. int(granted)
+end
+
+local function permits_note(id, token, granted, expiry)
+  return id .. ' permits ' .. int(token) .. ' ' .. int(granted) .. ' ' .. int(expiry)
+end
+
+local function freed_note(id)
+  return id .. ' freed'
+end
+
+local function notes(list)
+  return table.concat(list, ';')
+end
