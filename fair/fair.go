@@ -104,7 +104,7 @@ func New(client redis.UniversalClient, name string, opts ...MutexOption) (*Mutex
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(client, name, cfg, layout, mutexKind)
+	m, err := core.NewMutex(client, name, cfg, place, mutexKind)
 	if err != nil {
 		return nil, err
 	}

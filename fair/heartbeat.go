@@ -44,7 +44,7 @@ type member struct {
 	mu     sync.Mutex
 	entry  string
 	wait   time.Duration
-	w      *core.Waiter
+	w      *core.Sleeper
 	queued atomic.Int64 // unix nanos of the last request answered "queued"
 }
 
@@ -74,7 +74,7 @@ func (m *member) current() string {
 // joinHeartbeat adds a queued waiter to its client's heartbeat on the lock,
 // starting the beat with the first one; the beat runs at the pace of the
 // shortest wait timeout among its waiters.
-func joinHeartbeat(qu *queue, entry string, w *core.Waiter) (*heartbeat, *member) {
+func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *member) {
 	cfg := qu.h.Config
 	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}

@@ -18,7 +18,7 @@ import (
 // and a Semaphore's waiter waits in its gate's queue for the gate or for
 // permits served to it there (permitSource).
 type queue struct {
-	h        core.Handle
+	h        core.Agent
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
 	labelArg any    // label, boxed once
 
@@ -26,16 +26,16 @@ type queue struct {
 	abandoned []string // entries this handle could not take out of the queue
 }
 
-// layout is where a fair lock lives: the hold, the queue, the waiters'
+// place is where a fair lock lives: the hold, the queue, the waiters'
 // deadlines, and the channel that carries hand-offs and head notices.
-func layout(name string, scripts *lua.Scripts) core.Layout {
-	return layoutAt(wire.FairBase(name), scripts)
+func place(name string, scripts *lua.Scripts) core.Place {
+	return placeAt(wire.FairBase(name), scripts)
 }
 
-// layoutAt is a fair lock's layout on keys that start with base (a
+// placeAt is a fair lock's layout on keys that start with base (a
 // semaphore's gate has its own).
-func layoutAt(base string, scripts *lua.Scripts) core.Layout {
-	return core.Layout{
+func placeAt(base string, scripts *lua.Scripts) core.Place {
+	return core.Place{
 		Keys:        wire.QueueKeys(base),
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
@@ -52,13 +52,13 @@ var hostname = func() string {
 }()
 
 // newQueue returns the queue of the lock h serves.
-func newQueue(h core.Handle) *queue {
+func newQueue(h core.Agent) *queue {
 	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
 	return &queue{h: h, label: label, labelArg: label}
 }
 
 // mutexKind is newQueue as a fair Mutex's core.Kind.
-func mutexKind(h core.Handle) core.Kind { return newQueue(h) }
+func mutexKind(h core.Agent) core.Kind { return newQueue(h) }
 
 // Acquire is one Lock or TryLock of a fair Mutex: a wait for the lock alone.
 func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
@@ -170,7 +170,7 @@ func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Tim
 // claim, nil, nil: the caller keeps waiting, and its next attempt finds out
 // where it stands (a grant still in force is reported again; one that ran
 // out is handed on).
-func usable(ctx context.Context, h core.Handle, g *core.Grant, a core.Attempt) (*core.Grant, error) {
+func usable(ctx context.Context, h core.Agent, g *core.Grant, a core.Attempt) (*core.Grant, error) {
 	if g == nil || !g.Handoff {
 		return g, nil
 	}

@@ -92,12 +92,12 @@ func checkPermits(k int) error {
 	return nil
 }
 
-// layout is where the semaphore's permit holds live: the permits key, and
+// place is where the semaphore's permit holds live: the permits key, and
 // the gate's keys (a release serves the waiters at the head). Grants to
 // waiters go out on the gate's channel, where they already listen.
-func (s *Semaphore) layout(_ string, scripts *lua.Scripts) core.Layout {
-	gate := layoutAt(wire.GateBase(s.base), scripts)
-	return core.Layout{
+func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
+	gate := placeAt(wire.GateBase(s.base), scripts)
+	return core.Place{
 		Keys:    append([]string{s.base}, gate.Keys...),
 		Channel: gate.Channel,
 		Release: scripts.SemRelease,
@@ -139,7 +139,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	// Every permit hold is a handle of its own, used once: its owner id
 	// names exactly one hold, which makes each of its script calls safe to
 	// retry.
-	m, err := core.NewMutex(s.client, s.name, s.cfg, s.layout, func(h core.Handle) core.Kind {
+	m, err := core.NewMutex(s.client, s.name, s.cfg, s.place, func(h core.Agent) core.Kind {
 		return &semKind{h: h, s: s, n: n}
 	})
 	if err != nil {
@@ -162,7 +162,7 @@ func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
 // false if the hold is gone.
 func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 	s := p.s
-	l := s.layout(s.name, s.cfg.Scripts)
+	l := s.place(s.name, s.cfg.Scripts)
 	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, l.Keys,
 		wire.SemResize(p.m.Owner(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
@@ -197,7 +197,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 	if err := checkPermits(k); err != nil {
 		return 0, err
 	}
-	l := s.layout(s.name, s.cfg.Scripts)
+	l := s.place(s.name, s.cfg.Scripts)
 	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, wire.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
@@ -298,7 +298,7 @@ func parseSemState(v []any) (SemaphoreState, error) {
 // semKind takes the permits of one permit hold: at once when nobody waits,
 // otherwise through the gate.
 type semKind struct {
-	h core.Handle
+	h core.Agent
 	s *Semaphore
 	n int
 }
@@ -432,7 +432,7 @@ func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, b
 // call's permits were served to it as it waited there (served), or end
 // (unless a waits forever): all nil when the wait elapsed. The gate's lease
 // is the wait timeout. The gate's owner id names the permit hold and its
-// request (permit_request in lib.lua), so that a release can serve it in the
+// request (permit_request in wire.lua), so that a release can serve it in the
 // queue.
 func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (gate *core.Mutex, served *core.Grant, err error) {
 	if err := ctx.Err(); err != nil {
@@ -450,9 +450,9 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	}
 	owner := wire.PermitRequest(k.h.Owner, k.n, wire.Ms(a.Lease))
 	var q *queue
-	gate, err = core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Layout {
-		return layoutAt(k.s.base+":gate", scripts)
-	}, func(h core.Handle) core.Kind {
+	gate, err = core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
+		return placeAt(k.s.base+":gate", scripts)
+	}, func(h core.Agent) core.Kind {
 		q = newQueue(h)
 		return q
 	})
@@ -491,7 +491,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 		return nil, false, err
 	}
 	defer sub.Close()
-	w := core.NewWaiter()
+	w := core.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
 		t := w.At(clk, end, core.Timeout)

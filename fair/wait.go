@@ -11,7 +11,7 @@ import (
 
 // A permitSource is what a semaphore's waiter waits for besides its gate:
 // permits, which a release may serve it while it is still queued (serve in
-// lib.lua), taking its entry out of the queue. A fair Mutex's waiter has
+// permits.lua), taking its entry out of the queue. A fair Mutex's waiter has
 // none: it waits for the lock alone.
 type permitSource interface {
 	// served asks whether the waiter's permits were served to it while it
@@ -53,7 +53,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
-	w := core.NewWaiter()
+	w := core.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
 		t := w.After(clk, a.Wait, core.Timeout)
@@ -96,7 +96,7 @@ type queueWait struct {
 	entry string // the entry's id in the queue: new after an eviction
 	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
 	sub   *core.Sub
-	w     *core.Waiter
+	w     *core.Sleeper
 	hb    *heartbeat
 	mem   *member // this call in the heartbeat
 

@@ -11,12 +11,12 @@ import (
 
 // kind is the reentrant lock's scripts and wait.
 type kind struct {
-	h core.Handle
+	h core.Agent
 }
 
-// layout is where a reentrant lock lives: one hash, and a wake-up channel.
-func layout(name string, scripts *lua.Scripts) core.Layout {
-	return core.Layout{
+// place is where a reentrant lock lives: one hash, and a wake-up channel.
+func place(name string, scripts *lua.Scripts) core.Place {
+	return core.Place{
 		Keys:        []string{wire.ReentrantKey(name)},
 		Channel:     wire.Channel(wire.ReentrantKey(name)),
 		Release:     scripts.ReentrantRelease,
@@ -24,7 +24,7 @@ func layout(name string, scripts *lua.Scripts) core.Layout {
 	}
 }
 
-func newKind(h core.Handle) core.Kind { return &kind{h: h} }
+func newKind(h core.Agent) core.Kind { return &kind{h: h} }
 
 // attempt makes one try. It returns a grant, or how long the current hold
 // may last.
@@ -70,7 +70,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	clk := k.h.Config.Clock
-	w := core.NewWaiter()
+	w := core.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
 		t := w.After(clk, a.Wait, core.Timeout)
@@ -108,7 +108,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 // sleep waits for a wake-up, with a fallback timer at ttl (the current
 // hold's remaining lease). done reports that the wait is over without the
 // lock (the wait elapsed, or ctx ended).
-func (k *kind) sleep(ctx context.Context, w *core.Waiter, sub *core.Sub, ttl time.Duration) (bool, *core.Grant, error) {
+func (k *kind) sleep(ctx context.Context, w *core.Sleeper, sub *core.Sub, ttl time.Duration) (bool, *core.Grant, error) {
 	fallback := w.After(k.h.Config.Clock, ttl+time.Millisecond, core.Retry)
 	wk := w.Next(ctx, sub)
 	fallback.Stop()

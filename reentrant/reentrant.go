@@ -76,7 +76,7 @@ func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(client, name, cfg, layout, newKind)
+	m, err := core.NewMutex(client, name, cfg, place, newKind)
 	if err != nil {
 		return nil, err
 	}

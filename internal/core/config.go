@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Config is what the options of both locks set.
+// Config is what the options of every primitive set.
 type Config struct {
 	Lease          time.Duration // lease kept alive by the watchdog
 	DriftFactor    float64       // part of a lease the client gives up for clock drift

@@ -1,8 +1,11 @@
-// Package core is the machinery both locks share: configuration, owner and
-// request ids, the local state of a hold (watchdog, loss deadline, Lost and
-// HoldContext), the shared pub/sub hub, and a Mutex that runs a Kind's
-// scripts. fair and reentrant say only what differs: their scripts and how a
-// waiter waits.
+// Package core is the machinery every primitive shares: configuration and
+// its option kinds, the handle (Mutex) with the one hold lifecycle (End,
+// Latest, the lease and watchdog of hold.go), the Agent through which a
+// primitive's Kind acts for its handle, what the handles of one go-redis
+// client share (Shared: the pub/sub hub, per-lock services), and the Sleeper
+// a waiting call sleeps on. The primitives (fair, reentrant) say only what
+// differs: their scripts and how a caller waits. docs/architecture.md draws
+// the layers.
 package core
 
 import "errors"

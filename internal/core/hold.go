@@ -20,7 +20,7 @@ type Grant struct {
 	// until the grantee claims it. Zero means the full lease.
 	First time.Duration
 	// Handoff marks a direct hand-off not yet claimed: the hold is usable at
-	// once and is claimed (made a full hold, Handle.Claim) halfway through
+	// once and is claimed (made a full hold, Agent.Claim) halfway through
 	// its first lease, if it lasts that long.
 	Handoff bool
 }
@@ -148,7 +148,7 @@ func (h *hold) reenter(g Grant, lease time.Duration) {
 }
 
 // end finishes the hold once (End.Finish), and stops its loss timer. A lost
-// hold is remembered as stale (Handle.stale) and logged. It reports whether
+// hold is remembered as stale (Agent.stale) and logged. It reports whether
 // this call ended it.
 func (h *hold) end(cause error, why string) bool {
 	if !h.Finish(cause) {

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Kind is what differs between the locks: how a caller acquires and waits.
+// Kind is what differs between the primitives: how a caller acquires and
+// waits. It acts for its handle through the Agent it was made with.
 type Kind interface {
 	// Acquire takes or re-enters the lock for the kind's handle, waiting as
 	// a says. It returns nil, nil when the wait elapsed.
@@ -28,28 +29,28 @@ type Attempt struct {
 
 // Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
 type Mutex struct {
-	h    Handle
+	h    Agent
 	kind Kind
 
 	mu     sync.Mutex
 	cur    *hold  // the hold this handle believes in, nil if none
 	latest Latest // the most recent hold, for Lost and HoldContext
 
-	stale atomic.Int64 // Handle.stale
+	stale atomic.Int64 // Agent.stale
 }
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id, on
-// the keys layout gives for name, waiting as the Kind that kind returns.
+// the keys place gives for name, waiting as the Kind that kind returns.
 func NewMutex(client redis.UniversalClient, name string, cfg Config,
-	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
-	return NewMutexAs(wire.NewOwner(), client, name, cfg, layout, kind)
+	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
+	return NewMutexAs(wire.NewOwner(), client, name, cfg, place, kind)
 }
 
 // NewMutexAs is NewMutex with the owner id given: an id that says more than
 // who it is (a semaphore's waiter on its gate names the permits it asks
 // for). It must be as unique as wire.NewOwner's, and never reused.
 func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Config,
-	layout func(name string, scripts *lua.Scripts) Layout, kind func(Handle) Kind) (*Mutex, error) {
+	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
@@ -57,8 +58,8 @@ func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Con
 		return nil, err
 	}
 	m := &Mutex{}
-	m.h = Handle{Client: client, Name: name, Owner: owner, Config: &cfg,
-		Publish: PublishCommand(client), Layout: layout(name, cfg.Scripts), stale: &m.stale}
+	m.h = Agent{Client: client, Name: name, Owner: owner, Config: &cfg,
+		Publish: PublishCommand(client), Place: place(name, cfg.Scripts), stale: &m.stale}
 	m.h.args = newArgs(m.h)
 	m.kind = kind(m.h)
 	return m, nil
@@ -76,7 +77,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	return err
 }
 
-// TryLock implements both locks' TryLock.
+// TryLock implements every mutex's TryLock.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := m.h.Config.TryAttempt(wait, lease)
 	if err != nil {
@@ -145,7 +146,7 @@ func (m *Mutex) Adopt(g *Grant, a Attempt) {
 	}
 }
 
-// Unlock implements both locks' Unlock.
+// Unlock implements every mutex's Unlock (and a Permit's Release).
 func (m *Mutex) Unlock(ctx context.Context) error {
 	m.mu.Lock()
 	h := m.cur
@@ -188,7 +189,7 @@ func (m *Mutex) forget(h *hold) {
 	m.mu.Unlock()
 }
 
-// ForceUnlock implements both locks' ForceUnlock.
+// ForceUnlock implements both mutexes' ForceUnlock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	ok, err := m.forceUnlock(ctx)
 	if err != nil {
@@ -204,7 +205,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// Extend implements both locks' Extend: the current hold's lease becomes d
+// Extend implements both mutexes' Extend: the current hold's lease becomes d
 // from now, never shorter, in Redis and in the handle's belief.
 func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

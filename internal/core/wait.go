@@ -7,12 +7,12 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 )
 
-// Waiter serialises what can wake one waiting Lock call: its timers, the
+// Sleeper serialises what can wake one waiting Lock call: its timers, the
 // hub's messages and the fair lock's heartbeats. A timer's call returns only
 // once the waiter has dealt with what it delivered, so a fake clock's Advance
 // returns with the waiter's reaction (a script call) done: tests of waiting
 // are deterministic.
-type Waiter struct {
+type Sleeper struct {
 	c    chan Wake
 	exit chan struct{}
 	cur  chan struct{} // done channel of the wake being handled
@@ -39,14 +39,14 @@ const (
 	Notice                  // news from the kind's own machinery, in Notice
 )
 
-// NewWaiter returns a waiter; Close it when the call returns.
-func NewWaiter() *Waiter {
-	return &Waiter{c: make(chan Wake), exit: make(chan struct{})}
+// NewSleeper returns a waiter; Close it when the call returns.
+func NewSleeper() *Sleeper {
+	return &Sleeper{c: make(chan Wake), exit: make(chan struct{})}
 }
 
 // Fire delivers a wake for reason, carrying notice, and returns once the
 // waiter has handled it, or has returned.
-func (w *Waiter) Fire(reason Reason, notice any) {
+func (w *Sleeper) Fire(reason Reason, notice any) {
 	done := make(chan struct{})
 	select {
 	case w.c <- Wake{Reason: reason, Notice: notice, done: done}:
@@ -60,18 +60,18 @@ func (w *Waiter) Fire(reason Reason, notice any) {
 }
 
 // After fires reason after d on clk.
-func (w *Waiter) After(clk clock.Clock, d time.Duration, reason Reason) clock.Timer {
+func (w *Sleeper) After(clk clock.Clock, d time.Duration, reason Reason) clock.Timer {
 	return clk.AfterFunc(d, func() { w.Fire(reason, nil) })
 }
 
 // At fires reason when clk reaches t.
-func (w *Waiter) At(clk clock.Clock, t time.Time, reason Reason) clock.Timer {
+func (w *Sleeper) At(clk clock.Clock, t time.Time, reason Reason) clock.Timer {
 	return clock.AtFunc(clk, t, func() { w.Fire(reason, nil) })
 }
 
 // Next finishes the previous wake and waits for the next one: a delivered
 // wake, a message or confirmation of sub (if not nil), or ctx ending.
-func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
+func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 	w.finish()
 	var msgs <-chan string
 	var ready <-chan struct{}
@@ -107,7 +107,7 @@ func (w *Waiter) Next(ctx context.Context, sub *Sub) Wake {
 
 // WaitReady waits until sub is confirmed. It returns Ready, or the Timeout or
 // Cancelled wake that ended the wait first.
-func (w *Waiter) WaitReady(ctx context.Context, sub *Sub) Reason {
+func (w *Sleeper) WaitReady(ctx context.Context, sub *Sub) Reason {
 	for {
 		select {
 		case <-sub.Ready():
@@ -121,7 +121,7 @@ func (w *Waiter) WaitReady(ctx context.Context, sub *Sub) Reason {
 	}
 }
 
-func (w *Waiter) finish() {
+func (w *Sleeper) finish() {
 	if w.cur != nil {
 		close(w.cur)
 		w.cur = nil
@@ -129,7 +129,7 @@ func (w *Waiter) finish() {
 }
 
 // Close ends the wait: pending and later Fire calls return at once.
-func (w *Waiter) Close() {
+func (w *Sleeper) Close() {
 	w.finish()
 	close(w.exit)
 }

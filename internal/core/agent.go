@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Layout is where a kind keeps a lock and which of its scripts end and renew
-// a hold; the shared scripts (renew.lua, state.lua) work on every layout
+// Place is where a kind keeps a lock and which of its scripts end and renew
+// a hold; the shared scripts (renew.lua, state.lua) work on every place
 // that keeps one hold per key.
-type Layout struct {
+type Place struct {
 	Keys        []string // the hold first
 	Channel     string   // where hand-offs and releases are published
 	Release     *lua.Script
@@ -43,17 +43,17 @@ func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
 	return v.(*lua.Call)
 }
 
-// Handle is all a kind gets of the lock handle it serves: where the lock
-// lives, the handle's configuration and owner id, and the requests it may
-// make on the handle's behalf. Calls go one way: a kind calls its Handle,
+// Agent acts for one handle (a Mutex): it is all the handle's kind gets of
+// it: where the lock lives, the handle's configuration and owner id, and the
+// requests the kind may make on the handle's behalf. Calls go one way: a kind calls its Agent,
 // and core calls a kind only through Kind.Acquire.
-type Handle struct {
+type Agent struct {
 	Client  redis.UniversalClient
 	Name    string
 	Owner   string
 	Config  *Config // read only
 	Publish string  // PUBLISH, or SPUBLISH on Cluster
-	Layout
+	Place
 
 	// stale is the token of this handle's latest hold that ended as lost:
 	// the client stopped counting on it (its lease ran out as the client
@@ -75,9 +75,9 @@ type args struct {
 	calls                   *Calls
 }
 
-func newArgs(h Handle) *args {
+func newArgs(h Agent) *args {
 	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
-		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Layout.Calls}
+		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Place.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
 		a.calls = NewCalls()
@@ -87,13 +87,13 @@ func newArgs(h Handle) *args {
 
 // OwnerArg, PublishArg and ChannelArg are Owner, Publish and Channel as
 // script arguments, boxed once.
-func (h Handle) OwnerArg() any   { return h.args.owner }
-func (h Handle) PublishArg() any { return h.args.publish }
-func (h Handle) ChannelArg() any { return h.args.channel }
+func (h Agent) OwnerArg() any   { return h.args.owner }
+func (h Agent) PublishArg() any { return h.args.publish }
+func (h Agent) ChannelArg() any { return h.args.channel }
 
 // MsArg is d in whole milliseconds (Ms) as a script argument; the
 // handle's lease and wait timeout are boxed once.
-func (h Handle) MsArg(d time.Duration) any {
+func (h Agent) MsArg(d time.Duration) any {
 	switch ms := Ms(d); ms {
 	case h.args.leaseMs:
 		return h.args.lease
@@ -105,7 +105,7 @@ func (h Handle) MsArg(d time.Duration) any {
 }
 
 // Call is s bound to the handle's keys (lua.Call).
-func (h Handle) Call(s *lua.Script) *lua.Call { return h.args.calls.of(s, h.Keys) }
+func (h Agent) Call(s *lua.Script) *lua.Call { return h.args.calls.of(s, h.Keys) }
 
 // Request is one acquiring script call: its id, which makes a retry of it
 // harmless, and the token of a stale hold it ends first (0: none).
@@ -115,7 +115,7 @@ type Request struct {
 }
 
 // NewRequest returns a fresh acquiring request of this handle.
-func (h Handle) NewRequest() Request {
+func (h Agent) NewRequest() Request {
 	return Request{ID: h.requestID(), Stale: h.stale.Load()}
 }
 
@@ -124,7 +124,7 @@ func (h Handle) NewRequest() Request {
 // have run and granted the lock without the caller knowing it: that grant
 // is undone, even when ctx has ended. Without this the lock would stay held,
 // and a fair lock's queue stalled, until the lease ran out.
-func (h Handle) Answered(ctx context.Context, req Request, err error) {
+func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if err == nil {
 		if req.Stale != 0 {
 			h.stale.CompareAndSwap(req.Stale, 0)
@@ -139,17 +139,17 @@ func (h Handle) Answered(ctx context.Context, req Request, err error) {
 // Undo releases this handle's grant that the acquiring request undo was
 // answered with, whatever its token (wire.Release.Undo), even when ctx has
 // ended.
-func (h Handle) Undo(ctx context.Context, undo string) error {
+func (h Agent) Undo(ctx context.Context, undo string) error {
 	ctx, cancel := h.Cleanup(ctx)
 	defer cancel()
 	return h.Release.Run(ctx, h.Client, h.Keys, h.releaseArgs(0, undo).Args()...).Err()
 }
 
-func (h Handle) requestID() string { return wire.Request(h.Owner) }
+func (h Agent) requestID() string { return wire.Request(h.Owner) }
 
 // releaseArgs is a release of this handle's hold with token, or, with undo,
 // of the grant that undo names.
-func (h Handle) releaseArgs(token int64, undo string) wire.Release {
+func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 	return wire.Release{Owner: h.args.owner, Request: h.requestID(), Token: token,
 		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
 }
@@ -157,7 +157,7 @@ func (h Handle) releaseArgs(token int64, undo string) wire.Release {
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
 // connection by WAIT (lua.Script.RunWait). acked is the replicas that
 // acknowledged, -1 without WithReplicas.
-func (h Handle) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
+func (h Agent) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
 	if h.Config.Replicas == 0 {
 		v, err = h.Call(s).Run(ctx, h.Client, args...).Result()
 		return v, -1, err
@@ -176,7 +176,7 @@ func (h Handle) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v a
 // Replicated judges a grant that req's reply reported, with acked replicas
 // acknowledging it (RunAcquire): with too few, the grant is undone (as a
 // lost reply's is) and the error wraps ErrNotReplicated.
-func (h Handle) Replicated(ctx context.Context, req Request, acked int64) error {
+func (h Agent) Replicated(ctx context.Context, req Request, acked int64) error {
 	if acked < 0 || acked >= int64(h.Config.Replicas) {
 		return nil
 	}
@@ -190,7 +190,7 @@ func (h Handle) Replicated(ctx context.Context, req Request, acked int64) error 
 // by another client's call, and the claim's WAIT covers it too (replication
 // is one ordered stream). With too few, the hold is released (handed on)
 // and the error wraps ErrNotReplicated.
-func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
+func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
 	since := h.claimSince(g, fixed)
 	script, args := h.renewCall(g.Token, lease, fixed)
 	cmd, acked, err := script.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
@@ -222,7 +222,7 @@ func (h Handle) ClaimReplicated(ctx context.Context, g Grant, lease time.Duratio
 // hold to the full lease, counted from the grant for a fixed lease and from
 // now otherwise. It returns the time the new lease counts from, or ok=false
 // if the hold is gone.
-func (h Handle) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
+func (h Agent) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
 	since = h.claimSince(g, fixed)
 	ok, err = h.renew(ctx, g.Token, lease, fixed)
 	return since, ok, err
@@ -230,7 +230,7 @@ func (h Handle) Claim(ctx context.Context, g Grant, lease time.Duration, fixed b
 
 // claimSince is when a claimed hand-off's new lease counts from: its grant
 // for a fixed lease, now otherwise.
-func (h Handle) claimSince(g Grant, fixed bool) time.Time {
+func (h Agent) claimSince(g Grant, fixed bool) time.Time {
 	if fixed {
 		return g.Since
 	}
@@ -239,12 +239,12 @@ func (h Handle) claimSince(g Grant, fixed bool) time.Time {
 
 // renewCall is the script and arguments that extend this handle's hold with
 // token by lease (from the hand-off's grant when fromGrant).
-func (h Handle) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua.Script, []any) {
+func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua.Script, []any) {
 	from := wire.FromNow
 	if fromGrant {
 		from = wire.FromGrant
 	}
-	script := h.Layout.Renew
+	script := h.Place.Renew
 	if script == nil {
 		script = h.Config.Scripts.Renew
 	}
@@ -253,7 +253,7 @@ func (h Handle) renewCall(token int64, lease time.Duration, fromGrant bool) (*lu
 
 // renew extends this handle's hold with token by lease (from the hand-off's
 // grant when fromGrant); false if the hold is gone.
-func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
 	script, args := h.renewCall(token, lease, fromGrant)
 	v, err := script.Run(ctx, h.Client, h.Keys, args...).Result()
 	if err != nil {
@@ -265,7 +265,7 @@ func (h Handle) renew(ctx context.Context, token int64, lease time.Duration, fro
 // Cleanup is ctx, or, when ctx has already ended, a context that keeps its
 // values, ignores its cancellation, and has its own time bound (the cleanup
 // timeout): leaving a queue or unlocking under defer must run even then.
-func (h Handle) Cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+func (h Agent) Cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() == nil {
 		return ctx, func() {}
 	}
@@ -273,19 +273,19 @@ func (h Handle) Cleanup(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // Info logs an event worth a user's attention.
-func (h Handle) Info(msg string, args ...any) {
+func (h Agent) Info(msg string, args ...any) {
 	if l := h.Config.Logger; l != nil {
 		l.Info("fairlock: "+msg, append([]any{slog.String("lock", h.Name), slog.String("owner", h.Owner)}, args...)...)
 	}
 }
 
-func (h Handle) logWarn(msg string, err error) {
+func (h Agent) logWarn(msg string, err error) {
 	if l := h.Config.Logger; l != nil {
 		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Any("error", err))
 	}
 }
 
-func (h Handle) logError(msg string, token int64) {
+func (h Agent) logError(msg string, token int64) {
 	if l := h.Config.Logger; l != nil {
 		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Int64("token", token))
 	}
