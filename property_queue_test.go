@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -180,7 +181,8 @@ type queueLedger struct {
 	told       map[string]bool
 	grants     map[string]int64
 	lastGrant  int64
-	served     map[string]int64 // permit owners served by a note: the grant's expiry
+	served     map[string]int64 // waiters (gate owners) served by a note: the grant's expiry
+	noted      map[int64]bool   // tokens of the permit holds served by a note
 	lastPermit int64
 }
 
@@ -188,7 +190,7 @@ type queueLedger struct {
 // is hold+":wake"); permits is a semaphore's permits key, for its gate.
 func newQueueLedger(t *rapid.T, client *redis.Client, what, hold, permits string) *queueLedger {
 	return &queueLedger{what: what, wire: newChannelLog(t, client, hold+":wake"), hold: hold, permits: permits,
-		seen: map[string]bool{}, told: map[string]bool{}, grants: map[string]int64{}, served: map[string]int64{}}
+		seen: map[string]bool{}, told: map[string]bool{}, grants: map[string]int64{}, served: map[string]int64{}, noted: map[int64]bool{}}
 }
 
 func (l *queueLedger) close() { l.wire.close() }
@@ -212,6 +214,12 @@ func rawHold(t *rapid.T, client *redis.Client, key string) map[string]any {
 func field(v map[string]any, name string) string {
 	s, _ := v[name].(string)
 	return s
+}
+
+// recordInt reads a number field of a record; 0 if it is not one.
+func recordInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 func number(v map[string]any, name string) int64 {
@@ -254,7 +262,7 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map
 		p, _ := rawHold(t, client, l.permits)["p"].(map[string]any)
 		for owner, rec := range p {
 			parts := strings.Split(fmt.Sprint(rec), "|")
-			if _, ok := l.served[owner]; len(parts) >= 4 && parts[3] != "0" && !ok {
+			if len(parts) >= 4 && parts[3] != "0" && !l.noted[recordInt(parts[2])] {
 				t.Fatalf("messages: permits were served to %s (%v) with no message", owner, rec)
 			}
 		}
@@ -268,8 +276,8 @@ func (l *queueLedger) note(t *rapid.T, text string, q rawQueue) {
 	switch {
 	case l.permits != "" && len(f) == 5 && f[1] == "permits":
 		// "<id> permits <token> <grant ms> <expiry ms>": id is the gate's
-		// owner, or a queue entry ("<gate owner>/<n>"); a gate owner is
-		// "<permit owner>+<n>+<lease>+<id>".
+		// owner, or a queue entry ("<gate owner>/<n>"); either way the
+		// waiter is its gate owner, which it keeps while it waits.
 		token, err1 := strconv.ParseInt(f[2], 10, 64)
 		granted, err2 := strconv.ParseInt(f[3], 10, 64)
 		expiry, err3 := strconv.ParseInt(f[4], 10, 64)
@@ -278,7 +286,10 @@ func (l *queueLedger) note(t *rapid.T, text string, q rawQueue) {
 		}
 		// A first waiter whose grant ran out unclaimed is still first in
 		// line, and may be served again; never while a grant is in force.
-		owner, _, _ := strings.Cut(f[0], "+")
+		owner := f[0]
+		if o := wire.OwnerOfEntry(f[0]); o != "" {
+			owner = o
+		}
 		if until, ok := l.served[owner]; ok && granted < until {
 			t.Fatalf("messages: permits served to %s again (%q) while its grant until %d is in force", owner, text, until)
 		}
@@ -286,6 +297,7 @@ func (l *queueLedger) note(t *rapid.T, text string, q rawQueue) {
 			t.Fatalf("messages: permits served to %s, which is still in %s's queue", f[0], l.what)
 		}
 		l.served[owner], l.lastPermit = expiry, token
+		l.noted[token] = true
 	case l.permits != "" && len(f) == 2 && f[1] == "freed":
 		// The gate's holder is to look for itself.
 	default:

@@ -6,14 +6,14 @@ import "testing"
 // they hold, parsing never panics.
 
 func FuzzParseInspect(f *testing.F) {
-	f.Add(int64(1000), "owner", int64(1), int64(500), int64(7), "host\t12\tlabel", "", "o/1", int64(2000), "30000|10000|host\t12\tl", uint8(10))
-	f.Add(int64(0), "", int64(0), int64(0), int64(0), "", "e", "", int64(-1), "", uint8(7))
-	f.Add(int64(5), "o", int64(-3), int64(-1), int64(-9), "\t\t", "x", "/", int64(5), "||", uint8(13))
-	f.Fuzz(func(t *testing.T, now int64, owner string, count, ttl, token int64, origin, entry, qentry string, deadline int64, info string, n uint8) {
-		full := []any{now, owner, count, ttl, token, origin, entry, qentry, deadline, info}
+	f.Add(int64(1000), "owner", int64(1), int64(500), int64(7), "host\t12\tlabel", "", "", "o/1", int64(2000), "30000|10000||host\t12\tl", uint8(11))
+	f.Add(int64(0), "", int64(0), int64(0), int64(0), "", "e", "p", "", int64(-1), "", uint8(8))
+	f.Add(int64(5), "o", int64(-3), int64(-1), int64(-9), "\t\t", "x", "p.1", "/", int64(5), "|||", uint8(14))
+	f.Fuzz(func(t *testing.T, now int64, owner string, count, ttl, token int64, origin, entry, permitOwner, qentry string, deadline int64, info string, n uint8) {
+		full := []any{now, owner, count, ttl, token, origin, entry, permitOwner, qentry, deadline, info}
 		// Every prefix, and every element of the wrong type.
 		v := full[:min(int(n), len(full))]
-		if _, err := parseInspect(v); err == nil && len(v) < 7 {
+		if _, err := parseInspect(v); err == nil && len(v) < 8 {
 			t.Fatalf("a reply of %d elements was accepted", len(v))
 		}
 		for i := range v {

@@ -80,16 +80,33 @@ func parseInspect(v []any) (State, error) {
 		s.Holder = &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
 			Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
 	}
+	for _, w := range queueOf(in) {
+		s.Queue = append(s.Queue, w.Waiter)
+	}
+	return s, nil
+}
+
+// queued is one live entry of a queue, with the owner id of the permit hold
+// it waits for (a semaphore's gate; "" elsewhere).
+type queued struct {
+	Waiter
+	permitOwner string
+}
+
+// queueOf lists the entries of an inspected queue in order, tombstones left
+// out.
+func queueOf(in wire.Inspected) []queued {
+	var out []queued
 	for _, e := range in.Elements {
 		if e.Deadline < 0 {
 			continue // a tombstone: it gave up
 		}
-		w := Waiter{Owner: wire.OwnerOfEntry(e.Entry), Entry: e.Entry,
-			Deadline: time.Duration(e.Deadline-in.Now) * time.Millisecond, Expired: e.Deadline <= in.Now}
-		if o, ok := wire.ParseElementInfo(e.Info); ok {
-			w.Origin = Origin(o)
+		w := queued{Waiter: Waiter{Owner: wire.OwnerOfEntry(e.Entry), Entry: e.Entry,
+			Deadline: time.Duration(e.Deadline-in.Now) * time.Millisecond, Expired: e.Deadline <= in.Now}}
+		if o, permitOwner, ok := wire.ParseElementInfo(e.Info); ok {
+			w.Origin, w.permitOwner = Origin(o), permitOwner
 		}
-		s.Queue = append(s.Queue, w)
+		out = append(out, w)
 	}
-	return s, nil
+	return out
 }

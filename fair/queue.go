@@ -22,6 +22,10 @@ type queue struct {
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
 	labelArg any    // label, boxed once
 
+	// permit is what a semaphore's waiter asks for, on its gate's queue
+	// (zero elsewhere): every attempt tells the gate.
+	permit wire.PermitRequest
+
 	mu        sync.Mutex
 	abandoned []string // entries this handle could not take out of the queue
 }
@@ -55,6 +59,14 @@ var hostname = func() string {
 func newQueue(h core.Agent) *queue {
 	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
 	return &queue{h: h, label: label, labelArg: label}
+}
+
+// newGateQueue returns the queue of a semaphore's gate for a waiter that
+// asks for permit.
+func newGateQueue(h core.Agent, permit wire.PermitRequest) *queue {
+	q := newQueue(h)
+	q.permit = permit
+	return q
 }
 
 // mutexKind is newQueue as a fair Mutex's core.Kind.
@@ -104,6 +116,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 		Owner: h.OwnerArg(), Entry: entry, Request: req.ID,
 		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
 		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
+		Permit: qu.permit,
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {

@@ -269,14 +269,19 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
 	}
-	gate, err := parseInspect(g)
+	gate, err := wire.DecodeInspect(g)
 	if err != nil {
 		return st, err
 	}
+	// Each waiter is shown by the owner id of the permit hold it waits for,
+	// which is the Owner of its PermitHolder once served.
 	if h := gate.Holder; h != nil {
-		st.Queue = append(st.Queue, Waiter{Owner: h.Owner, Entry: h.Entry, Deadline: h.TTL, Origin: h.Origin})
+		st.Queue = append(st.Queue, Waiter{Owner: h.PermitOwner, Entry: h.Entry, Deadline: h.TTL, Origin: parseOrigin(h.Origin)})
 	}
-	st.Queue = append(st.Queue, gate.Queue...)
+	for _, w := range queueOf(gate) {
+		w.Owner = w.permitOwner
+		st.Queue = append(st.Queue, w.Waiter)
+	}
 	return st, nil
 }
 
@@ -431,9 +436,9 @@ func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, b
 // lockGate queues on the gate until it is this call's (gate), or this
 // call's permits were served to it as it waited there (served), or end
 // (unless a waits forever): all nil when the wait elapsed. The gate's lease
-// is the wait timeout. The gate's owner id names the permit hold and its
-// request (permit_request in wire.lua), so that a release can serve it in the
-// queue.
+// is the wait timeout. Each of its attempts says what it asks for (the
+// permit hold's owner id, its permits and lease: wire.PermitRequest), which
+// the gate keeps so that a release can serve it in the queue.
 func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (gate *core.Mutex, served *core.Grant, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -448,12 +453,12 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		}
 		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
 	}
-	owner := wire.PermitRequest(k.h.Owner, k.n, wire.Ms(a.Lease))
+	req := wire.PermitRequest{Owner: k.h.Owner, N: k.n, Lease: wire.Ms(a.Lease)}
 	var q *queue
-	gate, err = core.NewMutexAs(owner, k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
-		return placeAt(k.s.base+":gate", scripts)
+	gate, err = core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
+		return placeAt(wire.GateBase(k.s.base), scripts)
 	}, func(h core.Agent) core.Kind {
-		q = newQueue(h)
+		q = newGateQueue(h, req)
 		return q
 	})
 	if err != nil {

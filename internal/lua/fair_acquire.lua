@@ -4,7 +4,10 @@
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
--- handle gave up for lost ("0": none).
+-- handle gave up for lost ("0": none); on a semaphore's gate only, what the
+-- waiter asks for: ARGV[11] the owner id of its permit hold, ARGV[12] the
+-- permits, ARGV[13] their lease ms (kept in its queue element, and in the
+-- gate's hold while it holds the gate: po, pn, pl).
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
@@ -19,6 +22,7 @@
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local po, pn, pl = ARGV[11], ARGV[12], ARGV[13]
 local publish, channel = ARGV[8], ARGV[9]
 local s = load()
 local bad = layout_error(s)
@@ -76,6 +80,7 @@ if who == nil then
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
+    s.po, s.pn, s.pl = po, pn, pl
     if head == entry then
       -- The head took the lock itself (the last hold's lease ran out): the
       -- waiter behind it is head now, and must hear when this lease ends.
@@ -116,7 +121,7 @@ local created = false
 if added then
   -- Step 7, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  redis.call('RPUSH', Q.list, element(entry, lease, wait, label))
+  redis.call('RPUSH', Q.list, element(entry, lease, wait, request_text(po, pn, pl), label))
   -- A queue key this call created has no TTL yet. With a live head ahead,
   -- both keys already existed (that head is in both), and every write that
   -- could create them set their TTL; with none, they may be new.

@@ -34,10 +34,14 @@
 --       h  the latest waiter deadline ever written (bounds the queue's life)
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
+--       a semaphore's gate only: po, pn, pl  the permit request its holder
+--          waits for: the owner id of the permit hold, the permits, their
+--          lease (ms)
 --   fair lock only:
 --   KEYS[2] fairlock:f:{N}:queue      list, the queue in join order; each
---       element is "<entry id>|<lease ms>|<wait ms>|<label>" (entry ids have
---       no '|'), so the head's lease and label come with it
+--       element is "<entry id>|<lease ms>|<wait ms>|<request>|<label>"
+--       (element in wire.lua), so the head's lease, request and label come
+--       with it
 --   KEYS[3] fairlock:f:{N}:deadlines  zset, entry id -> deadline (Redis ms);
 --       an entry in the list but not here is a tombstone (it gave up or died)
 --
@@ -52,9 +56,11 @@
 --       x  the latest expiry any permit hold ever had (for commit)
 --   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
 --       of the layout above: its holder is the first waiter, waiting for
---       permits; everyone behind it waits in its queue. Their owner ids say
---       what they ask for (permit_request), so that a release can serve
---       them; grants go out on the gate's channel, :gate:wake.
+--       permits; everyone behind it waits in its queue. Each says what it
+--       asks for when it joins (fair_acquire.lua's ARGV[11..13]), which the
+--       gate keeps in its queue element and, for its holder, in po, pn and
+--       pl, so that a release can serve them; grants go out on the gate's
+--       channel, :gate:wake.
 --
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
 -- hold once (load: GET and cjson.decode) and writes it at most once (save:
@@ -67,8 +73,10 @@
 -- a changed protocol (hand-offs carry their grant time, head notices), which
 -- a layout-2 client would misread: the version says so before it can. 4
 -- keeps no answers (a is a release's remaining count, q is cleared with
--- each token), which a layout-3 client would misread on a retry.
-local LAYOUT = '4'
+-- each token), which a layout-3 client would misread on a retry. 5 carries
+-- a semaphore's permit request in its gate's queue elements and hold, not
+-- in the waiter's owner id: the elements have one field more.
+local LAYOUT = '5'
 -- How long keys outlive the last hold and the last deadline: long enough for
 -- a retried request to find it ran (q) and for the fence (f) to bridge
 -- quick re-locks.
@@ -156,6 +164,7 @@ end
 -- caller saves.
 local function clear_hold(s)
   s.o, s.c, s.x, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil
+  s.po, s.pn, s.pl = nil, nil, nil
   changed = true
 end
 

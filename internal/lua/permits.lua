@@ -66,7 +66,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
   local who, _, gate_expiry = holder(g, now)
   local grants, blocked = {}, false
   if who and not skip_holder then
-    local owner, n, lease = permit_request(who)
+    local owner, n, lease = g.po, tonumber(g.pn), tonumber(g.pl)
     if owner == nil or n > k then
       -- Not a request this script can grant: its holder looks for itself
       -- (one for more than K permits gets its error).
@@ -88,7 +88,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
     while true do
       local head = live_head(gate, now)
       if head == nil then break end
-      local owner, n, lease = permit_request(entry_owner(head))
+      local owner, n, lease = element_request(redis.call('LINDEX', gate.list, 0))
       if owner == nil or n > k or used + n > k or s.p[owner] then break end
       local element = redis.call('LPOP', gate.list)
       local deadline = tonumber(redis.call('ZSCORE', gate.deadlines, head))

@@ -84,6 +84,9 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   local expiry = math.min(now + lease, deadline)
   w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
   w.e, w.g, w.b = head, int(now), label
+  -- On a semaphore's gate, what the new holder waits for (none elsewhere).
+  local po, pn, pl = element_request(element)
+  s.po, s.pn, s.pl = po, pn and int(pn), pl and int(pl)
   local message = {handoff_note(head, token, now)}
   local next_head = live_head(q, now)
   if next_head then message[2] = head_notice(next_head, expiry) end

@@ -2,12 +2,12 @@
 -- JSON, in one place. Its mirror on the Go side is internal/wire: a change
 -- to one is a change to both.
 --
---   queue element   "<entry>|<lease ms>|<wait ms>|<origin>" (entry ids have
---                   no '|'; the origin, "<host>\t<pid>\t<label>", comes last
---                   and may hold anything)
+--   queue element   "<entry>|<lease ms>|<wait ms>|<request>|<origin>" (entry
+--                   ids have no '|'; request is "" or, on a semaphore's
+--                   gate, "<permit owner> <n> <lease ms>", what the waiter
+--                   asks for; the origin, "<host>\t<pid>\t<label>", comes
+--                   last and may hold anything)
 --   entry id        "<owner>/<join number>"
---   permit request  "<permit owner>+<n>+<lease ms>+<id>", the owner id of a
---                   semaphore's waiter on its gate
 --   permit record   "<n>|<expiry ms>|<token>|<g>|<origin>"
 --   notes           one message carries one or more, separated by ';', each
 --                   for the waiter its first word names:
@@ -18,9 +18,15 @@
 --                   and the reentrant lock's release publishes "" (any one
 --                   waiter)
 
--- The queue element of an entry.
-local function element(entry, lease, wait, origin)
-  return entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. origin
+-- A permit request as a queue element holds it ("" for none).
+local function request_text(owner, n, lease)
+  if owner == nil or owner == '' then return '' end
+  return owner .. ' ' .. int(n) .. ' ' .. int(lease)
+end
+
+-- The queue element of an entry; request as request_text makes it.
+local function element(entry, lease, wait, request, origin)
+  return entry .. '|' .. int(lease) .. '|' .. int(wait) .. '|' .. request .. '|' .. origin
 end
 
 -- The entry id of a queue element.
@@ -28,29 +34,29 @@ local function element_entry(element)
   return string.match(element, '^[^|]*')
 end
 
--- What follows the entry id in a queue element: "<lease>|<wait>|<origin>".
+-- What follows the entry id in a queue element:
+-- "<lease>|<wait>|<request>|<origin>".
 local function element_info(element)
   return string.match(element, '^[^|]*|(.*)$')
 end
 
 -- The lease and origin of a queue element; nil if fairlock did not write it.
 local function element_lease(element)
-  local lease, origin = string.match(element, '^[^|]*|(%d+)|%d+|(.*)$')
+  local lease, origin = string.match(element, '^[^|]*|(%d+)|%d+|[^|]*|(.*)$')
   return tonumber(lease), origin
+end
+
+-- The permit request of a queue element: the permit hold's owner id, the
+-- permits and their lease; nil if it has none.
+local function element_request(element)
+  local owner, n, lease = string.match(element, '^[^|]*|%d+|%d+|([^| ]+) (%d+) (%d+)|')
+  if owner == nil then return nil end
+  return owner, tonumber(n), tonumber(lease)
 end
 
 -- The owner of a queue entry.
 local function entry_owner(entry)
   return string.match(entry, '^(.*)/[^/]*$')
-end
-
--- Semaphore: what a waiter asks for, from its owner id on the gate: the
--- owner id of its permit hold (which has no '+'), the permits it wants and
--- their lease. nil for an id of another form.
-local function permit_request(gate_owner)
-  local owner, n, lease = string.match(gate_owner or '', '^([^+]+)%+(%d+)%+(%d+)%+')
-  if owner == nil then return nil end
-  return owner, tonumber(n), tonumber(lease)
 end
 
 -- Semaphore: one permit hold's record (g: the grant time of permits served

@@ -18,11 +18,26 @@ type FairAcquire struct {
 	Origin                any    // EncodeOrigin's text
 	Publish, Channel      any
 	Stale                 int64 // the token of a hold this handle gave up for lost (0: none)
+	// On a semaphore's gate, what the waiter asks for: the owner id of its
+	// permit hold, the permits and their lease (ms). Empty elsewhere.
+	Permit PermitRequest
+}
+
+// PermitRequest is what a semaphore's waiter asks for as it queues on the
+// gate.
+type PermitRequest struct {
+	Owner string // the permit hold's owner id; "": no request
+	N     int
+	Lease int64 // ms
 }
 
 // Args is a's ARGV.
 func (a FairAcquire) Args() []any {
-	return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale}
+	if a.Permit.Owner == "" {
+		return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale}
+	}
+	return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale,
+		a.Permit.Owner, a.Permit.N, a.Permit.Lease}
 }
 
 // FairAcquireReply is fair_acquire.lua's reply.
@@ -238,6 +253,9 @@ type InspectedHolder struct {
 	Token  int64
 	Origin string
 	Entry  string // the entry a pending hand-off was granted to ("": claimed)
+	// PermitOwner is, on a semaphore's gate, the owner id of the permit
+	// hold its holder waits for.
+	PermitOwner string
 }
 
 // InspectedElement is one queue element.
@@ -248,9 +266,10 @@ type InspectedElement struct {
 }
 
 // DecodeInspect reads {now, holder, count, ms left, token, origin, granted
-// entry, then per element: entry, deadline or -1, the element's info}.
+// entry, the holder's permit owner, then per element: entry, deadline or -1,
+// the element's info}.
 func DecodeInspect(v []any) (Inspected, error) {
-	if len(v) < 7 {
+	if len(v) < 8 {
 		return Inspected{}, fmt.Errorf("fairlock: unexpected inspect reply of %d elements", len(v))
 	}
 	str := func(i int) string { s, _ := v[i].(string); return s }
@@ -258,9 +277,9 @@ func DecodeInspect(v []any) (Inspected, error) {
 	in := Inspected{Now: num(0)}
 	if owner := str(1); owner != "" {
 		in.Holder = &InspectedHolder{Owner: owner, Count: int(num(2)), TTL: time.Duration(num(3)) * time.Millisecond,
-			Token: num(4), Origin: str(5), Entry: str(6)}
+			Token: num(4), Origin: str(5), Entry: str(6), PermitOwner: str(7)}
 	}
-	for i := 7; i+2 < len(v); i += 3 {
+	for i := 8; i+2 < len(v); i += 3 {
 		in.Elements = append(in.Elements, InspectedElement{Entry: str(i), Deadline: num(i + 1), Info: str(i + 2)})
 	}
 	return in, nil

@@ -12,9 +12,10 @@
 //	entry id     "<owner>/<n>"                       Go (Entry); Lua entry_owner, Go OwnerOfEntry
 //	request id   "<owner>#<n>"                       Go (Request); Lua compares it whole
 //	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
-//	queue element "<entry>|<lease>|<wait>|<origin>"  Lua (wire.lua element); Go ParseElement (Inspect)
-//	permit request "<owner>+<n>+<lease ms>+<id>"     Go (PermitRequest), the owner id of a
-//	                                                 semaphore's waiter on its gate; Lua permit_request
+//	queue element "<entry>|<lease>|<wait>|<request>|<origin>"
+//	                                                 Lua (wire.lua element); Go ParseElementInfo (Inspect)
+//	permit request "<permit owner> <n> <lease ms>"   Lua (request_text), in a gate's queue element,
+//	                                                 from FairAcquire's arguments
 //	notes        hand-off, head notice, permits, freed, ';' between notes
 //	                                                 Lua (wire.lua); Go ParseNote, NoteTarget
 //	permit record "<n>|<expiry>|<token>|<g>|<origin>"  Lua only (wire.lua)
@@ -102,14 +103,6 @@ func OwnerOfEntry(entry string) string {
 	return ""
 }
 
-// PermitRequest is the owner id under which a semaphore's waiter queues on
-// its gate, "<owner>+<n>+<lease ms>+<id>": the owner id of its permit hold
-// (which has no '+'), the permits it asks for and their lease, so that a
-// release can serve it from the gate's queue (permit_request in wire.lua).
-func PermitRequest(owner string, n int, leaseMs int64) string {
-	return owner + "+" + strconv.Itoa(n) + "+" + strconv.FormatInt(leaseMs, 10) + "+" + next()
-}
-
 // Origin is where a handle runs, and its label, as Inspect shows it.
 type Origin struct {
 	Host  string
@@ -133,13 +126,16 @@ func ParseOrigin(s string) Origin {
 }
 
 // ParseElementInfo reads what follows the entry id in a queue element,
-// "<lease>|<wait>|<origin>", as fair_inspect.lua returns it.
-func ParseElementInfo(info string) (Origin, bool) {
-	parts := strings.SplitN(info, "|", 3)
-	if len(parts) != 3 {
-		return Origin{}, false
+// "<lease>|<wait>|<request>|<origin>", as fair_inspect.lua returns it: the
+// origin, and the owner id of the permit hold the entry waits for ("" but on
+// a semaphore's gate).
+func ParseElementInfo(info string) (origin Origin, permitOwner string, ok bool) {
+	parts := strings.SplitN(info, "|", 4)
+	if len(parts) != 4 {
+		return Origin{}, "", false
 	}
-	return ParseOrigin(parts[2]), true
+	permitOwner, _, _ = strings.Cut(parts[2], " ")
+	return ParseOrigin(parts[3]), permitOwner, true
 }
 
 // Notes: what the scripts publish on a lock's channel. One message carries

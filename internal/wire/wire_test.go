@@ -112,3 +112,37 @@ func TestIDs(t *testing.T) {
 		t.Fatalf("OwnerOfEntry of an id without an owner = %q", got)
 	}
 }
+
+// A semaphore's waiter says what it asks for in arguments of its own; a fair
+// lock's attempt sends none of them.
+func TestFairAcquireArgs(t *testing.T) {
+	a := FairAcquire{Owner: "o", Entry: "o/1", Request: "o#2", Lease: int64(30000), Wait: int64(10000),
+		Mode: ModeJoin, Origin: "h\t1\tl", Publish: "PUBLISH", Channel: "c", Stale: 0}
+	if got := len(a.Args()); got != 10 {
+		t.Fatalf("a fair lock's attempt sends %d arguments, want 10", got)
+	}
+	a.Permit = PermitRequest{Owner: "p.1", N: 3, Lease: 5000}
+	args := a.Args()
+	if len(args) != 13 || args[10] != "p.1" || args[11] != 3 || args[12] != int64(5000) {
+		t.Fatalf("a gate's attempt sends %v, want the permit request as ARGV[11..13]", args)
+	}
+}
+
+// Inspect reads a queue element's origin and, on a gate, the owner id of
+// the permit hold its waiter asks for.
+func TestParseElementInfo(t *testing.T) {
+	for _, tc := range []struct {
+		info, host, label, permitOwner string
+		ok                             bool
+	}{
+		{"30000|10000||h\t12\tl", "h", "l", "", true},
+		{"10000|10000|p.1 3 5000|h\t12\tl|with|bars", "h", "l|with|bars", "p.1", true},
+		{"30000|10000|h\t12\tl", "", "", "", false}, // layout 4: no request field
+		{"", "", "", "", false},
+	} {
+		o, p, ok := ParseElementInfo(tc.info)
+		if ok != tc.ok || o.Host != tc.host || o.Label != tc.label || p != tc.permitOwner {
+			t.Errorf("ParseElementInfo(%q) = %+v, %q, %v", tc.info, o, p, ok)
+		}
+	}
+}
