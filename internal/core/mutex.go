@@ -43,14 +43,6 @@ type Mutex struct {
 // the keys place gives for name, waiting as the Kind that kind returns.
 func NewMutex(client redis.UniversalClient, name string, cfg Config,
 	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
-	return NewMutexAs(wire.NewOwner(), client, name, cfg, place, kind)
-}
-
-// NewMutexAs is NewMutex with the owner id given: an id that says more than
-// who it is (a semaphore's waiter on its gate names the permits it asks
-// for). It must be as unique as wire.NewOwner's, and never reused.
-func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Config,
-	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
@@ -58,7 +50,7 @@ func NewMutexAs(owner string, client redis.UniversalClient, name string, cfg Con
 		return nil, err
 	}
 	m := &Mutex{}
-	m.h = Agent{Client: client, Name: name, Owner: owner, Config: &cfg,
+	m.h = Agent{Client: client, Name: name, Owner: wire.NewOwner(), Config: &cfg,
 		Publish: PublishCommand(client), Place: place(name, cfg.Scripts), stale: &m.stale}
 	m.h.args = newArgs(m.h)
 	m.kind = kind(m.h)
