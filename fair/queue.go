@@ -78,18 +78,16 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 	return out.held, err
 }
 
-// reply is fair_acquire.lua's answer.
+// reply is fair_acquire.lua's answer, with Redis's clock placed on this
+// client's for a reply that left the caller waiting.
 type reply struct {
-	held      bool
-	count     int
-	token     int64
-	handoff   bool       // held by a hand-off to this entry, not yet claimed
-	grantedAt int64      // handoff: the grant's Redis time, ms
-	evicted   bool       // the entry lost its place
-	holdEnds  int64      // waiting: when the current hold expires, Redis ms
-	head      bool       // waiting: the entry is first in the queue
-	clock     redisClock // waiting: where Redis's clock stood
+	wire.FairAcquireReply
+	clock redisClock // waiting: where Redis's clock stood
 }
+
+// holdEnds is, for a reply that left the caller waiting, when the current
+// hold expires (Redis ms).
+func (r reply) holdEnds() int64 { return r.Now + r.HoldMs }
 
 // redisClock places Redis times (ms) on this client's clock, from a reply
 // that carried Redis's clock: the script ran between the request's send and
@@ -135,16 +133,11 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 			return reply{}, err // undone: the caller holds nothing
 		}
 	}
-	switch {
-	case r.Held:
-		return reply{held: true, count: r.Count, token: r.Token, handoff: r.Handoff, grantedAt: r.Granted}, nil
-	case r.Evicted:
-		return reply{evicted: true}, nil
-	default:
-		redisNow := time.UnixMilli(r.Now)
-		return reply{holdEnds: r.Now + r.HoldMs, head: r.Head,
-			clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
+	if r.Held || r.Evicted {
+		return reply{FairAcquireReply: r}, nil
 	}
+	redisNow := time.UnixMilli(r.Now)
+	return reply{FairAcquireReply: r, clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
 }
 
 // grant turns a reply into a Grant. A fresh acquisition counts its lease from
@@ -155,18 +148,18 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 // that deadline is at least queued + wait timeout: the server set it after
 // that request was sent. So the first lease runs until the earlier of both.
 func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
-	if !r.held {
+	if !r.Held {
 		return nil
 	}
-	if !r.handoff {
-		return &core.Grant{Count: r.count, Token: r.token, Since: sent}
+	if !r.Handoff {
+		return &core.Grant{Count: r.Count, Token: r.Token, Since: sent}
 	}
 	since := queued
 	if grantedAt.After(since) {
 		since = grantedAt
 	}
 	return &core.Grant{
-		Count: r.count, Token: r.token, Since: since, Handoff: true,
+		Count: r.Count, Token: r.Token, Since: since, Handoff: true,
 		First: min(a.Lease, queued.Add(qu.h.Config.WaitTimeout).Sub(since)),
 	}
 }

@@ -48,7 +48,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	sent := clk.Now()
 	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
-	if err != nil || r.held {
+	if err != nil || r.Held {
 		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err // a fresh entry is never handed the lock
 	}
 
@@ -163,15 +163,15 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		switch {
 		case err != nil:
 			return outcome{}, err
-		case r.held && r.handoff:
+		case r.Held && r.Handoff:
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
 				return outcome{held: g}, err
 			}
 			continue // claimed too late: the next attempt tells where it stands
-		case r.held:
+		case r.Held:
 			return outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil
-		case r.evicted:
+		case r.Evicted:
 			if out, err := q.rejoin(ctx); out.done() || err != nil {
 				return out, err
 			}
@@ -203,7 +203,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	case wire.HeadNotice:
 		q.headUntil(n.Expiry)
 	case wire.HandOff:
-		r := reply{held: true, count: 1, token: n.Token, handoff: true, grantedAt: n.GrantedAt}
+		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Count: 1, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
 		g, err := q.handedOff(ctx, r)
 		return outcome{held: g}, g == nil && err == nil, err
 	case wire.Served:
@@ -232,14 +232,14 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
 func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
-	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.grantedAt)), q.a)
+	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.Granted)), q.a)
 }
 
 // queued takes in a reply that left the entry waiting.
 func (q *queueWait) queued(r reply) {
 	q.rc = r.clock
-	if r.head {
-		q.headUntil(r.holdEnds)
+	if r.Head {
+		q.headUntil(r.holdEnds())
 	} else {
 		q.stopFallback()
 	}
