@@ -19,7 +19,18 @@ import (
 // every waiter's fallback timer: the script evicts dead heads, hands a free
 // lock to the live head, and reports grants whose message was lost.
 
-// heartbeatKey names a heartbeat among its client's services (core.Services).
+// heartbeats is the service (core.LockServices) that keeps a client's
+// heartbeats, one per lock with queued waiters: a typed map under one key of
+// no size, so that a look-up boxes nothing. It stays while the client's
+// Shared does, idle when empty.
+type heartbeats map[heartbeatKey]*heartbeat
+
+// Idle reports that no waiter of the client is queued.
+func (b heartbeats) Idle() bool { return len(b) == 0 }
+
+type heartbeatsKey struct{}
+
+// heartbeatKey names a heartbeat among its client's heartbeats.
 type heartbeatKey struct {
 	hold    string // the hold's key: a fair lock and a semaphore's gate may share a name
 	scripts *lua.Scripts
@@ -78,43 +89,49 @@ func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *membe
 	cfg := qu.h.Config
 	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
-	var hb *heartbeat
-	core.Services(qu.h.Client, func(services map[any]any) {
-		hb, _ = services[key].(*heartbeat)
-		if hb == nil {
-			hb = &heartbeat{key: key, client: qu.h.Client, qu: qu, members: map[*member]struct{}{}}
-			services[key] = hb
+	sh := core.LockServices(qu.h.Client)
+	defer sh.Unlock()
+	services := sh.Services()
+	beats, _ := services[heartbeatsKey{}].(heartbeats)
+	if beats == nil {
+		beats = heartbeats{}
+		services[heartbeatsKey{}] = beats
+	}
+	hb := beats[key]
+	if hb == nil {
+		hb = &heartbeat{key: key, client: qu.h.Client, qu: qu, members: map[*member]struct{}{}}
+		beats[key] = hb
+	}
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.members[mem] = struct{}{}
+	if every := mem.wait / 3; hb.timer == nil || every < hb.every {
+		if hb.timer != nil {
+			hb.timer.Stop()
 		}
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		hb.members[mem] = struct{}{}
-		if every := mem.wait / 3; hb.timer == nil || every < hb.every {
-			if hb.timer != nil {
-				hb.timer.Stop()
-			}
-			hb.every = every
-			hb.timer = key.clock.AfterFunc(every, hb.beat)
-		}
-	})
+		hb.every = every
+		hb.timer = key.clock.AfterFunc(every, hb.beat)
+	}
 	return hb, mem
 }
 
 // leave removes a waiter; the last one stops the beat.
 func (hb *heartbeat) leave(mem *member) {
-	core.Services(hb.client, func(services map[any]any) {
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		delete(hb.members, mem)
-		if len(hb.members) == 0 {
-			if hb.timer != nil {
-				hb.timer.Stop()
-				hb.timer = nil
-			}
-			if services[hb.key] == hb {
-				delete(services, hb.key)
-			}
+	sh := core.LockServices(hb.client)
+	defer sh.Unlock()
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	delete(hb.members, mem)
+	if len(hb.members) == 0 {
+		if hb.timer != nil {
+			hb.timer.Stop()
+			hb.timer = nil
 		}
-	})
+		beats, _ := sh.Services()[heartbeatsKey{}].(heartbeats)
+		if beats[hb.key] == hb {
+			delete(beats, hb.key)
+		}
+	}
 }
 
 // beat refreshes every member's deadline and delivers what it learned.

@@ -13,17 +13,27 @@ import (
 // the client on one lock).
 //
 // Its lifetime: made when a handle on the client first needs a hub or a
-// service, and dropped once it has neither. A hub closes when no channel
-// has had a waiter for hubLinger (or at CloseIdleHubs); a service is
-// dropped by its last user. Handles do not keep it: they look it up
-// (SharedOf) each time they need it, so a dropped Shared is never used
-// again, and a closed client's Shared goes once its hubs and services have.
+// service, and dropped once it has no hub and every service is idle. A hub
+// closes when no channel has had a waiter for hubLinger (or at
+// CloseIdleHubs); a service is idle when it serves nobody (the heartbeats,
+// when no waiter of the client is queued). Handles do not keep it: they
+// look it up (SharedOf) each time they need it, so a dropped Shared is never
+// used again, and a closed client's Shared goes once its hubs have.
 type Shared struct {
 	client redis.UniversalClient
 
 	mu       sync.Mutex
-	hubs     map[any]*hub // by node: the client itself, or a Cluster master's client
-	services map[any]any  // by key: what a primitive keeps per lock (Services)
+	hubs     map[any]*hub    // by node: the client itself, or a Cluster master's client
+	services map[any]Service // by key: what a primitive keeps per client (Services)
+}
+
+// Service is what a primitive keeps in a client's Shared (the fair queue's
+// heartbeats). It stays while the Shared does, so that a busy lock does not
+// make it afresh at every turn; the Shared is dropped once it has no hub and
+// every service is idle.
+type Service interface {
+	// Idle reports that the service serves nobody now.
+	Idle() bool
 }
 
 // sharedOf is the registry of Shared values, by client: the one
@@ -39,7 +49,7 @@ func SharedOf(client redis.UniversalClient) *Shared {
 	defer sharedOf.Unlock()
 	s := sharedOf.m[client]
 	if s == nil {
-		s = &Shared{client: client, hubs: map[any]*hub{}, services: map[any]any{}}
+		s = &Shared{client: client, hubs: map[any]*hub{}, services: map[any]Service{}}
 		sharedOf.m[client] = s
 	}
 	return s
@@ -80,11 +90,16 @@ func allShared() []*Shared {
 	return out
 }
 
-// dropIfEmptyLocked forgets s once it has no hub and no service left; s.mu
-// is held. It is made afresh by the next SharedOf.
+// dropIfEmptyLocked forgets s once it has no hub left and every service is
+// idle; s.mu is held. It is made afresh by the next SharedOf.
 func (s *Shared) dropIfEmptyLocked() {
-	if len(s.hubs) > 0 || len(s.services) > 0 {
+	if len(s.hubs) > 0 {
 		return
+	}
+	for _, svc := range s.services {
+		if !svc.Idle() {
+			return
+		}
 	}
 	sharedOf.Lock()
 	if sharedOf.m[s.client] == s {
@@ -93,13 +108,18 @@ func (s *Shared) dropIfEmptyLocked() {
 	sharedOf.Unlock()
 }
 
-// Services runs f on the services of client's Shared, with them locked: a
-// primitive finds, adds or removes its per-lock service there (by a key of
-// its own type), and the Shared is dropped once none is left and no hub.
-// Lock order: s.mu, then the service's own locks.
-func Services(client redis.UniversalClient, f func(services map[any]any)) {
-	s := lockShared(client)
-	defer s.mu.Unlock()
-	f(s.services)
+// LockServices returns client's Shared, made if there is none, with its
+// services locked: a primitive finds or adds its service in Services (by a
+// key of its own type), then calls Unlock, which drops the Shared once it
+// has no hub and every service is idle. Lock order: the Shared,
+// then the service's own locks.
+func LockServices(client redis.UniversalClient) *Shared { return lockShared(client) }
+
+// Services are the primitives' services; LockServices first.
+func (s *Shared) Services() map[any]Service { return s.services }
+
+// Unlock ends what LockServices began.
+func (s *Shared) Unlock() {
 	s.dropIfEmptyLocked()
+	s.mu.Unlock()
 }
