@@ -272,5 +272,5 @@ func retrySpecOf(scripts *lua.Scripts) func(*rapid.T) {
 }
 
 func TestRetrySpecification(t *testing.T) {
-	rapid.Check(t, retrySpecOf(lua.Default))
+	rapid.Check(t, retrySpecOf(lua.Default()))
 }

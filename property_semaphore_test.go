@@ -661,7 +661,7 @@ func TestSemaphoreSpecification(t *testing.T) {
 		_ = flag.Set("rapid.checks", semaphoreChecks)
 		defer flag.Set("rapid.checks", old)
 	}
-	rapid.Check(t, semaphoreSpec(lua.Default))
+	rapid.Check(t, semaphoreSpec(lua.Default()))
 }
 
 func TestRWMutexSpecification(t *testing.T) {
@@ -671,5 +671,5 @@ func TestRWMutexSpecification(t *testing.T) {
 		_ = flag.Set("rapid.checks", semaphoreChecks)
 		defer flag.Set("rapid.checks", old)
 	}
-	rapid.Check(t, rwMutexSpec(lua.Default))
+	rapid.Check(t, rwMutexSpec(lua.Default()))
 }

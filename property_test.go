@@ -1083,5 +1083,5 @@ func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
 
 func TestFairLockSpecification(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	rapid.Check(t, fairLockSpec(lua.Default))
+	rapid.Check(t, fairLockSpec(lua.Default()))
 }

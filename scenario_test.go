@@ -245,13 +245,13 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 }
 
 func TestLongPermitHoldsKeepTheirKeys(t *testing.T) {
-	longPermitHoldsKeepTheirKeys(t, lua.Default)
+	longPermitHoldsKeepTheirKeys(t, lua.Default())
 }
 
 func TestReentryNeverShortensAHold(t *testing.T) {
-	reentryNeverShortensAHold(t, lua.Default)
+	reentryNeverShortensAHold(t, lua.Default())
 }
 
 func TestLostHandOffFoundByTheHeartbeat(t *testing.T) {
-	lostHandOffFoundByTheHeartbeat(t, lua.Default)
+	lostHandOffFoundByTheHeartbeat(t, lua.Default())
 }

@@ -119,7 +119,7 @@ func TestGivingUpHandsAFreeLockToTheNext(t *testing.T) {
 	// yet read when b gives up: simulate with a release that publishes
 	// nowhere, then cancel b's wait.
 	token := a.Token()
-	if err := lua.Default.FairRelease.Run(ctx, e.client, keysFor(), ownerOfHolder(t, e), "req-x", token, "PUBLISH", "nowhere").Err(); err != nil {
+	if err := lua.Default().FairRelease.Run(ctx, e.client, keysFor(), ownerOfHolder(t, e), "req-x", token, "PUBLISH", "nowhere").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.holder(); h != "b" {

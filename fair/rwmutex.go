@@ -275,5 +275,5 @@ func InspectRWMutex(ctx context.Context, client redis.UniversalClient, name stri
 	if err := core.CheckName(name); err != nil {
 		return SemaphoreState{}, err
 	}
-	return inspectSemaphore(ctx, client, name, "fairlock:rw:{"+name+"}", lua.Default)
+	return inspectSemaphore(ctx, client, name, "fairlock:rw:{"+name+"}", lua.Default())
 }

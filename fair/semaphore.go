@@ -253,7 +253,7 @@ func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name st
 	if err := core.CheckName(name); err != nil {
 		return SemaphoreState{}, err
 	}
-	return inspectSemaphore(ctx, client, name, wire.SemaphoreBase(name), lua.Default)
+	return inspectSemaphore(ctx, client, name, wire.SemaphoreBase(name), lua.Default())
 }
 
 func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, base string, scripts *lua.Scripts) (SemaphoreState, error) {

@@ -61,7 +61,7 @@ func proxied(t testing.TB, srv *Server, opts redis.Options) (*Proxy, *redis.Clie
 // HoldCount and TTL read), as an observer outside the proxy.
 func holdState(t *testing.T, c redis.UniversalClient, lock, name string) wire.HoldState {
 	t.Helper()
-	v, err := lua.Default.State.Run(context.Background(), c, []string{holdKey(lock, name)}).Result()
+	v, err := lua.Default().State.Run(context.Background(), c, []string{holdKey(lock, name)}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestFirstCallAfterASlotMoveLoadsTheLibrary(t *testing.T) {
 
 // libraryCode is the code of the scripts' function library.
 func libraryCode() string {
-	_, code := lua.Default.Library()
+	_, code := lua.Default().Library()
 	return code
 }
 

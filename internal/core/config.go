@@ -45,7 +45,7 @@ func NewConfig() Config {
 		DriftFactor:    DefaultDriftFactor,
 		CleanupTimeout: DefaultCleanupTimeout,
 		Clock:          clock.Real{},
-		Scripts:        lua.Default,
+		Scripts:        lua.Default(),
 		WaitTimeout:    DefaultWaitTimeout,
 	}
 }

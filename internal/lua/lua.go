@@ -1,6 +1,7 @@
 // Package lua holds fairlock's Redis scripts. Each script is a file of this
-// folder, embedded at build time, with the helpers of the library files
-// (Library, in order) put in front of it.
+// folder, embedded at build time, with the helper files (hold.lua,
+// wire.lua, fence.lua, retry.lua, queue.lua, permits.lua, in that order)
+// put in front of it.
 //
 // Where the server has Redis Functions (Redis 7 and later), all scripts are
 // loaded as one function library and called with FCALL: the helpers then run
@@ -51,13 +52,15 @@ type Scripts struct {
 	SemResize            *Script
 }
 
-// Default is the set the library runs.
-var Default = MustBuild(Sources())
+var defaultScripts = MustBuild(Sources())
 
-// Library names the files of helpers, split by concern, in the order they
-// are put in front of every script: each may use those before it (hold.lua
-// says what each holds).
-var Library = []string{"hold.lua", "wire.lua", "fence.lua", "retry.lua", "queue.lua", "permits.lua"}
+// Default returns the set the library runs.
+func Default() *Scripts { return defaultScripts }
+
+// helperFiles are the files of helpers, split by concern, in the order
+// they are put in front of every script: each may use those before it
+// (hold.lua says what each holds).
+var helperFiles = []string{"hold.lua", "wire.lua", "fence.lua", "retry.lua", "queue.lua", "permits.lua"}
 
 // Sources returns the text of every script file by name (the library's
 // included).
@@ -75,7 +78,7 @@ func Sources() map[string]string {
 // it to run deliberately broken variants. It panics on a missing file.
 func MustBuild(src map[string]string) *Scripts {
 	var helpers strings.Builder
-	for _, name := range Library {
+	for _, name := range helperFiles {
 		text, ok := src[name]
 		if !ok {
 			panic(fmt.Sprintf("lua: no library file %s", name))
@@ -86,7 +89,7 @@ func MustBuild(src map[string]string) *Scripts {
 	lib := helpers.String()
 	names := make([]string, 0, len(src))
 	for name := range src {
-		if !slices.Contains(Library, name) {
+		if !slices.Contains(helperFiles, name) {
 			names = append(names, name)
 		}
 	}

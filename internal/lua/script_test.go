@@ -73,7 +73,7 @@ func TestFunctionsOnRedis(t *testing.T) {
 			src["hold.lua"] += "\n-- script_test\n"
 			s := lua.MustBuild(src)
 			lib, _ := s.Library()
-			if def, _ := lua.Default.Library(); def == lib {
+			if def, _ := lua.Default().Library(); def == lib {
 				t.Fatal("the test's library has the default library's name")
 			}
 
