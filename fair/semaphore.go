@@ -60,9 +60,8 @@ type Permit struct {
 // has been unused long enough for its keys to expire. It takes the options
 // of every fair primitive (Option): the lease of its permit holds, the wait
 // timeout of its waiters, the label Inspect shows, and so on; not
-// WithReplicas. Bad arguments get an error
-// wrapping ErrInvalidArgument. Semaphore keys do not collide with those of a
-// Mutex of the same name.
+// WithReplicas. Bad arguments get an error wrapping ErrInvalidArgument.
+// Semaphore keys do not collide with those of a Mutex of the same name.
 func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
 	return newSemaphore(client, name, wire.SemaphoreBase(name), permits, opts)
 }
