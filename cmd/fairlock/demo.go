@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -216,7 +217,13 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	begin := time.Now()
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
+	// On a terminal the count is redrawn in place; elsewhere (a pipe, a
+	// file) only the final count is written, on a line of its own.
+	live := isTerminal(out)
 	progress := func() {
+		if !live {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(out, "\r%-9s %4d/%d jobs run", kind, rep.served, c.jobs)
@@ -260,8 +267,12 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	wg.Wait()
 	rep.elapsed = time.Since(begin)
 	rep.violations = violations(tokens)
-	progress()
-	fmt.Fprintln(out)
+	if live {
+		progress()
+		fmt.Fprintln(out)
+	} else {
+		fmt.Fprintf(out, "%-9s %4d/%d jobs run\n", kind, rep.served, c.jobs)
+	}
 	if ctx.Err() != nil {
 		return rep, ctx.Err()
 	}
@@ -335,4 +346,15 @@ func percentile(d []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(0, min(i, len(s))-1)].Round(100 * time.Microsecond)
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// progress can be redrawn in place with a carriage return.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -38,9 +38,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fairlock:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h of a subcommand: its usage was asked for, and printed
 		}
+		fmt.Fprintln(os.Stderr, "fairlock:", err)
 		os.Exit(2)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -41,6 +43,35 @@ func TestDemoReportsTheFairLockInOrder(t *testing.T) {
 	for _, col := range []string{"order violations", "wait p50", "wait p99"} {
 		if !strings.Contains(out, col) {
 			t.Fatalf("report lacks %q:\n%s", col, out)
+		}
+	}
+	// Not a terminal: no progress redrawn with carriage returns, one line
+	// per lock with its final count.
+	if strings.Contains(out, "\r") {
+		t.Fatalf("output to a pipe holds carriage returns:\n%q", out)
+	}
+	for _, kind := range []string{"fair", "reentrant"} {
+		if !regexp.MustCompile(`(?m)^` + kind + `\s+30/30 jobs run$`).MatchString(out) {
+			t.Fatalf("output lacks the line %q:\n%s", kind+" 30/30 jobs run", out)
+		}
+	}
+}
+
+// "fairlock demo -h" and "fairlock inspect -h" print their usage and exit
+// 0, as "fairlock -h" does: asking for help is not an error. The test
+// binary runs main itself, in a child process.
+func TestHelpExitsZero(t *testing.T) {
+	if args := os.Getenv("FAIRLOCK_TEST_MAIN"); args != "" {
+		os.Args = append([]string{"fairlock"}, strings.Fields(args)...)
+		main()
+		os.Exit(0) // main returned: exit status 0
+	}
+	for _, args := range []string{"-h", "demo -h", "inspect -h"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelpExitsZero$")
+		cmd.Env = append(os.Environ(), "FAIRLOCK_TEST_MAIN="+args)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage") {
+			t.Errorf("fairlock %s: %v\n%s", args, err, out)
 		}
 	}
 }
