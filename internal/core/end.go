@@ -35,7 +35,12 @@ func (e *End) Unlock() { e.mu.Unlock() }
 // Finish ends the hold with cause, once: it stops the watchdog and the
 // watchers (OnEnd), cancels the context, and, for ErrLockLost, closes Lost.
 // It reports whether this call ended it.
-func (e *End) Finish(cause error) bool {
+func (e *End) Finish(cause error) bool { return e.FinishAfter(cause, nil) }
+
+// FinishAfter is Finish, running first (if not nil, and only if this call
+// ends the hold) before the context and Lost say so: whatever it records is
+// in place for whoever reacts to them.
+func (e *End) FinishAfter(cause error, first func()) bool {
 	e.mu.Lock()
 	if e.ended {
 		e.mu.Unlock()
@@ -51,6 +56,9 @@ func (e *End) Finish(cause error) bool {
 	e.mu.Unlock()
 	for _, stop := range stops {
 		stop()
+	}
+	if first != nil {
+		first()
 	}
 	// The cause before Lost: whoever sees Lost closed finds the context
 	// already ended, with ErrLockLost.

@@ -87,41 +87,35 @@ func (h *hold) bornLost() bool {
 // claim turns a handed-off grant into a full hold, then hands over to the
 // watchdog (or, for a fixed lease, to the loss timer alone).
 func (h *hold) claim(g Grant) {
-	cfg := h.m.h.Config
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
-	defer cancel()
-	since, ok, err := h.m.h.Claim(ctx, g, h.lease, h.fixed)
-	if err == nil && !ok {
-		h.end(ErrLockLost, "the lock was gone when its hand-off was claimed")
-		return
-	}
-	h.Lock()
-	defer h.Unlock()
-	if h.EndedLocked() {
-		return
-	}
-	if err != nil {
-		h.m.h.logWarn("claiming a handed-off lock failed; retrying", err)
-		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, func() { h.claim(g) })
-		return
-	}
-	h.extendLocked(since, h.lease)
-	if !h.fixed {
-		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
-	}
+	h.round(func(ctx context.Context) (time.Time, bool, error) {
+		return h.m.h.Claim(ctx, g, h.lease, h.fixed)
+	}, func() { h.claim(g) }, "claiming a handed-off lock", "the lock was gone when its hand-off was claimed")
 }
 
 // watchdog renews a lease kept alive by the library, every lease/3; the
 // lease counts from when the renewal was sent. A failed call is retried
 // sooner; if none succeeds, the loss timer ends the hold.
 func (h *hold) watchdog() {
+	h.round(func(ctx context.Context) (time.Time, bool, error) {
+		since := h.m.h.Config.Clock.Now()
+		ok, err := h.m.h.renew(ctx, h.token, h.lease, false)
+		return since, ok, err
+	}, h.watchdog, "renewing the lease", "the lock was deleted or taken by another owner")
+}
+
+// round is one call of the hold's timer, a claim or a renewal (call): the
+// hold ends as lost if Redis no longer has it (gone says why); a failed call
+// is retried (again) after lease/RetryEvery, what logs call it; a
+// successful one extends the local deadline to a full lease from the time
+// call returns, and the watchdog goes on every lease/RenewEvery unless the
+// lease is fixed.
+func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) {
 	cfg := h.m.h.Config
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
-	since := cfg.Clock.Now()
-	ok, err := h.m.h.renew(ctx, h.token, h.lease, false)
+	since, ok, err := call(ctx)
 	if err == nil && !ok {
-		h.end(ErrLockLost, "the lock was deleted or taken by another owner")
+		h.end(ErrLockLost, gone)
 		return
 	}
 	h.Lock()
@@ -130,12 +124,14 @@ func (h *hold) watchdog() {
 		return
 	}
 	if err != nil {
-		h.m.h.logWarn("renewing the lease failed; retrying", err)
-		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, h.watchdog)
+		h.m.h.logWarn(what+" failed; retrying", err)
+		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, again)
 		return
 	}
 	h.extendLocked(since, h.lease)
-	h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
+	if !h.fixed {
+		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
+	}
 }
 
 // reenter applies a re-entry's grant: a lease that may only grow.
@@ -148,10 +144,18 @@ func (h *hold) reenter(g Grant, lease time.Duration) {
 }
 
 // end finishes the hold once (End.Finish), and stops its loss timer. A lost
-// hold is remembered as stale (Agent.stale) and logged. It reports whether
-// this call ended it.
+// hold is remembered as stale (Agent.stale) before Lost closes and the
+// context ends: a caller that reacts to them by acquiring again sends the
+// stale token with its request, so the script ends that hold in Redis
+// rather than take the call for a re-entry of it. It reports whether this
+// call ended it.
 func (h *hold) end(cause error, why string) bool {
-	if !h.Finish(cause) {
+	ended := h.FinishAfter(cause, func() {
+		if cause == ErrLockLost {
+			h.m.stale.Store(h.token)
+		}
+	})
+	if !ended {
 		return false
 	}
 	h.Lock()
@@ -160,7 +164,6 @@ func (h *hold) end(cause error, why string) bool {
 	}
 	h.Unlock()
 	if cause == ErrLockLost {
-		h.m.stale.Store(h.token)
 		h.m.h.logError("lock lost: "+why, h.token)
 	}
 	return true
