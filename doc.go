@@ -1,23 +1,29 @@
 // Package fairlock is a family of distributed locks on Redis.
 //
-//   - [github.com/fairlock/fairlock/fair]: a FIFO-fair, reentrant lock.
-//     Waiters are served strictly in the order they arrived, however long a
-//     holder keeps the lock; dead waiters are evicted; the lock is handed
-//     straight to the next waiter with one message.
+//   - [github.com/fairlock/fairlock/fair]: a FIFO-fair, reentrant lock
+//     (fair.Mutex). Waiters are served strictly in the order they arrived,
+//     however long a holder keeps the lock; dead waiters are evicted; the
+//     lock is handed straight to the next waiter with one message. The same
+//     package has a fair semaphore (fair.Semaphore: K permits, in arrival
+//     order) and a fair read-write lock (fair.RWMutex) built on it.
 //   - [github.com/fairlock/fairlock/reentrant]: a plain reentrant lock, for
 //     when order does not matter.
+//   - [github.com/fairlock/fairlock/multi]: several locks held as one
+//     (multi.Lock, in one global order, so no deadlock), and RedLock, one
+//     name on N independent masters.
 //
-// Both share one API (Lock, TryLock, Unlock, ForceUnlock, IsLocked,
-// HoldCount, TTL, Token, Lost, HoldContext), run on any
+// The mutexes share one API (Lock, TryLock, Unlock, ForceUnlock, IsLocked,
+// HoldCount, TTL, Token, Lost, HoldContext); every primitive runs on any
 // redis.UniversalClient of github.com/redis/go-redis/v9 (single node,
-// Sentinel, Cluster) against Redis 7.0 or newer, and leave no key behind:
+// Sentinel, Cluster) against Redis 7.0 or newer, and leaves no key behind:
 // every key carries a TTL.
 //
-// The errors of both packages are the same values, so errors.Is works
+// The errors of every package are the same values, so errors.Is works
 // across them.
 //
-// This root package holds only documentation and, in property_test.go, the
-// executable specification of the fair lock.
+// This root package holds CloseIdleConnections, which every primitive's
+// waiters share, and, in property_test.go and its companions, the
+// executable specification of the locks.
 package fairlock
 
 import "github.com/fairlock/fairlock/internal/core"
