@@ -1,0 +1,119 @@
+package docs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/multi"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// The code of migrating.md, compiled (TestMigratingCodeIsCompiled).
+
+// fromRedsync is redsync's NewMutex, WithExpiry, WithTries and Lock, on the
+// fair lock: no tries to count, the caller waits its turn in the queue.
+func fromRedsync(ctx context.Context, client redis.UniversalClient) error {
+	m, err := fair.New(client, "orders", fair.WithLease(8*time.Second))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // instead of tries
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		return err // ctx.Err() if its turn did not come in time
+	}
+	defer m.Unlock(context.Background())
+	return nil
+}
+
+// fromRedislock is redislock's Obtain with a TTL and no retry, then
+// Release: one attempt with a fixed lease.
+func fromRedislock(ctx context.Context, client redis.UniversalClient) error {
+	m, err := reentrant.New(client, "my-key")
+	if err != nil {
+		return err
+	}
+	ok, err := m.TryLock(ctx, 0, 100*time.Millisecond) // wait 0, lease 100 ms
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("not obtained") // redislock.ErrNotObtained
+	}
+	return m.Unlock(ctx) // ErrLockLost (errors.Is ErrNotHeld) if the lease ran out
+}
+
+// fromRedissonSemaphore is Redisson's RSemaphore.trySetPermits(3) and
+// acquire(); release(): here each Acquire returns the permit hold to give
+// back, with a lease of its own.
+func fromRedissonSemaphore(ctx context.Context, client redis.UniversalClient) error {
+	s, err := fair.NewSemaphore(client, "exports", 3)
+	if err != nil {
+		return err
+	}
+	p, err := s.Acquire(ctx, 1)
+	if err != nil {
+		return err
+	}
+	return p.Release(context.Background())
+}
+
+// fromRedissonReadWriteLock is RReadWriteLock's readLock().lock() and
+// writeLock().lock(): one handle, two sides.
+func fromRedissonReadWriteLock(ctx context.Context, client redis.UniversalClient) error {
+	rw, err := fair.NewRWMutex(client, "catalog")
+	if err != nil {
+		return err
+	}
+	if err := rw.RLock(ctx); err != nil {
+		return err
+	}
+	if err := rw.RUnlock(ctx); err != nil {
+		return err
+	}
+	if err := rw.Lock(ctx); err != nil {
+		return err
+	}
+	return rw.Unlock(ctx)
+}
+
+// fromRedissonMultiLock is RedissonMultiLock over three locks: all of them
+// or none, in one global order.
+func fromRedissonMultiLock(ctx context.Context, a, b, c *fair.Mutex) error {
+	all, err := multi.New(a, b, c)
+	if err != nil {
+		return err
+	}
+	if err := all.Lock(ctx); err != nil {
+		return err
+	}
+	return all.Unlock(context.Background())
+}
+
+// Every go block of migrating.md stands in this file as it is.
+func TestMigratingCodeIsCompiled(t *testing.T) {
+	page, err := os.ReadFile("migrating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("migrating_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(page, -1)
+	if len(blocks) < 5 {
+		t.Fatalf("migrating.md has %d go blocks; the test expected at least 5", len(blocks))
+	}
+	for _, b := range blocks {
+		if !strings.Contains(string(src), string(b[1])) {
+			t.Errorf("this block of migrating.md is not in migrating_test.go, so it is not compiled:\n%s", b[1])
+		}
+	}
+}
