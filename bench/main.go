@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	e := &env{addr: addr, opts: redis.Options{PoolSize: 16, MaxRetries: -1}}
 	probe := e.client()
-	defer probe.Close()
+	defer func() { _ = probe.Close() }()
 	ver, err := probe.Info(ctx, "server").Result()
 	if err != nil {
 		return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
@@ -238,7 +238,7 @@ func startRedis() (string, func(), error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for start := time.Now(); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
 			stop()
@@ -328,7 +328,7 @@ func (r *results) print(w io.Writer) {
 			median(p50us).Round(time.Microsecond), medianF(p50), median(p99us).Round(time.Microsecond), medianF(p99),
 			medianF(fifo), medianF(maxMin), medianF(pubs), subs)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 
 	fmt.Fprintln(w, "\nCPU time per Lock+Unlock pair, µs (the benchmark process, the client side; redis-server, from INFO cpu):")
 	fmt.Fprintln(w)
@@ -350,7 +350,7 @@ func (r *results) print(w io.Writer) {
 			pick(r.cpu1[im.name], client), pick(r.cpu1[im.name], rds),
 			pick(r.cpu8[im.name], client), pick(r.cpu8[im.name], rds), pick(r.cpu8[im.name], sum))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func printQueue(w io.Writer, queue []queueCost) {

@@ -39,7 +39,7 @@ func lockName(scenario string) string {
 // rtt is the median PING round trip.
 func (e *env) rtt(ctx context.Context) time.Duration {
 	c := e.client()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	var d []time.Duration
 	for i := 0; i < 500; i++ {
 		t := time.Now()
@@ -80,9 +80,9 @@ func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
 // cost in CPU.
 func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (float64, cpuCost, error) {
 	c := e.client()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	admin := e.client()
-	defer admin.Close()
+	defer func() { _ = admin.Close() }()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, g)
@@ -142,7 +142,7 @@ type contention struct {
 // after calling Lock a handle's request has surely reached Redis.
 func (e *env) lockTime(ctx context.Context, im impl) (time.Duration, error) {
 	c := e.client()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	h, err := im.new(c, lockName("locktime"))
 	if err != nil {
 		return 0, err
@@ -172,7 +172,7 @@ func (e *env) contend(ctx context.Context, im impl, n int, dur time.Duration) (c
 		return contention{}, err
 	}
 	admin := e.client()
-	defer admin.Close()
+	defer func() { _ = admin.Close() }()
 	_ = admin.ConfigResetStat(ctx).Err()
 	name := lockName("contended")
 	var (
@@ -190,7 +190,7 @@ func (e *env) contend(ctx context.Context, im impl, n int, dur time.Duration) (c
 	sampled := make(chan int, 1)
 	for i := 0; i < n; i++ {
 		c := e.client()
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		h, err := im.new(c, name)
 		if err != nil {
 			return out, err
@@ -323,7 +323,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	const measured, chunks = 80, 8
 	res := queueCost{queued: n}
 	client := e.client()
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	name := lockName("queue")
 	opts := []fair.MutexOption{fair.WithWaitTimeout(5 * time.Minute)}
 	holder, err := fair.New(client, name, opts...)

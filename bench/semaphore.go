@@ -208,7 +208,7 @@ func printSemaphores(w io.Writer, rs []*semResult, hold time.Duration) {
 		spread := fmt.Sprintf("%.2f", r.spread)
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%d\t\n", r.impl, r.k, r.perSec, spread, r.heldMost)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 // The read-write scenario: 16 handles on 4 clients, 12 readers and 4
@@ -306,5 +306,5 @@ func printRW(w io.Writer, rs []*rwResult, hold time.Duration) {
 	for _, r := range rs {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%d\t\n", r.impl, r.reads, r.writes, r.reads+r.writes, r.mostReaders)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }

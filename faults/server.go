@@ -49,7 +49,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {

@@ -113,7 +113,7 @@ jobs run at once, still started in submission order, under a fair semaphore.`)
 	} else {
 		probe := c.target.client()
 		err := probe.Ping(ctx).Err()
-		probe.Close()
+		_ = probe.Close()
 		if err != nil {
 			return fmt.Errorf("cannot reach %s: %w", &c.target, err)
 		}
@@ -166,7 +166,7 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	var wg sync.WaitGroup
 	for w := 0; w < c.workers; w++ {
 		client := c.target.client()
-		defer client.Close()
+		defer func() { _ = client.Close() }()
 		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
 		var l locker
 		var err error
@@ -213,7 +213,7 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	}
 
 	probe := c.target.client()
-	defer probe.Close()
+	defer func() { _ = probe.Close() }()
 	begin := time.Now()
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
@@ -333,7 +333,7 @@ func printReport(w io.Writer, reports []report) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%v\t%v\t\n", r.lock, r.served, r.violations, r.most,
 			percentile(r.waits, 50), percentile(r.waits, 99), r.elapsed.Round(time.Millisecond))
 	}
-	tw.Flush()
+	_ = tw.Flush() // to stdout: nothing to do if it fails
 	fmt.Fprintln(w, "\nwait: from a job's submission to its start. An order violation is a job that")
 	fmt.Fprintln(w, "was granted the lock before a job submitted before it (by fencing token).")
 }

@@ -45,7 +45,7 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("-kind must be mutex, semaphore or rw, got %q", *kind)
 	}
 	client := at.client()
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	name := fs.Arg(0)
@@ -87,7 +87,7 @@ func printPermits(w io.Writer, what, name string, st fair.SemaphoreState) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%v\t%d\n", h.Owner, orDash(h.Label), h.Host, h.PID, permits, h.TTL, h.Token)
 		}
-		tw.Flush()
+		_ = tw.Flush()
 	}
 	fmt.Fprintln(w)
 	printQueue(w, tw, st.Queue)
@@ -101,7 +101,7 @@ func printState(w io.Writer, name string, st fair.State) {
 	} else {
 		fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN\tCLAIMED")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\t%d\t%v\n", h.Owner, orDash(h.Label), h.Host, h.PID, h.Count, h.TTL, h.Token, !h.Pending)
-		tw.Flush()
+		_ = tw.Flush()
 	}
 	fmt.Fprintln(w)
 	printQueue(w, tw, st.Queue)
@@ -120,7 +120,7 @@ func printQueue(w io.Writer, tw *tabwriter.Writer, queue []fair.Waiter) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%v\t%s\n", i+1, q.Entry, orDash(q.Label), q.Host, q.PID, q.Deadline, state)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func orDash(s string) string {

@@ -77,7 +77,7 @@ type args struct {
 
 func newArgs(h Agent) *args {
 	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
-		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Place.Calls}
+		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
 		a.calls = NewCalls()
@@ -244,7 +244,7 @@ func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua
 	if fromGrant {
 		from = wire.FromGrant
 	}
-	script := h.Place.Renew
+	script := h.Renew
 	if script == nil {
 		script = h.Config.Scripts.Renew
 	}

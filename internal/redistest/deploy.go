@@ -215,7 +215,7 @@ func startServer(own *servers, bin string, cluster bool, args ...string) (string
 
 func answers(addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
@@ -266,7 +266,7 @@ func startCluster3(own *servers, bin string) (*ClusterGroup, error) {
 	}
 	// Every node must agree on who serves each slot before tests route.
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for {
 		var masters, replicas atomic.Int32 // the shards are asked at once
 		err := c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -361,7 +361,7 @@ func startSentinel(own *servers, bin string) (*SentinelGroup, error) {
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	rc := redis.NewClient(&redis.Options{Addr: replica})
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	for linkUp(ctx, rc) != nil {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("replica %s: %v", replica, linkUp(ctx, rc))

@@ -114,7 +114,7 @@ func freePort(cluster bool) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		return l.Addr().(*net.TCPAddr).Port, nil
 	}
 	for range 1000 {
@@ -141,7 +141,7 @@ func start(bin string, cluster bool) (string, error) {
 		return addr, err
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx := context.Background()
 	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		return "", err

@@ -79,9 +79,6 @@ func NewOwner() string {
 	return clientID + "." + strconv.FormatUint(handles.Add(1), 36)
 }
 
-// next returns a process-unique number, in base 36.
-func next() string { return strconv.FormatUint(seq.Add(1), 36) }
-
 // Entry returns a fresh queue entry id of owner, "<owner>/<n>".
 func Entry(owner string) string { return idOf(owner, '/') }
 
