@@ -38,13 +38,18 @@ func (e *End) Unlock() { e.mu.Unlock() }
 func (e *End) Finish(cause error) bool { return e.FinishAfter(cause, nil) }
 
 // FinishAfter is Finish, running first (if not nil, and only if this call
-// ends the hold) before the context and Lost say so: whatever it records is
-// in place for whoever reacts to them.
+// ends the hold) before anything can tell that the hold ended: whatever it
+// records is in place for whoever reacts to the context or Lost, even one
+// that asks for them only now. first runs with End's lock held: it must be
+// quick and must not take that lock.
 func (e *End) FinishAfter(cause error, first func()) bool {
 	e.mu.Lock()
 	if e.ended {
 		e.mu.Unlock()
 		return false
+	}
+	if first != nil {
+		first()
 	}
 	e.ended, e.cause = true, cause
 	if e.renew != nil {
@@ -56,9 +61,6 @@ func (e *End) FinishAfter(cause error, first func()) bool {
 	e.mu.Unlock()
 	for _, stop := range stops {
 		stop()
-	}
-	if first != nil {
-		first()
 	}
 	// The cause before Lost: whoever sees Lost closed finds the context
 	// already ended, with ErrLockLost.
