@@ -77,7 +77,7 @@ type args struct {
 
 func newArgs(h Agent) *args {
 	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
-		leaseMs: Ms(h.Config.Lease), waitMs: Ms(h.Config.WaitTimeout), calls: h.Calls}
+		leaseMs: wire.Ms(h.Config.Lease), waitMs: wire.Ms(h.Config.WaitTimeout), calls: h.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
 		a.calls = NewCalls()
@@ -94,7 +94,7 @@ func (h Agent) ChannelArg() any { return h.args.channel }
 // MsArg is d in whole milliseconds (Ms) as a script argument; the
 // handle's lease and wait timeout are boxed once.
 func (h Agent) MsArg(d time.Duration) any {
-	switch ms := Ms(d); ms {
+	switch ms := wire.Ms(d); ms {
 	case h.args.leaseMs:
 		return h.args.lease
 	case h.args.waitMs:

@@ -142,6 +142,17 @@ const (
 	RetryEvery = 9
 )
 
+// What Latest returns before a first hold: a channel never closed, and a
+// context already cancelled with cause ErrNotHeld.
+var (
+	neverClosed = make(chan struct{})
+	notHeldCtx  = func() context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNotHeld)
+		return ctx
+	}()
+)
+
 // Latest is a handle's most recent hold, for its Lost and HoldContext:
 // before a first hold, Lost is never closed and HoldContext is already
 // cancelled with cause ErrNotHeld; afterwards they are that hold's, until

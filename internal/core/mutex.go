@@ -264,12 +264,6 @@ func (m *Mutex) Token() int64 {
 	return m.cur.token
 }
 
-var neverClosed = make(chan struct{})
-
-// NeverClosed is what Lost returns before a first hold: a channel that is
-// never closed.
-func NeverClosed() <-chan struct{} { return neverClosed }
-
 // HoldEnd returns the End of the current hold, nil if none: for a
 // primitive built on this handle (a semaphore's Permit) to follow it.
 func (m *Mutex) HoldEnd() *End {
@@ -283,16 +277,6 @@ func (m *Mutex) HoldEnd() *End {
 
 // Lost returns the channel of the current (or most recent) hold.
 func (m *Mutex) Lost() <-chan struct{} { return m.latest.Lost() }
-
-var notHeldCtx = func() context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(ErrNotHeld)
-	return ctx
-}()
-
-// NotHeldContext is what HoldContext returns before a first hold: a context
-// already cancelled with cause ErrNotHeld.
-func NotHeldContext() context.Context { return notHeldCtx }
 
 // HoldContext returns the context of the current (or most recent) hold.
 func (m *Mutex) HoldContext() context.Context { return m.latest.Context() }

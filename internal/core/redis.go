@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -17,9 +16,6 @@ func PublishCommand(client redis.UniversalClient) string {
 	}
 	return "PUBLISH"
 }
-
-// Ms is d in whole milliseconds, at least 1 (wire.Ms).
-func Ms(d time.Duration) int64 { return wire.Ms(d) }
 
 // release undoes one level of this handle's hold with token: wire.Released,
 // wire.StillHeld or wire.NotHeld.

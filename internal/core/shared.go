@@ -17,7 +17,7 @@ import (
 // closes when no channel has had a waiter for hubLinger (or at
 // CloseIdleHubs); a service is idle when it serves nobody (the heartbeats,
 // when no waiter of the client is queued). Handles do not keep it: they
-// look it up (SharedOf) each time they need it, so a dropped Shared is never
+// look it up (sharedFor) each time they need it, so a dropped Shared is never
 // used again, and a closed client's Shared goes once its hubs have.
 type Shared struct {
 	client redis.UniversalClient
@@ -43,8 +43,8 @@ var sharedOf = struct {
 	m map[redis.UniversalClient]*Shared
 }{m: map[redis.UniversalClient]*Shared{}}
 
-// SharedOf returns what the handles on client share, made if there is none.
-func SharedOf(client redis.UniversalClient) *Shared {
+// sharedFor returns what the handles on client share, made if there is none.
+func sharedFor(client redis.UniversalClient) *Shared {
 	sharedOf.Lock()
 	defer sharedOf.Unlock()
 	s := sharedOf.m[client]
@@ -60,7 +60,7 @@ func SharedOf(client redis.UniversalClient) *Shared {
 // look-up runs again.
 func lockShared(client redis.UniversalClient) *Shared {
 	for {
-		s := SharedOf(client)
+		s := sharedFor(client)
 		s.mu.Lock()
 		sharedOf.Lock()
 		live := sharedOf.m[client] == s
@@ -91,7 +91,7 @@ func allShared() []*Shared {
 }
 
 // dropIfEmptyLocked forgets s once it has no hub left and every service is
-// idle; s.mu is held. It is made afresh by the next SharedOf.
+// idle; s.mu is held. It is made afresh by the next sharedFor.
 func (s *Shared) dropIfEmptyLocked() {
 	if len(s.hubs) > 0 {
 		return

@@ -16,14 +16,14 @@ func FuzzReadReplies(f *testing.F) {
 		if s, err := DecodeState(v); err == nil && len(v) >= 5 && int(odd) >= len(v) && (s.Owner != owner || s.Token != token) {
 			t.Fatalf("DecodeState(%v) = %+v", v, s)
 		}
-		if ints, err := Ints(v); err == nil {
+		if ints, err := intsOf(v); err == nil {
 			for i, x := range ints {
 				if v[i] != x {
-					t.Fatalf("Ints(%v)[%d] = %d", v, i, x)
+					t.Fatalf("intsOf(%v)[%d] = %d", v, i, x)
 				}
 			}
 		}
 		_, _ = DecodeState("not a list")
-		_, _ = Ints(int64(3))
+		_, _ = intsOf(int64(3))
 	})
 }

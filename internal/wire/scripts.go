@@ -195,7 +195,7 @@ type HeartbeatReply struct {
 
 // DecodeHeartbeat reads fair_heartbeat.lua's reply for n entries.
 func DecodeHeartbeat(v any, n int) (HeartbeatReply, error) {
-	r, err := Ints(v)
+	r, err := intsOf(v)
 	if err != nil {
 		return HeartbeatReply{}, err
 	}

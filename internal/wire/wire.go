@@ -252,8 +252,8 @@ func Ms(d time.Duration) int64 {
 	return 1
 }
 
-// Ints reads a reply of integers.
-func Ints(v any) ([]int64, error) {
+// intsOf reads a reply of integers.
+func intsOf(v any) ([]int64, error) {
 	list, ok := v.([]any)
 	if !ok {
 		return nil, fmt.Errorf("fairlock: unexpected script reply %T", v)
@@ -271,7 +271,7 @@ func Ints(v any) ([]int64, error) {
 
 // ints reads a reply of at least n integers.
 func ints(v any, n int, script string) ([]int64, error) {
-	r, err := Ints(v)
+	r, err := intsOf(v)
 	if err != nil {
 		return nil, err
 	}
