@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/fairlocktest"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -142,11 +140,12 @@ var _ = []any{runKAtATime, tryForAMinute, whyItEnded, writeFenced, newTuned}
 
 // Example runs the page's ordered job runner: three workers on one lock.
 func Example_gettingStarted() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	ctx := context.Background()
+	s, err := fairlocktest.New() // an embedded Redis: docs/testing.md
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	client, ctx := s.Client, context.Background()
 
 	jobs := make(chan Job)
 	var mu sync.Mutex
@@ -174,21 +173,5 @@ func Example_gettingStarted() {
 
 // Every ```go block of getting-started.md stands in this file as it is.
 func TestGettingStartedCodeIsCompiled(t *testing.T) {
-	page, err := os.ReadFile("getting-started.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("getting_started_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(page, -1)
-	if len(blocks) < 6 {
-		t.Fatalf("getting-started.md has %d go blocks; the test expected at least 6", len(blocks))
-	}
-	for _, b := range blocks {
-		if !strings.Contains(string(src), string(b[1])) {
-			t.Errorf("this block of getting-started.md is not in getting_started_test.go, so it is not compiled:\n%s", b[1])
-		}
-	}
+	redistest.CodeBlocksIn(t, "getting-started.md", "getting_started_test.go", 6)
 }

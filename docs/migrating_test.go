@@ -3,13 +3,11 @@ package docs_test
 import (
 	"context"
 	"errors"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -102,21 +100,5 @@ var _ = []any{fromRedsync, fromRedislock, fromRedissonSemaphore, fromRedissonRea
 
 // Every go block of migrating.md stands in this file as it is.
 func TestMigratingCodeIsCompiled(t *testing.T) {
-	page, err := os.ReadFile("migrating.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("migrating_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(page, -1)
-	if len(blocks) < 5 {
-		t.Fatalf("migrating.md has %d go blocks; the test expected at least 5", len(blocks))
-	}
-	for _, b := range blocks {
-		if !strings.Contains(string(src), string(b[1])) {
-			t.Errorf("this block of migrating.md is not in migrating_test.go, so it is not compiled:\n%s", b[1])
-		}
-	}
+	redistest.CodeBlocksIn(t, "migrating.md", "migrating_test.go", 5)
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/fairlocktest"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // A hold is lost once the server's clock passes its lease: the test moves
@@ -124,21 +122,5 @@ func TestTheQueueKeepsTheServersTime(t *testing.T) {
 // Every go block of docs/testing.md stands in this file as it is, so it is
 // compiled (and the Example run).
 func TestTestingPageCodeIsCompiled(t *testing.T) {
-	page, err := os.ReadFile("../docs/testing.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("fairlocktest_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(page, -1)
-	if len(blocks) < 2 {
-		t.Fatalf("docs/testing.md has %d go blocks; the test expected at least 2", len(blocks))
-	}
-	for _, b := range blocks {
-		if !strings.Contains(string(src), string(b[1])) {
-			t.Errorf("this block of docs/testing.md is not in fairlocktest_test.go, so it is not compiled:\n%s", b[1])
-		}
-	}
+	redistest.CodeBlocksIn(t, "../docs/testing.md", "fairlocktest_test.go", 2)
 }
