@@ -33,8 +33,8 @@ var mutations = []struct {
 	{
 		name: "eviction of a live head",
 		file: "queue.lua",
-		from: "if deadline > now then return head, popped end",
-		to:   "if deadline > now + 2500 then return head, popped end",
+		from: "if deadline > now then return head, popped, element, deadline end",
+		to:   "if deadline > now + 2500 then return head, popped, element, deadline end",
 	},
 	{
 		name: "enqueueing at the head",

@@ -86,12 +86,11 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
   if not blocked and tonumber(g.h or '0') > now then
     local popped = false
     while true do
-      local head = live_head(gate, now)
+      local head, _, element, deadline = live_head(gate, now)
       if head == nil then break end
-      local owner, n, lease = element_request(redis.call('LINDEX', gate.list, 0))
+      local owner, n, lease = element_request(element)
       if owner == nil or n > k or used + n > k or s.p[owner] then break end
-      local element = redis.call('LPOP', gate.list)
-      local deadline = tonumber(redis.call('ZSCORE', gate.deadlines, head))
+      redis.call('LPOP', gate.list)
       redis.call('ZREM', gate.deadlines, head)
       local expiry = math.min(now + lease, deadline)
       local _, label = element_lease(element)

@@ -23,8 +23,8 @@ end
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
 -- deadline passed from the head of q, until the head is a live waiter. Each
 -- entry is popped once in its life, so this is O(1) amortised per entry.
--- Returns the live head's entry id (nil if none), and whether anything was
--- popped. Every script that ends a head's turn pops it at once (with the
+-- Returns the live head's entry id (nil if none), whether anything was
+-- popped, and the live head's queue element and deadline. Every script that ends a head's turn pops it at once (with the
 -- tombstones behind it), so the front of the list is the live head that was
 -- told it is head, and a pop here means the head changed: it died.
 local function live_head(q, now)
@@ -35,7 +35,7 @@ local function live_head(q, now)
     local head = element_entry(element)
     local score = redis.call('ZSCORE', q.deadlines, head)
     local deadline = tonumber(score or '0')
-    if deadline > now then return head, popped end
+    if deadline > now then return head, popped, element, deadline end
     redis.call('LPOP', q.list)
     if score then redis.call('ZREM', q.deadlines, head) end
     popped = true
