@@ -22,6 +22,9 @@ type Probe interface {
 	Unread(delta int)
 	// Read: a hub read payload on channel, and has delivered it.
 	Read(channel, payload string)
+	// Background: a call whose caller may stop waiting for it (Bounded)
+	// started (+1) or ended (-1).
+	Background(delta int)
 }
 
 var probe atomic.Pointer[Probe]
@@ -44,6 +47,12 @@ func probeAsleep(delta int) {
 func probeUnread(delta int) {
 	if p := probe.Load(); p != nil {
 		(*p).Unread(delta)
+	}
+}
+
+func probeBackground(delta int) {
+	if p := probe.Load(); p != nil {
+		(*p).Background(delta)
 	}
 }
 

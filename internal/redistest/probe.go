@@ -20,7 +20,7 @@ import (
 const SyncMarker = "fairlock-sync-"
 
 type probe struct {
-	asleep, unread atomic.Int64
+	asleep, unread, background atomic.Int64
 
 	mu      sync.Mutex
 	markers map[string]chan struct{} // SyncHubs markers not yet read back
@@ -28,6 +28,8 @@ type probe struct {
 
 func (p *probe) Asleep(delta int) { p.asleep.Add(int64(delta)) }
 func (p *probe) Unread(delta int) { p.unread.Add(int64(delta)) }
+
+func (p *probe) Background(delta int) { p.background.Add(int64(delta)) }
 
 func (p *probe) Read(_, payload string) {
 	if !strings.HasPrefix(payload, SyncMarker) {
@@ -56,6 +58,11 @@ func Asleep() int { return int(theProbe.asleep.Load()) }
 // Unread returns how many wake-ups, in this process, wait in a
 // subscription for their waiter to take them.
 func Unread() int { return int(theProbe.unread.Load()) }
+
+// Background returns how many calls (core.Bounded: releases, leaving the
+// queue, undoing a grant) run that their caller may have stopped waiting
+// for.
+func Background() int { return int(theProbe.background.Load()) }
 
 var syncSeq atomic.Int64
 

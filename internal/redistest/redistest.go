@@ -193,7 +193,7 @@ func Quiet(t Fataler, what string, cond func() bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	synced := false
 	for {
-		if cond() && Unread() == 0 {
+		if cond() && Unread() == 0 && Background() == 0 {
 			if synced {
 				return
 			}

@@ -1,0 +1,101 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Grace is how long a call waits, once its ctx has ended, for the Redis
+// call it still has to make (a release, or leaving the queue): about one
+// slow round trip. A call that needs longer goes on in the background.
+const Grace = 50 * time.Millisecond
+
+// ErrPending is wrapped, with the context's error, by the error of a call
+// whose ctx ended before Redis answered it: the call goes on in the
+// background, within the cleanup timeout, and its outcome is logged.
+var ErrPending = errors.New("fairlock: the call goes on in the background")
+
+// Bounded runs call, a request the caller must see made even if its ctx
+// ends (a release, leaving the queue, undoing a grant), and waits for it
+// while ctx lasts, and for Grace more once ctx has ended (past its
+// deadline, if it had one: the clean-ups of one call share that grace): a
+// call keeps its caller's deadline. call runs on a context that keeps ctx's values but not
+// its cancellation, bounded by the cleanup timeout, so that it finishes, or
+// fails, as one piece, also after Bounded returned; then its error is
+// logged as what failing. If call is not done in time, Bounded returns an
+// error wrapping ErrPending and ctx's error. With a ctx that can never end
+// (context.Background), call runs in the caller's goroutine.
+func (h Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
+	if ctx.Done() == nil {
+		return call(ctx)
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
+	b := &bounded{done: make(chan struct{})}
+	probeBackground(1)
+	go func() {
+		defer probeBackground(-1)
+		defer cancel()
+		err := call(bg)
+		b.mu.Lock()
+		b.err = err
+		left := b.left
+		b.mu.Unlock()
+		close(b.done)
+		if left {
+			if err != nil {
+				h.logWarn(what+" failed after its caller stopped waiting", err)
+			} else {
+				h.Info(what + " succeeded after its caller stopped waiting")
+			}
+		}
+	}()
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+	}
+	// One grace per deadline: the clean-ups of a call whose deadline
+	// passed share it, rather than each wait for one of its own.
+	wait := Grace
+	if d, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		wait = max(time.Until(d.Add(Grace)), 0)
+	}
+	graced := make(chan struct{})
+	t := h.Config.Clock.AfterFunc(wait, func() { close(graced) })
+	defer t.Stop()
+	select {
+	case <-b.done:
+		return b.err
+	case <-graced:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.done:
+		return b.err
+	default:
+	}
+	b.left = true
+	return fmt.Errorf("%w: %s: %w", ErrPending, what, ctx.Err())
+}
+
+// bounded is one call of Bounded: its outcome, and whether its caller left
+// before it (then the call logs its outcome itself).
+type bounded struct {
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+	left bool
+}
+
+// CheckContext rejects a nil context with an error, where a call on it
+// would panic deep inside.
+func CheckContext(ctx context.Context) error {
+	if ctx == nil {
+		return Invalid("ctx must not be nil; use context.Background() or context.TODO()")
+	}
+	return nil
+}
