@@ -100,6 +100,9 @@ func (p *semProc) acquire(ctx context.Context, n int, forever bool, wait, fixed 
 			permit, err = p.s.Acquire(ctx, n)
 		} else {
 			permit, err = p.s.TryAcquire(ctx, n, wait, fixed)
+			if errors.Is(err, fair.ErrNotAcquired) {
+				err = nil // the wait elapsed: the model says when
+			}
 		}
 		if permit == nil {
 			return nil, err
@@ -367,7 +370,7 @@ func (s *semSpec) downgrade(t *rapid.T) {
 	p := rapid.SampledFrom(c).Draw(t, "writer")
 	ctx := context.Background()
 	tok := p.rw.Token()
-	if err := p.rw.RLock(ctx); err != nil {
+	if err := p.rw.RLock(p.rw.HoldContext()); err != nil {
 		t.Fatalf("RLock by writer %s: %v", p.label, err)
 	}
 	if err := p.rw.Unlock(ctx); err != nil {

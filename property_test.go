@@ -274,7 +274,7 @@ func (s *spec) reenter(t *rapid.T) {
 		asked = time.Duration(rapid.IntRange(100, int(lease/time.Millisecond)).Draw(t, "lease ms")) * time.Millisecond
 	}
 	before := s.inspect()
-	ok, err := p.m.TryLock(context.Background(), 0, asked)
+	ok, err := p.m.TryLock(p.m.HoldContext(), 0, asked)
 	if !ok || err != nil {
 		t.Fatalf("re-entry by holder %s = %v, %v", p.label, ok, err)
 	}

@@ -7,6 +7,7 @@ package fairlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -176,13 +177,13 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
 	clk.Advance(500 * time.Millisecond)
-	if ok, err := m.TryLock(ctx, 0, 3*time.Second); !ok || err != nil {
+	if ok, err := m.TryLock(m.HoldContext(), 0, 3*time.Second); !ok || err != nil {
 		t.Fatalf("re-entry = %v, %v", ok, err)
 	}
 	if got := ttl(); got != 3*time.Second {
 		t.Fatalf("a re-entry asking for 3s on a hold with 500ms left left it %v, want 3s", got)
 	}
-	if ok, err := m.TryLock(ctx, 0, 100*time.Millisecond); !ok || err != nil {
+	if ok, err := m.TryLock(m.HoldContext(), 0, 100*time.Millisecond); !ok || err != nil {
 		t.Fatalf("re-entry = %v, %v", ok, err)
 	}
 	if got := ttl(); got != 3*time.Second {
@@ -236,7 +237,7 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 		if isClosed(c.p.Lost()) {
 			t.Fatalf("the %s permit hold was lost within its lease", c.name)
 		}
-		if p, err := c.sem.TryAcquire(ctx, 1, 0, 0); err != nil || p != nil {
+		if p, err := c.sem.TryAcquire(ctx, 1, 0, 0); !errors.Is(err, fair.ErrNotAcquired) || p != nil {
 			t.Fatalf("3 minutes into a %s permit hold, another holder got the only permit (%v, %v): the keys did not outlive the hold",
 				c.name, p, err)
 		}

@@ -63,7 +63,7 @@ func TestTryLockWithoutWaitNeverBargesOrQueues(t *testing.T) {
 	if q := e.queued(); !slices.Equal(q, []string{"b"}) {
 		t.Fatalf("TryLock(0) joined the queue: %v", q)
 	}
-	if ok, _ := a.TryLock(ctx, 0, 0); !ok {
+	if ok, _ := a.TryLock(a.HoldContext(), 0, 0); !ok {
 		t.Fatal("the holder's re-entry by TryLock(0) failed")
 	}
 	mustUnlock(t, a)
@@ -318,7 +318,7 @@ func TestInspect(t *testing.T) {
 	a := e.named("holder", fair.WithLease(20*time.Second))
 	b := e.named("waiter", fair.WithWaitTimeout(6*time.Second))
 	mustLock(t, a)
-	mustLock(t, a)
+	mustReenter(t, a)
 	gotB := e.enqueue(b, 1)
 	e.clk.Advance(time.Second)
 	s := e.inspect()

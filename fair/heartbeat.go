@@ -141,9 +141,10 @@ func (hb *heartbeat) beat() {
 	for m := range hb.members {
 		members = append(members, m)
 	}
+	every := hb.every
 	hb.mu.Unlock()
 	for start := 0; start < len(members); start += beatBatch {
-		hb.beatBatch(members[start:min(start+beatBatch, len(members))])
+		hb.beatBatch(members[start:min(start+beatBatch, len(members))], every)
 	}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -153,7 +154,7 @@ func (hb *heartbeat) beat() {
 	}
 }
 
-func (hb *heartbeat) beatBatch(members []*member) {
+func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	qu := hb.qu
 	cfg := qu.h.Config
 	entries := make([]string, len(members))
@@ -162,12 +163,16 @@ func (hb *heartbeat) beatBatch(members []*member) {
 		entries[i], waits[i] = m.current(), wire.Ms(m.wait)
 	}
 	args := wire.Heartbeat(qu.h.PublishArg(), qu.h.ChannelArg(), entries, waits)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
+	// A beat that outlasts the interval is no use: the next one is due.
+	ctx, cancel := context.WithTimeout(context.Background(), min(cfg.CleanupTimeout, max(every, 10*time.Millisecond)))
 	defer cancel()
 	sent := cfg.Clock.Now()
 	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, qu.h.Client, qu.h.Keys, args...).Result()
 	if err != nil {
 		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
+		for _, m := range members {
+			m.w.Fire(core.Notice, unreachable{err}) // each decides whether its place lasts
+		}
 		return
 	}
 	r, err := wire.DecodeHeartbeat(v, len(members))

@@ -181,6 +181,15 @@ func mustLock(t *testing.T, m *fair.Mutex) {
 	}
 }
 
+// mustReenter re-enters m's hold, as a call chain holding it does: with
+// the hold's context.
+func mustReenter(t *testing.T, m *fair.Mutex) {
+	t.Helper()
+	if err := m.Lock(m.HoldContext()); err != nil {
+		t.Fatalf("Lock with the hold's context (a re-entry): %v", err)
+	}
+}
+
 func mustUnlock(t *testing.T, m *fair.Mutex) {
 	t.Helper()
 	if err := m.Unlock(context.Background()); err != nil {

@@ -40,6 +40,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 // semaphore's gate has its own).
 func placeAt(base string, scripts *lua.Scripts) core.Place {
 	return core.Place{
+		What:        "fair lock",
 		Keys:        wire.QueueKeys(base),
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
@@ -118,10 +119,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
-		if mode != wire.ModeTry {
-			qu.leave(ctx, entry) // nor may the caller stay queued
-		}
-		return reply{}, err
+		return reply{}, err // the caller leaves the queue, or rides the outage out
 	}
 	read := h.Config.Clock.Now()
 	r, err := wire.DecodeFairAcquire(v)
@@ -202,20 +200,24 @@ func usable(ctx context.Context, h core.Agent, g *core.Grant, a core.Attempt) (*
 	return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
 }
 
-// leave takes the entry out of the queue, even when ctx has ended. If Redis
+// leave takes the entry out of the queue, even when ctx has ended (within
+// core.Grace; the call goes on in the background after that). If Redis
 // cannot be reached, the entry stops being refreshed and is evicted within
 // one wait timeout.
 func (qu *queue) leave(ctx context.Context, entry string) {
-	ctx, cancel := qu.h.Cleanup(ctx)
-	defer cancel()
-	if err := qu.leaveOnce(ctx, entry); err != nil {
-		qu.h.Info("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
-		// Until then the lock could be handed to it, and this handle would
-		// take that grant for its own: the next Lock removes it first.
-		qu.mu.Lock()
-		qu.abandoned = append(qu.abandoned, entry)
-		qu.mu.Unlock()
-	}
+	_ = qu.h.Bounded(ctx, "leaving the queue", func(ctx context.Context) error {
+		err := qu.leaveOnce(ctx, entry)
+		if err != nil {
+			qu.h.Info("leaving the queue failed; the entry will be evicted when its deadline passes", "entry", entry, "error", err)
+			// Until then the lock could be handed to it, and this handle
+			// would take that grant for its own: the next Lock removes it
+			// first.
+			qu.mu.Lock()
+			qu.abandoned = append(qu.abandoned, entry)
+			qu.mu.Unlock()
+		}
+		return err
+	})
 }
 
 func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
@@ -234,17 +236,18 @@ func (qu *queue) leaveAbandoned(ctx context.Context) {
 	if len(entries) == 0 {
 		return
 	}
-	ctx, cancel := qu.h.Cleanup(ctx)
-	defer cancel()
-	var left []string
-	for _, e := range entries {
-		if err := qu.leaveOnce(ctx, e); err != nil {
-			left = append(left, e)
+	_ = qu.h.Bounded(ctx, "leaving the queue", func(ctx context.Context) error {
+		var left []string
+		for _, e := range entries {
+			if err := qu.leaveOnce(ctx, e); err != nil {
+				left = append(left, e)
+			}
 		}
-	}
-	qu.mu.Lock()
-	qu.abandoned = append(qu.abandoned, left...)
-	qu.mu.Unlock()
+		qu.mu.Lock()
+		qu.abandoned = append(qu.abandoned, left...)
+		qu.mu.Unlock()
+		return nil
+	})
 }
 
 func (qu *queue) newEntry() string { return wire.Entry(qu.h.Owner) }

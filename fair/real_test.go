@@ -94,6 +94,77 @@ func TestRealMutualExclusion(t *testing.T) {
 	}
 }
 
+// Goroutines that share a handle exclude each other, and each of their
+// Lock calls takes its turn in the queue with everyone else's: 16
+// goroutines, four to each of four handles (one per client), under -race;
+// then a handle of another client, joining while the four goroutines of one
+// shared handle take the lock in turn, waits for at most the four turns
+// queued before it (plus one that may start as it joins), not for as many
+// as the goroutines can take.
+func TestRealGoroutinesSharingAHandleTakeTurnsWithEveryone(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := redistest.Clients(t, kind, 4)
+			name := redistest.Name(t)
+			shared := map[redis.UniversalClient]*fair.Mutex{}
+			redistest.MutualExclusion(t, clients, 16, 1000,
+				func(c redis.UniversalClient) (redistest.Locker, error) {
+					if m := shared[c]; m != nil {
+						return m, nil
+					}
+					m, err := fair.New(c, name)
+					shared[c] = m
+					return m, err
+				})
+
+			ctx := context.Background()
+			busy, other := shared[clients[0]], shared[clients[1]]
+			var turns atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if err := busy.Lock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						turns.Add(1)
+						time.Sleep(time.Millisecond)
+						if err := busy.Unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			for range 5 {
+				before := turns.Load()
+				if err := other.Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if waited := turns.Load() - before; waited > 5 {
+					t.Errorf("a handle of another client waited through %d turns of four goroutines sharing a handle; the queue allows at most 5", waited)
+				}
+				if err := other.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+		})
+	}
+}
+
 func BenchmarkUncontendedLockUnlock(b *testing.B) {
 	m, err := fair.New(redistest.Real(b), redistest.Name(b))
 	if err != nil {

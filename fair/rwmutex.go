@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrUpgrade is returned by Lock and TryLock of an RWMutex whose handle holds
-// the read lock: waiting for the write lock then could wait for itself. Give
-// the read lock back first (or take the write lock first: a writer may also
-// take the read lock).
-var ErrUpgrade = errors.New("fairlock: this handle holds the read lock; it cannot take the write lock")
+// ErrUpgrade is returned by Lock and TryLock of an RWMutex given a context
+// that carries a read hold: waiting for the write lock then would wait for
+// itself. Give the read lock back first (or take the write lock first: a
+// writer may also take the read lock).
+var ErrUpgrade = errors.New("fairlock: this call chain holds the read lock; it cannot take the write lock")
 
 // RWMutex is one handle on a fair read-write lock: many readers or one
 // writer, served from one queue in arrival order, so writers and runs of
@@ -27,54 +28,76 @@ var ErrUpgrade = errors.New("fairlock: this handle holds the read lock; it canno
 // eviction bound, keys that expire, scripts safe to retry), and at most
 // MaxPermits readers hold it at once.
 //
-// Re-entry is counted per handle, in the handle: RLock on a handle that holds
-// the read or the write lock, and Lock on a handle that holds the write lock,
-// succeed at once without a call to Redis. A writer may take the read lock;
-// when its last Unlock comes while it still holds read locks, its hold keeps
-// one permit and becomes a read hold (a downgrade), with no gap in between.
-// Lock on a handle that holds only the read lock returns ErrUpgrade.
+// Its methods are safe for concurrent use, and goroutines sharing a handle
+// behave as they would with sync.RWMutex: each Lock and each RLock takes its
+// own turn in the queue, so writers exclude every other holder, readers
+// share the lock with each other, and a writer waiting in the queue is not
+// passed by readers that come after it, of this handle or another. A call
+// re-enters a hold only when its ctx carries it (LockContext, RLockContext,
+// Do, RDo, HoldContext, or a context derived from one): RLock and Lock
+// given a write hold's context, and RLock given a read hold's context,
+// succeed at once without a call to Redis. A writer may take the read lock
+// that way; when its last Unlock comes while it still holds read locks, its
+// hold keeps one permit and becomes a read hold (a downgrade), with no gap
+// in between. Lock given a read hold's context returns ErrUpgrade.
 //
 // When a writer unlocks (or downgrades), one message wakes the whole run of
 // readers at the head of the queue: the release serves every one of them in
 // the same script call, up to the next writer, which keeps its place.
-//
-// Its methods are safe for concurrent use; goroutines sharing a handle share
-// its holds and counts.
 type RWMutex struct {
 	s *Semaphore
 
-	acq sync.Mutex // one acquisition that talks to Redis at a time
-
-	mu    sync.Mutex
-	read  *Permit // the read hold (1 permit, or a downgraded write hold)
-	rn    int     // read re-entries (inside the write hold while write != nil)
-	write *Permit // the write hold (all permits)
-	wn    int
-
-	latest core.Latest // the most recent hold, for Lost and HoldContext
+	mu     sync.Mutex
+	write  *rwHold   // the write hold, nil if none
+	reads  []*rwHold // the read holds, oldest first (downgraded ones too)
+	latest *rwHold   // the most recent hold, for Lost and HoldContext
 }
 
+// rwHold is one hold of an RWMutex: a permit hold and its re-entries.
+type rwHold struct {
+	p     *Permit
+	write bool // still the write hold: not downgraded
+	wn    int  // write re-entries
+	rn    int  // read re-entries: inside the write hold, or of the read hold
+	bound bool // its context was handed out: its RUnlock comes with it
+}
+
+// rwKey marks a context that carries a hold of the RWMutex m.
+type rwKey struct{ m *RWMutex }
+
 // NewRWMutex returns a handle on the fair read-write lock name. It takes the
-// options of every fair primitive (Option), as NewSemaphore does. Bad arguments get an error wrapping
-// ErrInvalidArgument. Its keys collide with no Mutex or Semaphore of the
-// same name.
+// options of every fair primitive (Option), as NewSemaphore does. Bad
+// arguments get an error wrapping ErrInvalidArgument. Its keys collide with
+// no Mutex or Semaphore of the same name.
 func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) (*RWMutex, error) {
 	s, err := newSemaphore(client, name, "fairlock:rw:{"+name+"}", MaxPermits, opts)
 	if err != nil {
 		return nil, err
 	}
+	s.what = "read-write lock"
 	return &RWMutex{s: s}, nil
 }
 
 // Name returns the lock's name.
 func (m *RWMutex) Name() string { return m.s.name }
 
-// RLock waits in the queue until the read lock is this handle's, or re-enters
-// it at once if the handle holds the read or the write lock. The watchdog
-// keeps the lease until the last RUnlock. ctx bounds only the wait.
+// RLock waits in the queue until the read lock is this call's, or re-enters
+// the hold its ctx carries (a read hold, or a write hold) at once. The
+// watchdog keeps the lease until the last RUnlock. ctx bounds only the
+// wait.
 func (m *RWMutex) RLock(ctx context.Context) error {
 	_, err := m.acquire(ctx, false, m.s.cfg.LockAttempt())
 	return err
+}
+
+// RLockContext is RLock, and returns the context to do the work in, as
+// Mutex.LockContext does: RUnlock given it releases exactly this hold.
+func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
+	h, err := m.acquire(ctx, false, m.s.cfg.LockAttempt())
+	if err != nil {
+		return nil, err
+	}
+	return m.bind(ctx, h), nil
 }
 
 // TryRLock is RLock for up to wait (0: one attempt that never queues), with
@@ -84,17 +107,29 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := m.s.cfg.TryAttempt(wait, lease)
 	if err != nil {
-		return false, err
+		return false, m.s.named(ctx, err)
 	}
-	return m.acquire(ctx, false, a)
+	h, err := m.acquire(ctx, false, a)
+	return h != nil, err
 }
 
-// Lock waits in the queue until the write lock is this handle's, or re-enters
-// it at once if the handle holds it. A handle that holds only the read lock
-// gets ErrUpgrade.
+// Lock waits in the queue until the write lock is this call's, or
+// re-enters the write hold its ctx carries at once. Given a read hold's
+// context, it returns ErrUpgrade.
 func (m *RWMutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, true, m.s.cfg.LockAttempt())
 	return err
+}
+
+// LockContext is Lock, and returns the context to do the work in, as
+// Mutex.LockContext does: Unlock given it releases exactly this hold, and
+// RLock given it takes the read lock inside the write hold.
+func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
+	h, err := m.acquire(ctx, true, m.s.cfg.LockAttempt())
+	if err != nil {
+		return nil, err
+	}
+	return m.bind(ctx, h), nil
 }
 
 // TryLock is Lock for up to wait (0: one attempt that never queues), with a
@@ -103,20 +138,75 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := m.s.cfg.TryAttempt(wait, lease)
 	if err != nil {
-		return false, err
+		return false, m.s.named(ctx, err)
 	}
-	return m.acquire(ctx, true, a)
+	h, err := m.acquire(ctx, true, a)
+	return h != nil, err
 }
 
-func (m *RWMutex) acquire(ctx context.Context, write bool, a core.Attempt) (bool, error) {
-	if done, err := m.reenter(write); done {
-		return err == nil, err
+// Do runs fn holding the write lock, as Mutex.Do does.
+func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return m.s.named(ctx, core.Do(ctx, rwSide{m, true}, m.s.cfg.CleanupTimeout, fn))
+}
+
+// RDo runs fn holding the read lock, as Mutex.Do does.
+func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error) error {
+	return m.s.named(ctx, core.Do(ctx, rwSide{m, false}, m.s.cfg.CleanupTimeout, fn))
+}
+
+// rwSide is one side of an RWMutex as a core.Holder, for Do and RDo.
+type rwSide struct {
+	m     *RWMutex
+	write bool
+}
+
+func (s rwSide) LockContext(ctx context.Context) (context.Context, error) {
+	if s.write {
+		return s.m.LockContext(ctx)
 	}
-	m.acq.Lock()
-	defer m.acq.Unlock()
-	// Another goroutine of this handle may have taken it meanwhile.
-	if done, err := m.reenter(write); done {
-		return err == nil, err
+	return s.m.RLockContext(ctx)
+}
+
+func (s rwSide) Unlock(ctx context.Context) error {
+	if s.write {
+		return s.m.Unlock(ctx)
+	}
+	return s.m.RUnlock(ctx)
+}
+
+// carried is the live hold of this handle that ctx carries, if any; a hold
+// that ended gets its error.
+func (m *RWMutex) carried(ctx context.Context) (*rwHold, error) {
+	h, _ := ctx.Value(rwKey{m}).(*rwHold)
+	if h == nil {
+		return nil, nil
+	}
+	if h.p.end.IsEnded() {
+		if h.p.end.IsLost() {
+			return nil, ErrLockLost
+		}
+		return nil, ErrNotHeld
+	}
+	return h, nil
+}
+
+// bind is the context for work under h (core.Bind), carrying h.
+func (m *RWMutex) bind(ctx context.Context, h *rwHold) context.Context {
+	m.mu.Lock()
+	h.bound = true
+	m.mu.Unlock()
+	return context.WithValue(core.Bind(ctx, h.p.end), rwKey{m}, h)
+}
+
+func (m *RWMutex) acquire(ctx context.Context, write bool, a core.Attempt) (*rwHold, error) {
+	if err := core.CheckContext(ctx); err != nil {
+		return nil, m.s.named(ctx, err)
+	}
+	if h, err := m.carried(ctx); err != nil || h != nil {
+		if err != nil {
+			return nil, m.s.named(ctx, err)
+		}
+		return m.reenter(ctx, h, write)
 	}
 	n := 1
 	if write {
@@ -124,146 +214,200 @@ func (m *RWMutex) acquire(ctx context.Context, write bool, a core.Attempt) (bool
 	}
 	p, err := m.s.acquire(ctx, n, a)
 	if p == nil {
-		return false, err
+		return nil, err
 	}
+	h := &rwHold{p: p, write: write}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if write {
-		m.write, m.wn = p, 1
+		h.wn = 1
+		m.write = h
 	} else {
-		m.read, m.rn = p, 1
+		h.rn = 1
+		m.dropEndedLocked()
+		m.reads = append(m.reads, h)
 	}
-	m.latest.Set(p.end)
-	return true, nil
+	m.latest = h
+	return h, nil
 }
 
-// reenter counts a re-entry if the handle's holds allow one. done reports
-// that the call is decided (a re-entry, or ErrUpgrade).
-func (m *RWMutex) reenter(write bool) (done bool, err error) {
+// reenter counts a re-entry of h, a hold the call's ctx carries.
+func (m *RWMutex) reenter(ctx context.Context, h *rwHold, write bool) (*rwHold, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.dropLostLocked()
 	switch {
-	case m.write != nil && write:
-		m.wn++
-		return true, nil
-	case m.write != nil || m.read != nil:
-		if write {
-			return true, ErrUpgrade
-		}
-		m.rn++
-		return true, nil
+	case write && !h.write:
+		return nil, m.s.named(ctx, ErrUpgrade)
+	case write:
+		h.wn++
+	default:
+		h.rn++
 	}
-	return false, nil
+	return h, nil
 }
 
-// dropLostLocked forgets holds that were lost: the next acquisition is a
-// fresh one.
-func (m *RWMutex) dropLostLocked() {
-	if m.write != nil && isLost(m.write) {
-		m.write, m.wn, m.rn = nil, 0, 0
-	}
-	if m.read != nil && isLost(m.read) {
-		m.read, m.rn = nil, 0
-	}
+// dropEndedLocked forgets the read holds that ended (lost): RUnlock with a
+// plain context looks for a live one.
+func (m *RWMutex) dropEndedLocked() {
+	m.reads = slices.DeleteFunc(m.reads, func(h *rwHold) bool { return h.p.end.IsEnded() })
 }
 
-func isLost(p *Permit) bool { return p.end.IsLost() }
-
-// RUnlock undoes one RLock or successful TryRLock. The last one gives the
-// read lock back (the next in the queue takes it if it can), unless the
-// handle also holds the write lock. A handle without the read lock gets
-// ErrNotHeld; a lost hold gets ErrLockLost.
+// RUnlock undoes one RLock or successful TryRLock: of the hold its ctx
+// carries, or, with any other ctx, of one of this handle's read holds
+// (readers share the lock, so any of them will do: the oldest taken by a
+// plain RLock).
+// The last one of a hold gives the read lock back (the next in the queue
+// takes it if it can), unless it is inside a write hold. A handle without
+// the read lock gets ErrNotHeld; a lost hold gets ErrLockLost.
 func (m *RWMutex) RUnlock(ctx context.Context) error {
+	if err := core.CheckContext(ctx); err != nil {
+		return m.s.named(ctx, err)
+	}
+	h, err := m.carried(ctx)
+	if err != nil {
+		return m.s.named(ctx, err)
+	}
 	m.mu.Lock()
-	if m.rn == 0 {
-		m.mu.Unlock()
-		return ErrNotHeld
+	if h == nil {
+		lost := slices.ContainsFunc(m.reads, func(h *rwHold) bool { return h.p.end.IsLost() })
+		m.dropEndedLocked()
+		if len(m.reads) == 0 {
+			m.mu.Unlock()
+			switch {
+			case lost:
+				return m.s.named(ctx, ErrLockLost)
+			case m.write != nil:
+				return m.s.named(ctx, fmt.Errorf("%w: this handle holds the write lock, not the read lock: use Unlock (or RUnlock with the write hold's context, for a read lock taken inside it)", ErrNotHeld))
+			}
+			return m.s.named(ctx, ErrNotHeld)
+		}
+		// Readers share the lock, so any read hold taken with a plain
+		// context will do: the oldest. Those whose context was handed out
+		// come last, as their RUnlock comes with it.
+		h = m.reads[0]
+		if i := slices.IndexFunc(m.reads, func(r *rwHold) bool { return !r.bound }); i >= 0 {
+			h = m.reads[i]
+		}
 	}
-	if p := m.holdLocked(); isLost(p) {
-		m.dropLostLocked()
+	if h.rn == 0 {
 		m.mu.Unlock()
-		return ErrLockLost
+		return m.s.named(ctx, fmt.Errorf("%w: the hold this context carries is the write lock, taken without a read lock inside it: use Unlock", ErrNotHeld))
 	}
-	m.rn--
-	if m.rn > 0 || m.write != nil {
+	h.rn--
+	if h.rn > 0 || h.write {
 		m.mu.Unlock()
 		return nil
 	}
-	p := m.read
-	m.read = nil
+	m.reads = slices.DeleteFunc(m.reads, func(r *rwHold) bool { return r == h })
 	m.mu.Unlock()
-	return p.Release(ctx)
+	return h.p.Release(ctx)
 }
 
-// Unlock undoes one Lock or successful TryLock. The last one gives the write
-// lock back, or, if the handle still holds read locks, keeps one permit of
-// its hold as the read lock (a downgrade: no other writer can come in
-// between). A handle without the write lock gets ErrNotHeld; a lost hold
-// gets ErrLockLost.
+// Unlock undoes one Lock or successful TryLock of the write hold (the one
+// its ctx carries, or the handle's). The last one gives the write lock
+// back, or, if the hold still has read locks inside it, keeps one permit of
+// it as a read hold (a downgrade: no other writer can come in between). A
+// handle without the write lock gets ErrNotHeld (which says to use RUnlock
+// if it holds the read lock); a lost hold gets ErrLockLost.
 func (m *RWMutex) Unlock(ctx context.Context) error {
+	if err := core.CheckContext(ctx); err != nil {
+		return m.s.named(ctx, err)
+	}
+	h, err := m.carried(ctx)
+	if err != nil {
+		return m.s.named(ctx, err)
+	}
 	m.mu.Lock()
-	if m.write == nil {
-		m.mu.Unlock()
-		return ErrNotHeld
+	if h == nil {
+		h = m.write
 	}
-	if isLost(m.write) {
-		m.dropLostLocked()
+	if h == nil || !h.write {
+		reading := h != nil || len(m.reads) > 0
 		m.mu.Unlock()
-		return ErrLockLost
+		if reading {
+			return m.s.named(ctx, fmt.Errorf("%w: this handle holds the read lock, not the write lock: use RUnlock", ErrNotHeld))
+		}
+		return m.s.named(ctx, ErrNotHeld)
 	}
-	m.wn--
-	if m.wn > 0 {
+	if h.p.end.IsEnded() {
+		if m.write == h {
+			m.write = nil
+		}
+		m.mu.Unlock()
+		return m.s.named(ctx, ErrLockLost)
+	}
+	h.wn--
+	if h.wn > 0 {
 		m.mu.Unlock()
 		return nil
 	}
-	p := m.write
-	m.write = nil
-	if m.rn == 0 {
+	if m.write == h {
+		m.write = nil
+	}
+	if h.rn == 0 {
 		m.mu.Unlock()
-		return p.Release(ctx)
+		return h.p.Release(ctx)
 	}
 	// Downgrade. Until the resize is done the hold keeps all permits: the
-	// handle holds the read lock either way.
-	m.read = p
+	// caller holds the read lock either way.
+	h.write = false
+	m.reads = append(m.reads, h)
 	m.mu.Unlock()
-	ok, err := p.resize(ctx, 1)
+	ok, err := h.p.resize(ctx, 1)
 	switch {
 	case err != nil:
-		return fmt.Errorf("fairlock: the write lock is still held as the read lock (downgrade failed): %w", err)
+		return m.s.named(ctx, fmt.Errorf("the write lock is still held as the read lock (downgrade failed): %w", err))
 	case !ok:
-		return ErrLockLost
+		return m.s.named(ctx, ErrLockLost)
 	}
 	return nil
 }
 
-// holdLocked is the hold that read re-entries count on.
-func (m *RWMutex) holdLocked() *Permit {
-	if m.write != nil {
-		return m.write
-	}
-	return m.read
-}
-
 // Token returns the fencing token of this handle's write hold, or else of
-// its read hold; 0 if it holds neither. A downgraded hold keeps its token.
+// its latest read hold; 0 if it holds neither. A downgraded hold keeps its
+// token.
 func (m *RWMutex) Token() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p := m.holdLocked(); p != nil {
-		return p.Token()
+	if m.write != nil {
+		return m.write.p.Token()
+	}
+	for i := len(m.reads) - 1; i >= 0; i-- {
+		if t := m.reads[i].p.Token(); t != 0 {
+			return t
+		}
 	}
 	return 0
 }
 
-// Lost returns a channel closed if the current (or most recent) hold is
-// lost. Before the first hold it returns a channel that is never closed.
-func (m *RWMutex) Lost() <-chan struct{} { return m.latest.Lost() }
+// Lost returns a channel closed if the most recent hold is lost. Before the
+// first hold it returns a channel that is never closed.
+func (m *RWMutex) Lost() <-chan struct{} {
+	m.mu.Lock()
+	h := m.latest
+	m.mu.Unlock()
+	if h == nil {
+		return (&core.Latest{}).Lost()
+	}
+	return h.p.Lost()
+}
 
-// HoldContext returns a context cancelled when the current (or most recent)
-// hold ends; context.Cause tells ErrLockLost from ErrReleased. Before the
-// first hold it is already cancelled with cause ErrNotHeld.
-func (m *RWMutex) HoldContext() context.Context { return m.latest.Context() }
+// HoldContext returns a context cancelled when the most recent hold ends;
+// context.Cause tells ErrLockLost from ErrReleased. It carries that hold,
+// as LockContext's does: call it only from the call chain that holds it.
+// Before the first hold it is already cancelled with cause ErrNotHeld.
+func (m *RWMutex) HoldContext() context.Context {
+	m.mu.Lock()
+	h := m.latest
+	m.mu.Unlock()
+	if h == nil {
+		return (&core.Latest{}).Context()
+	}
+	m.mu.Lock()
+	h.bound = true
+	m.mu.Unlock()
+	return context.WithValue(h.p.HoldContext(), rwKey{m}, h)
+}
 
 // InspectRWMutex reads the state of the read-write lock name without
 // changing it: its holders (a reader holds 1 permit, a writer MaxPermits) and

@@ -210,30 +210,42 @@ func TestRWMutexReentryAndUpgrade(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	m := e.rw("m")
-	ok(t, m.RLock(ctx), "RLock")
-	ok(t, m.RLock(ctx), "RLock again")
-	if err := m.Lock(ctx); !errors.Is(err, fair.ErrUpgrade) {
-		t.Fatalf("Lock while reading: %v, want ErrUpgrade", err)
+	rctx, err := m.RLockContext(ctx)
+	ok(t, err, "RLockContext")
+	ok(t, m.RLock(rctx), "RLock again, with the hold's context")
+	if err := m.Lock(rctx); !errors.Is(err, fair.ErrUpgrade) {
+		t.Fatalf("Lock with a read hold's context: %v, want ErrUpgrade", err)
 	}
-	ok(t, m.RUnlock(ctx), "RUnlock")
+	ok(t, m.RUnlock(rctx), "RUnlock")
 	if st := e.rwState(); st.InUse != 1 {
 		t.Fatalf("released after one of two RUnlocks: %+v", st)
 	}
-	ok(t, m.RUnlock(ctx), "RUnlock")
+	// Another reader on the same handle (another goroutine) takes a read
+	// hold of its own: readers share the lock.
+	ok(t, m.RLock(ctx), "a second reader's RLock")
+	if st := e.rwState(); st.InUse != 2 || len(st.Holders) != 2 {
+		t.Fatalf("two readers on one handle: %+v", st)
+	}
+	ok(t, m.RUnlock(ctx), "the second reader's RUnlock")
+	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrNotHeld) || !strings.Contains(err.Error(), "use RUnlock") {
+		t.Fatalf("Unlock while holding only the read lock: %v, want ErrNotHeld saying to use RUnlock", err)
+	}
+	ok(t, m.RUnlock(rctx), "RUnlock")
 	if st := e.rwState(); st.InUse != 0 {
 		t.Fatalf("held after the last RUnlock: %+v", st)
 	}
 	if err := m.RUnlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
 		t.Fatalf("a third RUnlock: %v", err)
 	}
-	ok(t, m.Lock(ctx), "Lock")
+	wctx, err := m.LockContext(ctx)
+	ok(t, err, "LockContext")
 	tok := m.Token()
-	ok(t, m.Lock(ctx), "Lock again")
-	ok(t, m.Unlock(ctx), "Unlock")
+	ok(t, m.Lock(wctx), "Lock again, with the hold's context")
+	ok(t, m.Unlock(wctx), "Unlock")
 	if m.Token() != tok || e.rwState().InUse != fair.MaxPermits {
 		t.Fatal("released after one of two Unlocks")
 	}
-	ok(t, m.Unlock(ctx), "Unlock")
+	ok(t, m.Unlock(wctx), "Unlock")
 	if m.Token() != 0 || e.rwState().InUse != 0 {
 		t.Fatal("held after the last Unlock")
 	}
@@ -248,14 +260,15 @@ func TestRWMutexDowngrade(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	m, other, w := e.rw("m"), e.rw("other"), e.rw("w")
-	ok(t, m.Lock(ctx), "Lock")
+	wctx, err := m.LockContext(ctx)
+	ok(t, err, "LockContext")
 	tok := m.Token()
-	ok(t, m.RLock(ctx), "RLock by the writer")
+	ok(t, m.RLock(wctx), "RLock by the writer, with its hold's context")
 	reader := async(func() error { return other.RLock(ctx) })
 	e.rwQueue(1)
 	writer := async(func() error { return w.Lock(ctx) })
 	e.rwQueue(2)
-	ok(t, m.Unlock(ctx), "Unlock, keeping the read lock")
+	ok(t, m.Unlock(wctx), "Unlock, keeping the read lock")
 	done(t, reader, "the reader woken by the downgrade")
 	pending(t, writer, "the writer")
 	if m.Token() != tok {

@@ -38,6 +38,7 @@ const MaxPermits = 10000
 type Semaphore struct {
 	client  redis.UniversalClient
 	name    string
+	what    string // the primitive, as errors name it
 	base    string // where its keys start: fairlock:s:{name}, or an RWMutex's
 	permits int
 	cfg     core.Config
@@ -56,8 +57,9 @@ type Permit struct {
 // NewSemaphore returns a handle on the fair semaphore name with permits
 // permits (1 to MaxPermits). The number a semaphore has lives with its
 // state in Redis: the first handle to use it sets it, SetPermits changes it,
-// and handles made with another number follow Redis's, until the semaphore
-// has been unused long enough for its keys to expire. It takes the options
+// and handles made with another number follow Redis's, both ways, until the
+// semaphore has been unused long enough for its keys to expire: a handle
+// made with 5 on a live semaphore of 2 hands out 2, and Permits says so. It takes the options
 // of every fair primitive (Option): the lease of its permit holds, the wait
 // timeout of its waiters, the label Inspect shows, and so on; not
 // WithReplicas. Bad arguments get an error wrapping ErrInvalidArgument.
@@ -80,7 +82,7 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 	if err := checkPermits(permits); err != nil {
 		return nil, err
 	}
-	return &Semaphore{client: client, name: name, base: base, permits: permits, cfg: cfg,
+	return &Semaphore{client: client, name: name, what: "semaphore", base: base, permits: permits, cfg: cfg,
 		label: wire.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
 }
 
@@ -97,6 +99,7 @@ func checkPermits(k int) error {
 func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 	gate := placeAt(wire.GateBase(s.base), scripts)
 	return core.Place{
+		What:    s.what,
 		Keys:    append([]string{s.base}, gate.Keys...),
 		Channel: gate.Channel,
 		Release: scripts.SemRelease,
@@ -108,12 +111,17 @@ func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 // Name returns the semaphore's name, as given to NewSemaphore.
 func (s *Semaphore) Name() string { return s.name }
 
+// named wraps err with the primitive and the name (core.Named).
+func (s *Semaphore) named(ctx context.Context, err error) error {
+	return core.Named(ctx, s.what, s.name, err)
+}
+
 // Acquire waits in the queue until n permits are this caller's, and keeps
 // their lease alive with the watchdog until Release. ctx bounds only the
 // wait; when it ends first, Acquire leaves the queue at once and returns
-// ctx.Err(). n must be from 1 to the semaphore's number of permits: more
-// (now, or once SetPermits lowered it while the caller waited) gets an
-// error wrapping ErrInvalidArgument.
+// ctx.Err(). n must be from 1 to the semaphore's number of permits as Redis
+// has it (Permits): more (now, or once SetPermits lowered it while the
+// caller waited) gets an error wrapping ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 	return s.acquire(ctx, n, s.cfg.LockAttempt())
 }
@@ -122,18 +130,74 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 // attempt that never queues: it succeeds only if n permits are free and
 // nobody waits. A positive wait queues like Acquire. With lease 0 the
 // watchdog keeps the lease alive; a positive lease holds the permits for
-// that long, without renewal. It returns nil, nil when the wait elapsed.
+// that long, without renewal. When the wait elapsed, it returns an error
+// wrapping ErrNotAcquired: a nil Permit always comes with an error.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	a, err := s.cfg.TryAttempt(wait, lease)
 	if err != nil {
+		return nil, s.named(ctx, err)
+	}
+	p, err := s.acquire(ctx, n, a)
+	if p == nil && err == nil {
+		return nil, s.named(ctx, ErrNotAcquired)
+	}
+	return p, err
+}
+
+// ErrNotAcquired is wrapped by the error of a TryAcquire whose wait
+// elapsed before the permits were free.
+var ErrNotAcquired = errors.New("fairlock: not acquired within the wait")
+
+// Do runs fn holding n permits: it acquires them as Acquire does, runs fn
+// with the hold's context (cancelled when the hold is lost or ctx ends),
+// and releases them when fn returns, on a context of its own bounded by the
+// cleanup timeout. It returns fn's error, joined with the release's if that
+// failed (ErrLockLost when the hold was lost while fn ran).
+func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
+	return s.named(ctx, core.Do(ctx, &permitSide{s: s, n: n}, s.cfg.CleanupTimeout, fn))
+}
+
+// permitSide is one Acquire of a Semaphore as a core.Holder, for Do.
+type permitSide struct {
+	s *Semaphore
+	n int
+	p *Permit
+}
+
+func (ps *permitSide) LockContext(ctx context.Context) (context.Context, error) {
+	p, err := ps.s.Acquire(ctx, ps.n)
+	if err != nil {
 		return nil, err
 	}
-	return s.acquire(ctx, n, a)
+	ps.p = p
+	return core.Bind(ctx, p.end), nil
+}
+
+func (ps *permitSide) Unlock(ctx context.Context) error { return ps.p.Release(ctx) }
+
+// Permits returns the semaphore's number of permits as Redis has it: the
+// number every handle follows, whatever it was made with. If the
+// semaphore is unused (nothing recorded), it is this handle's, which its
+// first Acquire will record.
+func (s *Semaphore) Permits(ctx context.Context) (int, error) {
+	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
+	if err != nil {
+		return 0, s.named(ctx, err)
+	}
+	if st.Permits == 0 {
+		return s.permits, nil
+	}
+	return st.Permits, nil
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit, error) {
-	if n < 1 || n > s.permits {
-		return nil, core.Invalid("asked for %d permits of a semaphore made with %d", n, s.permits)
+	if err := core.CheckContext(ctx); err != nil {
+		return nil, s.named(ctx, err)
+	}
+	if n < 1 || n > MaxPermits {
+		// Above the semaphore's own number, the script says so: that
+		// number is Redis's, which SetPermits may have changed.
+		return nil, s.named(ctx, core.Invalid("asked for %d permits; a semaphore has from 1 to %d", n, MaxPermits))
 	}
 	// Every permit hold is a handle of its own, used once: its owner id
 	// names exactly one hold, which makes each of its script calls safe to
@@ -145,7 +209,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 		return nil, err
 	}
 	if ok, err := m.Acquire(ctx, a); !ok {
-		return nil, err
+		return nil, err // named by the permit hold's handle
 	}
 	return &Permit{s: s, m: m, end: m.HoldEnd(), n: n}, nil
 }
@@ -171,6 +235,27 @@ func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 		p.n = n
 	}
 	return ok == 1, nil
+}
+
+// Extend makes the hold's lease d from now, never shortening it, in Redis
+// and in this Permit's belief, as Mutex.Extend does: ErrNotHeld once it was
+// released, ErrLockLost (ending the hold as lost) if Redis no longer has
+// it. d must be positive.
+func (p *Permit) Extend(ctx context.Context, d time.Duration) error { return p.m.Extend(ctx, d) }
+
+// TTL returns the hold's remaining lease as Redis has it; 0 once it ended.
+func (p *Permit) TTL(ctx context.Context) (time.Duration, error) {
+	s := p.s
+	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
+	if err != nil {
+		return 0, s.named(ctx, err)
+	}
+	for _, h := range st.Holders {
+		if h.Owner == p.m.Owner() {
+			return h.TTL, nil
+		}
+	}
+	return 0, nil
 }
 
 // N returns the number of permits held.

@@ -125,7 +125,7 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 		}
 	}
 	s := e.semaphore(2)
-	for _, n := range []int{0, -1, 3} {
+	for _, n := range []int{0, -1, fair.MaxPermits + 1} {
 		if _, err := s.Acquire(ctx, n); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("Acquire(%d): got %v, want ErrInvalidArgument", n, err)
 		}
@@ -168,7 +168,7 @@ func TestSemaphoreCountsPermits(t *testing.T) {
 	if n := available(t, s); n != 0 {
 		t.Fatalf("Available = %d, want 0", n)
 	}
-	if p, err := s.TryAcquire(ctx, 1, 0, 0); p != nil || err != nil {
+	if p, err := s.TryAcquire(ctx, 1, 0, 0); p != nil || !errors.Is(err, fair.ErrNotAcquired) {
 		t.Fatalf("TryAcquire on a full semaphore: %v, %v", p, err)
 	}
 	st := e.semState()
@@ -209,7 +209,7 @@ func TestSemaphoreServesInArrivalOrder(t *testing.T) {
 	e.semQueue(1)
 	small := acquireAsync(ctx, e.semaphoreOn(e.process(), 3), 1)
 	e.semQueue(2)
-	if p, err := s.TryAcquire(ctx, 1, 0, 0); p != nil || err != nil {
+	if p, err := s.TryAcquire(ctx, 1, 0, 0); p != nil || !errors.Is(err, fair.ErrNotAcquired) {
 		t.Fatalf("TryAcquire passed the queue: %v, %v", p, err)
 	}
 	notGranted(t, big, "the big request")
@@ -267,7 +267,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 		t.Fatal("a renewed permit hold was lost")
 	}
 	fixed, err := e.semaphore(1).TryAcquire(ctx, 1, 0, time.Second)
-	if err != nil || fixed != nil {
+	if !errors.Is(err, fair.ErrNotAcquired) || fixed != nil {
 		t.Fatalf("TryAcquire beside a renewed hold: %v, %v", fixed, err)
 	}
 	release(t, p)
@@ -306,7 +306,7 @@ func TestSemaphoreWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	}
 	e.semQueue(2)
 	e.clk.Advance(time.Second)
-	if r := <-timed; r.p != nil || r.err != nil {
+	if r := <-timed; r.p != nil || !errors.Is(r.err, fair.ErrNotAcquired) {
 		t.Fatalf("a TryAcquire whose wait elapsed: %v, %v", r.p, r.err)
 	}
 	e.semQueue(1)
@@ -456,5 +456,38 @@ func TestSemaphoreFirstWaiterLooksAgainWithinAHeartbeat(t *testing.T) {
 	release(t, p)
 	if err := held.Release(ctx); !errors.Is(err, fair.ErrLockLost) && !errors.Is(err, fair.ErrNotHeld) {
 		t.Fatalf("Release of a hold deleted behind its back: %v", err)
+	}
+}
+
+// A handle follows the number of permits Redis has, both ways, whatever it
+// was made with, and Permits shows that number.
+func TestSemaphoreHandlesFollowRedisPermits(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	two, five := e.semaphore(2), e.semaphore(5)
+	if k, err := two.Permits(ctx); k != 2 || err != nil {
+		t.Fatalf("Permits of an unused semaphore = %d, %v; want the handle's own 2", k, err)
+	}
+	p, err := two.Acquire(ctx, 1) // records 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, p)
+	if k, err := five.Permits(ctx); k != 2 || err != nil {
+		t.Fatalf("Permits of a handle made with 5 on a semaphore of 2 = %d, %v; want 2", k, err)
+	}
+	if _, err := five.TryAcquire(ctx, 3, 0, 0); !errors.Is(err, fair.ErrInvalidArgument) || !strings.Contains(err.Error(), `semaphore "jobs"`) {
+		t.Fatalf("3 of a semaphore of 2, on a handle made with 5: %v; want ErrInvalidArgument naming the semaphore", err)
+	}
+	if _, err := five.SetPermits(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	p, err = two.TryAcquire(ctx, 4, 0, 0)
+	if err != nil {
+		t.Fatalf("4 of a semaphore raised to 5, on a handle made with 2: %v", err)
+	}
+	release(t, p)
+	if k, err := two.Permits(ctx); k != 5 || err != nil {
+		t.Fatalf("Permits after SetPermits(5) = %d, %v", k, err)
 	}
 }

@@ -106,15 +106,35 @@ func TestHandOffArrivingLateIsClaimedBeforeLockReturns(t *testing.T) {
 			}
 			cut.On.Store(!reconnect)
 			mustUnlock(t, a) // hands the lock to c; the message reaches c at once
-			r := await(t, gotC)
 			if !reconnect {
-				// The claim cannot reach Redis, so neither can the next try:
-				// Lock fails instead of returning a hold that is already over.
-				if r.ok || r.err == nil {
-					t.Fatalf("Lock while cut off = %v, %v; want an error", r.ok, r.err)
+				// The claim cannot reach Redis, and neither can the next
+				// try: Lock does not return a hold that is already over. It
+				// rides the outage out, and once back, takes the lock afresh.
+				for i := 0; i < 100; i++ {
+					e.clk.Advance(10 * time.Millisecond)
 				}
+				select {
+				case r := <-gotC:
+					t.Fatalf("Lock while cut off returned %v, %v; want it to go on waiting", r.ok, r.err)
+				default:
+				}
+				cut.On.Store(false)
+				var r result
+				for done := false; !done; {
+					select {
+					case r = <-gotC:
+						done = true
+					default:
+						e.clk.Advance(10 * time.Millisecond)
+					}
+				}
+				if !r.ok || r.err != nil || isClosed(c.Lost()) {
+					t.Fatalf("Lock once back = %v, %v (lost %v); want a hold", r.ok, r.err, isClosed(c.Lost()))
+				}
+				mustUnlock(t, c)
 				return
 			}
+			r := await(t, gotC)
 			if !r.ok || r.err != nil {
 				t.Fatalf("Lock = %v, %v; want the handed-off lock", r.ok, r.err)
 			}

@@ -2,11 +2,16 @@ package fair
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
 )
 
 // A permitSource is what a semaphore's waiter waits for besides its gate:
@@ -38,6 +43,9 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	if a.Wait == 0 && !a.Forever {
 		sent := clk.Now()
 		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
+		if err != nil && ctx.Err() == nil {
+			err = core.Step("trying to take the lock", err)
+		}
 		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err
 	}
 	// On a busy lock the channel is already subscribed: listen for this
@@ -48,8 +56,15 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	sent := clk.Now()
 	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
-	if err != nil || r.Held {
-		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err // a fresh entry is never handed the lock
+	if err != nil {
+		qu.leave(ctx, entry) // the join may have queued it
+		if ctx.Err() != nil {
+			return outcome{}, ctx.Err()
+		}
+		return outcome{}, core.Step("joining the queue", err)
+	}
+	if r.Held {
+		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, nil // a fresh entry is never handed the lock
 	}
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
@@ -65,7 +80,10 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		// confirmed would be missed, so try again once it is.
 		if sub, err = core.Subscribe(ctx, qu.h.Client, qu.h.Channel, entry); err != nil {
 			qu.leave(ctx, entry)
-			return outcome{}, err
+			if ctx.Err() != nil {
+				return outcome{}, ctx.Err()
+			}
+			return outcome{}, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
 		select {
@@ -78,6 +96,11 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	q.hb, q.mem = joinHeartbeat(qu, entry, w)
 	defer q.hb.leave(q.mem)
 	defer q.stopFallback()
+	defer func() {
+		if q.retry != nil {
+			q.retry.Stop()
+		}
+	}()
 	// The last request answered "queued" was processed before any hand-off
 	// to this entry: a granted lease counts from no earlier than its send.
 	q.mem.queuedAt(sent)
@@ -108,7 +131,21 @@ type queueWait struct {
 	// earlier than it is, and the timer set at that time, not after a
 	// duration: news handled late still wakes the head on time.
 	fallback clock.Timer
+
+	// outage: since when Redis could not be reached (zero: it can), and
+	// the last pause before trying again (backoff).
+	outage time.Time
+	cause  error // the outage's first error
+	pause  time.Duration
+	retry  clock.Timer // the next try after a failed one
 }
+
+// Backoff of a queued waiter that cannot reach Redis: from minPause,
+// doubling up to maxPause, each pause jittered by up to a half.
+const (
+	minPause = 10 * time.Millisecond
+	maxPause = time.Second
+)
 
 // News for one queued entry: the hub's messages are parsed into wire.Note
 // values (wire.ParseNote), and the heartbeat delivers the same values, and
@@ -117,6 +154,10 @@ type queueWait struct {
 // evicted: the entry lost its place, having been silent for longer than its
 // wait timeout (the heartbeat's news).
 type evicted struct{}
+
+// unreachable: the heartbeat could not reach Redis (its news): the waiter
+// rides the outage out while its place lasts (queueWait.unreachable).
+type unreachable struct{ err error }
 
 // done reports whether an outcome ends the wait.
 func (o outcome) done() bool { return o.held != nil || o.served != nil }
@@ -145,7 +186,7 @@ func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 			return outcome{}, nil
 		case core.Cancelled:
 			q.qu.leave(ctx, q.entry)
-			return outcome{}, ctx.Err()
+			return outcome{}, q.ended(ctx)
 		}
 		if out.done() || err != nil {
 			return out, err
@@ -158,11 +199,22 @@ func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 func (q *queueWait) try(ctx context.Context) (outcome, error) {
 	for {
 		sent := q.qu.h.Config.Clock.Now()
-		r, err := q.qu.attempt(ctx, q.a, q.entry, q.next)
+		actx, cancel := ctx, context.CancelFunc(nil)
+		if !q.outage.IsZero() {
+			// Redis was out of reach: bound the try (go-redis's own
+			// retries take seconds), by the place's end while it lasts.
+			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), maxPause))
+		}
+		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
+		if cancel != nil {
+			cancel()
+		}
+		if err != nil {
+			return outcome{}, q.unreachable(ctx, err)
+		}
+		q.outage, q.cause, q.pause = time.Time{}, nil, 0
 		q.next = wire.ModeQueued
 		switch {
-		case err != nil:
-			return outcome{}, err
 		case r.Held && r.Handoff:
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
@@ -181,6 +233,76 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		q.queued(r)
 		return outcome{}, nil
 	}
+}
+
+// unreachable handles an attempt that failed (err). An error that is not
+// about reaching Redis ends the wait, having left the queue. Otherwise the
+// waiter rides the outage out: it tries again after a jittered backoff,
+// and its heartbeat goes on refreshing its place meanwhile. While the place
+// lasts (its deadline in Redis, by this client's count), it keeps it. If
+// the outage outlasts it, the waiter learns it was evicted at its first try
+// that reaches Redis, and re-joins at the tail (guarantee 4). Only its ctx
+// ends the wait then, with an error that says Redis was out of reach.
+func (q *queueWait) unreachable(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		q.qu.leave(ctx, q.entry)
+		return q.ended(ctx)
+	}
+	if !transient(err) {
+		q.qu.leave(ctx, q.entry)
+		return core.Step("waiting in the queue", err)
+	}
+	clk := q.qu.h.Config.Clock
+	now := clk.Now()
+	if q.outage.IsZero() {
+		q.outage, q.cause = now, err
+		q.qu.h.Info("Redis cannot be reached; the waiter keeps its place while it lasts, and tries again", "error", err)
+	} else if errors.Is(q.cause, context.DeadlineExceeded) {
+		q.cause = err // a time bound of its own says less than what Redis's link said
+	}
+	q.pause = min(max(2*q.pause, minPause), maxPause)
+	pause := q.pause/2 + rand.N(q.pause/2+1)
+	if place := q.place(); now.Before(place) {
+		pause = min(pause, place.Sub(now)) // one last try before it runs out
+	}
+	if q.retry != nil {
+		q.retry.Stop()
+	}
+	q.retry = q.w.After(clk, pause, core.Retry)
+	return nil
+}
+
+// ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
+// was out of reach, one that also says so and wraps the outage's cause.
+func (q *queueWait) ended(ctx context.Context) error {
+	if q.outage.IsZero() {
+		return ctx.Err()
+	}
+	d := q.qu.h.Config.Clock.Now().Sub(q.outage).Round(time.Millisecond)
+	return fmt.Errorf("waiting in the queue, Redis out of reach for %v (%w): %w", d, q.cause, ctx.Err())
+}
+
+// place is when the entry's place in Redis runs out, as this client counts
+// it: its last refresh plus its wait timeout, less the safety margin.
+func (q *queueWait) place() time.Time {
+	cfg := q.qu.h.Config
+	return q.mem.lastQueued().Add(cfg.WaitTimeout - cfg.Margin(cfg.WaitTimeout))
+}
+
+// transient reports whether err is about reaching Redis (the network, a
+// server loading or failing over), not an answer a retry would repeat.
+func transient(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // no reply: the network, a closed connection, a timeout
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // onMessage handles a hub message: a note for this entry, or for another
@@ -223,6 +345,11 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	case evicted:
 		out, err := q.rejoin(ctx)
 		return out, !out.done() && err == nil, err
+	case unreachable:
+		if q.outage.IsZero() {
+			return outcome{}, false, q.unreachable(ctx, n.err)
+		}
+		// Already riding it out: its own backoff timer tries again.
 	}
 	return outcome{}, false, nil
 }

@@ -32,7 +32,7 @@ func Example() {
 	fmt.Println(m.Unlock(ctx))
 	// Output:
 	// true
-	// fairlock: lock lost
+	// fairlock: fair lock "jobs": lock lost
 }
 
 // The handles under test use the server's client; a second handle on the

@@ -174,3 +174,49 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// RedLock with two of five masters stopped, with go-redis's default
+// retries: each member call keeps the attempt's time bound (a tenth of the
+// lease) even though its clean-up cannot reach the stopped master, so Lock
+// returns quickly with most of the lease valid; and the watchdog's first
+// round comes within the validity, so the hold Lock reported is never lost
+// by its own schedule. Before, Lock took 1.9 s, reported 72 ms of validity,
+// and Lost closed 72 ms later.
+func TestRedLockWithTwoMastersDownKeepsItsBounds(t *testing.T) {
+	servers := make([]*Server, 5)
+	for i := range servers {
+		servers[i] = ownServer(t)
+	}
+	var clients []redis.UniversalClient
+	for _, s := range servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	lease := 2 * time.Second
+	r, err := multi.NewRedLock(clients, lockName(t), reentrant.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Stop()
+	servers[1].Stop()
+	start := time.Now()
+	if err := r.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("RedLock with 2 of 5 masters stopped, 2 s lease: Lock took %v, validity %v", took.Round(time.Millisecond), r.Validity().Round(time.Millisecond))
+	if limit := lease/10 + 400*time.Millisecond; took > limit {
+		t.Errorf("Lock took %v; each member call is bounded by a tenth of the lease (%v)", took, lease/10)
+	}
+	if r.Validity() < lease/2 {
+		t.Errorf("validity %v of a %v lease", r.Validity(), lease)
+	}
+	time.Sleep(2 * lease)
+	if isClosed(r.Lost()) {
+		t.Fatal("the hold was lost with three masters up and the watchdog on")
+	}
+	if err := r.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

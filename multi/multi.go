@@ -13,7 +13,8 @@
 //	if err := both.Lock(ctx); err != nil { ... } // both, in order, or neither
 //	defer both.Unlock(context.Background())
 //
-// The members may be fair or reentrant locks, on one Redis or on several.
+// The members may be fair or reentrant locks, or fair read-write locks
+// (taken as their write lock), on one Redis or on several.
 // With several, the order is by name, so give locks on different servers
 // different names: New refuses two members of the same kind and name.
 //
@@ -52,7 +53,8 @@ var (
 	ErrReleased = fair.ErrReleased
 )
 
-// Locker is one member: a *fair.Mutex or a *reentrant.Mutex.
+// Locker is one member: a *fair.Mutex, a *reentrant.Mutex, or a
+// *fair.RWMutex, whose write lock the Lock takes.
 type Locker interface {
 	Name() string
 	Lock(ctx context.Context) error
@@ -65,17 +67,19 @@ type Locker interface {
 var (
 	_ Locker = (*fair.Mutex)(nil)
 	_ Locker = (*reentrant.Mutex)(nil)
+	_ Locker = (*fair.RWMutex)(nil)
 )
 
 // Lock is several locks held as one. Its methods are safe for concurrent
-// use, but like a member's handle it is one holder: give each worker its
-// own.
+// use, and goroutines sharing it exclude each other, as its members'
+// handles do: each Lock takes its own turn at every member. A call
+// re-enters the hold only when its ctx carries it (LockContext, Do,
+// HoldContext, or a context derived from one).
 type Lock struct {
 	members []Locker // in the global order
 
 	mu     sync.Mutex
 	hold   *hold       // the current hold, nil if none
-	depth  int         // Lock and TryLock calls the current hold is made of
 	latest core.Latest // the most recent hold, for Lost and HoldContext
 }
 
@@ -83,7 +87,29 @@ type Lock struct {
 // hold ends, or by Unlock.
 type hold struct {
 	core.End
-	stops []func() bool // the watchers of the members' holds
+	l      *Lock
+	depth  int               // Lock and TryLock calls it is made of (under l.mu)
+	proofs []context.Context // each member's hold context: what re-enters it
+	stops  []func() bool     // the watchers of the members' holds
+}
+
+// key marks a context that carries a hold of the Lock l.
+type key struct{ l *Lock }
+
+// carrying is a context that also carries what the members' hold contexts
+// carry: each member's proof that the call chain holds it.
+type carrying struct {
+	context.Context
+	proofs []context.Context
+}
+
+func (c carrying) Value(k any) any {
+	for _, p := range c.proofs {
+		if v := p.Value(k); v != nil {
+			return v
+		}
+	}
+	return c.Context.Value(k)
 }
 
 // New returns a Lock over members, which must be distinct handles on
@@ -98,11 +124,14 @@ func New(members ...Locker) (*Lock, error) {
 		if m == nil || isNilHandle(m) {
 			return nil, fmt.Errorf("%w: member %d is nil", ErrInvalidArgument, i)
 		}
+		if kindOf(m) == "" {
+			return nil, fmt.Errorf("%w: member %d is a %T; members are *fair.Mutex, *reentrant.Mutex or *fair.RWMutex", ErrInvalidArgument, i, m)
+		}
 	}
 	slices.SortFunc(sorted, func(a, b Locker) int { return strings.Compare(orderKey(a), orderKey(b)) })
 	for i := 1; i < len(sorted); i++ {
 		if orderKey(sorted[i]) == orderKey(sorted[i-1]) {
-			return nil, fmt.Errorf("%w: two members are the lock %q", ErrInvalidArgument, orderKey(sorted[i]))
+			return nil, fmt.Errorf("%w: two members are the %s %q", ErrInvalidArgument, kindOf(sorted[i]), sorted[i].Name())
 		}
 	}
 	return &Lock{members: sorted}, nil
@@ -114,15 +143,28 @@ func isNilHandle(m Locker) bool {
 		return v == nil
 	case *reentrant.Mutex:
 		return v == nil
+	case *fair.RWMutex:
+		return v == nil
 	}
 	return false
 }
 
-// orderKey is a member's place in the global order: its kind, then its name.
-func orderKey(m Locker) string {
-	kind := fmt.Sprintf("%T", m)
-	return kind + "\x00" + m.Name()
+// kindOf names a member's kind, as errors say it; "" for a type that is
+// not a member kind.
+func kindOf(m Locker) string {
+	switch m.(type) {
+	case *fair.Mutex:
+		return "fair lock"
+	case *reentrant.Mutex:
+		return "reentrant lock"
+	case *fair.RWMutex:
+		return "read-write lock"
+	}
+	return ""
 }
+
+// orderKey is a member's place in the global order: its kind, then its name.
+func orderKey(m Locker) string { return kindOf(m) + "\x00" + m.Name() }
 
 // Names returns the members' names in the order they are taken.
 func (l *Lock) Names() []string {
@@ -135,15 +177,38 @@ func (l *Lock) Names() []string {
 
 // Lock takes every member, in order, each with its watchdog keeping its
 // lease. If ctx ends or a member fails, it releases the members it took and
-// returns the error: all or nothing. Taken again while held, it re-enters
-// every member (see Unlock); after a member's hold was lost it returns
-// ErrLockLost until Unlock.
+// returns the error: all or nothing. Given a ctx that carries this Lock's
+// hold, it re-enters every member (see Unlock); that hold lost, it returns
+// ErrLockLost.
 func (l *Lock) Lock(ctx context.Context) error {
-	_, err := l.acquire(ctx, func(m Locker) (bool, error) {
+	_, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
 		err := m.Lock(ctx)
 		return err == nil, err
 	})
 	return err
+}
+
+// LockContext is Lock, and returns the context to do the work in: ctx's
+// values and deadline, cancelled also when the hold ends (a member's loss,
+// or the last Unlock), and carrying the hold, so that Lock given it
+// re-enters and Unlock given it releases exactly this hold.
+func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
+	h, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
+		err := m.Lock(ctx)
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(core.Bind(ctx, &h.End), key{l}, h), nil
+}
+
+// Do runs fn holding every member, as fair.Mutex.Do does: fn's context is
+// cancelled when a member's hold is lost or ctx ends, and the members are
+// released when fn returns, on a context of its own bounded by 5 s. It
+// returns fn's error, joined with the release's if that failed.
+func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return core.Do(ctx, l, core.DefaultCleanupTimeout, fn)
 }
 
 // TryLock takes every member within wait in all (0: one attempt each, never
@@ -156,61 +221,95 @@ func (l *Lock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, er
 		return false, fmt.Errorf("%w: wait and lease must not be negative, got %v and %v", ErrInvalidArgument, wait, lease)
 	}
 	deadline := time.Now().Add(wait)
-	return l.acquire(ctx, func(m Locker) (bool, error) {
+	h, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
 		left := time.Until(deadline)
 		if wait == 0 || left < 0 {
 			left = 0
 		}
 		return m.TryLock(ctx, left, lease)
 	})
+	return h != nil, err
 }
 
-func (l *Lock) acquire(ctx context.Context, take func(Locker) (bool, error)) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
+// carried returns the hold of this Lock that ctx carries, nil if none.
+func (l *Lock) carried(ctx context.Context) *hold {
+	h, _ := ctx.Value(key{l}).(*hold)
+	return h
+}
+
+func (l *Lock) acquire(ctx context.Context, take func(context.Context, Locker) (bool, error)) (*hold, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
 	}
+	h := l.carried(ctx)
+	if h == nil || !h.IsEnded() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if h != nil {
+		return l.reenter(ctx, h, take)
+	}
+	var proofs []context.Context
+	for i, m := range l.members {
+		ok, err := take(ctx, m)
+		if err != nil || !ok {
+			l.releaseTaken(ctx, proofs, i)
+			return nil, err
+		}
+		proofs = append(proofs, m.HoldContext()) // this call's: the member excludes others
+	}
+	h = l.watch(proofs)
 	l.mu.Lock()
-	lost := l.hold != nil && l.hold.IsLost()
+	old := l.hold
+	l.hold = h
 	l.mu.Unlock()
-	if lost {
+	if old != nil {
+		// Only a hold that ended by a member's loss can be left behind.
+		old.Finish(ErrLockLost)
+	}
+	l.latest.Set(&h.End)
+	return h, nil
+}
+
+// reenter takes every member again for a call chain that holds h.
+func (l *Lock) reenter(ctx context.Context, h *hold, take func(context.Context, Locker) (bool, error)) (*hold, error) {
+	if h.IsLost() {
 		// Re-entering a hold part of which is gone would mix a fresh member
 		// hold with re-entered ones: Unlock it first.
-		return false, fmt.Errorf("%w: a member's hold was lost; Unlock before taking the Lock again", ErrLockLost)
+		return nil, fmt.Errorf("%w: a member's hold was lost; Unlock before taking the Lock again", ErrLockLost)
 	}
+	if h.IsEnded() {
+		return nil, ErrNotHeld
+	}
+	mctx := carrying{ctx, h.proofs}
 	for i, m := range l.members {
-		ok, err := take(m)
+		ok, err := take(mctx, m)
 		if err != nil || !ok {
-			l.releaseTaken(ctx, i)
-			return false, err
+			l.releaseTaken(ctx, h.proofs, i)
+			return nil, err
 		}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.hold != nil {
-		// A re-entry: every member counted it, and so does the Lock.
-		l.depth++
-		return true, nil
-	}
-	h := l.watch()
-	l.hold, l.depth = h, 1
-	l.latest.Set(&h.End)
-	return true, nil
+	h.depth++
+	l.mu.Unlock()
+	return h, nil
 }
 
-// releaseTaken unlocks the first n members, in reverse order. When ctx has
-// ended, each member's Unlock still runs, bounded by its cleanup timeout.
-func (l *Lock) releaseTaken(ctx context.Context, n int) {
+// releaseTaken unlocks the first n members, in reverse order, each the hold
+// its proof carries. When ctx has ended, each member's Unlock still runs,
+// within its grace.
+func (l *Lock) releaseTaken(ctx context.Context, proofs []context.Context, n int) {
 	for i := n - 1; i >= 0; i-- {
-		_ = l.members[i].Unlock(ctx) // a failure leaves the lease to run out
+		_ = l.members[i].Unlock(carrying{ctx, proofs[i : i+1]}) // a failure leaves the lease to run out
 	}
 }
 
 // watch makes the hold that ends when any member's hold ends. It starts no
-// goroutine: each member's HoldContext calls back once it is done.
-func (l *Lock) watch() *hold {
-	h := &hold{}
-	for _, m := range l.members {
-		mctx := m.HoldContext()
+// goroutine: each member's hold context calls back once it is done.
+func (l *Lock) watch(proofs []context.Context) *hold {
+	h := &hold{l: l, depth: 1, proofs: proofs}
+	for _, mctx := range proofs {
 		h.stops = append(h.stops, context.AfterFunc(mctx, func() {
 			h.Finish(context.Cause(mctx))
 		}))
@@ -218,27 +317,32 @@ func (l *Lock) watch() *hold {
 	return h
 }
 
-// Unlock undoes one Lock or successful TryLock: it releases every member
-// once, in reverse order, even when ctx has ended (each member's Unlock then
-// runs bounded by its cleanup timeout). Like the members, a Lock taken
-// again while held (re-entry) must be unlocked as many times; the last
-// Unlock ends the hold. It returns ErrNotHeld if the Lock is not held, and
-// otherwise the members' errors joined: ErrLockLost among them if a
-// member's hold had been lost.
+// Unlock undoes one Lock or successful TryLock of the hold its ctx carries,
+// or, with any other ctx, of the current hold: it releases every member
+// once, in reverse order, even when ctx has ended. Like the members, a Lock
+// re-entered must be unlocked as many times; the last Unlock ends the
+// hold. It returns ErrNotHeld if the Lock is not held, and otherwise the
+// members' errors joined: ErrLockLost among them if a member's hold had
+// been lost.
 func (l *Lock) Unlock(ctx context.Context) error {
-	l.mu.Lock()
-	h := l.hold
-	if h != nil {
-		l.depth--
-		if l.depth == 0 {
-			l.hold = nil
-		}
+	if ctx == nil {
+		return fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
 	}
-	last := l.hold == nil
-	l.mu.Unlock()
+	h := l.carried(ctx)
+	l.mu.Lock()
 	if h == nil {
+		h = l.hold
+	}
+	if h == nil || h.depth == 0 {
+		l.mu.Unlock()
 		return ErrNotHeld
 	}
+	h.depth--
+	last := h.depth == 0
+	if last && l.hold == h {
+		l.hold = nil
+	}
+	l.mu.Unlock()
 	if last {
 		for _, stop := range h.stops {
 			stop()
@@ -246,7 +350,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	var errs []error
 	for i := len(l.members) - 1; i >= 0; i-- {
-		if err := l.members[i].Unlock(ctx); err != nil {
+		if err := l.members[i].Unlock(carrying{ctx, h.proofs[i : i+1]}); err != nil {
 			errs = append(errs, fmt.Errorf("unlocking %q: %w", l.members[i].Name(), err))
 		}
 	}
@@ -272,6 +376,15 @@ func (l *Lock) Lost() <-chan struct{} { return l.latest.Lost() }
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: by Unlock (cause fair.ErrReleased) or by the loss of any
-// member's hold (cause ErrLockLost). Before the first hold it is already
-// cancelled with cause ErrNotHeld.
-func (l *Lock) HoldContext() context.Context { return l.latest.Context() }
+// member's hold (cause ErrLockLost). It carries that hold, as LockContext's
+// does: call it only from the call chain that holds the Lock. Before the
+// first hold it is already cancelled with cause ErrNotHeld.
+func (l *Lock) HoldContext() context.Context {
+	l.mu.Lock()
+	h := l.hold
+	l.mu.Unlock()
+	if h == nil {
+		return l.latest.Context()
+	}
+	return context.WithValue(h.Context(), key{l}, h)
+}

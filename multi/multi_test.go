@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,10 @@ func TestNewRefusesBadMembers(t *testing.T) {
 		if _, err := multi.New(members...); !errors.Is(err, multi.ErrInvalidArgument) {
 			t.Errorf("%s: New = %v, want ErrInvalidArgument", what, err)
 		}
+	}
+	_, err := multi.New(fairOn(t, c, name), fairOn(t, c, name))
+	if want := fmt.Sprintf("two members are the fair lock %q", name); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("New with one lock twice = %v; want it to say %q", err, want)
 	}
 	// A fair and a reentrant lock of one name are different locks.
 	if _, err := multi.New(fairOn(t, c, name), reentrantOn(t, c, name)); err != nil {
@@ -219,8 +224,8 @@ func TestAMemberLostLosesTheLock(t *testing.T) {
 	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, multi.ErrLockLost) {
 		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
 	}
-	if err := l.Lock(ctx); !errors.Is(err, multi.ErrLockLost) {
-		t.Fatalf("Lock while a member's hold is lost = %v, want ErrLockLost", err)
+	if err := l.Lock(l.HoldContext()); !errors.Is(err, multi.ErrLockLost) {
+		t.Fatalf("a re-entry of a hold a member lost = %v, want ErrLockLost", err)
 	}
 	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
 		t.Fatalf("Unlock after a member was lost = %v, want one wrapping ErrLockLost", err)
@@ -243,10 +248,12 @@ func TestReentry(t *testing.T) {
 	base := redistest.Name(t)
 	a, b := fairOn(t, c, base+"-a"), reentrantOn(t, c, base+"-b")
 	l, _ := multi.New(a, b)
-	for range 2 {
-		if err := l.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
+	hctx, err := l.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Lock(hctx); err != nil { // a re-entry: the hold's context
+		t.Fatal(err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -265,5 +272,39 @@ func TestReentry(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrNotHeld) {
 		t.Fatalf("a third Unlock = %v, want ErrNotHeld", err)
+	}
+}
+
+// Goroutines sharing a multi.Lock exclude each other: the second one's Lock
+// waits for the first hold's Unlock.
+func TestGoroutinesSharingALockExcludeEachOther(t *testing.T) {
+	redistest.NoLeaks(t)
+	c := redistest.Real(t)
+	ctx := context.Background()
+	base := redistest.Name(t)
+	l, _ := multi.New(fairOn(t, c, base+"-a"), reentrantOn(t, c, base+"-b"))
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				err := l.Do(ctx, func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					time.Sleep(100 * time.Microsecond)
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d times two goroutines sharing a multi.Lock were inside it at once", n)
 	}
 }

@@ -3,6 +3,7 @@ package multi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,8 +29,10 @@ import (
 // (a master restarted empty, a renewal that found the key gone, a lease that
 // ran out). RedLock is not fair: there is no queue across masters.
 //
-// Its methods are safe for concurrent use; like a Mutex handle, it is one
-// holder, and re-entry is counted in the handle.
+// Its methods are safe for concurrent use, and goroutines sharing it
+// exclude each other, as a Mutex handle's do. A call re-enters the hold,
+// counted in the handle, only when its ctx carries it (LockContext, Do,
+// HoldContext, or a context derived from one).
 type RedLock struct {
 	members []*reentrant.Mutex
 	quorum  int
@@ -99,12 +102,39 @@ func (r *RedLock) Quorum() int { return r.quorum }
 const retryDelay = 50 * time.Millisecond
 
 // Lock tries until the lock is held or ctx ends, and keeps the members'
-// leases alive with the watchdog until Unlock. A handle that holds it counts
-// a re-entry.
+// leases alive with the watchdog until Unlock. Given a ctx that carries
+// the hold, it counts a re-entry.
 func (r *RedLock) Lock(ctx context.Context) error {
 	_, err := r.acquire(ctx, -1, 0)
 	return err
 }
+
+// LockContext is Lock, and returns the context to do the work in: ctx's
+// values and deadline, cancelled also when the hold ends, and carrying the
+// hold, so that Lock given it re-enters and Unlock given it releases
+// exactly this hold.
+func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
+	if _, err := r.acquire(ctx, -1, 0); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	h := r.hold
+	r.mu.Unlock()
+	if h == nil {
+		return nil, ErrLockLost // lost, and unlocked by another goroutine, already
+	}
+	return context.WithValue(core.Bind(ctx, &h.End), redKey{r}, h), nil
+}
+
+// Do runs fn holding the lock, as fair.Mutex.Do does: fn's context is
+// cancelled when the hold is lost or ctx ends, and the hold is released
+// when fn returns, on a context of its own bounded by the cleanup timeout.
+func (r *RedLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return core.Do(ctx, r, r.cfg.CleanupTimeout, fn)
+}
+
+// redKey marks a context that carries a hold of the RedLock r.
+type redKey struct{ r *RedLock }
 
 // TryLock tries for up to wait (0: one attempt). With lease 0 the watchdog
 // keeps the lease alive; a positive lease holds it for that long, and
@@ -118,14 +148,14 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 }
 
 func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if r.reenter() {
-		return true, nil
+	if ctx == nil {
+		return false, fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
+	}
+	if want, _ := ctx.Value(redKey{r}).(*redHold); want != nil {
+		return r.reenter(want)
 	}
 	r.acq.Lock()
 	defer r.acq.Unlock()
-	if r.reenter() {
-		return true, nil
-	}
 	clk := r.cfg.Clock
 	end := clk.Now().Add(wait)
 	for {
@@ -161,14 +191,18 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	}
 }
 
-func (r *RedLock) reenter() bool {
+// reenter counts a re-entry of want, the hold the call's ctx carries.
+func (r *RedLock) reenter(want *redHold) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hold == nil || r.hold.IsLost() {
-		return false
+	switch {
+	case want.IsLost():
+		return false, ErrLockLost
+	case r.hold != want:
+		return false, ErrNotHeld
 	}
 	r.depth++
-	return true
+	return true, nil
 }
 
 // attempt asks every member once, at the same time. It returns the hold if
@@ -239,8 +273,11 @@ func (h *redHold) watch() {
 		}))
 	}
 	if h.renewed {
+		// The members' leases count from the attempt's start, so the
+		// first round comes a third of the validity left after it, not of
+		// a lease: a slow attempt must not lose the hold it reported.
 		h.Lock()
-		h.RenewLocked(h.clk, h.lease/core.RenewEvery, h.watchdog)
+		h.RenewLocked(h.clk, min(h.lease, h.validity)/core.RenewEvery, h.watchdog)
 		h.Unlock()
 	}
 }
@@ -400,4 +437,15 @@ func (r *RedLock) Lost() <-chan struct{} { return r.latest.Lost() }
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: cause ErrLockLost or ErrReleased.
-func (r *RedLock) HoldContext() context.Context { return r.latest.Context() }
+//
+// It carries the hold, as LockContext's does: call it only from the call
+// chain that holds the lock.
+func (r *RedLock) HoldContext() context.Context {
+	r.mu.Lock()
+	h := r.hold
+	r.mu.Unlock()
+	if h == nil {
+		return r.latest.Context()
+	}
+	return context.WithValue(h.Context(), redKey{r}, h)
+}

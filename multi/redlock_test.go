@@ -109,8 +109,8 @@ func TestRedLockHoldsOnAMajority(t *testing.T) {
 	if ok, err := b.TryLock(ctx, 0, 0); ok || err != nil {
 		t.Fatalf("a second handle: %v, %v", ok, err)
 	}
-	// Re-entry is counted in the handle.
-	if err := a.Lock(ctx); err != nil {
+	// Re-entry, with the hold's context, is counted in the handle.
+	if err := a.Lock(a.HoldContext()); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Unlock(ctx); err != nil || m.heldOn() != 5 {

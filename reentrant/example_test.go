@@ -46,7 +46,7 @@ func ExampleMutex_TryLock() {
 	fmt.Println("a:", ok)
 	ok, _ = b.TryLock(ctx, 0, 0) // one attempt, no waiting
 	fmt.Println("b:", ok)
-	ok, _ = a.TryLock(ctx, 0, 0) // re-entry
+	ok, _ = a.TryLock(a.HoldContext(), 0, 0) // re-entry: the hold's context proves it
 	n, _ := a.HoldCount(ctx)
 	fmt.Println("a again:", ok, "hold count", n)
 	_ = a.Unlock(ctx)

@@ -17,6 +17,7 @@ type kind struct {
 // place is where a reentrant lock lives: one hash, and a wake-up channel.
 func place(name string, scripts *lua.Scripts) core.Place {
 	return core.Place{
+		What:        "reentrant lock",
 		Keys:        []string{wire.ReentrantKey(name)},
 		Channel:     wire.Channel(wire.ReentrantKey(name)),
 		Release:     scripts.ReentrantRelease,
@@ -37,7 +38,10 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
-		return nil, 0, err
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		return nil, 0, core.Step("trying to take the lock", err)
 	}
 	r, err := wire.DecodeReentrantAcquire(v)
 	if err != nil {
@@ -79,7 +83,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if sub == nil {
 		sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, "")
 		if err != nil {
-			return nil, err
+			return nil, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
 		switch w.WaitReady(ctx, sub) {

@@ -2,7 +2,6 @@ package reentrant_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,31 +23,24 @@ func TestRealMutualExclusion(t *testing.T) {
 	}
 }
 
-func TestRealTwoGoroutinesOneHandleReenter(t *testing.T) {
-	redistest.NoLeaks(t)
-	m, err := reentrant.New(redistest.Real(t), redistest.Name(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := m.Lock(ctx); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n, err := m.HoldCount(ctx); n != 2 || err != nil {
-		t.Fatalf("HoldCount = %d, %v; want 2", n, err)
-	}
-	for i := 0; i < 2; i++ {
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+// Goroutines that share a handle exclude each other: 16 goroutines, four
+// to each of four handles (one per client), under -race.
+func TestRealGoroutinesSharingAHandleExcludeEachOther(t *testing.T) {
+	for _, d := range redistest.Deployments {
+		t.Run(string(d), func(t *testing.T) {
+			redistest.NoLeaks(t)
+			name := redistest.Name(t)
+			shared := map[redis.UniversalClient]*reentrant.Mutex{}
+			redistest.MutualExclusion(t, redistest.Clients(t, d, 4), 16, 1000,
+				func(c redis.UniversalClient) (redistest.Locker, error) {
+					if m := shared[c]; m != nil {
+						return m, nil
+					}
+					m, err := reentrant.New(c, name)
+					shared[c] = m
+					return m, err
+				})
+		})
 	}
 }
 

@@ -20,6 +20,9 @@ var (
 	ErrLockLost = core.ErrLockLost
 	// ErrReleased is the cause of a HoldContext ended by Unlock or ForceUnlock.
 	ErrReleased = core.ErrReleased
+	// ErrPending is wrapped by the error of an Unlock whose ctx ended
+	// before Redis answered: the release goes on in the background.
+	ErrPending = core.ErrPending
 	// ErrNotReplicated is wrapped by the error of a Lock or TryLock whose
 	// acquisition fewer replicas than WithReplicas asks for acknowledged in
 	// time: it was undone, and the handle holds nothing.
@@ -46,8 +49,11 @@ func WithDriftFactor(f float64) Option { return core.WithDriftFactor(f) }
 // (default: none).
 func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
 
-// WithCleanupTimeout bounds the calls that run after the caller's ctx
-// ended, such as an Unlock under defer with a cancelled ctx (default 5 s).
+// WithCleanupTimeout bounds the clean-up calls that go on after the
+// caller's ctx ended: a release under defer with a cancelled ctx, leaving
+// the queue, undoing a grant whose reply was lost (default 5 s). The caller
+// waits for them for a 50 ms grace past its ctx's end; after that they go
+// on in the background, and a failure is logged (WithLogger).
 func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
 
 // WithReplicas makes Lock and TryLock return a hold only once n replicas
@@ -62,7 +68,12 @@ func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout
 func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
 
 // Mutex is one handle on a reentrant lock. Its methods are safe for
-// concurrent use; goroutines sharing a handle share its hold.
+// concurrent use, and goroutines sharing a handle exclude each other as
+// sync.Mutex's do: each Lock takes its own turn. A call re-enters the hold
+// only when its ctx carries it: the context LockContext returns, the one
+// Do passes to its function, HoldContext, or a context derived from one of
+// them. That context is the proof that a call chain holds the lock, which
+// Go's goroutines cannot give.
 type Mutex struct {
 	m *core.Mutex
 }
@@ -83,14 +94,42 @@ func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, err
 	return &Mutex{m: m}, nil
 }
 
-// Lock waits until this handle holds the lock, or re-enters it if it does,
-// and keeps the lease alive with the watchdog until Unlock. ctx bounds only
-// the wait: the hold lasts until Unlock, ForceUnlock or loss. When ctx ends
-// first, Lock returns ctx.Err() and holds nothing.
+// Lock waits until the lock is this call's, and keeps the lease alive
+// with the watchdog until Unlock; with a ctx that carries this handle's
+// hold (LockContext, Do, HoldContext), it re-enters that hold at once. ctx
+// bounds only the wait: the hold lasts until Unlock, ForceUnlock or loss.
+// When ctx ends first, Lock returns ctx.Err() and holds nothing. A nil ctx
+// gets an error wrapping ErrInvalidArgument.
 func (m *Mutex) Lock(ctx context.Context) error { return m.m.Lock(ctx) }
 
-// TryLock tries to take or re-enter the lock for up to wait; wait 0 is a
-// single attempt. With lease 0 the watchdog keeps the lease alive; a
+// LockContext is Lock, and returns the context to do the work in: it has
+// ctx's values and deadline, is cancelled also when the hold ends (its
+// cause ErrLockLost or ErrReleased), and carries the hold, so that Lock or
+// TryLock given it (or a context derived from it) re-enter, and Unlock
+// given it releases exactly this hold:
+//
+//	ctx, err := m.LockContext(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer m.Unlock(ctx) // runs even though ctx may have ended
+func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
+	return m.m.LockContext(ctx)
+}
+
+// Do runs fn holding the lock: it takes the lock as LockContext does, runs
+// fn with the hold's context (cancelled when the hold is lost or ctx ends),
+// and releases the hold when fn returns, on a context of its own bounded by
+// the cleanup timeout. It returns fn's error; if the hold was lost while fn
+// ran, or the release failed, that error too, joined (errors.Is tells
+// ErrLockLost). If the lock could not be taken, fn does not run and Do
+// returns why.
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return m.m.Do(ctx, fn)
+}
+
+// TryLock tries to take the lock for up to wait, or re-enters the hold its
+// ctx carries; wait 0 is a single attempt. With lease 0 the watchdog keeps the lease alive; a
 // positive lease holds the lock for that long, without renewal. The fresh
 // acquisition fixes the lease mode; a re-entry may lengthen the lease but
 // never shortens it. It returns (true, nil) when held, (false, nil) when
@@ -101,11 +140,18 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 }
 
 // Unlock undoes one Lock or successful TryLock; the last one releases the
-// lock and wakes a waiter. A handle that does not hold the lock gets
-// ErrNotHeld and changes nothing; a hold that was lost gets ErrLockLost.
-// If ctx has already ended, Unlock still runs, bounded by the cleanup
-// timeout. If the call fails, the handle stops renewing: the lock is freed
-// when its lease runs out.
+// lock and wakes a waiter. With a ctx that
+// carries a hold (from LockContext, Do or HoldContext), it releases that
+// hold; with any other ctx, the handle's current hold, whichever goroutine
+// took it, as sync.Mutex does. The two differ only once a hold was lost and
+// another goroutine took the lock since: pass the context to be exact. A
+// handle that does not hold the lock gets ErrNotHeld and changes nothing; a
+// hold that was lost gets ErrLockLost. Unlock keeps ctx's deadline: if
+// Redis has not answered when ctx ends (or within a short grace if it had
+// already ended, as under defer), the release goes on in the background,
+// bounded by the cleanup timeout, and Unlock returns an error wrapping
+// ErrPending. If the release fails, the handle stops renewing: the lock is
+// freed when its lease runs out.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
 // Extend makes the current hold's lease d from now, never shortening it, in
@@ -151,6 +197,8 @@ func (m *Mutex) Token() int64 { return m.m.Token() }
 func (m *Mutex) Lost() <-chan struct{} { return m.m.Lost() }
 
 // HoldContext returns a context cancelled when the current hold ends for any
-// reason; context.Cause tells ErrLockLost from ErrReleased. Before the first
-// hold it returns a context already cancelled with cause ErrNotHeld.
+// reason; context.Cause tells ErrLockLost from ErrReleased. It carries the
+// hold, as LockContext's does: call it only from the call chain that holds
+// the lock. Before the first hold it returns a context already cancelled
+// with cause ErrNotHeld.
 func (m *Mutex) HoldContext() context.Context { return m.m.HoldContext() }

@@ -53,6 +53,15 @@ func unlockAll(t *testing.T, m *reentrant.Mutex) {
 	}
 }
 
+// mustReenter re-enters m's hold, as a call chain holding it does: with
+// the hold's context.
+func mustReenter(t *testing.T, m *reentrant.Mutex) {
+	t.Helper()
+	if err := m.Lock(m.HoldContext()); err != nil {
+		t.Fatalf("Lock with the hold's context (a re-entry): %v", err)
+	}
+}
+
 func mustLock(t *testing.T, m *reentrant.Mutex) {
 	t.Helper()
 	if err := m.Lock(context.Background()); err != nil {
@@ -83,8 +92,8 @@ func TestReentryCountsAndNeedsAsManyUnlocks(t *testing.T) {
 	ctx := context.Background()
 	m := e.handle()
 	mustLock(t, m)
-	mustLock(t, m)
-	if ok, err := m.TryLock(ctx, 0, 0); !ok || err != nil {
+	mustReenter(t, m)
+	if ok, err := m.TryLock(m.HoldContext(), 0, 0); !ok || err != nil {
 		t.Fatalf("re-entry by TryLock = %v, %v; want true", ok, err)
 	}
 	if n := holdCount(t, m); n != 3 {
@@ -165,7 +174,7 @@ func TestForceUnlock(t *testing.T) {
 	ctx := context.Background()
 	a, b := e.handle(), e.handle()
 	mustLock(t, a)
-	mustLock(t, a)
+	mustReenter(t, a)
 	if ok, err := b.ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock of a held lock = %v, %v; want true", ok, err)
 	}
@@ -390,7 +399,7 @@ func TestTokensIncreaseAcrossExpiryAndFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	take("after release")
-	mustLock(t, m) // a re-entry keeps the token
+	mustReenter(t, m) // a re-entry keeps the token
 	if m.Token() != last {
 		t.Fatal("re-entry changed the token")
 	}
@@ -493,7 +502,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	e := newEnv(t)
 	m := e.handle()
 	mustLock(t, m)
-	mustLock(t, m)
+	mustReenter(t, m)
 	unlockAll(t, m)
 	for _, k := range e.mr.Keys() {
 		if ttl := e.mr.TTL(k); ttl <= 0 {

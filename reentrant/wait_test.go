@@ -148,20 +148,48 @@ func TestHoldOutlivesTheCallContext(t *testing.T) {
 	}
 }
 
-func TestSharedHandleGoroutinesShareTheHold(t *testing.T) {
+// Goroutines sharing a handle exclude each other, as sync.Mutex's do: a
+// second goroutine's Lock waits for the first hold's last Unlock. The
+// context of the hold re-enters it, from any goroutine it is passed to.
+func TestSharedHandleGoroutinesExcludeEachOther(t *testing.T) {
 	e := newEnv(t)
 	m := e.handle()
-	done := make(chan error, 2)
-	for i := 0; i < 2; i++ {
-		go func() { done <- m.Lock(context.Background()) }()
+	ctx, err := m.LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := 0; i < 2; i++ {
-		if err := <-done; err != nil {
+	second := make(chan error, 1)
+	go func() { second <- m.Lock(context.Background()) }()
+	redistest.Quiet(t, "the second goroutine waits", func() bool { return redistest.Asleep() == 1 })
+	select {
+	case err := <-second:
+		t.Fatalf("a second goroutine's Lock returned (%v) while the first goroutine held the lock", err)
+	default:
+	}
+	reentered := make(chan error, 1)
+	go func() { reentered <- m.Lock(ctx) }() // the hold's context, on another goroutine
+	if err := <-reentered; err != nil {
+		t.Fatalf("Lock with the hold's context: %v", err)
+	}
+	if n := holdCount(t, m); n != 2 {
+		t.Fatalf("after a re-entry: HoldCount %d, want 2", n)
+	}
+	for range 2 {
+		if err := m.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := holdCount(t, m); n != 2 {
-		t.Fatalf("two goroutines on one handle: HoldCount %d, want 2", n)
+	if ctx.Err() == nil || context.Cause(ctx) != reentrant.ErrReleased {
+		t.Fatalf("the hold's context after its last Unlock: %v, cause %v", ctx.Err(), context.Cause(ctx))
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the second goroutine's Lock: %v", err)
+	}
+	if n := holdCount(t, m); n != 1 {
+		t.Fatalf("the second goroutine's hold: HoldCount %d, want 1", n)
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+		t.Fatalf("Unlock with the first hold's context after it ended = %v, want ErrNotHeld", err)
 	}
 	unlockAll(t, m)
 }

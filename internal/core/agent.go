@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -17,6 +18,7 @@ import (
 // a hold; the shared scripts (renew.lua, state.lua) work on every place
 // that keeps one hold per key.
 type Place struct {
+	What        string   // the primitive, as errors name it: "fair lock"
 	Keys        []string // the hold first
 	Channel     string   // where hand-offs and releases are published
 	Release     *lua.Script
@@ -122,8 +124,8 @@ func (h Agent) NewRequest() Request {
 // Answered records how req ended: err nil when its reply was read. When the
 // reply was lost (often ctx ended while the script ran), the script may
 // have run and granted the lock without the caller knowing it: that grant
-// is undone, even when ctx has ended. Without this the lock would stay held,
-// and a fair lock's queue stalled, until the lease ran out.
+// is undone, even when ctx has ended (Bounded). Without this the lock would
+// stay held, and a fair lock's queue stalled, until the lease ran out.
 func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if err == nil {
 		if req.Stale != 0 {
@@ -131,18 +133,19 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 		}
 		return
 	}
-	if err := h.Undo(ctx, req.ID); err != nil {
+	if err := h.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
 		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
 }
 
 // Undo releases this handle's grant that the acquiring request undo was
 // answered with, whatever its token (wire.Release.Undo), even when ctx has
-// ended.
+// ended (Bounded).
 func (h Agent) Undo(ctx context.Context, undo string) error {
-	ctx, cancel := h.Cleanup(ctx)
-	defer cancel()
-	return h.Release.Run(ctx, h.Client, h.Keys, h.releaseArgs(0, undo).Args()...).Err()
+	args := h.releaseArgs(0, undo).Args()
+	return h.Bounded(ctx, "undoing an acquisition", func(ctx context.Context) error {
+		return h.Release.Run(ctx, h.Client, h.Keys, args...).Err()
+	})
 }
 
 func (h Agent) requestID() string { return wire.Request(h.Owner) }
@@ -210,9 +213,10 @@ func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration
 	if err == nil {
 		err = fmt.Errorf("%w: %d of %d within %v; the hand-off was passed on", ErrNotReplicated, acked, h.Config.Replicas, h.Config.ReplicaTimeout)
 	}
-	ctx, cancel := h.Cleanup(ctx)
-	defer cancel()
-	if rerr := h.Release.Run(ctx, h.Client, h.Keys, h.releaseArgs(g.Token, "").Args()...).Err(); rerr != nil {
+	rel := h.releaseArgs(g.Token, "").Args()
+	if rerr := h.Bounded(ctx, "giving back a hand-off that was not replicated", func(ctx context.Context) error {
+		return h.Release.Run(ctx, h.Client, h.Keys, rel...).Err()
+	}); rerr != nil && !errors.Is(rerr, ErrPending) {
 		h.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
 	}
 	return since, err
@@ -262,14 +266,13 @@ func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, from
 	return wire.DecodeRenew(v)
 }
 
-// Cleanup is ctx, or, when ctx has already ended, a context that keeps its
-// values, ignores its cancellation, and has its own time bound (the cleanup
-// timeout): leaving a queue or unlocking under defer must run even then.
-func (h Agent) Cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return ctx, func() {}
+// Wrap names the lock in err (Named), unless it is ctx's own error.
+func (h Agent) Wrap(ctx context.Context, err error) error {
+	what := h.What
+	if what == "" {
+		what = "lock"
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
+	return Named(ctx, what, h.Name, err)
 }
 
 // Info logs an event worth a user's attention.

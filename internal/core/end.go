@@ -26,7 +26,14 @@ type End struct {
 	cancel context.CancelCauseFunc
 	renew  clock.Timer // the watchdog's next round
 	stops  []func() bool
+	// key and val, if key is not nil, are a value its context carries
+	// (carry).
+	key, val any
 }
+
+// carry makes the hold's context, and those Bind derives, carry val under
+// key. It is called before anyone can ask for the context.
+func (e *End) carry(key, val any) { e.key, e.val = key, val }
 
 // Lock and Unlock guard End and the hold built on it.
 func (e *End) Lock()   { e.mu.Lock() }
@@ -76,6 +83,46 @@ func (e *End) FinishAfter(cause error, first func()) bool {
 // EndedLocked reports, with the lock held, whether the hold has ended.
 func (e *End) EndedLocked() bool { return e.ended }
 
+// IsEnded reports whether the hold has ended.
+func (e *End) IsEnded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ended
+}
+
+// endedErr is what a call on the hold gets once it ended: ErrLockLost if
+// it was lost, ErrNotHeld otherwise.
+func (e *End) endedErr() error {
+	if e.IsLost() {
+		return ErrLockLost
+	}
+	return ErrNotHeld
+}
+
+// Bind returns a context for work done under the hold e: ctx's values and
+// deadline, also cancelled when the hold ends (with its cause), before the
+// call that ends it returns, and carrying what e's own context carries (a
+// proof that the call chain holds it).
+func Bind(ctx context.Context, e *End) context.Context {
+	c, cancel := context.WithCancelCause(ctx)
+	e.OnEnd(func() bool {
+		cancel(e.Cause())
+		return true
+	})
+	if e.key != nil {
+		return context.WithValue(c, e.key, e.val)
+	}
+	return c
+}
+
+// Cause is why the hold ended (ErrReleased or ErrLockLost), nil while it
+// lasts.
+func (e *End) Cause() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cause
+}
+
 // IsLost reports whether the hold ended by loss.
 func (e *End) IsLost() bool {
 	e.mu.Lock()
@@ -88,7 +135,11 @@ func (e *End) Context() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ctx == nil {
-		e.ctx, e.cancel = context.WithCancelCause(context.Background())
+		parent := context.Background()
+		if e.key != nil {
+			parent = context.WithValue(parent, e.key, e.val)
+		}
+		e.ctx, e.cancel = context.WithCancelCause(parent)
 		if e.ended {
 			e.cancel(e.cause)
 		}

@@ -8,7 +8,12 @@
 // the layers.
 package core
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
 
 var (
 	// ErrInvalidArgument is wrapped by every error about bad input.
@@ -32,3 +37,39 @@ type lostError struct{}
 
 func (lostError) Error() string        { return "fairlock: lock lost" }
 func (lostError) Is(target error) bool { return target == ErrNotHeld }
+
+// lockError names the primitive and the lock an error came from: what a
+// log line needs when one process holds many locks.
+type lockError struct {
+	what, name string
+	err        error
+}
+
+func (e *lockError) Error() string {
+	return fmt.Sprintf("fairlock: %s %q: %s", e.what, e.name, strings.TrimPrefix(e.err.Error(), "fairlock: "))
+}
+
+func (e *lockError) Unwrap() error { return e.err }
+
+// Named wraps err, if not nil, with the primitive (what: "fair lock") and
+// the lock's name; errors.Is and errors.As see through it. ctx's own error
+// is returned as it is, as the methods' docs promise.
+func Named(ctx context.Context, what, name string, err error) error {
+	if err == nil || (ctx != nil && err == ctx.Err()) {
+		return err
+	}
+	var le *lockError
+	if errors.As(err, &le) && le.name == name {
+		return err
+	}
+	return &lockError{what: what, name: name, err: err}
+}
+
+// Step wraps err, if not nil, with what the caller was doing: "joining the
+// queue".
+func Step(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -30,16 +31,22 @@ type Grant struct {
 type hold struct {
 	End
 	m     *Mutex
+	s     *slot // the owner id it was granted to
 	token int64
-	fixed bool
-	lease time.Duration
+	// releasing: an Unlock's release of it is in flight; that Unlock ends
+	// it, even when the lock it hands on reaches another owner id of the
+	// handle first.
+	releasing atomic.Bool
+	fixed     bool
+	lease     time.Duration
 
 	deadline time.Time
 	expiry   clock.Timer // fires at deadline: the hold is lost
 }
 
-func newHold(m *Mutex, g Grant, lease time.Duration, fixed bool) *hold {
-	h := &hold{m: m, token: g.Token, fixed: fixed, lease: lease}
+func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
+	h := &hold{m: m, s: s, token: g.Token, fixed: fixed, lease: lease}
+	h.carry(heldKey{m}, h) // its context proves a call chain holds it
 	first := lease
 	if g.First > 0 && g.First < lease {
 		first = g.First
@@ -88,7 +95,7 @@ func (h *hold) bornLost() bool {
 // watchdog (or, for a fixed lease, to the loss timer alone).
 func (h *hold) claim(g Grant) {
 	h.round(func(ctx context.Context) (time.Time, bool, error) {
-		return h.m.h.Claim(ctx, g, h.lease, h.fixed)
+		return h.s.h.Claim(ctx, g, h.lease, h.fixed)
 	}, func() { h.claim(g) }, "claiming a handed-off lock", "the lock was gone when its hand-off was claimed")
 }
 
@@ -98,7 +105,7 @@ func (h *hold) claim(g Grant) {
 func (h *hold) watchdog() {
 	h.round(func(ctx context.Context) (time.Time, bool, error) {
 		since := h.m.h.Config.Clock.Now()
-		ok, err := h.m.h.renew(ctx, h.token, h.lease, false)
+		ok, err := h.s.h.renew(ctx, h.token, h.lease, false)
 		return since, ok, err
 	}, h.watchdog, "renewing the lease", "the lock was deleted or taken by another owner")
 }
@@ -124,7 +131,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 		return
 	}
 	if err != nil {
-		h.m.h.logWarn(what+" failed; retrying", err)
+		h.s.h.logWarn(what+" failed; retrying", err)
 		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, again)
 		return
 	}
@@ -134,25 +141,34 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	}
 }
 
-// reenter applies a re-entry's grant: a lease that may only grow.
-func (h *hold) reenter(g Grant, lease time.Duration) {
+// reenter applies a re-entry's grant: a lease that may only grow. It
+// reports false if the hold had ended.
+func (h *hold) reenter(g Grant, lease time.Duration) bool {
 	h.Lock()
 	defer h.Unlock()
-	if !h.EndedLocked() {
-		h.extendLocked(g.Since, lease)
+	if h.EndedLocked() {
+		return false
 	}
+	h.extendLocked(g.Since, lease)
+	return true
 }
 
-// end finishes the hold once (End.Finish), and stops its loss timer. A lost
-// hold is remembered as stale (Agent.stale) before Lost closes and the
-// context ends: a caller that reacts to them by acquiring again sends the
-// stale token with its request, so the script ends that hold in Redis
-// rather than take the call for a re-entry of it. It reports whether this
-// call ended it.
-func (h *hold) end(cause error, why string) bool {
+// end finishes the hold once (finish), giving its slot back for reuse. It
+// reports whether this call ended it.
+func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, true) }
+
+// finish finishes the hold once (End.Finish), and stops its loss timer. A
+// lost hold is remembered as its slot's stale hold (Agent.stale) before
+// Lost closes and the context ends: a caller that reacts to them by
+// acquiring again takes that slot, the latest freed, and sends the stale
+// token with its request, so the script ends that hold in Redis rather than
+// take the call for a re-entry of it. With reuse false (a release whose
+// outcome is unknown), the slot is dropped: its owner id may still hold the
+// lock. It reports whether this call ended the hold.
+func (h *hold) finish(cause error, why string, reuse bool) bool {
 	ended := h.FinishAfter(cause, func() {
 		if cause == ErrLockLost {
-			h.m.stale.Store(h.token)
+			h.s.stale.Store(h.token)
 		}
 	})
 	if !ended {
@@ -164,7 +180,10 @@ func (h *hold) end(cause error, why string) bool {
 	}
 	h.Unlock()
 	if cause == ErrLockLost {
-		h.m.h.logError("lock lost: "+why, h.token)
+		h.s.h.logError("lock lost: "+why, h.token)
+	}
+	if reuse {
+		h.m.put(h.s)
 	}
 	return true
 }

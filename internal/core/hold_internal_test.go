@@ -27,10 +27,10 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for token := int64(1); token <= 200; token++ {
-		h := newHold(m, Grant{Token: token, Since: cfg.Clock.Now()}, time.Minute, true)
+		h := newHold(m, m.first, Grant{Token: token, Since: cfg.Clock.Now()}, time.Minute, true)
 		seen := make(chan int64, 2)
-		go func() { <-h.Lost(); seen <- m.stale.Load() }()
-		stop := context.AfterFunc(h.Context(), func() { seen <- m.stale.Load() })
+		go func() { <-h.Lost(); seen <- m.first.stale.Load() }()
+		stop := context.AfterFunc(h.Context(), func() { seen <- m.first.stale.Load() })
 		h.end(ErrLockLost, "test")
 		for range 2 {
 			if got := <-seen; got != token {

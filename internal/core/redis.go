@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -17,10 +16,10 @@ func PublishCommand(client redis.UniversalClient) string {
 	return "PUBLISH"
 }
 
-// release undoes one level of this handle's hold with token: wire.Released,
+// release undoes one level of slot s's hold with token: wire.Released,
 // wire.StillHeld or wire.NotHeld.
-func (m *Mutex) release(ctx context.Context, token int64) (int, error) {
-	h := m.h
+func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
+	h := s.h
 	v, err := h.Call(h.Release).Run(ctx, h.Client, h.releaseArgs(token, "").Args()...).Result()
 	if err != nil {
 		return 0, err
@@ -37,9 +36,12 @@ func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
 
 // state reads the hold as Redis sees it: owner "" when free.
 func (m *Mutex) state(ctx context.Context) (wire.HoldState, error) {
+	if err := CheckContext(ctx); err != nil {
+		return wire.HoldState{}, err
+	}
 	v, err := m.h.Config.Scripts.State.Run(ctx, m.h.Client, m.h.Keys[:1]).Result()
 	if err != nil {
-		return wire.HoldState{}, fmt.Errorf("fairlock: reading lock %q: %w", m.h.Name, err)
+		return wire.HoldState{}, Step("reading the lock's state", err)
 	}
 	return wire.DecodeState(v)
 }

@@ -1,0 +1,149 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+)
+
+// Scenario: every call keeps its deadline while Redis is stopped. The
+// clean-up a failed call owes (undo a grant it may have been given, leave
+// the queue, release) goes on in the background, bounded by the cleanup
+// timeout, instead of inside the caller's call. Before, a Lock with a 200 ms
+// deadline returned after 3.6 s. docs/reliability.md quotes these figures.
+
+// grace bounds how much later than its deadline a call may return: the
+// library's own grace (50 ms) plus a slow machine's scheduling.
+const grace = 400 * time.Millisecond
+
+func TestCallsKeepTheirDeadlinesWhileRedisIsStopped(t *testing.T) {
+	for _, lock := range []string{"fair", "reentrant"} {
+		t.Run(lock, func(t *testing.T) {
+			srv := ownServer(t)
+			name := lockName(t)
+			holder := newHandle(t, lock, client(t, srv.Addr), name, 10*time.Second)
+			waiter := newHandle(t, lock, client(t, srv.Addr), name, 10*time.Second)
+			deferred := newHandle(t, lock, client(t, srv.Addr), lockName(t), 10*time.Second)
+			for _, h := range []handle{holder, deferred} {
+				if err := h.Lock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.Stop()
+			for _, deadline := range []time.Duration{200 * time.Millisecond, 2 * time.Second} {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				err := waiter.Lock(ctx)
+				took := time.Since(start)
+				cancel()
+				t.Logf("%s Lock with a %v deadline, Redis stopped: returned after %v: %v", lock, deadline, took.Round(time.Millisecond), err)
+				if err == nil {
+					t.Fatal("Lock succeeded with Redis stopped")
+				}
+				if took > deadline+grace {
+					t.Errorf("Lock with a %v deadline returned after %v", deadline, took)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			start := time.Now()
+			err := holder.Unlock(ctx)
+			took := time.Since(start)
+			cancel()
+			t.Logf("%s Unlock with a 200ms deadline, Redis stopped: returned after %v: %v", lock, took.Round(time.Millisecond), err)
+			if !errors.Is(err, fair.ErrPending) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Unlock with Redis stopped = %v, want ErrPending and the deadline", err)
+			}
+			if took > 200*time.Millisecond+grace {
+				t.Errorf("Unlock with a 200ms deadline returned after %v", took)
+			}
+			// Under defer with a context that has already ended, as when a
+			// request is cancelled: it returns within the grace.
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			start = time.Now()
+			err = deferred.Unlock(ended)
+			took = time.Since(start)
+			t.Logf("%s Unlock with an ended context, Redis stopped: returned after %v: %v", lock, took.Round(time.Millisecond), err)
+			if !errors.Is(err, fair.ErrPending) || took > grace {
+				t.Errorf("Unlock with an ended context = %v after %v, want ErrPending within the grace", err, took)
+			}
+		})
+	}
+}
+
+// Scenario: a queued waiter rides out a short outage. Redis is stopped for
+// a second and comes back empty: the waiter keeps trying, with a jittered
+// backoff, and then takes the lock (its place went with the data, so it
+// re-joins, and the holder's hold went too). When its ctx ends during an
+// outage, its error names the lock, says what it was doing, and wraps both
+// the outage's cause and the ctx's error.
+func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
+	srv := ownServer(t)
+	name := lockName(t)
+	holder, err := fair.New(client(t, srv.Addr), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	direct := client(t, srv.Addr)
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return len(labelsOf(t, direct, name)) == 1 })
+	srv.Stop()
+	time.Sleep(time.Second)
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned during a 1 s outage: %v", err)
+	default:
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter's Lock after the outage: %v", err)
+		}
+		t.Logf("after a 1 s outage, the waiter held the lock %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the lock within 10 s of the outage's end")
+	}
+	_ = waiter.Unlock(ctx)
+
+	// An outage longer than the waiter's place lasts: the waiter goes on
+	// trying until its ctx ends, and its error says why it waited so long.
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	go func() { got <- waiter.Lock(dctx) }()
+	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return len(labelsOf(t, direct, name)) == 1 })
+	srv.Stop()
+	select {
+	case err := <-got:
+		t.Logf("a 5 s Lock, Redis stopped for longer than the waiter's 3 s wait timeout: %v", err)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `fair lock "`+name+`": waiting in the queue, Redis out of reach for`) {
+			t.Fatalf("the waiter's error = %v; want it to name the lock, say it waited in the queue with Redis out of reach, and wrap the deadline", err)
+		}
+		var netErr net.Error
+		if !errors.As(err, &netErr) {
+			t.Fatalf("the error does not wrap the outage's cause: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's Lock did not return by its deadline")
+	}
+}
