@@ -5,32 +5,51 @@
 // in submission order, or services that must take turns. A Mutex has the API
 // of [github.com/fairlock/fairlock/reentrant.Mutex], plus a queue.
 //
-//	m, err := fair.New(client, "deploys", fair.WithLabel("deployer"))
-//	if err != nil { ... }
-//	if err := m.Lock(ctx); err != nil { ... } // joins the queue, waits its turn
-//	defer m.Unlock(context.Background())     // hands the lock to the next in line
+//	var deploys, _ = fair.New(client, "deploys", fair.WithLabel("deployer")) // one handle, shared
+//
+//	func deploy(ctx context.Context) error {
+//		ctx, err := deploys.LockContext(ctx) // joins the queue, waits its turn
+//		if err != nil { ... }
+//		defer deploys.Unlock(ctx) // hands the lock to the next in line
+//		return run(ctx)           // ctx ends if the hold is lost
+//	}
+//
+// A handle is safe to share: goroutines sharing it exclude each other, as
+// they would with a sync.Mutex, and each Lock takes its own turn in the
+// queue. Re-entry needs proof that the call chain holds the lock, which Go
+// cannot give by goroutine: the context. Lock given the context that
+// LockContext returned (or one derived from it, or HoldContext, or the one
+// [Mutex.Do] passes to its function) re-enters; any other context waits its
+// turn. [Mutex.Do] runs a function under the lock and releases it after.
 //
 // # Guarantees
 //
-//  1. Mutual exclusion: at most one handle holds the lock at any moment, by
-//     Redis's clock; a handle stops believing it holds it before Redis lets
-//     it go (see Leases in the reentrant package). [Mutex.ForceUnlock], an
+//  1. Mutual exclusion: at most one caller holds the lock at any moment, by
+//     Redis's clock, a caller being one Lock call and the call chain its
+//     context is passed along, of any handle (goroutines sharing a handle
+//     included); a caller stops believing it holds the lock before Redis
+//     lets it go (see Leases in the reentrant package). [Mutex.ForceUnlock], an
 //     operator's tool, is the exception: the handle it forced out learns at
 //     its next renewal.
 //  2. FIFO: among waiters that stay alive, the lock is granted in the order
-//     they first joined the queue, however long any holder keeps it. A
+//     they first joined the queue, however long any holder keeps it; each
+//     Lock call is a waiter of its own, whichever handle it is made on. A
 //     queued waiter keeps its place by refreshing its own deadline (now + its
 //     wait timeout, [WithWaitTimeout]) every wait timeout / 3; all waiters of
 //     one client on one lock share one heartbeat call.
 //  3. No barging: TryLock with wait 0 never joins the queue, and succeeds only
-//     when the lock is free and no live waiter is queued (or when this handle
-//     already holds it: a re-entry).
+//     when the lock is free and no live waiter is queued (or when its
+//     context carries the hold: a re-entry).
 //  4. Eviction: a waiter that falls silent (crash, partition) is dropped once
 //     its deadline passes. Waiters that die together delay the live ones
 //     behind them by at most one wait timeout plus one heartbeat interval and
 //     a round trip in all, not one timeout each. A live waiter that stalled
 //     for longer than its wait timeout has lost its place: it re-joins at the
-//     tail, and the logger ([WithLogger]) says so.
+//     tail, and the logger ([WithLogger]) says so. A queued waiter that
+//     cannot reach Redis rides the outage out: it tries again with a
+//     jittered backoff until its ctx ends, keeping its place while the place
+//     lasts in Redis, and its error, if ctx ends first, says Redis was out of
+//     reach and wraps why.
 //  5. Giving up: when Lock or TryLock returns without the lock (ctx ended,
 //     wait elapsed, an error), its queue entry is already gone; if Redis was
 //     unreachable then, it is evicted within one wait timeout. Whoever that
@@ -152,12 +171,16 @@
 // It is a semaphore of MaxPermits permits on keys of its own
 // (fairlock:rw:{N}...), where a reader holds 1 and a writer all of them, so
 // the semaphore's guarantees are its own; permit accounting reads: never a
-// reader beside a writer, never two writers. Re-entry is counted in the
-// handle: RLock on a handle holding the read or the write lock, and Lock on a
-// handle holding the write lock, return at once. A writer may take the read
-// lock; its last Unlock then keeps one permit as the read hold, with no gap a
-// writer could take (a downgrade). Lock on a handle holding only the read
-// lock returns [ErrUpgrade] rather than wait for itself. When a writer's
+// reader beside a writer, never two writers. Goroutines sharing a handle
+// behave as with sync.RWMutex: each RLock and Lock takes its own turn, so a
+// writer excludes everyone and readers of one handle do not pass a writer
+// queued before them. Re-entry is counted in the handle, and needs the
+// hold's context (RLockContext, LockContext, HoldContext): RLock given a
+// read or write hold's context, and Lock given a write hold's, return at
+// once. A writer may take the read lock that way; its last Unlock then
+// keeps one permit as the read hold, with no gap a writer could take (a
+// downgrade). Lock given a read hold's context returns [ErrUpgrade] rather
+// than wait for itself. When a writer's
 // turn ends, one message wakes the whole run of readers at the head of the
 // queue: its release serves them all (guarantee 3 above).
 package fair

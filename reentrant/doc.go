@@ -1,15 +1,21 @@
 // Package reentrant is a reentrant distributed lock on Redis.
 //
-// A Mutex is one handle on a named lock. The handle that holds the lock may
-// lock it again (re-entry), and must unlock it as many times; any other
-// handle, in this process or another, waits. Goroutines sharing one handle
-// share its hold: give each worker its own handle.
+// A Mutex is one handle on a named lock, safe to share: goroutines sharing
+// it exclude each other, as they would with a sync.Mutex, and so do handles
+// in this process or another. The call chain that holds the lock may lock
+// it again (re-entry), and must unlock it as many times; its proof is the
+// context, which Go cannot give by goroutine: Lock given the context that
+// LockContext returned (or one derived from it, or HoldContext, or the one
+// [Mutex.Do] passes to its function) re-enters, any other context waits.
 //
-//	m, err := reentrant.New(client, "invoices")
-//	if err != nil { ... }
-//	if err := m.Lock(ctx); err != nil { ... }
-//	defer m.Unlock(context.Background())
-//	// work; m.HoldContext() is cancelled if the hold is lost.
+//	var invoices, _ = reentrant.New(client, "invoices") // one handle, shared
+//
+//	func bill(ctx context.Context) error {
+//		ctx, err := invoices.LockContext(ctx)
+//		if err != nil { ... }
+//		defer invoices.Unlock(ctx)
+//		return work(ctx) // ctx ends if the hold is lost
+//	}
 //
 // # Choosing between reentrant and fair
 //
