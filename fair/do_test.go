@@ -67,6 +67,15 @@ func TestNilContextsAndNamedErrors(t *testing.T) {
 	if err := m.Unlock(nil); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("Unlock(nil) = %v, want ErrInvalidArgument", err)
 	}
+	if _, err := fair.Inspect(nil, e.client, lockName); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatalf("Inspect(nil) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := e.semaphore(2).SetPermits(nil, 3); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatalf("SetPermits(nil) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := e.semaphore(2).Acquire(nil, 1); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatalf("Acquire(nil) = %v, want ErrInvalidArgument", err)
+	}
 	if err := m.Do(context.Background(), nil); !errors.Is(err, fair.ErrInvalidArgument) {
 		t.Fatalf("Do with a nil function = %v, want ErrInvalidArgument", err)
 	}

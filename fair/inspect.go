@@ -57,6 +57,9 @@ func parseOrigin(s string) Origin { return Origin(wire.ParseOrigin(s)) }
 
 // Inspect reads the state of the fair lock name without changing it.
 func Inspect(ctx context.Context, client redis.UniversalClient, name string) (State, error) {
+	if err := core.CheckContext(ctx); err != nil {
+		return State{}, err
+	}
 	if err := core.CheckClient(client); err != nil {
 		return State{}, err
 	}

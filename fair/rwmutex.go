@@ -44,6 +44,12 @@ var ErrUpgrade = errors.New("fairlock: this call chain holds the read lock; it c
 // When a writer unlocks (or downgrades), one message wakes the whole run of
 // readers at the head of the queue: the release serves every one of them in
 // the same script call, up to the next writer, which keeps its place.
+//
+// It has no TTL, Extend, IsLocked or ForceUnlock of its own yet: a handle
+// may hold several read holds at once, so each would need to say which.
+// [InspectRWMutex] shows every hold with its remaining lease; a hold that
+// needs longer is taken with the watchdog (RLock, Lock) rather than a
+// fixed lease.
 type RWMutex struct {
 	s *Semaphore
 

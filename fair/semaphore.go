@@ -278,6 +278,9 @@ func (p *Permit) HoldContext() context.Context { return p.end.Context() }
 // Holds in force keep their permits: after lowering, more than k may be in
 // use until enough are released. Raising wakes the first waiter.
 func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
+	if err := core.CheckContext(ctx); err != nil {
+		return 0, s.named(ctx, err)
+	}
 	if err := checkPermits(k); err != nil {
 		return 0, err
 	}
@@ -341,6 +344,9 @@ func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name st
 }
 
 func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, base string, scripts *lua.Scripts) (SemaphoreState, error) {
+	if err := core.CheckContext(ctx); err != nil {
+		return SemaphoreState{}, err
+	}
 	v, err := scripts.SemState.Run(ctx, client, []string{base}).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
