@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // A permitSource is what a semaphore's waiter waits for besides its gate:
@@ -140,13 +137,6 @@ type queueWait struct {
 	retry  clock.Timer // the next try after a failed one
 }
 
-// Backoff of a queued waiter that cannot reach Redis: from minPause,
-// doubling up to maxPause, each pause jittered by up to a half.
-const (
-	minPause = 10 * time.Millisecond
-	maxPause = time.Second
-)
-
 // News for one queued entry: the hub's messages are parsed into wire.Note
 // values (wire.ParseNote), and the heartbeat delivers the same values, and
 // evicted, as core.Notice values.
@@ -203,7 +193,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		if !q.outage.IsZero() {
 			// Redis was out of reach: bound the try (go-redis's own
 			// retries take seconds), by the place's end while it lasts.
-			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), maxPause))
+			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), core.MaxPause))
 		}
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
 		if cancel != nil {
@@ -248,7 +238,7 @@ func (q *queueWait) unreachable(ctx context.Context, err error) error {
 		q.qu.leave(ctx, q.entry)
 		return q.ended(ctx)
 	}
-	if !transient(err) {
+	if !core.Transient(err) {
 		q.qu.leave(ctx, q.entry)
 		return core.Step("waiting in the queue", err)
 	}
@@ -260,8 +250,8 @@ func (q *queueWait) unreachable(ctx context.Context, err error) error {
 	} else if errors.Is(q.cause, context.DeadlineExceeded) {
 		q.cause = err // a time bound of its own says less than what Redis's link said
 	}
-	q.pause = min(max(2*q.pause, minPause), maxPause)
-	pause := q.pause/2 + rand.N(q.pause/2+1)
+	var pause time.Duration
+	q.pause, pause = core.Backoff(q.pause)
 	if place := q.place(); now.Before(place) {
 		pause = min(pause, place.Sub(now)) // one last try before it runs out
 	}
@@ -287,22 +277,6 @@ func (q *queueWait) ended(ctx context.Context) error {
 func (q *queueWait) place() time.Time {
 	cfg := q.qu.h.Config
 	return q.mem.lastQueued().Add(cfg.WaitTimeout - cfg.Margin(cfg.WaitTimeout))
-}
-
-// transient reports whether err is about reaching Redis (the network, a
-// server loading or failing over), not an answer a retry would repeat.
-func transient(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return true // no reply: the network, a closed connection, a timeout
-	}
-	msg := rerr.Error()
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // onMessage handles a hub message: a note for this entry, or for another

@@ -76,10 +76,11 @@ func TestCallsKeepTheirDeadlinesWhileRedisIsStopped(t *testing.T) {
 	}
 }
 
-// Scenario: a queued waiter rides out a short outage. Redis is stopped for
-// a second and comes back empty: the waiter keeps trying, with a jittered
-// backoff, and then takes the lock (its place went with the data, so it
-// re-joins, and the holder's hold went too). When its ctx ends during an
+// Scenario: a queued waiter rides out a short outage. The holder's fixed
+// 600 ms lease runs out while Redis is stopped for 4 s, so the waiter (the
+// head, which knows the expiry) tries then, and fails; it tries again with
+// a jittered backoff, and once Redis is back (empty: its place went with
+// the data, so it re-joins), takes the lock. When its ctx ends during an
 // outage, its error names the lock, says what it was doing, and wraps both
 // the outage's cause and the ctx's error.
 func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
@@ -95,17 +96,17 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	}
 	ctx := context.Background()
 	direct := client(t, srv.Addr)
-	if err := holder.Lock(ctx); err != nil {
-		t.Fatal(err)
+	if ok, err := holder.TryLock(ctx, 0, 600*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
 	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return len(labelsOf(t, direct, name)) == 1 })
 	srv.Stop()
-	time.Sleep(time.Second)
+	time.Sleep(4 * time.Second) // the waiter tries when the lease ends, and fails
 	select {
 	case err := <-got:
-		t.Fatalf("the waiter's Lock returned during a 1 s outage: %v", err)
+		t.Fatalf("the waiter's Lock returned during a 4 s outage: %v", err)
 	default:
 	}
 	if err := srv.Start(); err != nil {
@@ -117,7 +118,7 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the waiter's Lock after the outage: %v", err)
 		}
-		t.Logf("after a 1 s outage, the waiter held the lock %v after the restart", time.Since(restarted).Round(time.Millisecond))
+		t.Logf("after a 4 s outage, the waiter held the lock %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not take the lock within 10 s of the outage's end")
 	}
@@ -146,4 +147,41 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter's Lock did not return by its deadline")
 	}
+}
+
+// A reentrant waiter holds no place in Redis, but rides an outage out the
+// same way. The holder's fixed 600 ms lease runs out while Redis is stopped
+// for 4 s, so the waiter's timer makes it try then, and fail; it tries
+// again with a backoff, and once Redis is back (empty), takes the lock.
+func TestAReentrantWaiterRidesOutAShortOutage(t *testing.T) {
+	srv := ownServer(t)
+	name := lockName(t)
+	holder := newHandle(t, "reentrant", client(t, srv.Addr), name, 10*time.Second)
+	waiter := newHandle(t, "reentrant", client(t, srv.Addr), name, 10*time.Second)
+	ctx := context.Background()
+	if ok, err := holder.TryLock(ctx, 0, 600*time.Millisecond); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	time.Sleep(100 * time.Millisecond) // subscribed and asleep
+	srv.Stop()
+	time.Sleep(4 * time.Second) // the waiter's timer fires meanwhile, and go-redis's retries give up
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned during the outage: %v", err)
+	default:
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter's Lock after the outage: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the lock within 10 s of the outage's end")
+	}
+	_ = waiter.Unlock(ctx)
 }
