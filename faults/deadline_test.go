@@ -175,11 +175,13 @@ func TestAReentrantWaiterRidesOutAShortOutage(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
 	select {
 	case err := <-got:
 		if err != nil {
 			t.Fatalf("the waiter's Lock after the outage: %v", err)
 		}
+		t.Logf("after a 4 s outage, the reentrant waiter held the lock %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not take the lock within 10 s of the outage's end")
 	}
