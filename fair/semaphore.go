@@ -46,7 +46,11 @@ type Semaphore struct {
 	calls   *core.Calls // its scripts bound to its keys, for every permit hold's handle
 }
 
-// Permit is one permit hold: n permits, from one Acquire or TryAcquire.
+// Permit is one permit hold: n permits, from one Acquire or TryAcquire. It
+// has a Mutex's TTL, Extend, Token, Lost and HoldContext; not IsLocked or
+// ForceUnlock, which are about the whole lock: the semaphore's Available
+// and InspectSemaphore show every hold, and SetPermits changes how many
+// there may be.
 type Permit struct {
 	s   *Semaphore
 	m   *core.Mutex
@@ -602,10 +606,28 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	}()
 	var last semReply // the latest "not now", after which any serving came
 	var lastSent time.Time
+	var pause time.Duration // the backoff's level while Redis is out of reach
 	for try := true; ; {
 		if try {
 			sent := clk.Now()
 			r, err := k.attempt(ctx, a, wire.SemGate, gate)
+			if err != nil && ctx.Err() == nil && core.Transient(err) {
+				// Redis is out of reach for a moment: the gate's watchdog
+				// keeps the gate while it can (its loss wakes this loop),
+				// and the waiter tries again after a jittered backoff.
+				if pause == 0 {
+					k.h.Info("Redis cannot be reached; the semaphore's first waiter tries again", "error", err)
+				}
+				var p time.Duration
+				pause, p = core.Backoff(pause)
+				if fallback != nil {
+					fallback.Stop()
+				}
+				fallback = w.After(clk, p, core.Retry)
+				try = false
+				goto wait
+			}
+			pause = 0
 			if g, done, err := k.outcome(r, err, sent); done {
 				return g, false, err
 			}
@@ -632,6 +654,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			}
 			fallback = w.At(clk, at, core.Retry)
 		}
+	wait:
 		switch wk := w.Next(ctx, sub); wk.Reason {
 		case core.Message:
 			try = true

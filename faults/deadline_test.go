@@ -176,3 +176,33 @@ func rideOutage(t *testing.T, srv *Server, got <-chan error, lock string) {
 		t.Fatalf("the %s waiter did not take the lock within 10 s of the outage's end", lock)
 	}
 }
+
+// A semaphore's first waiter (the gate's holder, waiting for permits)
+// rides an outage out the same way: the holder's fixed 600 ms lease runs
+// out while Redis is stopped, the waiter tries then and fails, and takes
+// the permit once Redis is back.
+func TestASemaphoreWaiterRidesOutAShortOutage(t *testing.T) {
+	srv := ownServer(t)
+	name := lockName(t)
+	ctx := context.Background()
+	s, err := fair.NewSemaphore(client(t, srv.Addr), name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx, 1, 0, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var p *fair.Permit
+	go func() {
+		var err error
+		p, err = s.Acquire(ctx, 1)
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the waiter waits", func() bool {
+		st, err := fair.InspectSemaphore(ctx, client(t, srv.Addr), name)
+		return err == nil && len(st.Queue) == 1
+	})
+	rideOutage(t, srv, got, "semaphore")
+	_ = p.Release(ctx)
+}

@@ -301,7 +301,7 @@ func (m *Mutex) target(ctx context.Context) (*hold, error) {
 // Unlock implements every mutex's Unlock (and a Permit's Release).
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := CheckContext(ctx); err != nil {
-		return err
+		return m.h.Wrap(ctx, err)
 	}
 	h, err := m.target(ctx)
 	if err != nil {
