@@ -12,8 +12,11 @@
 //     (multi.Lock, in one global order, so no deadlock), and RedLock, one
 //     name on N independent masters.
 //
-// The mutexes share one API (Lock, TryLock, Unlock, ForceUnlock, IsLocked,
-// HoldCount, TTL, Token, Lost, HoldContext); every primitive runs on any
+// The mutexes share one API (Lock, LockContext, TryLock, Unlock, Do,
+// ForceUnlock, IsLocked, HoldCount, TTL, Token, Lost, HoldContext). Every
+// handle is safe to share: goroutines sharing one exclude each other, and
+// a call re-enters a hold only with the hold's context (the one
+// LockContext returns, the one Do passes, HoldContext). Every primitive runs on any
 // redis.UniversalClient of github.com/redis/go-redis/v9 (single node,
 // Sentinel, Cluster) against Redis 7.0 or newer, and leaves no key behind:
 // every key carries a TTL.

@@ -8,10 +8,11 @@
 //
 //	a, _ := fair.New(client, "invoices")
 //	b, _ := fair.New(client, "ledger")
-//	both, err := multi.New(a, b)
+//	both, err := multi.New(a, b) // safe to share, as its members are
 //	if err != nil { ... }
-//	if err := both.Lock(ctx); err != nil { ... } // both, in order, or neither
-//	defer both.Unlock(context.Background())
+//	ctx, err := both.LockContext(ctx) // both, in order, or neither
+//	if err != nil { ... }
+//	defer both.Unlock(ctx) // ctx carries the hold: Lock given it re-enters
 //
 // The members may be fair or reentrant locks, or fair read-write locks
 // (taken as their write lock), on one Redis or on several.
