@@ -16,10 +16,10 @@
 // ForceUnlock, IsLocked, HoldCount, TTL, Token, Lost, HoldContext). Every
 // handle is safe to share: goroutines sharing one exclude each other, and
 // a call re-enters a hold only with the hold's context (the one
-// LockContext returns, the one Do passes, HoldContext). Every primitive runs on any
-// redis.UniversalClient of github.com/redis/go-redis/v9 (single node,
-// Sentinel, Cluster) against Redis 7.0 or newer, and leaves no key behind:
-// every key carries a TTL.
+// LockContext returns, the one Do passes, HoldContext). Every primitive
+// runs on any redis.UniversalClient of github.com/redis/go-redis/v9
+// (single node, Sentinel, Cluster) against Redis 7.0 or newer, and leaves
+// no key behind: every key carries a TTL.
 //
 // The errors of every package are the same values, so errors.Is works
 // across them.
