@@ -158,14 +158,14 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 
 // TryLock tries to take the lock for up to wait, or re-enters the hold its
 // ctx carries. Wait 0 is a single attempt that never queues: it succeeds
-// only if the lock is free and no live waiter is queued, or for a
-// re-entry. A positive wait queues like Lock, and leaves the queue at once
-// when the wait elapses. With lease 0 the watchdog keeps the lease alive;
-// a positive lease holds the lock for that long, without renewal. The fresh
-// acquisition fixes the lease mode; a re-entry may lengthen the lease but
-// never shortens it. It returns (true, nil) when held, (false, nil) when
-// the wait elapsed, (false, ctx.Err()) when ctx ended first, and (false,
-// err) when Redis failed. Negative durations wrap ErrInvalidArgument.
+// only if the lock is free and no live waiter is queued, or for a re-entry.
+// A positive wait queues like Lock, and leaves the queue at once when the
+// wait elapses. With lease 0 the watchdog keeps the lease alive; a positive
+// lease holds the lock for that long, without renewal. The fresh acquisition
+// fixes the lease mode; a re-entry may lengthen the lease but never shortens
+// it. It returns (true, nil) when held, (false, nil) when the wait elapsed,
+// (false, ctx.Err()) when ctx ended first, and (false, err) when Redis
+// failed. Negative durations wrap ErrInvalidArgument.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	return m.m.TryLock(ctx, wait, lease)
 }
