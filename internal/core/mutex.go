@@ -308,31 +308,40 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return m.h.Wrap(ctx, err)
 	}
 	h.releasing.Store(true)
+	if ctx.Done() == nil {
+		// A ctx that never ends: nothing to keep, and no closure to pay for.
+		return m.h.Wrap(ctx, m.releaseHold(ctx, h))
+	}
 	return m.h.Wrap(ctx, m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
-		status, err := m.release(ctx, h.s, h.token)
-		if status == wire.StillHeld && err == nil {
-			h.releasing.Store(false)
-		}
-		switch {
-		case err != nil:
-			// The outcome is unknown. Stop renewing: at worst the lease
-			// runs out. The slot is not reused: its owner id may still
-			// hold the lock in Redis.
-			m.forget(h)
-			h.finish(ErrReleased, "", false)
-			return err
-		case status == wire.StillHeld:
-			return nil
-		case status == wire.NotHeld:
-			m.forget(h)
-			h.end(ErrLockLost, "Unlock found the lock gone or taken")
-			return ErrLockLost
-		default:
-			m.forget(h)
-			h.end(ErrReleased, "")
-			return nil
-		}
+		return m.releaseHold(ctx, h)
 	}))
+}
+
+// releaseHold undoes one level of h in Redis and applies the outcome.
+func (m *Mutex) releaseHold(ctx context.Context, h *hold) error {
+	status, err := m.release(ctx, h.s, h.token)
+	if status == wire.StillHeld && err == nil {
+		h.releasing.Store(false)
+	}
+	switch {
+	case err != nil:
+		// The outcome is unknown. Stop renewing: at worst the lease runs
+		// out. The slot is not reused: its owner id may still hold the
+		// lock in Redis.
+		m.forget(h)
+		h.finish(ErrReleased, "", false)
+		return err
+	case status == wire.StillHeld:
+		return nil
+	case status == wire.NotHeld:
+		m.forget(h)
+		h.end(ErrLockLost, "Unlock found the lock gone or taken")
+		return ErrLockLost
+	default:
+		m.forget(h)
+		h.end(ErrReleased, "")
+		return nil
+	}
 }
 
 // forget drops h as the current hold.
