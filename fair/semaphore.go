@@ -624,8 +624,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 					fallback.Stop()
 				}
 				fallback = w.After(clk, p, core.Retry)
-				try = false
-				goto wait
+				goto wait // every wake decides whether to try again
 			}
 			pause = 0
 			if g, done, err := k.outcome(r, err, sent); done {
