@@ -606,7 +606,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	}()
 	var last semReply // the latest "not now", after which any serving came
 	var lastSent time.Time
-	var pause time.Duration // the backoff's level while Redis is out of reach
+	var outage core.Outage
 	for try := true; ; {
 		if try {
 			sent := clk.Now()
@@ -615,18 +615,17 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				// Redis is out of reach for a moment: the gate's watchdog
 				// keeps the gate while it can (its loss wakes this loop),
 				// and the waiter tries again after a jittered backoff.
-				if pause == 0 {
+				began, pause := outage.Failed(clk.Now(), err)
+				if began {
 					k.h.Info("Redis cannot be reached; the semaphore's first waiter tries again", "error", err)
 				}
-				var p time.Duration
-				pause, p = core.Backoff(pause)
 				if fallback != nil {
 					fallback.Stop()
 				}
-				fallback = w.After(clk, p, core.Retry)
+				fallback = w.After(clk, pause, core.Retry)
 				goto wait // every wake decides whether to try again
 			}
-			pause = 0
+			outage.End()
 			if g, done, err := k.outcome(r, err, sent); done {
 				return g, false, err
 			}

@@ -2,8 +2,6 @@ package fair
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -129,11 +127,7 @@ type queueWait struct {
 	// duration: news handled late still wakes the head on time.
 	fallback clock.Timer
 
-	// outage: since when Redis could not be reached (zero: it can), and
-	// the last pause before trying again (backoff).
-	outage time.Time
-	cause  error // the outage's first error
-	pause  time.Duration
+	outage core.Outage // while Redis cannot be reached
 	retry  clock.Timer // the next try after a failed one
 }
 
@@ -190,7 +184,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 	for {
 		sent := q.qu.h.Config.Clock.Now()
 		actx, cancel := ctx, context.CancelFunc(nil)
-		if !q.outage.IsZero() {
+		if q.outage.Active() {
 			// Redis was out of reach: bound the try (go-redis's own
 			// retries take seconds), by the place's end while it lasts.
 			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), core.MaxPause))
@@ -202,7 +196,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		if err != nil {
 			return outcome{}, q.unreachable(ctx, err)
 		}
-		q.outage, q.cause, q.pause = time.Time{}, nil, 0
+		q.outage.End()
 		q.next = wire.ModeQueued
 		switch {
 		case r.Held && r.Handoff:
@@ -244,14 +238,10 @@ func (q *queueWait) unreachable(ctx context.Context, err error) error {
 	}
 	clk := q.qu.h.Config.Clock
 	now := clk.Now()
-	if q.outage.IsZero() {
-		q.outage, q.cause = now, err
+	began, pause := q.outage.Failed(now, err)
+	if began {
 		q.qu.h.Info("Redis cannot be reached; the waiter keeps its place while it lasts, and tries again", "error", err)
-	} else if errors.Is(q.cause, context.DeadlineExceeded) {
-		q.cause = err // a time bound of its own says less than what Redis's link said
 	}
-	var pause time.Duration
-	q.pause, pause = core.Backoff(q.pause)
 	if place := q.place(); now.Before(place) {
 		pause = min(pause, place.Sub(now)) // one last try before it runs out
 	}
@@ -265,11 +255,7 @@ func (q *queueWait) unreachable(ctx context.Context, err error) error {
 // ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
 // was out of reach, one that also says so and wraps the outage's cause.
 func (q *queueWait) ended(ctx context.Context) error {
-	if q.outage.IsZero() {
-		return ctx.Err()
-	}
-	d := q.qu.h.Config.Clock.Now().Sub(q.outage).Round(time.Millisecond)
-	return fmt.Errorf("waiting in the queue, Redis out of reach for %v (%w): %w", d, q.cause, ctx.Err())
+	return q.outage.Ended(q.qu.h.Config.Clock.Now(), "waiting in the queue", ctx.Err())
 }
 
 // place is when the entry's place in Redis runs out, as this client counts
@@ -320,7 +306,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 		out, err := q.rejoin(ctx)
 		return out, !out.done() && err == nil, err
 	case unreachable:
-		if q.outage.IsZero() {
+		if !q.outage.Active() {
 			return outcome{}, false, q.unreachable(ctx, n.err)
 		}
 		// Already riding it out: its own backoff timer tries again.

@@ -239,8 +239,8 @@ func (l *Lock) carried(ctx context.Context) *hold {
 }
 
 func (l *Lock) acquire(ctx context.Context, take func(context.Context, Locker) (bool, error)) (*hold, error) {
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
+	if err := core.CheckContext(ctx); err != nil {
+		return nil, err
 	}
 	h := l.carried(ctx)
 	if h == nil || !h.IsEnded() {
@@ -326,8 +326,8 @@ func (l *Lock) watch(proofs []context.Context) *hold {
 // members' errors joined: ErrLockLost among them if a member's hold had
 // been lost.
 func (l *Lock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
+	if err := core.CheckContext(ctx); err != nil {
+		return err
 	}
 	h := l.carried(ctx)
 	l.mu.Lock()

@@ -3,7 +3,6 @@ package multi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -148,8 +147,8 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 }
 
 func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if ctx == nil {
-		return false, fmt.Errorf("%w: ctx must not be nil", ErrInvalidArgument)
+	if err := core.CheckContext(ctx); err != nil {
+		return false, err
 	}
 	if want, _ := ctx.Value(redKey{r}).(*redHold); want != nil {
 		return r.reenter(want)

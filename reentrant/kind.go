@@ -2,10 +2,8 @@ package reentrant
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -100,10 +98,11 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			return g, err
 		}
 	}
-	var o outage
+	var o core.Outage
+	ended := func(err error) error { return o.Ended(clk.Now(), "waiting for the lock", err) }
 	for {
 		actx, cancel := ctx, context.CancelFunc(nil)
-		if !o.since.IsZero() {
+		if o.Active() {
 			// Bound the try: go-redis's own retries take seconds.
 			actx, cancel = context.WithTimeout(ctx, core.MaxPause)
 		}
@@ -114,42 +113,23 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		if err != nil && ctx.Err() == nil && core.Transient(err) {
 			// Redis is out of reach for a moment: ride it out, trying
 			// again after a jittered backoff, until ctx or the wait ends.
-			if o.since.IsZero() {
-				o.since, o.cause = clk.Now(), err
+			began, pause := o.Failed(clk.Now(), err)
+			if began {
 				k.h.Info("Redis cannot be reached; the waiter tries again", "error", err)
 			}
-			var pause time.Duration
-			o.pause, pause = core.Backoff(o.pause)
 			if done, g, err := k.sleep(ctx, w, sub, pause); done {
-				return g, o.ended(clk, err)
+				return g, ended(err)
 			}
 			continue
 		}
 		if err != nil || g != nil {
-			return g, o.ended(clk, err)
+			return g, ended(err)
 		}
-		o = outage{}
+		o.End()
 		if done, g, err := k.sleep(ctx, w, sub, ttl); done {
 			return g, err
 		}
 	}
-}
-
-// outage is a waiter's spell without Redis: since when, its first error,
-// and the backoff's level.
-type outage struct {
-	since time.Time
-	cause error
-	pause time.Duration
-}
-
-// ended is the error a wait ends with (err): during an outage, one that
-// also says so and wraps its cause.
-func (o outage) ended(clk clock.Clock, err error) error {
-	if err == nil || o.since.IsZero() {
-		return err
-	}
-	return fmt.Errorf("waiting for the lock, Redis out of reach for %v (%w): %w", clk.Now().Sub(o.since).Round(time.Millisecond), o.cause, err)
 }
 
 // sleep waits for a wake-up, with a fallback timer at ttl (the current

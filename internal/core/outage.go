@@ -1,7 +1,9 @@
 package core
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -9,18 +11,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Backoff of a waiter that cannot reach Redis: from MinPause, doubling up
-// to MaxPause, each pause jittered by up to a half.
+// The backoff of a waiter that cannot reach Redis (Outage): from MinPause,
+// doubling up to MaxPause, each pause jittered by up to a half.
 const (
 	MinPause = 10 * time.Millisecond
 	MaxPause = time.Second
 )
 
-// Backoff returns the next pause level after last (0: the first), and the
-// jittered pause to wait at that level.
-func Backoff(last time.Duration) (level, pause time.Duration) {
-	level = min(max(2*last, MinPause), MaxPause)
-	return level, level/2 + rand.N(level/2+1)
+// Outage is a waiter's spell without Redis: since when, its cause, and
+// the level of its backoff. The zero value: Redis is in reach.
+type Outage struct {
+	since time.Time
+	cause error
+	level time.Duration
+}
+
+// Active reports whether the waiter is out of reach of Redis.
+func (o *Outage) Active() bool { return !o.since.IsZero() }
+
+// Failed records a try that failed at now with err: it reports whether the
+// outage began with it, and returns the jittered pause before the next try
+// (MinPause, doubling up to MaxPause).
+func (o *Outage) Failed(now time.Time, err error) (began bool, pause time.Duration) {
+	began = o.since.IsZero()
+	if began {
+		o.since, o.cause = now, err
+	} else if errors.Is(o.cause, context.DeadlineExceeded) {
+		o.cause = err // a time bound of the waiter's own says less than the link did
+	}
+	o.level = min(max(2*o.level, MinPause), MaxPause)
+	return began, o.level/2 + rand.N(o.level/2+1)
+}
+
+// End records that Redis answered again.
+func (o *Outage) End() { *o = Outage{} }
+
+// Ended is the error (err) that ends a wait while doing what ("waiting in
+// the queue"): during an outage, one that also says so and wraps its cause.
+func (o *Outage) Ended(now time.Time, what string, err error) error {
+	if err == nil || !o.Active() {
+		return err
+	}
+	return fmt.Errorf("%s, Redis out of reach for %v (%w): %w", what, now.Sub(o.since).Round(time.Millisecond), o.cause, err)
 }
 
 // Transient reports whether err is about reaching Redis (the network, a
