@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,6 +89,16 @@ func WithReplicas(n int, timeout time.Duration) MutexOption {
 // refresh their place every wait timeout / 3; each queue entry keeps the
 // timeout it joined with.
 func WithWaitTimeout(d time.Duration) Option { return core.WithWaitTimeout(d) }
+
+// WithObserver reports every acquisition and hold of the handle to o, for
+// metrics and traces: how long each acquisition waited and how it ended,
+// how long each hold lasted and how it ended, failed renewals, waiters
+// evicted from the queue (observe.Observer and its capabilities). The
+// modules github.com/fairlock/fairlock/extra/fairlockotel and
+// extra/fairlockprom provide OpenTelemetry and Prometheus observers;
+// docs/observability.md lists what they measure. o must not be nil.
+// Default: none, and no cost.
+func WithObserver(o observe.Observer) Option { return core.WithObserver(o) }
 
 // WithLabel sets free text that Inspect shows for this handle's holds and
 // queue entries, next to its host name and process id (default empty; at

@@ -43,6 +43,9 @@ type Waiter struct {
 	// clock; negative once it passed.
 	Deadline time.Duration
 	Expired  bool
+	// Permits is, in a semaphore's queue, the permits the waiter asks for
+	// (MaxPermits: a read-write lock's writer); 0 in a fair lock's.
+	Permits int
 	Origin
 }
 
@@ -106,8 +109,8 @@ func queueOf(in wire.Inspected) []queued {
 		}
 		w := queued{Waiter: Waiter{Owner: wire.OwnerOfEntry(e.Entry), Entry: e.Entry,
 			Deadline: time.Duration(e.Deadline-in.Now) * time.Millisecond, Expired: e.Deadline <= in.Now}}
-		if o, permitOwner, ok := wire.ParseElementInfo(e.Info); ok {
-			w.Origin, w.permitOwner = Origin(o), permitOwner
+		if o, req, ok := wire.ParseElementInfo(e.Info); ok {
+			w.Origin, w.permitOwner, w.Permits = Origin(o), req.Owner, req.N
 		}
 		out = append(out, w)
 	}

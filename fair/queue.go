@@ -10,6 +10,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 )
 
 // queue is the fair queue of one handle's lock: its scripts, its waiters'
@@ -41,6 +42,8 @@ func place(name string, scripts *lua.Scripts) core.Place {
 func placeAt(base string, scripts *lua.Scripts) core.Place {
 	return core.Place{
 		What:        "fair lock",
+		Primitive:   observe.Fair,
+		Acquire:     scripts.FairAcquire,
 		Keys:        wire.QueueKeys(base),
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,

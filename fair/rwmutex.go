@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,7 +81,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) (*RWM
 	if err != nil {
 		return nil, err
 	}
-	s.what = "read-write lock"
+	s.what, s.primitive = "read-write lock", observe.RWMutex
 	return &RWMutex{s: s}, nil
 }
 

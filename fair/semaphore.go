@@ -13,6 +13,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,14 +37,16 @@ const MaxPermits = 10000
 // wait timeout as its lease, so a first waiter that died is passed over
 // within one wait timeout too.
 type Semaphore struct {
-	client  redis.UniversalClient
-	name    string
-	what    string // the primitive, as errors name it
-	base    string // where its keys start: fairlock:s:{name}, or an RWMutex's
-	permits int
-	cfg     core.Config
-	label   string
-	calls   *core.Calls // its scripts bound to its keys, for every permit hold's handle
+	client redis.UniversalClient
+	name   string
+	what   string // the primitive, as errors name it
+	// primitive is the primitive, as an observer names it.
+	primitive observe.Primitive
+	base      string // where its keys start: fairlock:s:{name}, or an RWMutex's
+	permits   int
+	cfg       core.Config
+	label     string
+	calls     *core.Calls // its scripts bound to its keys, for every permit hold's handle
 }
 
 // Permit is one permit hold: n permits, from one Acquire or TryAcquire. It
@@ -86,7 +89,7 @@ func newSemaphore(client redis.UniversalClient, name, base string, permits int, 
 	if err := checkPermits(permits); err != nil {
 		return nil, err
 	}
-	return &Semaphore{client: client, name: name, what: "semaphore", base: base, permits: permits, cfg: cfg,
+	return &Semaphore{client: client, name: name, what: "semaphore", primitive: observe.Semaphore, base: base, permits: permits, cfg: cfg,
 		label: wire.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
 }
 
@@ -103,12 +106,14 @@ func checkPermits(k int) error {
 func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 	gate := placeAt(wire.GateBase(s.base), scripts)
 	return core.Place{
-		What:    s.what,
-		Keys:    append([]string{s.base}, gate.Keys...),
-		Channel: gate.Channel,
-		Release: scripts.SemRelease,
-		Renew:   scripts.SemRenew,
-		Calls:   s.calls,
+		What:      s.what,
+		Primitive: s.primitive,
+		Acquire:   scripts.SemAcquire,
+		Keys:      append([]string{s.base}, gate.Keys...),
+		Channel:   gate.Channel,
+		Release:   scripts.SemRelease,
+		Renew:     scripts.SemRenew,
+		Calls:     s.calls,
 	}
 }
 
@@ -370,7 +375,8 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	// Each waiter is shown by the owner id of the permit hold it waits for,
 	// which is the Owner of its PermitHolder once served.
 	if h := gate.Holder; h != nil {
-		st.Queue = append(st.Queue, Waiter{Owner: h.PermitOwner, Entry: h.Entry, Deadline: h.TTL, Origin: parseOrigin(h.Origin)})
+		st.Queue = append(st.Queue, Waiter{Owner: h.Permit.Owner, Entry: h.Entry, Deadline: h.TTL,
+			Permits: h.Permit.N, Origin: parseOrigin(h.Origin)})
 	}
 	for _, w := range queueOf(gate) {
 		w.Owner = w.permitOwner
@@ -467,7 +473,7 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	clk := k.h.Config.Clock
 	sent := clk.Now()
 	r, err := k.attempt(ctx, a, wire.SemTry, nil)
-	if g, done, err := k.outcome(r, err, sent); done {
+	if g, done, err := k.outcome(a, r, err, sent); done {
 		return g, err
 	}
 	if a.Wait == 0 && !a.Forever {
@@ -477,6 +483,7 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	for {
 		gate, served, err := k.lockGate(ctx, a, end)
 		if served != nil {
+			a.HandedOff(served.Since)
 			if g, err := usable(ctx, k.h, served, a); g != nil || err != nil {
 				return g, err
 			}
@@ -513,14 +520,16 @@ func (k *semKind) giveBack(ctx context.Context) {
 
 // outcome reads a reply that ends the call: a grant, too many permits asked
 // for, or an error.
-func (k *semKind) outcome(r semReply, err error, sent time.Time) (*core.Grant, bool, error) {
+func (k *semKind) outcome(a core.Attempt, r semReply, err error, sent time.Time) (*core.Grant, bool, error) {
 	switch {
 	case err != nil:
 		return nil, true, err
 	case r.tooMany != 0:
 		return nil, true, core.Invalid("asked for %d permits of semaphore %q, which has %d", k.n, k.h.Name, r.tooMany)
 	case r.held && r.grantedAt != 0:
-		return r.served(), true, nil
+		g := r.served()
+		a.HandedOff(g.Since)
+		return g, true, nil
 	case r.held:
 		return &core.Grant{Count: 1, Token: r.token, Since: sent}, true, nil
 	}
@@ -539,6 +548,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	}
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
+	cfg.Observer = cfg.Observer.QueueOnly() // the gate's own holds are not the user's
 	ga := cfg.LockAttempt()
 	if !a.Forever {
 		left := end.Sub(cfg.Clock.Now())
@@ -547,10 +557,13 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		}
 		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
 	}
+	ga.Report = a.Report // the permit hold's acquisition queues here
 	req := wire.PermitRequest{Owner: k.h.Owner, N: k.n, Lease: wire.Ms(a.Lease)}
 	var q *queue
 	gate, err = core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
-		return placeAt(wire.GateBase(k.s.base), scripts)
+		p := placeAt(wire.GateBase(k.s.base), scripts)
+		p.Primitive = k.h.Primitive // its waiters are the semaphore's
+		return p
 	}, func(h core.Agent) core.Kind {
 		q = newGateQueue(h, req)
 		return q
@@ -559,6 +572,11 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		return nil, nil, err
 	}
 	out, err := q.wait(ctx, ga, k)
+	if a.Report != nil {
+		// A hand-off of the gate is not one of permits (HandedOff): the
+		// permits' own is recorded where they are served.
+		a.Report.GrantedAt = time.Time{}
+	}
 	if out.held == nil {
 		return nil, out.served, err
 	}
@@ -626,7 +644,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				goto wait // every wake decides whether to try again
 			}
 			outage.End()
-			if g, done, err := k.outcome(r, err, sent); done {
+			if g, done, err := k.outcome(a, r, err, sent); done {
 				return g, false, err
 			}
 			if r.gateLost {
@@ -666,6 +684,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				if lastSent.After(g.Since) {
 					g.Since = lastSent
 				}
+				a.HandedOff(g.Since)
 				if g, err := usable(ctx, k.h, g, a); g != nil || err != nil {
 					return g, false, err
 				}

@@ -7,6 +7,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 )
 
 // A permitSource is what a semaphore's waiter waits for besides its gate:
@@ -61,6 +62,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	if r.Held {
 		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, nil // a fresh entry is never handed the lock
 	}
+	qu.h.QueueNews(a, observe.Joined, r.Queue)
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
 	w := core.NewSleeper()
@@ -189,6 +191,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 			// retries take seconds), by the place's end while it lasts.
 			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), core.MaxPause))
 		}
+		rejoined := q.next == wire.ModeJoin
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
 		if cancel != nil {
 			cancel()
@@ -215,6 +218,11 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		}
 		q.mem.queuedAt(sent)
 		q.queued(r)
+		kind := observe.Waiting
+		if rejoined {
+			kind = observe.Joined
+		}
+		q.qu.h.QueueNews(q.a, kind, r.Queue)
 		return outcome{}, nil
 	}
 }
@@ -319,7 +327,9 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
 func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
-	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), q.rc.notLater(r.Granted)), q.a)
+	granted := q.rc.notLater(r.Granted)
+	q.a.HandedOff(granted)
+	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), granted), q.a)
 }
 
 // queued takes in a reply that left the entry waiting.
@@ -359,6 +369,7 @@ func (q *queueWait) rejoin(ctx context.Context) (outcome, error) {
 		}
 	}
 	entry := q.qu.newEntry()
+	q.qu.h.QueueNews(q.a, observe.Evicted, 0)
 	q.qu.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 		"entry", q.entry, "new_entry", entry)
 	q.sub.SetID(entry)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,6 +35,7 @@ import (
 // counted in the handle, only when its ctx carries it (LockContext, Do,
 // HoldContext, or a context derived from one).
 type RedLock struct {
+	name    string
 	members []*reentrant.Mutex
 	quorum  int
 	cfg     core.Config
@@ -75,7 +78,7 @@ func NewRedLock(clients []redis.UniversalClient, name string, opts ...reentrant.
 	if err != nil {
 		return nil, err
 	}
-	r := &RedLock{quorum: len(clients)/2 + 1, cfg: cfg}
+	r := &RedLock{name: name, quorum: len(clients)/2 + 1, cfg: cfg}
 	seen := map[redis.UniversalClient]bool{}
 	for i, c := range clients {
 		if c == nil {
@@ -85,7 +88,9 @@ func NewRedLock(clients []redis.UniversalClient, name string, opts ...reentrant.
 			return nil, core.Invalid("client %d is given twice: each master once", i)
 		}
 		seen[c] = true
-		m, err := reentrant.New(c, name, opts...)
+		// The RedLock reports as one lock (WithObserver); its members do
+		// not report on their own.
+		m, err := reentrant.New(c, name, append(slices.Clip(opts), core.WithoutObserver())...)
 		if err != nil {
 			return nil, err
 		}
@@ -150,6 +155,52 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	if err := core.CheckContext(ctx); err != nil {
 		return false, err
 	}
+	o := r.cfg.Observer.Observer()
+	if o == nil {
+		return r.acquireOnce(ctx, wait, lease)
+	}
+	clk := r.cfg.Clock
+	start := clk.Now()
+	var end func(error)
+	if t := r.cfg.Observer.Tracer(); t != nil {
+		ctx, end = t.StartCall(ctx, observe.Call{Primitive: observe.RedLock, Lock: r.name, Operation: "acquire",
+			Script: r.cfg.Scripts.ReentrantAcquire.Function()})
+	}
+	want, _ := ctx.Value(redKey{r}).(*redHold)
+	ok, err := r.acquireOnce(ctx, wait, lease)
+	now := clk.Now()
+	a := observe.Acquisition{Primitive: observe.RedLock, Lock: r.name, Wait: now.Sub(start), Err: err}
+	switch {
+	case ok && want != nil:
+		a.Outcome = observe.Reentered
+	case ok:
+		a.Outcome = observe.Acquired
+		r.mu.Lock()
+		h := r.hold
+		r.mu.Unlock()
+		if h != nil {
+			h.OnEnd(func() bool {
+				ev := observe.Hold{Primitive: observe.RedLock, Lock: r.name, Held: clk.Now().Sub(now), End: observe.Released}
+				if h.Cause() == ErrLockLost {
+					ev.End, ev.Cause = observe.Lost, "fewer than a quorum of the masters still held it"
+				}
+				o.ObserveHoldEnd(ev)
+				return true
+			})
+		}
+	case err == nil:
+		a.Outcome = observe.TimedOut
+	default:
+		a.Outcome = core.OutcomeOf(ctx, err)
+	}
+	o.ObserveAcquisition(ctx, a)
+	if end != nil {
+		end(err)
+	}
+	return ok, err
+}
+
+func (r *RedLock) acquireOnce(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if want, _ := ctx.Value(redKey{r}).(*redHold); want != nil {
 		return r.reenter(want)
 	}
@@ -346,6 +397,17 @@ func isLost(m *reentrant.Mutex) bool {
 // gets ErrLockLost (its members are released all the same). Members that no
 // longer held it are not an error while a majority did.
 func (r *RedLock) Unlock(ctx context.Context) error {
+	if t := r.cfg.Observer.Tracer(); t != nil {
+		ctx, end := t.StartCall(ctx, observe.Call{Primitive: observe.RedLock, Lock: r.name, Operation: "release",
+			Script: r.cfg.Scripts.ReentrantRelease.Function()})
+		err := r.unlock(ctx)
+		end(err)
+		return err
+	}
+	return r.unlock(ctx)
+}
+
+func (r *RedLock) unlock(ctx context.Context) error {
 	r.mu.Lock()
 	h := r.hold
 	if h == nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 )
 
 // kind is the reentrant lock's scripts and wait.
@@ -18,6 +19,8 @@ type kind struct {
 func place(name string, scripts *lua.Scripts) core.Place {
 	return core.Place{
 		What:        "reentrant lock",
+		Primitive:   observe.Reentrant,
+		Acquire:     scripts.ReentrantAcquire,
 		Keys:        []string{wire.ReentrantKey(name)},
 		Channel:     wire.Channel(wire.ReentrantKey(name)),
 		Release:     scripts.ReentrantRelease,

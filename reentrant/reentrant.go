@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,6 +67,17 @@ func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout
 // per acquisition. n is from 1 to 100, timeout at least 1 ms; default: no
 // waiting.
 func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
+
+// WithObserver reports every acquisition and hold of the handle to o, for
+// metrics and traces: how long each acquisition waited and how it ended,
+// how long each hold lasted and how it ended, and failed renewals
+// (observe.Observer and its capabilities). The modules
+// github.com/fairlock/fairlock/extra/fairlockotel and extra/fairlockprom
+// provide OpenTelemetry and Prometheus observers; docs/observability.md
+// lists what they measure. o must not be nil. Given to multi.NewRedLock,
+// the RedLock reports as one lock (observe.RedLock), not as its members.
+// Default: none, and no cost.
+func WithObserver(o observe.Observer) Option { return core.WithObserver(o) }
 
 // Mutex is one handle on a reentrant lock. Its methods are safe for
 // concurrent use, and goroutines sharing a handle exclude each other as

@@ -13,6 +13,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -673,5 +674,33 @@ func TestHoldWhoseLeaseRanOutBeforeItsReplyIsBornLost(t *testing.T) {
 	}
 	if err := m.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
 		t.Fatalf("Unlock = %v, want ErrLockLost", err)
+	}
+}
+
+// The observer hears of a reentrant lock's acquisitions and holds, as the
+// reentrant primitive's.
+func TestObserverOfTheReentrantLock(t *testing.T) {
+	e := newEnv(t)
+	rec := &redistest.Recorder{}
+	m := e.handle(reentrant.WithObserver(rec))
+	ctx, err := m.LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.handle().TryLock(context.Background(), 0, 0); ok || err != nil {
+		t.Fatalf("another handle's TryLock: %v, %v", ok, err)
+	}
+	e.clk.Advance(time.Second)
+	unlockAll(t, m)
+	got := rec.Snapshot()
+	if len(got.Acquisitions) != 2 || got.Acquisitions[0].Outcome != observe.Acquired ||
+		got.Acquisitions[1].Outcome != observe.Reentered || got.Acquisitions[0].Primitive != observe.Reentrant {
+		t.Fatalf("acquisitions: %+v", got.Acquisitions)
+	}
+	if len(got.Holds) != 1 || got.Holds[0].Held != time.Second || got.Holds[0].End != observe.Released {
+		t.Fatalf("holds: %+v", got.Holds)
 	}
 }

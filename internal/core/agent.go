@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,9 +19,11 @@ import (
 // a hold; the shared scripts (renew.lua, state.lua) work on every place
 // that keeps one hold per key.
 type Place struct {
-	What        string   // the primitive, as errors name it: "fair lock"
-	Keys        []string // the hold first
-	Channel     string   // where hand-offs and releases are published
+	What        string            // the primitive, as errors name it: "fair lock"
+	Keys        []string          // the hold first
+	Channel     string            // where hand-offs and releases are published
+	Primitive   observe.Primitive // the primitive, as an observer names it: observe.Fair
+	Acquire     *lua.Script       // the script an acquisition runs first (for spans)
 	Release     *lua.Script
 	ForceUnlock *lua.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.

@@ -23,6 +23,9 @@ type Config struct {
 	// acquisition (WAIT) within ReplicaTimeout.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// Observer, if not nil, is told of every acquisition and hold
+	// (WithObserver).
+	Observer *Observers
 	// Fair lock only.
 	WaitTimeout time.Duration
 	Label       string

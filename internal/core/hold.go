@@ -44,8 +44,14 @@ type hold struct {
 	expiry   clock.Timer // fires at deadline: the hold is lost
 }
 
+// leaseRanOut is why a hold whose loss timer fired ended.
+const leaseRanOut = "lease ran out before a renewal succeeded"
+
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
 	h := &hold{m: m, s: s, token: g.Token, fixed: fixed, lease: lease}
+	if m.h.Config.Observer != nil {
+		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
+	}
 	h.carry(heldKey{m}, h) // its context proves a call chain holds it
 	first := lease
 	if g.First > 0 && g.First < lease {
@@ -80,7 +86,7 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	}
 	// At the deadline itself, not after a duration read from the clock
 	// first: nothing can move the clock in between.
-	h.expiry = clock.AtFunc(h.m.h.Config.Clock, dl, func() { h.end(ErrLockLost, "lease ran out before a renewal succeeded") })
+	h.expiry = clock.AtFunc(h.m.h.Config.Clock, dl, func() { h.end(ErrLockLost, leaseRanOut) })
 }
 
 // bornLost reports whether the hold's deadline had passed by the time it
@@ -132,6 +138,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	}
 	if err != nil {
 		h.s.h.logWarn(what+" failed; retrying", err)
+		h.renewalFailed(err)
 		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, again)
 		return
 	}
@@ -182,6 +189,7 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	if cause == ErrLockLost {
 		h.s.h.logError("lock lost: "+why, h.token)
 	}
+	h.ended(cause, why, reuse)
 	if reuse {
 		h.m.put(h.s)
 	}

@@ -26,6 +26,9 @@ type Attempt struct {
 	Forever bool
 	Lease   time.Duration // the lease to ask for
 	Fixed   bool          // a fixed lease, not renewed
+	// Report, if not nil (the handle has an observer), is where the Kind
+	// tells how the acquisition went (QueueNews, HandedOff).
+	Report *Report
 }
 
 // Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
@@ -48,6 +51,9 @@ type Mutex struct {
 	free   []*slot // slots whose turn ended, to reuse, the latest last
 	cur    *hold   // the hold this handle believes in, nil if none
 	latest Latest  // the most recent hold, for Lost and HoldContext
+
+	server string // the Redis server, for an observer's spans (serverOf)
+	port   int
 }
 
 // slot is one owner id of a handle, with the Kind that acts for it: one
@@ -56,6 +62,10 @@ type slot struct {
 	h     Agent
 	kind  Kind
 	stale atomic.Int64 // Agent.stale
+	// acquired is when the slot's hold was granted, for an observer (zero
+	// without one). A slot has one hold at a time, and is reused only once
+	// that hold has ended (and been reported).
+	acquired time.Time
 }
 
 // maxFreeSlots bounds the slots a handle keeps for reuse: as many as
@@ -77,6 +87,9 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 		Publish: PublishCommand(client), Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
 		m.h.Calls = NewCalls() // every slot's calls bound once
+	}
+	if cfg.Observer != nil {
+		m.server, m.port = serverOf(client)
 	}
 	m.first = m.newSlot()
 	m.h = m.first.h
@@ -176,18 +189,26 @@ func (c *Config) TryAttempt(wait, lease time.Duration) (Attempt, error) {
 // elapsed. A ctx that carries this handle's hold re-enters it; any other
 // takes a turn of its own.
 func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
-	h, err := m.acquire(ctx, a)
+	h, err := m.get(ctx, a)
 	return h != nil, m.h.Wrap(ctx, err)
 }
 
 // LockContext is Lock, returning a context for the work done under the
 // hold (Bind).
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	h, err := m.acquire(ctx, m.h.Config.LockAttempt())
+	h, err := m.get(ctx, m.h.Config.LockAttempt())
 	if err != nil {
 		return nil, m.h.Wrap(ctx, err)
 	}
 	return Bind(ctx, &h.End), nil
+}
+
+// get is acquire, reported to the handle's observer if it has one.
+func (m *Mutex) get(ctx context.Context, a Attempt) (*hold, error) {
+	if o := m.h.Config.Observer; o != nil && o.obs != nil {
+		return m.observed(ctx, a, o)
+	}
+	return m.acquire(ctx, a)
 }
 
 // acquire is Acquire, returning the hold: nil, nil when the wait elapsed.
@@ -308,6 +329,14 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return m.h.Wrap(ctx, err)
 	}
 	h.releasing.Store(true)
+	if o := m.h.Config.Observer; o != nil && o.tracer != nil {
+		ctx, end := o.tracer.StartCall(ctx, m.call("release", m.h.Release))
+		err := m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
+			return m.releaseHold(ctx, h)
+		})
+		end(err)
+		return m.h.Wrap(ctx, err)
+	}
 	if ctx.Done() == nil {
 		// A ctx that never ends: nothing to keep, and no closure to pay for.
 		return m.h.Wrap(ctx, m.releaseHold(ctx, h))

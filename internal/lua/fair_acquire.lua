@@ -145,4 +145,7 @@ horizon(s, w, now + wait)
 commit(s, w, now, created, {Q.list, Q.deadlines})
 local first = 0
 if head == entry then first = 1 end
-return {0, expiry - now, first, now}
+-- The queue's length, this waiter included, for the caller's observer:
+-- every entry with a deadline (one past its deadline goes at the next
+-- cleanup that reaches it).
+return {0, expiry - now, first, now, redis.call('ZCARD', Q.deadlines)}

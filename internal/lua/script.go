@@ -282,3 +282,6 @@ func functionMissing(err error) bool {
 func (s *Scripts) Library() (name, code string) {
 	return s.FairAcquire.lib.name, s.FairAcquire.lib.code
 }
+
+// Function is the script's function in the library, as FCALL names it.
+func (s *Script) Function() string { return s.fn }

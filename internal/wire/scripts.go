@@ -51,10 +51,12 @@ type FairAcquireReply struct {
 	HoldMs  int64 // waiting: ms until the current hold expires
 	Head    bool  // waiting: the entry is the live head
 	Now     int64 // waiting: Redis's clock, ms
+	Queue   int   // waiting in the queue: its length, the caller included (0 for a try)
 }
 
 // DecodeFairAcquire reads {1, count, token, 0}, {1, count, token, 1, g},
-// {0, hold ms, head, now} or {-1}.
+// {0, hold ms, head, now, queue length} ({0, hold ms, 0, now} for a try)
+// or {-1}.
 func DecodeFairAcquire(v any) (FairAcquireReply, error) {
 	r, err := ints(v, 1, "fair_acquire")
 	if err != nil {
@@ -67,6 +69,8 @@ func DecodeFairAcquire(v any) (FairAcquireReply, error) {
 		return FairAcquireReply{Held: true, Count: int(r[1]), Token: r[2]}, nil
 	case r[0] == -1:
 		return FairAcquireReply{Evicted: true}, nil
+	case r[0] == 0 && len(r) >= 5:
+		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3], Queue: int(r[4])}, nil
 	case r[0] == 0 && len(r) >= 4:
 		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3]}, nil
 	}
@@ -253,9 +257,9 @@ type InspectedHolder struct {
 	Token  int64
 	Origin string
 	Entry  string // the entry a pending hand-off was granted to ("": claimed)
-	// PermitOwner is, on a semaphore's gate, the owner id of the permit
-	// hold its holder waits for.
-	PermitOwner string
+	// Permit is, on a semaphore's gate, the permit request its holder
+	// waits with.
+	Permit PermitRequest
 }
 
 // InspectedElement is one queue element.
@@ -277,7 +281,7 @@ func DecodeInspect(v []any) (Inspected, error) {
 	in := Inspected{Now: num(0)}
 	if owner := str(1); owner != "" {
 		in.Holder = &InspectedHolder{Owner: owner, Count: int(num(2)), TTL: time.Duration(num(3)) * time.Millisecond,
-			Token: num(4), Origin: str(5), Entry: str(6), PermitOwner: str(7)}
+			Token: num(4), Origin: str(5), Entry: str(6), Permit: ParseRequest(str(7))}
 	}
 	for i := 8; i+2 < len(v); i += 3 {
 		in.Elements = append(in.Elements, InspectedElement{Entry: str(i), Deadline: num(i + 1), Info: str(i + 2)})

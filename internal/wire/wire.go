@@ -124,15 +124,32 @@ func ParseOrigin(s string) Origin {
 
 // ParseElementInfo reads what follows the entry id in a queue element,
 // "<lease>|<wait>|<request>|<origin>", as fair_inspect.lua returns it: the
-// origin, and the owner id of the permit hold the entry waits for ("" but on
-// a semaphore's gate).
-func ParseElementInfo(info string) (origin Origin, permitOwner string, ok bool) {
+// origin, and the permit request of the entry (zero but on a semaphore's
+// gate).
+func ParseElementInfo(info string) (origin Origin, req PermitRequest, ok bool) {
 	parts := strings.SplitN(info, "|", 4)
 	if len(parts) != 4 {
-		return Origin{}, "", false
+		return Origin{}, PermitRequest{}, false
 	}
-	permitOwner, _, _ = strings.Cut(parts[2], " ")
-	return ParseOrigin(parts[3]), permitOwner, true
+	return ParseOrigin(parts[3]), ParseRequest(parts[2]), true
+}
+
+// ParseRequest reads a permit request as wire.lua's request_text writes
+// it, "<owner> <n> <lease ms>"; an owner id alone (an older layout) gives
+// the owner only.
+func ParseRequest(text string) PermitRequest {
+	f := strings.Fields(text)
+	var r PermitRequest
+	if len(f) > 0 {
+		r.Owner = f[0]
+	}
+	if len(f) > 1 {
+		r.N, _ = strconv.Atoi(f[1])
+	}
+	if len(f) > 2 {
+		r.Lease, _ = strconv.ParseInt(f[2], 10, 64)
+	}
+	return r
 }
 
 // Notes: what the scripts publish on a lock's channel. One message carries

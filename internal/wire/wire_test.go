@@ -141,8 +141,14 @@ func TestParseElementInfo(t *testing.T) {
 		{"", "", "", "", false},
 	} {
 		o, p, ok := ParseElementInfo(tc.info)
-		if ok != tc.ok || o.Host != tc.host || o.Label != tc.label || p != tc.permitOwner {
-			t.Errorf("ParseElementInfo(%q) = %+v, %q, %v", tc.info, o, p, ok)
+		if ok != tc.ok || o.Host != tc.host || o.Label != tc.label || p.Owner != tc.permitOwner {
+			t.Errorf("ParseElementInfo(%q) = %+v, %+v, %v", tc.info, o, p, ok)
 		}
+	}
+	if r := ParseRequest("p.1 3 5000"); r != (PermitRequest{Owner: "p.1", N: 3, Lease: 5000}) {
+		t.Errorf("ParseRequest: %+v", r)
+	}
+	if r := ParseRequest("p.1"); r != (PermitRequest{Owner: "p.1"}) {
+		t.Errorf("ParseRequest of an owner alone: %+v", r)
 	}
 }

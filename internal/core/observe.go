@@ -1,0 +1,212 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/observe"
+	"github.com/redis/go-redis/v9"
+)
+
+// Observers is an observe.Observer with its optional capabilities resolved
+// once (WithObserver): nil where it has none. A Config without an observer
+// has a nil *Observers, and every report is skipped by one nil check.
+type Observers struct {
+	obs    observe.Observer // nil: this handle reports queue news only (a semaphore's gate)
+	renew  observe.RenewalObserver
+	queue  observe.QueueObserver
+	tracer observe.Tracer
+}
+
+// WithObserver sets the observer of every acquisition and hold.
+func WithObserver(o observe.Observer) Everywhere {
+	return func(c *Config) error {
+		if o == nil {
+			return Invalid("observer must not be nil")
+		}
+		obs := &Observers{obs: o}
+		obs.renew, _ = o.(observe.RenewalObserver)
+		obs.queue, _ = o.(observe.QueueObserver)
+		obs.tracer, _ = o.(observe.Tracer)
+		c.Observer = obs
+		return nil
+	}
+}
+
+// WithoutObserver drops the observer: the members of a primitive that
+// reports as one lock (a RedLock's) report nothing of their own.
+func WithoutObserver() Everywhere {
+	return func(c *Config) error {
+		c.Observer = nil
+		return nil
+	}
+}
+
+// Observer and Tracer return o's observer and tracer, nil if none, for a
+// primitive that reports itself (a RedLock).
+func (o *Observers) Observer() observe.Observer {
+	if o == nil {
+		return nil
+	}
+	return o.obs
+}
+
+func (o *Observers) Tracer() observe.Tracer {
+	if o == nil {
+		return nil
+	}
+	return o.tracer
+}
+
+// QueueOnly is o for a handle whose acquisitions and holds are not the
+// user's (a semaphore's gate): only its queue news are reported.
+func (o *Observers) QueueOnly() *Observers {
+	if o == nil || o.queue == nil {
+		return nil
+	}
+	return &Observers{queue: o.queue}
+}
+
+// Report is what a Kind tells of one acquisition, for its observer: given
+// in Attempt.Report when the handle has one.
+type Report struct {
+	Queued      bool
+	QueueLength int       // when it joined
+	GrantedAt   time.Time // a hand-off's grant, on this client's clock; zero otherwise
+}
+
+// Queued reports that the waiter joined a queue of length n (its reply to
+// a join), or learned its length anew.
+func (r *Report) queued(n int, joined bool) {
+	if r == nil {
+		return
+	}
+	if joined && !r.Queued {
+		r.Queued, r.QueueLength = true, n
+	}
+}
+
+// QueueNews reports a waiter's news: kind, with the queue's length n, into
+// the attempt's Report too.
+func (h Agent) QueueNews(a Attempt, kind observe.QueueEventKind, n int) {
+	a.Report.queued(n, kind == observe.Joined)
+	if o := h.Config.Observer; o != nil && o.queue != nil {
+		o.queue.ObserveQueue(observe.QueueEvent{Primitive: h.Primitive, Lock: h.Name, Kind: kind, Length: n})
+	}
+}
+
+// HandedOff records the grant time of a hand-off the acquisition took.
+func (a Attempt) HandedOff(at time.Time) {
+	if a.Report != nil {
+		a.Report.GrantedAt = at
+	}
+}
+
+// observed is acquire with the handle's observer o: a span around it, and
+// its report.
+func (m *Mutex) observed(ctx context.Context, a Attempt, o *Observers) (*hold, error) {
+	clk := m.h.Config.Clock
+	start := clk.Now()
+	var end func(error)
+	if o.tracer != nil {
+		ctx, end = o.tracer.StartCall(ctx, m.call("acquire", m.h.Acquire))
+	}
+	var rep Report
+	a.Report = &rep
+	want := m.carried(ctx)
+	h, err := m.acquire(ctx, a)
+	now := clk.Now()
+	acq := observe.Acquisition{Primitive: m.h.Primitive, Lock: m.h.Name, Wait: now.Sub(start),
+		Queued: rep.Queued, QueueLength: rep.QueueLength, Err: err}
+	switch {
+	case h != nil && h == want:
+		acq.Outcome = observe.Reentered
+	case h != nil:
+		acq.Outcome = observe.Acquired
+		if !rep.GrantedAt.IsZero() {
+			acq.HandedOff, acq.HandOff = true, max(now.Sub(rep.GrantedAt), 0)
+		}
+	case err == nil:
+		acq.Outcome = observe.TimedOut // the wait elapsed
+	default:
+		acq.Outcome = OutcomeOf(ctx, err)
+	}
+	if o.obs != nil {
+		o.obs.ObserveAcquisition(ctx, acq)
+	}
+	if end != nil {
+		end(err)
+	}
+	return h, err
+}
+
+// OutcomeOf is the outcome of an acquisition that failed with err.
+func OutcomeOf(ctx context.Context, err error) observe.Outcome {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return observe.TimedOut
+		}
+		return observe.Cancelled
+	}
+	return observe.Failed
+}
+
+// call is the observe.Call of one operation of the handle.
+func (m *Mutex) call(op string, script *lua.Script) observe.Call {
+	c := observe.Call{Primitive: m.h.Primitive, Lock: m.h.Name, Operation: op,
+		ServerAddress: m.server, ServerPort: m.port}
+	if script != nil {
+		c.Script = script.Function()
+	}
+	return c
+}
+
+// ended reports the end of hold h: cause and why as hold.finish was
+// given them; reuse false for a release whose outcome is unknown.
+func (h *hold) ended(cause error, why string, reuse bool) {
+	o := h.m.h.Config.Observer
+	if o == nil || o.obs == nil {
+		return
+	}
+	ev := observe.Hold{Primitive: h.m.h.Primitive, Lock: h.m.h.Name,
+		Held: max(h.m.h.Config.Clock.Now().Sub(h.s.acquired), 0), End: observe.Released}
+	switch {
+	case cause == ErrLockLost && h.fixed && why == leaseRanOut:
+		ev.End = observe.LeaseRanOut
+	case cause == ErrLockLost:
+		ev.End, ev.Cause = observe.Lost, why
+	case !reuse:
+		ev.End = observe.ReleaseUnknown
+	}
+	o.obs.ObserveHoldEnd(ev)
+}
+
+// renewalFailed reports a failed renewal (or claim) of h.
+func (h *hold) renewalFailed(err error) {
+	if o := h.m.h.Config.Observer; o != nil && o.renew != nil {
+		o.renew.ObserveRenewalFailure(observe.RenewalFailure{Primitive: h.m.h.Primitive, Lock: h.m.h.Name, Err: err})
+	}
+}
+
+// serverOf is the address and port of client's server, for spans: "" and
+// 0 for a Cluster or Sentinel client, whose servers vary.
+func serverOf(client redis.UniversalClient) (string, int) {
+	c, ok := client.(*redis.Client)
+	if !ok {
+		return "", 0
+	}
+	opt := c.Options()
+	if opt.Network == "unix" {
+		return opt.Addr, 0
+	}
+	host, port, err := net.SplitHostPort(opt.Addr)
+	if err != nil {
+		return "", 0 // a Sentinel client's, say
+	}
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
