@@ -32,6 +32,8 @@ type demoConfig struct {
 	hold     time.Duration
 	interval time.Duration
 	permits  int
+	metrics  string // -metrics: where to serve /metrics, "" for nowhere
+	meter    *meter // with -metrics, every handle's observer
 }
 
 // report is one lock's run.
@@ -69,6 +71,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.hold, "hold", 15*time.Millisecond, "how long each job holds the lock")
 	fs.DurationVar(&c.interval, "interval", 5*time.Millisecond, "time between two submissions")
 	fs.IntVar(&c.permits, "permits", 1, "jobs that may run at once: above 1, the jobs run under a fair semaphore")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics while the demo runs (raise -jobs to look longer)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `Usage: fairlock demo [flags]
 
@@ -118,6 +121,16 @@ jobs run at once, still started in submission order, under a fair semaphore.`)
 			return fmt.Errorf("cannot reach %s: %w", &c.target, err)
 		}
 		fmt.Fprintf(stdout, "%s\n", &c.target)
+	}
+	if c.metrics != "" {
+		c.meter = newMeter()
+		mctx, stop := context.WithCancel(ctx)
+		defer stop()
+		addr, err := serveMetrics(mctx, c.metrics, c.meter)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics (docs/observability.md says what each means)\n", addr)
 	}
 	name := fmt.Sprintf("demo-%d", time.Now().UnixNano())
 	kinds := []string{"fair", "reentrant"}
@@ -170,15 +183,21 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
 		var l locker
 		var err error
+		fopts := []fair.Option{fair.WithLabel(me.label)}
+		var ropts []reentrant.Option
+		if c.meter != nil {
+			fopts = append(fopts, fair.WithObserver(c.meter))
+			ropts = append(ropts, reentrant.WithObserver(c.meter))
+		}
 		switch kind {
 		case "fair":
-			l, err = fair.New(client, name, fair.WithLabel(me.label))
+			l, err = fair.New(client, name, toMutexOptions(fopts)...)
 		case "semaphore":
 			var s *fair.Semaphore
-			s, err = fair.NewSemaphore(client, name, c.permits, fair.WithLabel(me.label))
+			s, err = fair.NewSemaphore(client, name, c.permits, fopts...)
 			l = &semLocker{s: s}
 		default:
-			l, err = reentrant.New(client, name)
+			l, err = reentrant.New(client, name, ropts...)
 		}
 		if err != nil {
 			return rep, err
@@ -279,6 +298,14 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	return rep, firstErr
 }
 
+func toMutexOptions(opts []fair.Option) []fair.MutexOption {
+	out := make([]fair.MutexOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
+}
+
 // waitJoined waits until the fair lock's (or semaphore's) queue lists
 // label, or started reports the job running.
 func waitJoined(ctx context.Context, probe redis.UniversalClient, name, kind, label string, started func() bool) {
@@ -336,6 +363,42 @@ func printReport(w io.Writer, reports []report) {
 	_ = tw.Flush() // to stdout: nothing to do if it fails
 	fmt.Fprintln(w, "\nwait: from a job's submission to its start. An order violation is a job that")
 	fmt.Fprintln(w, "was granted the lock before a job submitted before it (by fencing token).")
+	explain(w, reports)
+}
+
+// explain says what a newcomer misreads in the table: the fair lock's
+// higher median wait is the price of order, and the reentrant lock's p99
+// shows the jobs it starved.
+func explain(w io.Writer, reports []report) {
+	var f, r *report
+	for i := range reports {
+		switch reports[i].lock {
+		case "fair":
+			f = &reports[i]
+		case "reentrant":
+			r = &reports[i]
+		}
+	}
+	if f == nil || r == nil || len(f.waits) == 0 || len(r.waits) == 0 {
+		return
+	}
+	fp50, fp99 := percentile(f.waits, 50), percentile(f.waits, 99)
+	rp50, rp99 := percentile(r.waits, 50), percentile(r.waits, 99)
+	fmt.Fprintln(w, "\nWhat the numbers say:")
+	fmt.Fprintf(w, "  - fair: each job waited for the jobs submitted before it, and for no other:\n")
+	fmt.Fprintf(w, "    waiting its turn is the price of order, paid evenly by every job. Its median\n")
+	fmt.Fprintf(w, "    wait is %v (the reentrant lock's %v)", fp50, rp50)
+	if fp50 > rp50 {
+		fmt.Fprintf(w, ":\n    higher because no job jumps the queue, not because the lock is slower")
+	}
+	fmt.Fprintln(w, ".")
+	fmt.Fprintf(w, "  - reentrant: whoever asks at the right moment gets the lock, so a lucky job\n")
+	fmt.Fprintf(w, "    starts at once and an unlucky one is passed over again and again. Its p99\n")
+	fmt.Fprintf(w, "    wait, %v (the fair lock's %v), is the jobs it starved", rp99, fp99)
+	if r.violations > 0 {
+		fmt.Fprintf(w, ";\n    %d of %d jobs started before a job submitted earlier", r.violations, r.served)
+	}
+	fmt.Fprintln(w, ".")
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -40,7 +40,7 @@ func TestDemoReportsTheFairLockInOrder(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s*reentrant\s+30\s+\d+\s`).MatchString(out) {
 		t.Fatalf("report has no reentrant row with 30 jobs:\n%s", out)
 	}
-	for _, col := range []string{"order violations", "wait p50", "wait p99"} {
+	for _, col := range []string{"order violations", "wait p50", "wait p99", "What the numbers say:", "price of order", "the jobs it starved"} {
 		if !strings.Contains(out, col) {
 			t.Fatalf("report lacks %q:\n%s", col, out)
 		}
@@ -219,6 +219,7 @@ func TestCLIErrors(t *testing.T) {
 		"demo no jobs":     {"demo", "-jobs", "0"},
 		"demo no permits":  {"demo", "-permits", "0"},
 		"demo stray arg":   {"demo", "extra"},
+		"demo bad metrics": {"demo", "-metrics", "256.0.0.1:99999"},
 		"demo bad redis":   {"demo", "-redis", "127.0.0.1:1"},
 		"demo two targets": {"demo", "-redis", "127.0.0.1:1", "-cluster", "127.0.0.1:2"},
 		"inspect two":      {"inspect", "-cluster", "127.0.0.1:1", "-sentinel", "127.0.0.1:2", "x"},
