@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/redis/go-redis/v9"
 )
 
 func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -17,11 +22,13 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	var at target
 	at.register(fs)
-	kind := fs.String("kind", "mutex", "what NAME is: mutex (a fair.Mutex), semaphore (a fair.Semaphore) or rw (a fair.RWMutex)")
+	kind := fs.String("kind", "auto", "what NAME is: auto (find it), fair (a fair.Mutex), reentrant, semaphore or rw (a fair.RWMutex)")
+	watch := fs.Duration("watch", 0, "refresh every `interval` (1s, say) in place, until interrupted")
+	asJSON := fs.Bool("json", false, "print JSON, for scripts (with -watch, one object per line)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fairlock inspect -redis host:port|-cluster host:port,...|-sentinel host:port,... -master NAME\n"+
-			"                       [-kind mutex|semaphore|rw] NAME\n\n"+
-			"Prints the holders and the queue of the fair lock, semaphore or read-write lock NAME.")
+		fmt.Fprintln(stderr, "Usage: fairlock inspect [-redis URL|-cluster ...|-sentinel ...] [-kind K] [-watch D] [-json] NAME\n\n"+
+			"Prints who holds the lock NAME and who waits for it, in order, with what each asks\n"+
+			"for; it finds what kind of lock NAME is. The Redis URL may also come from $"+envURL+".")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -33,94 +40,185 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if !given {
 		fs.Usage()
-		return errors.New("inspect needs -redis, -cluster or -sentinel")
+		return errors.New("inspect needs -redis, -cluster, -sentinel or $" + envURL)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return fmt.Errorf("inspect needs exactly one lock name, got %d", fs.NArg())
 	}
-	switch *kind {
-	case "mutex", "semaphore", "rw":
-	default:
-		return fmt.Errorf("-kind must be mutex, semaphore or rw, got %q", *kind)
+	name := fs.Arg(0)
+	if err := core.CheckName(name); err != nil {
+		return err
+	}
+	if *kind == "mutex" {
+		*kind = kindFair // the name it had before auto
+	}
+	if *kind != "auto" && !slices.Contains(kinds, *kind) {
+		return fmt.Errorf("-kind must be auto, %s, got %q", strings.Join(kinds, ", "), *kind)
+	}
+	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
+		return fmt.Errorf("-watch must be at least 100ms, got %v", *watch)
 	}
 	client := at.client()
 	defer func() { _ = client.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	name := fs.Arg(0)
-	if *kind != "mutex" {
-		inspect, what := fair.InspectSemaphore, "semaphore"
-		if *kind == "rw" {
-			inspect, what = fair.InspectRWMutex, "read-write lock"
-		}
-		st, err := inspect(ctx, client, name)
-		if err != nil {
+
+	live := isTerminal(stdout) && !*asJSON
+	for {
+		var buf bytes.Buffer
+		err := inspectOnce(ctx, client, name, *kind, *asJSON, &buf)
+		if *watch == 0 {
+			_, _ = stdout.Write(buf.Bytes())
 			return err
 		}
-		printPermits(stdout, what, name, st)
-		return nil
+		switch {
+		case ctx.Err() != nil:
+			return nil // interrupted: the way a watch ends
+		case err != nil && !errors.Is(err, errNoSuchLock):
+			return err
+		case err != nil && *asJSON:
+			buf.Reset()
+			_ = json.NewEncoder(&buf).Encode(map[string]string{"name": name, "error": err.Error()})
+		case err != nil:
+			fmt.Fprintf(&buf, "%s\n", err)
+		}
+		if live {
+			// Redraw in place: home the cursor, clear the screen.
+			fmt.Fprintf(stdout, "\x1b[H\x1b[2J%s\n(every %v; Ctrl-C to stop)\n", buf.Bytes(), *watch)
+		} else {
+			_, _ = stdout.Write(buf.Bytes())
+			if !*asJSON {
+				fmt.Fprintln(stdout)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+		}
 	}
-	st, err := fair.Inspect(ctx, client, name)
+}
+
+// inspectOnce reads the lock (every kind with that name, for auto) and
+// writes it to w.
+func inspectOnce(ctx context.Context, client redis.UniversalClient, name, kind string, asJSON bool, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	found, err := kindsOf(ctx, client, name)
 	if err != nil {
 		return err
 	}
-	printState(stdout, name, st)
+	if kind != "auto" {
+		if !slices.Contains(found, kind) {
+			return fmt.Errorf("%w: no %s %q has keys in Redis (a lock unused for a while has none)", errNoSuchLock, what(kind), name)
+		}
+		found = []string{kind}
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("%w: no fair lock, reentrant lock, semaphore or read-write lock %q has keys in Redis (a lock unused for a while has none)", errNoSuchLock, name)
+	}
+	for i, k := range found {
+		v, err := load(ctx, client, k, name)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if err := json.NewEncoder(w).Encode(v); err != nil {
+				return err
+			}
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		printView(w, v)
+	}
 	return nil
 }
 
-// printPermits prints a semaphore's (or read-write lock's) holds and queue.
-func printPermits(w io.Writer, what, name string, st fair.SemaphoreState) {
-	fmt.Fprintf(w, "%s %q: %d of %d permits in use\n\n", what, name, st.InUse, st.Permits)
+// printView prints a lock's holders and queue as tables.
+func printView(w io.Writer, v view) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if len(st.Holders) == 0 {
-		fmt.Fprintln(w, "holders: none")
+	switch v.Kind {
+	case kindSemaphore:
+		fmt.Fprintf(w, "semaphore %q: %d of %d permits in use\n\n", v.Name, v.InUse, v.Permits)
+	case kindRW:
+		state := "free"
+		if n := len(v.Holders); n > 0 && v.Holders[0].Mode == "write" {
+			state = "held by a writer"
+		} else if n > 0 {
+			state = fmt.Sprintf("held by %d reader(s)", n)
+		}
+		fmt.Fprintf(w, "read-write lock %q: %s\n\n", v.Name, state)
+	default:
+		fmt.Fprintf(w, "%s %q\n\n", what(v.Kind), v.Name)
+	}
+	if len(v.Holders) == 0 {
+		fmt.Fprintln(w, "holder: none (free)")
 	} else {
-		fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tPERMITS\tTTL\tTOKEN")
-		for _, h := range st.Holders {
-			permits := fmt.Sprint(h.Permits)
-			if what == "read-write lock" {
-				permits = "read"
-				if h.Permits == fair.MaxPermits {
-					permits = "write"
-				}
+		switch v.Kind {
+		case kindSemaphore:
+			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tPERMITS\tTTL\tTOKEN")
+		case kindRW:
+			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tMODE\tTTL\tTOKEN")
+		case kindReentrant:
+			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN")
+		default:
+			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN\tCLAIMED")
+		}
+		for _, h := range v.Holders {
+			ttl := time.Duration(h.TTLMs) * time.Millisecond
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", h.Owner, orDash(h.Label), orDash(h.Host), pid(h.PID))
+			switch v.Kind {
+			case kindSemaphore:
+				fmt.Fprintf(tw, "%d\t%v\t%d\n", h.Permits, ttl, h.Token)
+			case kindRW:
+				fmt.Fprintf(tw, "%s\t%v\t%d\n", h.Mode, ttl, h.Token)
+			case kindReentrant:
+				fmt.Fprintf(tw, "%d\t%v\t%d\n", h.Count, ttl, h.Token)
+			default:
+				fmt.Fprintf(tw, "%d\t%v\t%d\t%v\n", h.Count, ttl, h.Token, !h.Pending)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%v\t%d\n", h.Owner, orDash(h.Label), h.Host, h.PID, permits, h.TTL, h.Token)
 		}
 		_ = tw.Flush()
 	}
 	fmt.Fprintln(w)
-	printQueue(w, tw, st.Queue)
-}
-
-func printState(w io.Writer, name string, st fair.State) {
-	fmt.Fprintf(w, "fair lock %q\n\n", name)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if h := st.Holder; h == nil {
-		fmt.Fprintln(w, "holder: none (free)")
-	} else {
-		fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN\tCLAIMED")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%v\t%d\t%v\n", h.Owner, orDash(h.Label), h.Host, h.PID, h.Count, h.TTL, h.Token, !h.Pending)
-		_ = tw.Flush()
+	if v.Kind == kindReentrant {
+		fmt.Fprintln(w, "queue: none (a reentrant lock's waiters do not queue)")
+		return
 	}
-	fmt.Fprintln(w)
-	printQueue(w, tw, st.Queue)
-}
-
-func printQueue(w io.Writer, tw *tabwriter.Writer, queue []fair.Waiter) {
-	if len(queue) == 0 {
+	if len(v.Queue) == 0 {
 		fmt.Fprintln(w, "queue: empty")
 		return
 	}
-	fmt.Fprintln(tw, "#\tWAITER\tLABEL\tHOST\tPID\tDEADLINE\tSTATE")
-	for i, q := range queue {
+	asks := map[string]string{kindFair: "", kindSemaphore: "\tASKS", kindRW: "\tASKS"}[v.Kind]
+	fmt.Fprintf(tw, "#\tWAITER\tLABEL\tHOST\tPID%s\tDEADLINE\tSTATE\n", asks)
+	for i, q := range v.Queue {
 		state := "waiting"
 		if q.Expired {
 			state = "expired (evicted at the next call)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%v\t%s\n", i+1, q.Entry, orDash(q.Label), q.Host, q.PID, q.Deadline, state)
+		ask := ""
+		switch v.Kind {
+		case kindSemaphore:
+			ask = fmt.Sprintf("\t%d permit(s)", q.Permits)
+		case kindRW:
+			ask = "\t" + q.Mode
+		}
+		waiter := q.Entry
+		if waiter == "" {
+			waiter = q.Owner // a semaphore's first waiter, holding its gate
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s%s\t%v\t%s\n", i+1, waiter, orDash(q.Label), orDash(q.Host), pid(q.PID), ask,
+			time.Duration(q.DeadlineMs)*time.Millisecond, state)
 	}
 	_ = tw.Flush()
+}
+
+func pid(p int) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprint(p)
 }
 
 func orDash(s string) string {

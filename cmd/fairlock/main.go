@@ -1,7 +1,12 @@
 // Command fairlock demonstrates and inspects fairlock's locks.
 //
-//	fairlock demo [-redis host:port] [-workers N] [-jobs N] [-hold D] [-interval D] [-permits K]
-//	fairlock inspect -redis host:port [-kind mutex|semaphore|rw] NAME
+//	fairlock demo [-redis URL] [-workers N] [-jobs N] [-hold D] [-interval D] [-permits K] [-metrics host:port]
+//	fairlock ls -redis URL [-match PATTERN] [-json]
+//	fairlock inspect -redis URL [-kind auto|fair|reentrant|semaphore|rw] [-watch D] [-json] NAME
+//
+// Every command finds Redis by -redis (host:port, or a URL
+// redis://user:password@host:port/db, rediss:// for TLS), -cluster or
+// -sentinel (addresses, or a URL), or else $FAIRLOCK_REDIS_URL.
 //
 // demo runs workers, each a separate handle on a client of its own (as if on
 // separate machines), that submit jobs which must run one at a time in
@@ -11,8 +16,14 @@
 // -permits K above 1, up to K jobs run at once, started in submission order,
 // under a fair semaphore.
 //
-// inspect prints the holders and queue of a live fair lock, fair semaphore
-// (-kind semaphore) or fair read-write lock (-kind rw).
+// With -metrics it serves Prometheus metrics of its locks while it runs.
+//
+// ls lists the live locks of every kind, with holder, queue length and
+// lease left; on a cluster it scans every master.
+//
+// inspect prints who holds a lock and who waits for it, with what each
+// asks for; it finds the lock's kind itself, refreshes in place with
+// -watch, and prints JSON with -json.
 package main
 
 import (
@@ -28,10 +39,13 @@ import (
 const usage = `fairlock: distributed locks on Redis, demonstrated and inspected.
 
 Usage:
-  fairlock demo [flags]            run jobs under the fair and the reentrant lock, compare
-  fairlock inspect -redis ADDR NAME  print the holders and queue of a fair lock (-kind: semaphore, rw)
+  fairlock demo [flags]              run jobs under the fair and the reentrant lock, compare
+  fairlock ls -redis URL             list the live locks, with holder, queue length and TTL
+  fairlock inspect -redis URL NAME   print who holds the lock NAME and who waits, in order
 
-Run "fairlock demo -h" or "fairlock inspect -h" for their flags.
+-redis takes host:port or redis://[user:password@]host:port[/db] (rediss:// for
+TLS); -cluster and -sentinel name the other deployments; $FAIRLOCK_REDIS_URL
+is used when none is given. Run "fairlock COMMAND -h" for a command's flags.
 `
 
 func main() {
@@ -49,18 +63,20 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("missing command: demo or inspect")
+		return errors.New("missing command: demo, ls or inspect")
 	}
 	switch args[0] {
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		return inspect(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return ls(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q: want demo or inspect", args[0])
+		return fmt.Errorf("unknown command %q: want demo, ls or inspect", args[0])
 	}
 }

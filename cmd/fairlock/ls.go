@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var at target
+	at.register(fs)
+	match := fs.String("match", "*", "list only the locks whose name matches this glob `pattern` (path.Match: *, ?, [a-z])")
+	asJSON := fs.Bool("json", false, "print JSON, one object per lock per line, for scripts")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: fairlock ls [-redis URL|-cluster ...|-sentinel ...] [-match PATTERN] [-json]\n\n"+
+			"Lists the live locks of every kind (fair, reentrant, semaphore, rw), with their\n"+
+			"holder, queue length and lease left. On a cluster it scans every master. The\n"+
+			"Redis URL may also come from $"+envURL+".")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("ls takes no arguments, got %q", fs.Args())
+	}
+	if _, err := path.Match(*match, ""); err != nil {
+		return fmt.Errorf("-match %q: %w", *match, err)
+	}
+	given, err := at.given()
+	if err != nil {
+		return err
+	}
+	if !given {
+		fs.Usage()
+		return errors.New("ls needs -redis, -cluster, -sentinel or $" + envURL)
+	}
+	client := at.client()
+	defer func() { _ = client.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+
+	locks, err := scanLocks(ctx, client, *match)
+	if err != nil {
+		return err
+	}
+	var views []view
+	for _, l := range locks {
+		v, err := load(ctx, client, l.kind, l.name)
+		if err != nil {
+			return err
+		}
+		views = append(views, v)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, v := range views {
+			if err := enc.Encode(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(stdout, "no locks")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tHOLDER\tQUEUE\tTTL")
+	for _, v := range views {
+		queue := fmt.Sprint(len(v.Queue))
+		if v.Kind == kindReentrant {
+			queue = "-"
+		}
+		ttl := "-"
+		if d := v.ttl(); d > 0 {
+			ttl = d.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Kind, v.Name, v.holderSummary(), queue, ttl)
+	}
+	return tw.Flush()
+}
+
+// lockID is one lock: a kind and a name.
+type lockID struct{ kind, name string }
+
+// scanLocks finds the locks with keys in Redis whose name matches the glob
+// match, by SCAN over every master (a cluster's each), sorted by name.
+func scanLocks(ctx context.Context, client redis.UniversalClient, match string) ([]lockID, error) {
+	var (
+		mu    sync.Mutex
+		found = map[lockID]bool{}
+	)
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, "fairlock:*", 1000).Iterator()
+		for it.Next(ctx) {
+			id, ok := parseKey(it.Val())
+			if !ok {
+				continue
+			}
+			if m, _ := path.Match(match, id.name); !m {
+				continue
+			}
+			mu.Lock()
+			found[id] = true
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, client)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scanning for locks: %w", err)
+	}
+	out := make([]lockID, 0, len(found))
+	for id := range found {
+		out = append(out, id)
+	}
+	slices.SortFunc(out, func(a, b lockID) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.kind, b.kind)
+	})
+	return out, nil
+}
+
+// parseKey reads the kind and name of one of fairlock's keys,
+// "fairlock:<f|r|s|rw>:{name}[...]".
+func parseKey(key string) (lockID, bool) {
+	rest, ok := strings.CutPrefix(key, "fairlock:")
+	if !ok {
+		return lockID{}, false
+	}
+	tag, rest, ok := strings.Cut(rest, ":{")
+	if !ok {
+		return lockID{}, false
+	}
+	name, _, ok := strings.Cut(rest, "}")
+	if !ok || name == "" {
+		return lockID{}, false
+	}
+	kind := map[string]string{"f": kindFair, "r": kindReentrant, "s": kindSemaphore, "rw": kindRW}[tag]
+	if kind == "" {
+		return lockID{}, false
+	}
+	return lockID{kind, name}, true
+}

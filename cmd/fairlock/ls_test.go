@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
+)
+
+// queueUp starts lock in a goroutine and waits until the semaphore (or RW
+// lock) inspect reads shows n waiters; the returned func stops the waiter.
+func queueUp(t *testing.T, lock func(ctx context.Context) error, n int, queued func() int) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = lock(ctx)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); queued() != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter never queued: %d waiting, want %d", queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return func() { cancel(); <-done }
+}
+
+// inspect finds what kind a name is, says "no such lock" for a name no
+// lock has, and shows what each waiter of a semaphore or a read-write lock
+// asks for: permits, or read or write.
+func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	rw, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("editor"))
+	if err := rw.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Unlock(ctx)
+	rwQueue := func() int { st, _ := fair.InspectRWMutex(ctx, client, "catalog"); return len(st.Queue) }
+	reader, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("reader"))
+	defer queueUp(t, reader.RLock, 1, rwQueue)()
+	writer, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("writer"))
+	defer queueUp(t, writer.Lock, 2, rwQueue)()
+
+	out, _, err := runCLI(t, "inspect", "-redis", mr.Addr(), "catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`read-write lock "catalog": held by a writer`, "MODE", "ASKS"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^1\s+\S+\s+reader\s.*\sread\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^2\s+\S+\s+writer\s.*\swrite\s`).MatchString(out) {
+		t.Fatalf("the queue does not show a reader asking to read, then a writer asking to write:\n%s", out)
+	}
+	if strings.Contains(out, "10000") {
+		t.Fatalf("a read-write lock shown as permits:\n%s", out)
+	}
+
+	s, _ := fair.NewSemaphore(client, "encoders", 3)
+	p, err := s.Acquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	semQueue := func() int { st, _ := fair.InspectSemaphore(ctx, client, "encoders"); return len(st.Queue) }
+	defer queueUp(t, func(ctx context.Context) error { _, err := s.Acquire(ctx, 2); return err }, 1, semQueue)()
+	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "encoders")
+	if err != nil || !regexp.MustCompile(`(?m)^1\s.*\s2 permit\(s\)\s`).MatchString(out) {
+		t.Fatalf("inspect of a semaphore whose waiter asks for 2: %v\n%s", err, out)
+	}
+
+	r, _ := reentrant.New(client, "nightly")
+	if err := r.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unlock(ctx)
+	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "nightly")
+	if err != nil || !strings.Contains(out, `reentrant lock "nightly"`) || !strings.Contains(out, "COUNT") {
+		t.Fatalf("inspect of a reentrant lock: %v\n%s", err, out)
+	}
+
+	for _, args := range [][]string{{"catalgo"}, {"-kind", "fair", "encoders"}} {
+		_, _, err := runCLI(t, append([]string{"inspect", "-redis", mr.Addr()}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "no such lock") {
+			t.Errorf("inspect %v: got %v, want no such lock", args, err)
+		}
+	}
+
+	// -json, for scripts.
+	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "-json", "encoders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if v.Kind != kindSemaphore || v.Permits != 3 || v.InUse != 3 || len(v.Holders) != 1 || len(v.Queue) != 1 || v.Queue[0].Permits != 2 {
+		t.Fatalf("inspect -json: %+v", v)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// inspect -watch refreshes until interrupted, and an interrupt ends it
+// without an error.
+func TestInspectWatchRefreshesUntilInterrupted(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	m, _ := fair.New(client, "reports")
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"inspect", "-redis", mr.Addr(), "-watch", "100ms", "reports"}, &out, &out)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(out.String(), `fair lock "reports"`) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second refresh:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The lock is released: the next refresh shows it.
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "holder: none (free)"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the release never showed:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("inspect -watch interrupted: %v", err)
+	}
+}
+
+// ls finds the locks of every kind on each of a cluster's 3 masters, and
+// -match narrows the list.
+func TestLsFindsLocksOnEveryMaster(t *testing.T) {
+	redistest.NoLeaks(t)
+	client := redistest.Client(t, redistest.Cluster3).(*redis.ClusterClient)
+	ctx := context.Background()
+	prefix := redistest.Name(t)
+	masters := map[string]bool{}
+	var names []string
+	for i := 0; len(masters) < 3 || i < 6; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		m, err := fair.New(client, name, fair.WithLabel("ls"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer m.Unlock(ctx)
+		node, err := client.MasterForKey(ctx, "fairlock:f:{"+name+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[node.Options().Addr] = true
+		names = append(names, name)
+		if i > 60 {
+			t.Fatal("60 names, and not one on each master")
+		}
+	}
+	s, _ := fair.NewSemaphore(client, prefix+"-pool", 4)
+	p, err := s.Acquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	r, _ := reentrant.New(client, prefix+"-plain")
+	if err := r.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unlock(ctx)
+
+	addrs := strings.Join(redistest.Addrs(t, redistest.Cluster3), ",")
+	out, _, err := runCLI(t, "ls", "-cluster", addrs, "-match", prefix+"-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`(?m)^fair\s+` + regexp.QuoteMeta(name) + `\s+ls \(`).MatchString(out) {
+			t.Errorf("ls does not list the fair lock %s held by ls:\n%s", name, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^semaphore\s+`+regexp.QuoteMeta(prefix)+`-pool\s+3 of 4 permits\s+0\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^reentrant\s+`+regexp.QuoteMeta(prefix)+`-plain\s`).MatchString(out) {
+		t.Errorf("ls does not list the semaphore and the reentrant lock:\n%s", out)
+	}
+	out, _, err = runCLI(t, "ls", "-cluster", addrs, "-match", prefix+"-pool", "-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Name != prefix+"-pool" || v.InUse != 3 {
+		t.Fatalf("ls -json -match: %v, %+v\n%s", err, v, out)
+	}
+}
+
+// A URL gives the password and the database; $FAIRLOCK_REDIS_URL stands in
+// for the flags; a password is never printed.
+func TestURLsGiveThePasswordAndTheDatabase(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	mr.RequireAuth("s3cret")
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), Password: "s3cret", DB: 2})
+	defer client.Close()
+	m, _ := fair.New(client, "backups", fair.WithLabel("db2"))
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(context.Background())
+
+	url := "redis://:s3cret@" + mr.Addr() + "/2"
+	out, _, err := runCLI(t, "inspect", "-redis", url, "backups")
+	if err != nil || !strings.Contains(out, "db2") {
+		t.Fatalf("inspect -redis %s: %v\n%s", url, err, out)
+	}
+	if _, _, err := runCLI(t, "inspect", "-redis", "redis://"+mr.Addr()+"/2", "backups"); err == nil {
+		t.Fatal("no error without the password")
+	}
+	if _, _, err := runCLI(t, "inspect", "-redis", "redis://:s3cret@"+mr.Addr()+"/0", "backups"); err == nil {
+		t.Fatal("found in database 0")
+	}
+	t.Setenv(envURL, url)
+	if out, _, err := runCLI(t, "ls"); err != nil || !strings.Contains(out, "backups") {
+		t.Fatalf("ls with $%s: %v\n%s", envURL, err, out)
+	}
+	if _, _, err := runCLI(t, "inspect", "-redis", "redis://h:1/notanumber", "x"); err == nil {
+		t.Fatal("a bad URL: no error")
+	}
+	for _, tg := range []*target{{redis: url}, {cluster: "redis://u:s3cret@h:1"}} {
+		if _, err := tg.given(); err != nil {
+			t.Fatal(err)
+		}
+		if s := tg.String() + tg.flags(); strings.Contains(s, "s3cret") {
+			t.Errorf("the password is printed: %s", s)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// The kinds of lock, as inspect's -kind, ls and the JSON name them.
+const (
+	kindFair      = "fair"
+	kindReentrant = "reentrant"
+	kindSemaphore = "semaphore"
+	kindRW        = "rw"
+)
+
+var kinds = []string{kindFair, kindReentrant, kindSemaphore, kindRW}
+
+// what is a kind as a sentence names it.
+func what(kind string) string {
+	switch kind {
+	case kindFair:
+		return "fair lock"
+	case kindReentrant:
+		return "reentrant lock"
+	case kindSemaphore:
+		return "semaphore"
+	}
+	return "read-write lock"
+}
+
+// keysOf are the keys a lock of kind keeps while it is in use: any of them
+// present means the lock is live.
+func keysOf(kind, name string) []string {
+	switch kind {
+	case kindFair:
+		return wire.QueueKeys(wire.FairBase(name))
+	case kindReentrant:
+		return []string{wire.ReentrantKey(name)}
+	case kindSemaphore:
+		return append([]string{wire.SemaphoreBase(name)}, wire.QueueKeys(wire.GateBase(wire.SemaphoreBase(name)))...)
+	}
+	return append([]string{wire.RWBase(name)}, wire.QueueKeys(wire.GateBase(wire.RWBase(name)))...)
+}
+
+// errNoSuchLock: no lock of the name (and kind) has keys in Redis.
+var errNoSuchLock = errors.New("no such lock")
+
+// kindsOf returns the kinds of lock named name that have keys in Redis
+// (usually one; a name used for two kinds has two).
+func kindsOf(ctx context.Context, client redis.UniversalClient, name string) ([]string, error) {
+	var out []string
+	for _, k := range kinds {
+		n, err := client.Exists(ctx, keysOf(k, name)...).Result()
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// view is one lock as inspect and ls show it, and as -json writes it.
+type view struct {
+	Kind string `json:"kind"` // fair, reentrant, semaphore or rw
+	Name string `json:"name"`
+	// Permits and InUse: a semaphore's number of permits and those held.
+	Permits int          `json:"permits,omitempty"`
+	InUse   int          `json:"in_use,omitempty"`
+	Holders []holderView `json:"holders"`
+	Queue   []waiterView `json:"queue"`
+}
+
+type holderView struct {
+	Owner string `json:"owner"`
+	Label string `json:"label,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	// Count is a mutex's re-entry count; Permits a semaphore hold's
+	// permits; Mode a read-write lock's "read" or "write".
+	Count   int    `json:"count,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	TTLMs   int64  `json:"ttl_ms"`
+	Token   int64  `json:"token"`
+	// Pending: a fair lock handed to a waiter that has not claimed it yet.
+	Pending bool `json:"pending,omitempty"`
+}
+
+type waiterView struct {
+	Entry string `json:"entry"`
+	Owner string `json:"owner"`
+	Label string `json:"label,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	// Permits is what a semaphore's waiter asks for; Mode what a
+	// read-write lock's asks for, "read" or "write".
+	Permits    int    `json:"permits,omitempty"`
+	Mode       string `json:"mode,omitempty"`
+	DeadlineMs int64  `json:"deadline_ms"`
+	Expired    bool   `json:"expired,omitempty"`
+}
+
+// load reads the lock name of kind.
+func load(ctx context.Context, client redis.UniversalClient, kind, name string) (view, error) {
+	v := view{Kind: kind, Name: name, Holders: []holderView{}, Queue: []waiterView{}}
+	switch kind {
+	case kindFair:
+		st, err := fair.Inspect(ctx, client, name)
+		if err != nil {
+			return v, err
+		}
+		if h := st.Holder; h != nil {
+			v.Holders = append(v.Holders, holderView{Owner: h.Owner, Label: h.Label, Host: h.Host, PID: h.PID,
+				Count: h.Count, TTLMs: h.TTL.Milliseconds(), Token: h.Token, Pending: h.Pending})
+		}
+		v.Queue = waiters(kind, st.Queue)
+	case kindReentrant:
+		raw, err := lua.Default().State.Run(ctx, client, []string{wire.ReentrantKey(name)}).Result()
+		if err != nil {
+			return v, fmt.Errorf("inspecting reentrant lock %q: %w", name, err)
+		}
+		st, err := wire.DecodeState(raw)
+		if err != nil {
+			return v, err
+		}
+		if st.Owner != "" {
+			o := wire.ParseOrigin(st.Origin)
+			v.Holders = append(v.Holders, holderView{Owner: st.Owner, Label: o.Label, Host: o.Host, PID: o.PID,
+				Count: st.Count, TTLMs: st.TTL.Milliseconds(), Token: st.Token})
+		}
+	default:
+		inspect := fair.InspectSemaphore
+		if kind == kindRW {
+			inspect = fair.InspectRWMutex
+		}
+		st, err := inspect(ctx, client, name)
+		if err != nil {
+			return v, err
+		}
+		v.Permits, v.InUse = st.Permits, st.InUse
+		for _, h := range st.Holders {
+			hv := holderView{Owner: h.Owner, Label: h.Label, Host: h.Host, PID: h.PID,
+				Permits: h.Permits, TTLMs: h.TTL.Milliseconds(), Token: h.Token}
+			if kind == kindRW {
+				hv.Permits, hv.Mode = 0, mode(h.Permits)
+			}
+			v.Holders = append(v.Holders, hv)
+		}
+		v.Queue = waiters(kind, st.Queue)
+		if kind == kindRW {
+			v.Permits, v.InUse = 0, 0 // readers and writers, not permits
+		}
+	}
+	return v, nil
+}
+
+// mode is what a read-write lock's hold or waiter of n permits is.
+func mode(n int) string {
+	if n == fair.MaxPermits {
+		return "write"
+	}
+	return "read"
+}
+
+func waiters(kind string, q []fair.Waiter) []waiterView {
+	out := []waiterView{}
+	for _, w := range q {
+		wv := waiterView{Entry: w.Entry, Owner: w.Owner, Label: w.Label, Host: w.Host, PID: w.PID,
+			DeadlineMs: w.Deadline.Milliseconds(), Expired: w.Expired}
+		switch kind {
+		case kindSemaphore:
+			wv.Permits = w.Permits
+		case kindRW:
+			wv.Mode = mode(w.Permits)
+		}
+		out = append(out, wv)
+	}
+	return out
+}
+
+// holderSummary is the lock's holders in a few words, for ls.
+func (v view) holderSummary() string {
+	switch {
+	case len(v.Holders) == 0:
+		return "free"
+	case v.Kind == kindSemaphore:
+		return fmt.Sprintf("%d of %d permits", v.InUse, v.Permits)
+	case v.Kind == kindRW && v.Holders[0].Mode == "write":
+		return "a writer: " + who(v.Holders[0])
+	case v.Kind == kindRW:
+		return fmt.Sprintf("%d reader(s)", len(v.Holders))
+	}
+	return who(v.Holders[0])
+}
+
+// who names a holder: its label, else its owner id, and where it runs.
+func who(h holderView) string {
+	s := h.Label
+	if s == "" {
+		s = h.Owner
+	}
+	if h.Host != "" {
+		s += fmt.Sprintf(" (%s, pid %d)", h.Host, h.PID)
+	}
+	return s
+}
+
+// ttl is the longest lease left among the holders, 0 when free.
+func (v view) ttl() time.Duration {
+	var most int64
+	for _, h := range v.Holders {
+		most = max(most, h.TTLMs)
+	}
+	return time.Duration(most) * time.Millisecond
+}
