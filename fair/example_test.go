@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -171,4 +172,32 @@ func ExampleRWMutex() {
 	// Output:
 	// writer beside two readers: false
 	// writer once they are gone: true
+}
+
+// waitLogger is an observer of its own: it embeds observe.Nop and
+// overrides the one method it needs.
+type waitLogger struct{ observe.Nop }
+
+func (waitLogger) ObserveAcquisition(_ context.Context, a observe.Acquisition) {
+	fmt.Printf("%s lock %q: %s, queued %v\n", a.Primitive, a.Lock, a.Outcome, a.Queued)
+}
+
+// An observer hears of every acquisition and hold; the OpenTelemetry and
+// Prometheus modules (extra/) are ready-made ones.
+func ExampleWithObserver() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	m, _ := fair.New(client, "reports", fair.WithObserver(waitLogger{}))
+	_ = m.Do(ctx, func(context.Context) error { return nil })
+	other, _ := fair.New(client, "reports")
+	_ = other.Lock(ctx)
+	defer other.Unlock(ctx)
+	_, _ = m.TryLock(ctx, 0, 0)
+	// Output:
+	// fair lock "reports": acquired, queued false
+	// fair lock "reports": timed_out, queued false
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 )
 
 func TestWaiterCutOffLongerThanItsWaitTimeoutRejoinsAtTheTail(t *testing.T) {
@@ -17,7 +18,8 @@ func TestWaiterCutOffLongerThanItsWaitTimeoutRejoinsAtTheTail(t *testing.T) {
 	cut := &redistest.Partition{}
 	cClient := e.process()
 	cClient.AddHook(cut)
-	c := e.handleOn(cClient, fair.WithLabel("c"))
+	rec := &redistest.Recorder{} // c's observer
+	c := e.handleOn(cClient, fair.WithLabel("c"), fair.WithObserver(rec))
 	mustLock(t, a)
 	gotC := e.enqueue(c, 1)
 	gotB := e.enqueue(b, 2)
@@ -50,6 +52,23 @@ func TestWaiterCutOffLongerThanItsWaitTimeoutRejoinsAtTheTail(t *testing.T) {
 		t.Fatal("c did not get the lock after re-joining")
 	}
 	mustUnlock(t, c)
+
+	// c's observer heard it join first, lose its place, and wait again
+	// second, all one acquisition.
+	got := rec.Snapshot()
+	count := map[observe.QueueEventKind]int{}
+	for _, q := range got.Queue {
+		count[q.Kind]++
+	}
+	last := got.Queue[len(got.Queue)-1]
+	if got.Queue[0].Kind != observe.Joined || count[observe.Joined] != 1 || count[observe.Evicted] != 1 ||
+		last.Kind != observe.Waiting || last.Length != 2 {
+		t.Errorf("c's queue news: %+v", got.Queue)
+	}
+	if len(got.Acquisitions) != 1 || !got.Acquisitions[0].Queued || got.Acquisitions[0].QueueLength != 1 ||
+		got.Acquisitions[0].Outcome != observe.Acquired {
+		t.Errorf("c's acquisition: %+v", got.Acquisitions)
+	}
 }
 
 func TestEntryAbandonedWhileCutOffIsRemovedBeforeTheNextJoin(t *testing.T) {

@@ -191,7 +191,6 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 			// retries take seconds), by the place's end while it lasts.
 			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), core.MaxPause))
 		}
-		rejoined := q.next == wire.ModeJoin
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
 		if cancel != nil {
 			cancel()
@@ -218,11 +217,7 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		}
 		q.mem.queuedAt(sent)
 		q.queued(r)
-		kind := observe.Waiting
-		if rejoined {
-			kind = observe.Joined
-		}
-		q.qu.h.QueueNews(q.a, kind, r.Queue)
+		q.qu.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
 		return outcome{}, nil
 	}
 }

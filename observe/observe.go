@@ -19,9 +19,9 @@
 // what they measure.
 //
 // Every method is called synchronously, on the goroutine of the call it
-// reports (a hold's end and a failed renewal on the hold's timer's): it
-// must be quick, must not block, must be safe for concurrent use, and must
-// not call the lock it observes. With no observer set, a primitive pays
+// reports (a hold lost, and a failed renewal, on the goroutine of the hold's
+// timer): it must be quick, must not block, must be safe for concurrent
+// use, and must not call the lock it observes. With no observer set, a primitive pays
 // nothing for this hook.
 package observe
 
@@ -146,13 +146,15 @@ type QueueEventKind string
 
 // The queue events.
 const (
-	// Joined: the waiter joined the queue's tail.
+	// Joined: the waiter joined the queue's tail; once per acquisition.
 	Joined QueueEventKind = "joined"
-	// Waiting: the waiter, still queued, learned the queue's length anew.
+	// Waiting: the waiter, still queued, learned the queue's length anew
+	// (after a re-join too).
 	Waiting QueueEventKind = "waiting"
 	// Evicted: the waiter lost its place, silent for longer than its wait
 	// timeout (its process stalled, or Redis was out of its reach); it
-	// re-joins at the tail (Joined follows).
+	// re-joins at the tail, still the same wait (Waiting follows, with the
+	// queue's new length).
 	Evicted QueueEventKind = "evicted"
 )
 
@@ -205,10 +207,19 @@ type Tracer interface {
 // an Observer of your own to implement only the methods you need.
 type Nop struct{}
 
+// ObserveAcquisition does nothing.
 func (Nop) ObserveAcquisition(context.Context, Acquisition) {}
-func (Nop) ObserveHoldEnd(Hold)                             {}
-func (Nop) ObserveRenewalFailure(RenewalFailure)            {}
-func (Nop) ObserveQueue(QueueEvent)                         {}
+
+// ObserveHoldEnd does nothing.
+func (Nop) ObserveHoldEnd(Hold) {}
+
+// ObserveRenewalFailure does nothing.
+func (Nop) ObserveRenewalFailure(RenewalFailure) {}
+
+// ObserveQueue does nothing.
+func (Nop) ObserveQueue(QueueEvent) {}
+
+// StartCall returns ctx, and an end that does nothing.
 func (Nop) StartCall(ctx context.Context, _ Call) (context.Context, func(error)) {
 	return ctx, func(error) {}
 }

@@ -19,7 +19,6 @@ type queueKey struct {
 
 type queueState struct {
 	waiters int // this process's waiters in the queue
-	evicted int // of those, evicted and about to re-join
 	length  int // the latest length Redis told
 }
 
@@ -38,14 +37,9 @@ func (q *QueueLengths) Queue(e QueueEvent) {
 	}
 	switch e.Kind {
 	case Joined:
-		if s.evicted > 0 {
-			s.evicted-- // a re-join: the same waiter
-		} else {
-			s.waiters++
-		}
+		s.waiters++
 	case Evicted:
-		s.evicted++
-		return
+		return // the same wait goes on: it re-joins
 	}
 	if e.Length > 0 {
 		s.length = e.Length

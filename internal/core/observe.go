@@ -79,8 +79,8 @@ type Report struct {
 	GrantedAt   time.Time // a hand-off's grant, on this client's clock; zero otherwise
 }
 
-// Queued reports that the waiter joined a queue of length n (its reply to
-// a join), or learned its length anew.
+// queued records, for a join (joined), that the waiter queued behind n-1
+// others; the first join of the acquisition counts.
 func (r *Report) queued(n int, joined bool) {
 	if r == nil {
 		return
