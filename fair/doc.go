@@ -100,7 +100,18 @@
 // of the same name are independent.
 //
 // [Inspect] shows the holder and the queue of a live lock; `go run
-// ./cmd/fairlock inspect` prints it as a table.
+// ./cmd/fairlock inspect` prints it as a table (`ls` lists every live
+// lock).
+//
+// # Metrics and traces
+//
+// [WithObserver] reports every acquisition (its wait and outcome, whether
+// it queued and behind how many, a hand-off's latency) and every hold's
+// end (how long, and released, lost or run out) to an observe.Observer.
+// The nested modules extra/fairlockotel and extra/fairlockprom turn them
+// into OpenTelemetry metrics and spans or a Prometheus collector;
+// docs/observability.md lists every metric. Without an observer there is
+// no cost.
 //
 // # Semaphore
 //
