@@ -2,6 +2,8 @@ package fairlockotel_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,13 +25,12 @@ type rig struct {
 	spans  *tracetest.SpanRecorder
 	obs    *fairlockotel.Observer
 	client *redis.Client
+	name   string // the test's lock
 }
 
 func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
-	mr := miniredis.RunT(t)
 	r := &rig{t: t, reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
-	r.client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = r.client.Close() })
+	r.client, r.name = redisFor(t)
 	obs, err := fairlockotel.New(append([]fairlockotel.Option{
 		fairlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))),
 		fairlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))),
@@ -39,6 +40,19 @@ func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
 	}
 	r.obs = obs
 	return r
+}
+
+// redisFor returns a client of the real Redis CI names in
+// FAIRLOCK_REDIS_ADDR, or else of an embedded miniredis, and a lock name of
+// the test's own.
+func redisFor(t *testing.T) (*redis.Client, string) {
+	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
+	if addr == "" {
+		addr = miniredis.RunT(t).Addr()
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	return client, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
 func (r *rig) lock(name string) *fair.Mutex {
@@ -113,14 +127,14 @@ func hasAll(set attribute.Set, kv []attribute.KeyValue) bool {
 func TestMetricsAndSpansOfAFairLock(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	a, b, c := r.lock("jobs"), r.lock("jobs"), r.lock("jobs")
+	a, b, c := r.lock(r.name), r.lock(r.name), r.lock(r.name)
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() { got <- b.Lock(ctx) }()
 
-	// While b waits, the gauge shows the queue of "jobs": b alone.
+	// While b waits, the gauge shows its queue: b alone.
 	fair := attribute.String("fairlock.primitive", "fair")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -197,7 +211,7 @@ func TestMetricsAndSpansOfAFairLock(t *testing.T) {
 // WithLockNames puts the name on every measure.
 func TestWithLockNames(t *testing.T) {
 	r := newRig(t, fairlockotel.WithLockNames())
-	m := r.lock("orders")
+	m := r.lock(r.name)
 	if err := m.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -205,8 +219,8 @@ func TestWithLockNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := r.collect()
-	if n := sumOf(t, data["fairlock.acquisitions"], attribute.String("fairlock.lock.name", "orders")); n != 1 {
-		t.Fatalf("acquisitions of orders: %d", n)
+	if n := sumOf(t, data["fairlock.acquisitions"], attribute.String("fairlock.lock.name", r.name)); n != 1 {
+		t.Fatalf("acquisitions of %s: %d", r.name, n)
 	}
 }
 

@@ -3,6 +3,7 @@ package fairlockprom_test
 import (
 	"bufio"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -30,7 +31,11 @@ func TestTheDemoServesTheSameMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	demo := exec.CommandContext(ctx, bin, "demo", "-metrics", "127.0.0.1:0", "-jobs", "100000", "-interval", "1ms", "-hold", "2ms")
+	args := []string{"demo", "-metrics", "127.0.0.1:0", "-jobs", "100000", "-interval", "1ms", "-hold", "2ms"}
+	if addr := os.Getenv("FAIRLOCK_REDIS_ADDR"); addr != "" {
+		args = append(args, "-redis", addr) // the real Redis CI starts; else the embedded miniredis
+	}
+	demo := exec.CommandContext(ctx, bin, args...)
 	stdout, err := demo.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

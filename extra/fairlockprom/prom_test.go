@@ -2,8 +2,10 @@ package fairlockprom_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -18,6 +20,19 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 )
+
+// redisFor returns a client of the real Redis CI names in
+// FAIRLOCK_REDIS_ADDR, or else of an embedded miniredis, and a lock name of
+// the test's own.
+func redisFor(t *testing.T) (*redis.Client, string) {
+	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
+	if addr == "" {
+		addr = miniredis.RunT(t).Addr()
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	return client, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+}
 
 // scrape GETs url and parses it with Prometheus's text parser.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
@@ -79,9 +94,7 @@ func hasLabels(m *dto.Metric, labels []string) bool {
 // The collector's measures, registered and served over HTTP as a service
 // would, read back with Prometheus's own parser.
 func TestCollectorOverHTTP(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = client.Close() })
+	client, name := redisFor(t)
 	c, err := fairlockprom.New(fairlockprom.WithConstLabels(prometheus.Labels{"service": "test"}))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +106,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 
 	ctx := context.Background()
 	lock := func() *fair.Mutex {
-		m, err := fair.New(client, "jobs", fair.WithObserver(c))
+		m, err := fair.New(client, name, fair.WithObserver(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +134,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reentrant.New(client, "jobs", reentrant.WithObserver(c))
+	r, err := reentrant.New(client, name, reentrant.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +181,8 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = client.Close() })
-	m, err := fair.New(client, "orders", fair.WithObserver(c))
+	client, name := redisFor(t)
+	m, err := fair.New(client, name, fair.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +199,11 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 	found := false
 	for _, f := range fams {
 		if f.GetName() == "fairlock_acquisitions_total" {
-			found = value(f, "lock", "orders") == 1
+			found = value(f, "lock", name) == 1
 		}
 	}
 	if !found {
-		t.Error("no acquisitions of the lock named orders")
+		t.Errorf("no acquisitions of the lock named %s", name)
 	}
 	if _, err := fairlockprom.New(nil); err == nil {
 		t.Error("a nil option: no error")
