@@ -43,10 +43,12 @@ func TestQueueLengthsFollowTheWaiters(t *testing.T) {
 	}
 }
 
+type ctxKey struct{}
+
 // Nop has every capability and does nothing; its StartCall keeps ctx.
 func TestNop(t *testing.T) {
 	var o observe.Observer = observe.Nop{}
-	ctx := context.WithValue(context.Background(), struct{}{}, 1)
+	ctx := context.WithValue(context.Background(), ctxKey{}, 1)
 	got, end := o.(observe.Tracer).StartCall(ctx, observe.Call{})
 	end(nil)
 	if got != ctx {
