@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 )
 
 // kinds are the deployments every real test runs on.
@@ -165,8 +166,17 @@ func TestRealGoroutinesSharingAHandleTakeTurnsWithEveryone(t *testing.T) {
 	}
 }
 
-func BenchmarkUncontendedLockUnlock(b *testing.B) {
-	m, err := fair.New(redistest.Real(b), redistest.Name(b))
+func BenchmarkUncontendedLockUnlock(b *testing.B) { benchUncontended(b) }
+
+// BenchmarkUncontendedLockUnlockObserved is the same with an observer of
+// every capability that does nothing (observe.Nop): the hook's own cost,
+// beside the no-observer figure above.
+func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
+	benchUncontended(b, fair.WithObserver(observe.Nop{}))
+}
+
+func benchUncontended(b *testing.B, opts ...fair.MutexOption) {
+	m, err := fair.New(redistest.Real(b), redistest.Name(b), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
