@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -184,6 +185,61 @@ type queueLedger struct {
 	served     map[string]int64 // waiters (gate owners) served by a note: the grant's expiry
 	noted      map[int64]bool   // tokens of the permit holds served by a note
 	lastPermit int64
+	// replies, if not nil, are the head flags of the waiters' own replies:
+	// a waiter whose own attempt popped the dead entries ahead of it learns
+	// from its reply that it is the head, and is sent no notice.
+	replies *headReplies
+}
+
+// headReplies is a client hook that records the entries a fair_acquire
+// reply told they are the live head ({0, hold ms, 1, now, ...}).
+type headReplies struct {
+	script *lua.Script
+	mu     sync.Mutex
+	heads  map[string]bool
+}
+
+func newHeadReplies(script *lua.Script) *headReplies {
+	return &headReplies{script: script, heads: map[string]bool{}}
+}
+
+// told reports whether a reply told entry it is the head.
+func (h *headReplies) told(entry string) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.heads[entry]
+}
+
+func (h *headReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if err != nil || !h.script.Calls(args) {
+			return err
+		}
+		v, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return err
+		}
+		res, _ := v.Slice()
+		// FCALL fn numkeys keys... owner entry ... (EVALSHA alike).
+		keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		if len(res) >= 3 && res[0] == int64(0) && res[2] == int64(1) && len(args) > 4+keys {
+			h.mu.Lock()
+			h.heads[fmt.Sprint(args[4+keys])] = true
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (h *headReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // newQueueLedger watches the fair queue whose hold key is hold (its channel
@@ -254,7 +310,7 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map
 	if e := field(hold, "e"); held && e != "" && l.grants[e] != number(hold, "f") {
 		t.Fatalf("messages: %s was handed to %s (token %d) with no message to it", l.what, e, number(hold, "f"))
 	}
-	if f, live := q.front(ms); live && held && !l.told[f] {
+	if f, live := q.front(ms); live && held && !l.told[f] && !l.replies.told(f) {
 		t.Fatalf("head notice: %s is the live head of %s, held until %d (now %d), and no message told it when the hold ends",
 			f, l.what, number(hold, "x"), ms)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
@@ -120,6 +121,8 @@ type proc struct {
 	// by lostBy (its next renewal or claim, or its fixed lease's end).
 	forced bool
 	lostBy time.Time
+
+	rec *redistest.Recorder // its observer: what its calls reported
 }
 
 // orphan is a queue entry whose waiter's call failed while it was cut off
@@ -162,6 +165,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	s := &spec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	s.ledger = newQueueLedger(t, s.probe, "the lock", lockKey, "")
+	s.ledger.replies = newHeadReplies(scripts.FairAcquire)
 	admin, err := fair.New(s.probe, lockName, core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel("admin"))
 	if err != nil {
 		t.Fatal(err)
@@ -173,12 +177,15 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c.AddHook(cut)
 		rl := &releaseLog{script: scripts.FairRelease, seq: &s.finalReleases, clk: s.clk}
 		c.AddHook(rl)
+		c.AddHook(s.ledger.replies)
+		rec := &redistest.Recorder{}
 		m, err := fair.New(c, lockName, core.WithClock(s.clk), core.WithScripts(scripts),
-			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease))
+			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease),
+			fair.WithObserver(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, releases: rl})
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, releases: rl, rec: rec})
 	}
 	return s
 }
@@ -220,6 +227,7 @@ func (s *spec) join(t *rapid.T) {
 	p.phase, p.joined, p.cancel, p.entry, p.wasStalled, p.fixed = waiting, s.joins, cancel, "", false, fixed
 	p.entryDied = false
 	p.result, p.running = make(chan error, 1), true
+	news, before := len(p.rec.Snapshot().Queue), s.inspect().Queue
 	go func() {
 		ok, err := p.m.TryLock(ctx, time.Hour, fixed)
 		if err == nil && !ok {
@@ -228,6 +236,43 @@ func (s *spec) join(t *rapid.T) {
 		p.result <- err
 	}()
 	s.settle()
+	s.checkJoinedLength(p, news, before)
+}
+
+// checkJoinedLength checks the queue's length that p's observer heard its
+// join report (fair_acquire.lua's answer to a join): the live entries then,
+// p's included. p's place now is at most that (those ahead of it can only
+// leave), and nobody else joined since, so the queue now holds no more.
+// This call's entry is the one of p's that was not queued before it
+// (before): entries of p's earlier calls (orphans, or a crashed call's)
+// may still be there.
+func (s *spec) checkJoinedLength(p *proc, news int, before []fair.Waiter) {
+	st := s.inspect()
+	pos := slices.IndexFunc(st.Queue, func(w fair.Waiter) bool {
+		return w.Label == p.label && !slices.ContainsFunc(before, func(b fair.Waiter) bool { return b.Entry == w.Entry })
+	}) + 1
+	if pos == 0 || p.wasStalled {
+		return // not queued (it took the lock, or failed), or cut off
+	}
+	// The entry shows in Redis as soon as the join's script ran; its reply
+	// may still be on its way to p.
+	var joined []observe.QueueEvent
+	for deadline := time.Now().Add(10 * time.Second); len(joined) == 0 && time.Now().Before(deadline); {
+		for _, e := range p.rec.Snapshot().Queue[news:] {
+			if e.Kind == observe.Joined {
+				joined = append(joined, e)
+			}
+		}
+		if len(joined) == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	if len(joined) != 1 {
+		s.t.Fatalf("%s is queued at %d, and its observer heard %d joins: %+v", p.label, pos, len(joined), joined)
+	}
+	if n := joined[0].Length; n < pos || n > len(st.Queue) {
+		s.t.Fatalf("%s joined a queue of %d, by its observer; it stands at %d of %d now", p.label, n, pos, len(st.Queue))
+	}
 }
 
 func (s *spec) tryWithoutWaiting(t *rapid.T) {
@@ -760,7 +805,10 @@ func (s *spec) grantPending(st fair.State) bool {
 		return false
 	}
 	for _, p := range s.procs {
-		if p.label == h.Label && p.phase == waiting {
+		// A waiter cut off from Redis cannot claim its grant until it is
+		// reconnected (resume): the grant stays pending, and its lease
+		// runs out if the cut lasts.
+		if p.label == h.Label && p.phase == waiting && !p.stalled {
 			return true
 		}
 	}
