@@ -3,8 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
+	"math/big"
+	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -280,5 +288,58 @@ func TestURLsGiveThePasswordAndTheDatabase(t *testing.T) {
 		if s := tg.String() + tg.flags(); strings.Contains(s, "s3cret") {
 			t.Errorf("the password is printed: %s", s)
 		}
+	}
+}
+
+// selfSigned returns a TLS certificate for 127.0.0.1, signed by itself.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "fairlock test"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// rediss:// reaches a server that speaks TLS only; redis:// does not.
+func TestRedissURLSpeaksTLS(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartTLS(&tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), TLSConfig: &tls.Config{InsecureSkipVerify: true}})
+	defer client.Close()
+	m, _ := fair.New(client, "secure", fair.WithLabel("over tls"))
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(context.Background())
+
+	// The test's certificate is its own: skip_verify, as go-redis's URLs
+	// allow; a real deployment's is verified.
+	out, _, err := runCLI(t, "inspect", "-redis", "rediss://"+mr.Addr()+"?skip_verify=true", "secure")
+	if err != nil || !strings.Contains(out, "over tls") {
+		t.Fatalf("inspect over rediss://: %v\n%s", err, out)
+	}
+	if _, _, err := runCLI(t, "inspect", "-redis", "rediss://"+mr.Addr(), "secure"); err == nil {
+		t.Fatal("an unverifiable certificate was accepted without skip_verify")
+	}
+	if _, _, err := runCLI(t, "inspect", "-redis", "redis://"+mr.Addr(), "secure"); err == nil {
+		t.Fatal("plain redis:// reached a TLS-only server")
 	}
 }
