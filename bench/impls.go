@@ -33,6 +33,8 @@ var impls = []impl{
 	{"redsync", newRedsync},
 	{"fairlock/fair", func(c *redis.Client, name string) (locker, error) { return fair.New(c, name) }},
 	{"fairlock/reentrant", func(c *redis.Client, name string) (locker, error) { return reentrant.New(c, name) }},
+	{"redisson-port/fair", newRedissonFair},
+	{"redisson-port/lock", newRedissonLock},
 }
 
 // floor: the least a Redis lock can do. Two EVALSHA round trips of trivial

@@ -1,5 +1,8 @@
 // Command bench measures fairlock against the physical floor of a Redis lock
-// and against the Go peers, in one run, and prints a markdown table.
+// and against the Go peers, in one run, and prints a markdown table. Among
+// the peers are ports of Redisson's fair lock and plain lock (redisson.go,
+// written here from their published algorithm), to compare the scripts'
+// cost in Redis.
 //
 //	cd bench && go run . [-redis host:port] [-seconds S] [-reps R] [-plot FILE]
 //
