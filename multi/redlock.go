@@ -175,19 +175,6 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 		a.Outcome = observe.Reentered
 	case ok:
 		a.Outcome = observe.Acquired
-		r.mu.Lock()
-		h := r.hold
-		r.mu.Unlock()
-		if h != nil {
-			h.OnEnd(func() bool {
-				ev := observe.Hold{Primitive: observe.RedLock, Lock: r.name, Held: clk.Now().Sub(now), End: observe.Released}
-				if h.Cause() == ErrLockLost {
-					ev.End, ev.Cause = observe.Lost, "fewer than a quorum of the masters still held it"
-				}
-				o.ObserveHoldEnd(ev)
-				return true
-			})
-		}
 	case err == nil:
 		a.Outcome = observe.TimedOut
 	default:
@@ -198,6 +185,20 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 		end(err)
 	}
 	return ok, err
+}
+
+// observeEnd reports the end of the hold h to o.
+func (r *RedLock) observeEnd(h *redHold, o observe.Observer) {
+	clk := r.cfg.Clock
+	since := clk.Now()
+	h.OnEnd(func() bool {
+		ev := observe.Hold{Primitive: observe.RedLock, Lock: r.name, Held: clk.Now().Sub(since), End: observe.Released}
+		if h.Cause() == ErrLockLost {
+			ev.End, ev.Cause = observe.Lost, "fewer than a quorum of the masters still held it"
+		}
+		o.ObserveHoldEnd(ev)
+		return true
+	})
 }
 
 func (r *RedLock) acquireOnce(ctx context.Context, wait, lease time.Duration) (bool, error) {
@@ -221,6 +222,9 @@ func (r *RedLock) acquireOnce(ctx context.Context, wait, lease time.Duration) (b
 			r.hold, r.depth = h, 1
 			r.latest.Set(&h.End)
 			r.mu.Unlock()
+			if o := r.cfg.Observer.Observer(); o != nil {
+				r.observeEnd(h, o)
+			}
 			h.watch()
 			return true, nil
 		}
