@@ -66,7 +66,7 @@ func TestHelpExitsZero(t *testing.T) {
 		main()
 		os.Exit(0) // main returned: exit status 0
 	}
-	for _, args := range []string{"-h", "demo -h", "inspect -h"} {
+	for _, args := range []string{"-h", "demo -h", "inspect -h", "ls -h"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelpExitsZero$")
 		cmd.Env = append(os.Environ(), "FAIRLOCK_TEST_MAIN="+args)
 		out, err := cmd.CombinedOutput()
@@ -224,13 +224,17 @@ func TestCLIErrors(t *testing.T) {
 		"demo two targets": {"demo", "-redis", "127.0.0.1:1", "-cluster", "127.0.0.1:2"},
 		"inspect two":      {"inspect", "-cluster", "127.0.0.1:1", "-sentinel", "127.0.0.1:2", "x"},
 		"sentinel no name": {"inspect", "-sentinel", "127.0.0.1:1", "-master", "", "x"},
+		"ls no redis":      {"ls"},
+		"ls stray arg":     {"ls", "-redis", "127.0.0.1:1", "x"},
+		"ls bad match":     {"ls", "-redis", "127.0.0.1:1", "-match", "["},
+		"inspect watch":    {"inspect", "-redis", "127.0.0.1:1", "-watch", "1ms", "x"},
 	}
 	for name, args := range cases {
 		if _, _, err := runCLI(t, args...); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	for _, cmd := range []string{"demo", "inspect"} {
+	for _, cmd := range []string{"demo", "inspect", "ls"} {
 		_, stderr, err := runCLI(t, cmd, "-h")
 		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "Usage: fairlock "+cmd) {
 			t.Errorf("%s -h: %v, %q", cmd, err, stderr)
