@@ -50,6 +50,7 @@ type config struct {
 	only    string
 	permits string
 	semHold time.Duration
+	fanout  string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip it and the read-write one)")
 	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
+	fs.StringVar(&c.fanout, "fanout", "", "numbers of clients taking one lock in turn, for the bytes Redis sends per acquisition (2,4,16,64, say; empty: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -152,6 +154,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			queue = append(queue, q)
 		}
 	}
+	var fan []fanRow
+	if c.fanout != "" {
+		for _, f := range strings.Split(c.fanout, ",") {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 2 {
+				return fmt.Errorf("bad -fanout entry %q: want a number of clients, at least 2", f)
+			}
+			for _, im := range impls {
+				if im.name == "redislock" || im.name == "redsync" {
+					continue // no messages to fan out
+				}
+				ct, err := e.contend(ctx, im, n, dur)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stderr, "fan-out %d clients %-20s %.0f acq/s\n", n, im.name, ct.acqPerSec)
+				fan = append(fan, fanRow{impl: im.name, ct: ct})
+			}
+		}
+	}
 	var sems []*semResult
 	if c.permits != "" {
 		for _, f := range strings.Split(c.permits, ",") {
@@ -193,6 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r.print(stdout)
 	}
 	printQueue(stdout, queue)
+	printFanout(stdout, fan)
 	printSemaphores(stdout, sems, c.semHold)
 	printRW(stdout, rws, c.semHold)
 	if c.plot != "" && c.reps > 0 {
@@ -372,4 +395,36 @@ func printQueue(w io.Writer, queue []queueCost) {
 		}
 		fmt.Fprintf(w, "| %d | %.1f | %.1f | %.2fx | %s |\n", q.queued, q.usecPerAcq, q.usecEmpty, q.usecPerAcq/q.usecEmpty, mem)
 	}
+}
+
+// fanRow is one implementation's contended run with some number of
+// clients, for the fan-out table.
+type fanRow struct {
+	impl string
+	ct   contention
+}
+
+// printFanout prints, per number of clients taking one lock in turn, the
+// bytes Redis sent per acquisition: a hand-off broadcast on a shared
+// channel reaches every client waiting, one sent to the next waiter alone
+// does not grow with them.
+func printFanout(w io.Writer, rows []fanRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFan-out: clients taking one lock in turn (each its own client, as if on its own machine):")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "| implementation\t| clients\t| bytes out of Redis per acquisition\t| PUBLISH per hand-off\t| hand-off p50\t| acq/s\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|")
+	for _, r := range rows {
+		per, pubs := 0.0, 0.0
+		if r.ct.acquisition > 0 {
+			per = float64(r.ct.outBytes) / float64(r.ct.acquisition)
+			pubs = float64(r.ct.publishes) / float64(r.ct.acquisition)
+		}
+		fmt.Fprintf(tw, "| %s\t| %d\t| %.0f\t| %.2f\t| %v\t| %.0f\t|\n", r.impl, r.ct.clients, per, pubs,
+			median(r.ct.handoffs).Round(time.Microsecond), r.ct.acqPerSec)
+	}
+	_ = tw.Flush()
 }

@@ -136,6 +136,17 @@ type contention struct {
 	publishes   int64   // PUBLISH and SPUBLISH calls seen by Redis
 	subConns    int     // pub/sub connections during the run
 	clients     int
+	outBytes    int64 // bytes Redis sent to its clients during the run (INFO total_net_output_bytes)
+}
+
+// netOut is the bytes Redis has sent to its clients so far.
+func netOut(ctx context.Context, c *redis.Client) int64 {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(field(info, "total_net_output_bytes"), 10, 64)
+	return n
 }
 
 // lockTime is the median time of one uncontended Lock call of im: how long
@@ -185,6 +196,7 @@ func (e *env) contend(ctx context.Context, im impl, n int, dur time.Duration) (c
 		wg         sync.WaitGroup
 	)
 	out.clients = n
+	out0 := netOut(ctx, admin)
 	errs := make(chan error, n)
 	deadline := time.Now().Add(dur)
 	sampled := make(chan int, 1)
@@ -238,6 +250,7 @@ func (e *env) contend(ctx context.Context, im impl, n int, dur time.Duration) (c
 		}()
 	}
 	wg.Wait()
+	out.outBytes = netOut(ctx, admin) - out0
 	close(errs)
 	for err := range errs {
 		return out, fmt.Errorf("%s: %w", im.name, err)
