@@ -572,11 +572,6 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		return nil, nil, err
 	}
 	out, err := q.wait(ctx, ga, k)
-	if a.Report != nil {
-		// A hand-off of the gate is not one of permits (HandedOff): the
-		// permits' own is recorded where they are served.
-		a.Report.GrantedAt = time.Time{}
-	}
 	if out.held == nil {
 		return nil, out.served, err
 	}

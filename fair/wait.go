@@ -323,7 +323,12 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 // stands.
 func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
 	granted := q.rc.notLater(r.Granted)
-	q.a.HandedOff(granted)
+	if q.ps == nil {
+		// The caller's own hand-off. (A semaphore's waiter is handed its
+		// gate, not the permits it asked for: those are recorded where
+		// they are served.)
+		q.a.HandedOff(granted)
+	}
 	return usable(ctx, q.qu.h, q.qu.grant(r, q.a, time.Time{}, q.mem.lastQueued(), granted), q.a)
 }
 

@@ -169,18 +169,8 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	want, _ := ctx.Value(redKey{r}).(*redHold)
 	ok, err := r.acquireOnce(ctx, wait, lease)
 	now := clk.Now()
-	a := observe.Acquisition{Primitive: observe.RedLock, Lock: r.name, Wait: now.Sub(start), Err: err}
-	switch {
-	case ok && want != nil:
-		a.Outcome = observe.Reentered
-	case ok:
-		a.Outcome = observe.Acquired
-	case err == nil:
-		a.Outcome = observe.TimedOut
-	default:
-		a.Outcome = core.OutcomeOf(ctx, err)
-	}
-	o.ObserveAcquisition(ctx, a)
+	o.ObserveAcquisition(ctx, observe.Acquisition{Primitive: observe.RedLock, Lock: r.name, Wait: now.Sub(start),
+		Outcome: core.OutcomeOf(ctx, ok, want != nil, err), Err: err})
 	if end != nil {
 		end(err)
 	}

@@ -331,19 +331,22 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	h.releasing.Store(true)
 	if o := m.h.Config.Observer; o != nil && o.tracer != nil {
 		ctx, end := o.tracer.StartCall(ctx, m.call("release", m.h.Release))
-		err := m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
-			return m.releaseHold(ctx, h)
-		})
+		err := m.unlockHold(ctx, h)
 		end(err)
 		return m.h.Wrap(ctx, err)
 	}
+	return m.h.Wrap(ctx, m.unlockHold(ctx, h))
+}
+
+// unlockHold releases h, keeping ctx's deadline (Bounded).
+func (m *Mutex) unlockHold(ctx context.Context, h *hold) error {
 	if ctx.Done() == nil {
 		// A ctx that never ends: nothing to keep, and no closure to pay for.
-		return m.h.Wrap(ctx, m.releaseHold(ctx, h))
-	}
-	return m.h.Wrap(ctx, m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
 		return m.releaseHold(ctx, h)
-	}))
+	}
+	return m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
+		return m.releaseHold(ctx, h)
+	})
 }
 
 // releaseHold undoes one level of h in Redis and applies the outcome.

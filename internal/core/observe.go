@@ -121,19 +121,10 @@ func (m *Mutex) observed(ctx context.Context, a Attempt, o *Observers) (*hold, e
 	h, err := m.acquire(ctx, a)
 	now := clk.Now()
 	acq := observe.Acquisition{Primitive: m.h.Primitive, Lock: m.h.Name, Wait: now.Sub(start),
-		Queued: rep.Queued, QueueLength: rep.QueueLength, Err: err}
-	switch {
-	case h != nil && h == want:
-		acq.Outcome = observe.Reentered
-	case h != nil:
-		acq.Outcome = observe.Acquired
-		if !rep.GrantedAt.IsZero() {
-			acq.HandedOff, acq.HandOff = true, max(now.Sub(rep.GrantedAt), 0)
-		}
-	case err == nil:
-		acq.Outcome = observe.TimedOut // the wait elapsed
-	default:
-		acq.Outcome = OutcomeOf(ctx, err)
+		Outcome: OutcomeOf(ctx, h != nil, h != nil && h == want, err),
+		Queued:  rep.Queued, QueueLength: rep.QueueLength, Err: err}
+	if acq.Outcome == observe.Acquired && !rep.GrantedAt.IsZero() {
+		acq.HandedOff, acq.HandOff = true, max(now.Sub(rep.GrantedAt), 0)
 	}
 	if o.obs != nil {
 		o.obs.ObserveAcquisition(ctx, acq)
@@ -144,8 +135,19 @@ func (m *Mutex) observed(ctx context.Context, a Attempt, o *Observers) (*hold, e
 	return h, err
 }
 
-// OutcomeOf is the outcome of an acquisition that failed with err.
-func OutcomeOf(ctx context.Context, err error) observe.Outcome {
+// OutcomeOf is the outcome of an acquisition on ctx that returned held and
+// err: a re-entry if reentered; TimedOut when it holds nothing and err is
+// nil (the wait elapsed) or ctx's deadline passed; Cancelled when ctx was
+// cancelled; Failed otherwise.
+func OutcomeOf(ctx context.Context, held, reentered bool, err error) observe.Outcome {
+	switch {
+	case held && reentered:
+		return observe.Reentered
+	case held:
+		return observe.Acquired
+	case err == nil:
+		return observe.TimedOut
+	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return observe.TimedOut
