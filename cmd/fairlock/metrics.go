@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -12,28 +13,28 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/measures"
 	"github.com/fairlock/fairlock/observe"
 )
 
 // meter is the demo's observer: the measures of the Prometheus module
-// (extra/fairlockprom), under the same names, kept here and written in
-// Prometheus's text format, so that the demo serves /metrics without
-// adding a metrics library to the library's own go.mod. The Prometheus
-// module's tests scrape the demo and parse what it serves with
-// Prometheus's own parser.
+// (extra/fairlockprom), made from the same definitions
+// (internal/measures) and written in Prometheus's text format here, so
+// that the demo serves /metrics without adding a metrics library to the
+// library's own go.mod. The Prometheus module's tests scrape the demo and
+// parse what it serves with Prometheus's own parser.
 type meter struct {
 	observe.Nop // spans: none
 
 	mu       sync.Mutex
-	families map[string]*family
+	families map[string]*family // the histograms and counters, by name
 	queues   observe.QueueLengths
 }
 
-// family is one metric: its series by their label values.
+// family is one histogram or counter: its series by their label values.
 type family struct {
-	name, help, kind string // kind: counter or histogram
-	labels           []string
-	series           map[string]*series // by the label values joined with \xff
+	measures.Measure
+	series map[string]*series // by the label values joined with \xff
 }
 
 type series struct {
@@ -43,44 +44,27 @@ type series struct {
 	buckets []uint64 // histogram: observations at most observe.DurationBuckets[i]
 }
 
-// The demo's metric families, as fairlockprom names them.
-var demoFamilies = []family{
-	{name: "fairlock_acquire_duration_seconds", kind: "histogram", labels: []string{"primitive", "outcome", "queued"},
-		help: "How long an acquisition took, from the call to its return, whatever its outcome."},
-	{name: "fairlock_hold_duration_seconds", kind: "histogram", labels: []string{"primitive", "end"},
-		help: "How long a hold lasted, from its acquisition to its end."},
-	{name: "fairlock_handoff_duration_seconds", kind: "histogram", labels: []string{"primitive"},
-		help: "A direct hand-off's latency as the new holder saw it: from the grant to the acquisition's return."},
-	{name: "fairlock_acquisitions_total", kind: "counter", labels: []string{"primitive", "outcome"},
-		help: "Acquisitions, by outcome."},
-	{name: "fairlock_holds_lost_total", kind: "counter", labels: []string{"primitive"},
-		help: "Holds lost: found gone or taken, or their lease ran out before a renewal succeeded."},
-	{name: "fairlock_renewals_failed_total", kind: "counter", labels: []string{"primitive"},
-		help: "Renewals of a lease that failed (the watchdog tries again)."},
-	{name: "fairlock_queue_evictions_total", kind: "counter", labels: []string{"primitive"},
-		help: "Waiters of this process evicted from a fair queue after falling silent."},
-}
-
 func newMeter() *meter {
 	m := &meter{families: map[string]*family{}}
-	for _, f := range demoFamilies {
-		f.series = map[string]*series{}
-		m.families[f.name] = &f
+	for _, d := range measures.All {
+		if d.Kind != measures.Gauge {
+			m.families[d.Prom] = &family{Measure: d, series: map[string]*series{}}
+		}
 	}
 	return m
 }
 
 // add records v (a duration in seconds for a histogram, 1 for a counter)
-// in the series of family name with the label values.
-func (m *meter) add(name string, v float64, values ...string) {
+// in the series of d with the label values (primitive first).
+func (m *meter) add(d measures.Measure, v float64, values ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	f := m.families[name]
+	f := m.families[d.Prom]
 	key := strings.Join(values, "\xff")
 	s := f.series[key]
 	if s == nil {
 		s = &series{values: values}
-		if f.kind == "histogram" {
+		if f.Kind == measures.Histogram {
 			s.buckets = make([]uint64, len(observe.DurationBuckets))
 		}
 		f.series[key] = s
@@ -88,7 +72,7 @@ func (m *meter) add(name string, v float64, values ...string) {
 	s.count++
 	s.sum += v
 	for i, le := range observe.DurationBuckets {
-		if f.kind == "histogram" && v <= le {
+		if f.Kind == measures.Histogram && v <= le {
 			s.buckets[i]++
 		}
 	}
@@ -96,70 +80,63 @@ func (m *meter) add(name string, v float64, values ...string) {
 
 func (m *meter) ObserveAcquisition(_ context.Context, a observe.Acquisition) {
 	p := string(a.Primitive)
-	m.add("fairlock_acquire_duration_seconds", a.Wait.Seconds(), p, string(a.Outcome), strconv.FormatBool(a.Queued))
-	m.add("fairlock_acquisitions_total", 1, p, string(a.Outcome))
+	m.add(measures.AcquireDuration, a.Wait.Seconds(), p, string(a.Outcome), strconv.FormatBool(a.Queued))
+	m.add(measures.Acquisitions, 1, p, string(a.Outcome))
 	if a.HandedOff {
-		m.add("fairlock_handoff_duration_seconds", a.HandOff.Seconds(), p)
+		m.add(measures.HandOffDuration, a.HandOff.Seconds(), p)
 	}
 	m.queues.Acquisition(a)
 }
 
 func (m *meter) ObserveHoldEnd(h observe.Hold) {
-	m.add("fairlock_hold_duration_seconds", h.Held.Seconds(), string(h.Primitive), string(h.End))
+	m.add(measures.HoldDuration, h.Held.Seconds(), string(h.Primitive), string(h.End))
 	if h.End == observe.Lost {
-		m.add("fairlock_holds_lost_total", 1, string(h.Primitive))
+		m.add(measures.HoldsLost, 1, string(h.Primitive))
 	}
 }
 
 func (m *meter) ObserveRenewalFailure(r observe.RenewalFailure) {
-	m.add("fairlock_renewals_failed_total", 1, string(r.Primitive))
+	m.add(measures.RenewalsFailed, 1, string(r.Primitive))
 }
 
 func (m *meter) ObserveQueue(e observe.QueueEvent) {
 	if e.Kind == observe.Evicted {
-		m.add("fairlock_queue_evictions_total", 1, string(e.Primitive))
+		m.add(measures.QueueEvictions, 1, string(e.Primitive))
 	}
 	m.queues.Queue(e)
 }
 
-// write writes every family in Prometheus's text format (version 0.0.4).
+// write writes every measure in Prometheus's text format (version 0.0.4).
 func (m *meter) write(w io.Writer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, d := range demoFamilies {
-		f := m.families[d.name]
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
-		keys := make([]string, 0, len(f.series))
-		for k := range f.series {
-			keys = append(keys, k)
+	for _, d := range measures.All {
+		kind := map[measures.Kind]string{measures.Histogram: "histogram", measures.Counter: "counter", measures.Gauge: "gauge"}[d.Kind]
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", d.Prom, d.Help, d.Prom, kind)
+		if d.Kind == measures.Gauge { // the queue length, summed per primitive
+			sums := map[observe.Primitive]int{}
+			m.queues.Each(func(p observe.Primitive, _ string, n int) { sums[p] += n })
+			for _, p := range slices.Sorted(maps.Keys(sums)) {
+				fmt.Fprintf(w, "%s{primitive=%q} %d\n", d.Prom, p, sums[p])
+			}
+			continue
 		}
-		slices.Sort(keys)
-		for _, k := range keys {
+		f := m.families[d.Prom]
+		labels := append([]string{"primitive"}, d.Labels...)
+		for _, k := range slices.Sorted(maps.Keys(f.series)) {
 			s := f.series[k]
-			labels := labelText(f.labels, s.values)
-			if f.kind == "counter" {
-				fmt.Fprintf(w, "%s{%s} %d\n", f.name, labels, s.count)
+			set := labelText(labels, s.values)
+			if d.Kind == measures.Counter {
+				fmt.Fprintf(w, "%s{%s} %d\n", d.Prom, set, s.count)
 				continue
 			}
 			for i, le := range observe.DurationBuckets {
-				fmt.Fprintf(w, "%s_bucket{%s,le=%q} %d\n", f.name, labels, strconv.FormatFloat(le, 'g', -1, 64), s.buckets[i])
+				fmt.Fprintf(w, "%s_bucket{%s,le=%q} %d\n", d.Prom, set, strconv.FormatFloat(le, 'g', -1, 64), s.buckets[i])
 			}
-			fmt.Fprintf(w, "%s_bucket{%s,le=\"+Inf\"} %d\n", f.name, labels, s.count)
-			fmt.Fprintf(w, "%s_sum{%s} %s\n", f.name, labels, strconv.FormatFloat(s.sum, 'g', -1, 64))
-			fmt.Fprintf(w, "%s_count{%s} %d\n", f.name, labels, s.count)
+			fmt.Fprintf(w, "%s_bucket{%s,le=\"+Inf\"} %d\n", d.Prom, set, s.count)
+			fmt.Fprintf(w, "%s_sum{%s} %s\n", d.Prom, set, strconv.FormatFloat(s.sum, 'g', -1, 64))
+			fmt.Fprintf(w, "%s_count{%s} %d\n", d.Prom, set, s.count)
 		}
-	}
-	fmt.Fprintf(w, "# HELP fairlock_queue_length The length of the fair queues this process has waiters in, as Redis last told them.\n# TYPE fairlock_queue_length gauge\n")
-	sums := map[observe.Primitive]int{}
-	m.queues.Each(func(p observe.Primitive, _ string, n int) { sums[p] += n })
-	for _, p := range slices.Sorted(func(yield func(observe.Primitive) bool) {
-		for p := range sums {
-			if !yield(p) {
-				return
-			}
-		}
-	}) {
-		fmt.Fprintf(w, "fairlock_queue_length{primitive=%q} %d\n", p, sums[p])
 	}
 }
 

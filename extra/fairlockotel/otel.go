@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/fairlock/fairlock/internal/measures"
 	"github.com/fairlock/fairlock/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -116,25 +117,25 @@ func New(opts ...Option) (*Observer, error) {
 	o := &Observer{tracer: c.tracers.Tracer(ScopeName), names: c.names}
 	buckets := metric.WithExplicitBucketBoundaries(observe.DurationBuckets...)
 	var errs []error
-	hist := func(name, desc string) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), buckets)
+	hist := func(d measures.Measure) metric.Float64Histogram {
+		h, err := m.Float64Histogram(d.OTel, metric.WithUnit(d.Unit), metric.WithDescription(d.Help), buckets)
 		errs = append(errs, err)
 		return h
 	}
-	count := func(name, unit, desc string) metric.Int64Counter {
-		h, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	count := func(d measures.Measure) metric.Int64Counter {
+		h, err := m.Int64Counter(d.OTel, metric.WithUnit(d.Unit), metric.WithDescription(d.Help))
 		errs = append(errs, err)
 		return h
 	}
-	o.wait = hist("fairlock.acquire.duration", "How long an acquisition took, from the call to its return, whatever its outcome.")
-	o.hold = hist("fairlock.hold.duration", "How long a hold lasted, from its acquisition to its end.")
-	o.handOff = hist("fairlock.handoff.duration", "A direct hand-off's latency as the new holder saw it: from the grant to the acquisition's return.")
-	o.acquisitions = count("fairlock.acquisitions", "{acquisition}", "Acquisitions, by outcome.")
-	o.lost = count("fairlock.holds.lost", "{hold}", "Holds lost: found gone or taken, or their lease ran out before a renewal succeeded.")
-	o.renewals = count("fairlock.renewals.failed", "{renewal}", "Renewals of a lease that failed (the watchdog tries again).")
-	o.evict = count("fairlock.queue.evictions", "{waiter}", "Waiters of this process evicted from a fair queue after falling silent.")
-	_, err := m.Int64ObservableGauge("fairlock.queue.length", metric.WithUnit("{waiter}"),
-		metric.WithDescription("The length of the fair queues this process has waiters in, as Redis last told them."),
+	o.wait = hist(measures.AcquireDuration)
+	o.hold = hist(measures.HoldDuration)
+	o.handOff = hist(measures.HandOffDuration)
+	o.acquisitions = count(measures.Acquisitions)
+	o.lost = count(measures.HoldsLost)
+	o.renewals = count(measures.RenewalsFailed)
+	o.evict = count(measures.QueueEvictions)
+	q := measures.QueueLength
+	_, err := m.Int64ObservableGauge(q.OTel, metric.WithUnit(q.Unit), metric.WithDescription(q.Help),
 		metric.WithInt64Callback(o.observeQueues))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {

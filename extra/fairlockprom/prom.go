@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/fairlock/fairlock/internal/measures"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -88,25 +89,25 @@ func New(opts ...Option) (*Collector, error) {
 		}
 		return l
 	}
-	hist := func(name, help string, l ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fairlock", Name: name, Help: help,
-			Buckets: observe.DurationBuckets, ConstLabels: c.constLabels}, labels(l...))
+	hist := func(d measures.Measure) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Prom, Help: d.Help,
+			Buckets: observe.DurationBuckets, ConstLabels: c.constLabels}, labels(d.Labels...))
 	}
-	count := func(name, help string, l ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fairlock", Name: name, Help: help,
-			ConstLabels: c.constLabels}, labels(l...))
+	count := func(d measures.Measure) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.Prom, Help: d.Help,
+			ConstLabels: c.constLabels}, labels(d.Labels...))
 	}
+	q := measures.QueueLength
 	return &Collector{
 		names:        c.names,
-		wait:         hist("acquire_duration_seconds", "How long an acquisition took, from the call to its return, whatever its outcome.", "outcome", "queued"),
-		hold:         hist("hold_duration_seconds", "How long a hold lasted, from its acquisition to its end.", "end"),
-		handOff:      hist("handoff_duration_seconds", "A direct hand-off's latency as the new holder saw it: from the grant to the acquisition's return."),
-		acquisitions: count("acquisitions_total", "Acquisitions, by outcome.", "outcome"),
-		lost:         count("holds_lost_total", "Holds lost: found gone or taken, or their lease ran out before a renewal succeeded."),
-		renewals:     count("renewals_failed_total", "Renewals of a lease that failed (the watchdog tries again)."),
-		evict:        count("queue_evictions_total", "Waiters of this process evicted from a fair queue after falling silent."),
-		queueLen: prometheus.NewDesc("fairlock_queue_length",
-			"The length of the fair queues this process has waiters in, as Redis last told them.", labels(), c.constLabels),
+		wait:         hist(measures.AcquireDuration),
+		hold:         hist(measures.HoldDuration),
+		handOff:      hist(measures.HandOffDuration),
+		acquisitions: count(measures.Acquisitions),
+		lost:         count(measures.HoldsLost),
+		renewals:     count(measures.RenewalsFailed),
+		evict:        count(measures.QueueEvictions),
+		queueLen:     prometheus.NewDesc(q.Prom, q.Help, labels(q.Labels...), c.constLabels),
 	}, nil
 }
 
