@@ -34,13 +34,8 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	given, err := at.given()
-	if err != nil {
+	if err := at.require(fs); err != nil {
 		return err
-	}
-	if !given {
-		fs.Usage()
-		return errors.New("inspect needs -redis, -cluster, -sentinel or $" + envURL)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,13 +40,8 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := path.Match(*match, ""); err != nil {
 		return fmt.Errorf("-match %q: %w", *match, err)
 	}
-	given, err := at.given()
-	if err != nil {
+	if err := at.require(fs); err != nil {
 		return err
-	}
-	if !given {
-		fs.Usage()
-		return errors.New("ls needs -redis, -cluster, -sentinel or $" + envURL)
 	}
 	client := at.client()
 	defer func() { _ = client.Close() }()

@@ -84,6 +84,17 @@ func (t *target) given() (bool, error) {
 	return true, nil
 }
 
+// require is given for a command that cannot run without Redis (fs's):
+// an error, after fs's usage, when no deployment was named.
+func (t *target) require(fs *flag.FlagSet) error {
+	given, err := t.given()
+	if err != nil || given {
+		return err
+	}
+	fs.Usage()
+	return fmt.Errorf("%s needs -redis, -cluster, -sentinel or $%s", fs.Name(), envURL)
+}
+
 // first is the flag value that names the deployment.
 func (t *target) first() string {
 	switch {

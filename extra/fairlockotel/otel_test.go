@@ -2,15 +2,13 @@ package fairlockotel_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/extra/fairlockotel"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -30,7 +28,7 @@ type rig struct {
 
 func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
 	r := &rig{t: t, reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
-	r.client, r.name = redisFor(t)
+	r.client, r.name = redistest.RealOrMini(t), redistest.Name(t)
 	obs, err := fairlockotel.New(append([]fairlockotel.Option{
 		fairlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))),
 		fairlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))),
@@ -40,19 +38,6 @@ func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
 	}
 	r.obs = obs
 	return r
-}
-
-// redisFor returns a client of the real Redis CI names in
-// FAIRLOCK_REDIS_ADDR, or else of an embedded miniredis, and a lock name of
-// the test's own.
-func redisFor(t *testing.T) (*redis.Client, string) {
-	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
-	if addr == "" {
-		addr = miniredis.RunT(t).Addr()
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = client.Close() })
-	return client, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
 func (r *rig) lock(name string) *fair.Mutex {

@@ -2,37 +2,21 @@ package fairlockprom_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/extra/fairlockprom"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/redis/go-redis/v9"
 )
-
-// redisFor returns a client of the real Redis CI names in
-// FAIRLOCK_REDIS_ADDR, or else of an embedded miniredis, and a lock name of
-// the test's own.
-func redisFor(t *testing.T) (*redis.Client, string) {
-	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
-	if addr == "" {
-		addr = miniredis.RunT(t).Addr()
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = client.Close() })
-	return client, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
-}
 
 // scrape GETs url and parses it with Prometheus's text parser.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
@@ -94,7 +78,7 @@ func hasLabels(m *dto.Metric, labels []string) bool {
 // The collector's measures, registered and served over HTTP as a service
 // would, read back with Prometheus's own parser.
 func TestCollectorOverHTTP(t *testing.T) {
-	client, name := redisFor(t)
+	client, name := redistest.RealOrMini(t), redistest.Name(t)
 	c, err := fairlockprom.New(fairlockprom.WithConstLabels(prometheus.Labels{"service": "test"}))
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +165,7 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, name := redisFor(t)
+	client, name := redistest.RealOrMini(t), redistest.Name(t)
 	m, err := fair.New(client, name, fair.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)

@@ -168,6 +168,21 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// RealOrMini returns a client of the Redis server CI names
+// (FAIRLOCK_REDIS_ADDR), or else of an embedded miniredis, closed when the
+// test ends: for the nested modules' tests, which need one server and
+// start none of their own. Give each test's lock a Name.
+func RealOrMini(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := os.Getenv(envSingle)
+	if addr == "" {
+		addr = miniredis.RunT(t).Addr()
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Name returns a lock name unique to this test and run, so tests sharing a
 // real server never meet.
 func Name(t testing.TB) string {
