@@ -23,6 +23,8 @@ import (
 // 8-names columns, where nobody waits, compare the scripts; the contended
 // columns understate the ports.
 var (
+	//go:embed redisson/cleanup.lua
+	redissonCleanupSrc string
 	//go:embed redisson/fair_acquire.lua
 	redissonFairAcquireSrc string
 	//go:embed redisson/fair_release.lua
@@ -32,8 +34,8 @@ var (
 	//go:embed redisson/lock_release.lua
 	redissonLockReleaseSrc string
 
-	redissonFairAcquire = redis.NewScript(redissonFairAcquireSrc)
-	redissonFairRelease = redis.NewScript(redissonFairReleaseSrc)
+	redissonFairAcquire = redis.NewScript(redissonCleanupSrc + redissonFairAcquireSrc)
+	redissonFairRelease = redis.NewScript(redissonCleanupSrc + redissonFairReleaseSrc)
 	redissonLockAcquire = redis.NewScript(redissonLockAcquireSrc)
 	redissonLockRelease = redis.NewScript(redissonLockReleaseSrc)
 )

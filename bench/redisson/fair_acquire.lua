@@ -8,15 +8,7 @@
 local lock, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local lease, me, keep, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
--- Drop waiters at the front whose timeout passed.
-while true do
-  local first = redis.call('lindex', queue, 0)
-  if first == false then break end
-  local t = tonumber(redis.call('zscore', timeouts, first))
-  if t > now then break end
-  redis.call('zrem', timeouts, first)
-  redis.call('lpop', queue)
-end
+drop_stale(queue, timeouts, now) -- cleanup.lua
 
 -- Free, and nobody ahead of the caller: take it, leave the queue, and give
 -- everyone behind the wait it no longer adds.

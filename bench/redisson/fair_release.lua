@@ -6,14 +6,7 @@
 local lock, queue, timeouts, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, me, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 
-while true do
-  local first = redis.call('lindex', queue, 0)
-  if first == false then break end
-  local t = tonumber(redis.call('zscore', timeouts, first))
-  if t > now then break end
-  redis.call('zrem', timeouts, first)
-  redis.call('lpop', queue)
-end
+drop_stale(queue, timeouts, now) -- cleanup.lua
 
 if redis.call('exists', lock) == 0 then
   local next = redis.call('lindex', queue, 0)
