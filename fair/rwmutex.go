@@ -189,10 +189,7 @@ func (m *RWMutex) carried(ctx context.Context) (*rwHold, error) {
 		return nil, nil
 	}
 	if h.p.end.IsEnded() {
-		if h.p.end.IsLost() {
-			return nil, ErrLockLost
-		}
-		return nil, ErrNotHeld
+		return nil, h.p.end.EndedErr()
 	}
 	return h, nil
 }

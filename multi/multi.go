@@ -182,11 +182,14 @@ func (l *Lock) Names() []string {
 // hold, it re-enters every member (see Unlock); that hold lost, it returns
 // ErrLockLost.
 func (l *Lock) Lock(ctx context.Context) error {
-	_, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
-		err := m.Lock(ctx)
-		return err == nil, err
-	})
+	_, err := l.acquire(ctx, lockMember)
 	return err
+}
+
+// lockMember takes one member as Lock does: until held or ctx ends.
+func lockMember(ctx context.Context, m Locker) (bool, error) {
+	err := m.Lock(ctx)
+	return err == nil, err
 }
 
 // LockContext is Lock, and returns the context to do the work in: ctx's
@@ -194,10 +197,7 @@ func (l *Lock) Lock(ctx context.Context) error {
 // or the last Unlock), and carrying the hold, so that Lock given it
 // re-enters and Unlock given it releases exactly this hold.
 func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
-	h, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
-		err := m.Lock(ctx)
-		return err == nil, err
-	})
+	h, err := l.acquire(ctx, lockMember)
 	if err != nil {
 		return nil, err
 	}

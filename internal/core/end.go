@@ -90,9 +90,9 @@ func (e *End) IsEnded() bool {
 	return e.ended
 }
 
-// endedErr is what a call on the hold gets once it ended: ErrLockLost if
+// EndedErr is what a call on the hold gets once it ended: ErrLockLost if
 // it was lost, ErrNotHeld otherwise.
-func (e *End) endedErr() error {
+func (e *End) EndedErr() error {
 	if e.IsLost() {
 		return ErrLockLost
 	}

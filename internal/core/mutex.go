@@ -218,7 +218,7 @@ func (m *Mutex) acquire(ctx context.Context, a Attempt) (*hold, error) {
 	}
 	want := m.carried(ctx)
 	if want != nil && want.IsEnded() {
-		return nil, want.endedErr() // its context has ended too: say why
+		return nil, want.EndedErr() // its context has ended too: say why
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func (m *Mutex) acquire(ctx context.Context, a Attempt) (*hold, error) {
 // want's slot, which Redis counts as a re-entry.
 func (m *Mutex) reenter(ctx context.Context, want *hold, a Attempt) (*hold, error) {
 	if want.IsEnded() {
-		return nil, want.endedErr()
+		return nil, want.EndedErr()
 	}
 	g, err := want.s.kind.Acquire(ctx, a)
 	if err != nil || g == nil {
@@ -257,7 +257,7 @@ func (m *Mutex) reenter(ctx context.Context, want *hold, a Attempt) (*hold, erro
 		_, err := m.release(ctx, want.s, g.Token)
 		return err
 	})
-	return nil, want.endedErr()
+	return nil, want.EndedErr()
 }
 
 // Adopt makes g, granted for a by a call that went around Acquire (a
@@ -314,7 +314,7 @@ func (m *Mutex) target(ctx context.Context) (*hold, error) {
 	}
 	if h.IsEnded() {
 		m.forget(h)
-		return nil, h.endedErr()
+		return nil, h.EndedErr()
 	}
 	return h, nil
 }
