@@ -54,14 +54,20 @@ var errNoSuchLock = errors.New("no such lock")
 
 // kindsOf returns the kinds of lock named name that have keys in Redis
 // (usually one; a name used for two kinds has two).
+// One round trip: every key has the name's hash tag, so all go to one node.
 func kindsOf(ctx context.Context, client redis.UniversalClient, name string) ([]string, error) {
-	var out []string
-	for _, k := range kinds {
-		n, err := client.Exists(ctx, keysOf(k, name)...).Result()
-		if err != nil {
-			return nil, err
+	counts := make([]*redis.IntCmd, len(kinds))
+	if _, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range kinds {
+			counts[i] = p.Exists(ctx, keysOf(k, name)...)
 		}
-		if n > 0 {
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, k := range kinds {
+		if counts[i].Val() > 0 {
 			out = append(out, k)
 		}
 	}
