@@ -3,7 +3,8 @@
 //   - [github.com/fairlock/fairlock/fair]: a FIFO-fair, reentrant lock
 //     (fair.Mutex). Waiters are served strictly in the order they arrived,
 //     however long a holder keeps the lock; dead waiters are evicted; the
-//     lock is handed straight to the next waiter with one message. The same
+//     lock is handed straight to the next waiter with one message, to that
+//     waiter's client alone. The same
 //     package has a fair semaphore (fair.Semaphore: K permits, in arrival
 //     order) and a fair read-write lock (fair.RWMutex) built on it.
 //   - [github.com/fairlock/fairlock/reentrant]: a plain reentrant lock, for
@@ -34,8 +35,8 @@ import "github.com/fairlock/fairlock/internal/core"
 // CloseIdleConnections closes the pub/sub connections that no waiter uses.
 //
 // Waiters of one go-redis client share one pub/sub connection (one per shard
-// node on Cluster), and a lock's channel stays subscribed for 30 s after its
-// last waiter left, so that a busy lock does not subscribe at every wait. Call
+// node on Cluster), and a lock's channel (the client's inbox of it) stays
+// subscribed for 30 s after its last waiter left, so that a busy lock does not subscribe at every wait. Call
 // this before closing a client, or at the end of a test that checks for
 // leaked goroutines, to close them at once.
 func CloseIdleConnections() { core.CloseIdleHubs() }

@@ -55,6 +55,22 @@ var mutations = []struct {
 		to:   "return 'nobody head ' .. int(expiry)",
 	},
 	{
+		// A note goes to its waiter's client's inbox (queueLedger reads the
+		// inboxes, not the lock's channel).
+		name: "a lone note is published on the lock's channel, not in its client's inbox",
+		file: "wire.lua",
+		from: "redis.call(publish, channel .. ':' .. note_client(list[1]), list[1])",
+		to:   "redis.call(publish, channel, list[1])",
+	},
+	{
+		// Each note of a hand-off reaches its own waiter's client only
+		// (queueLedger: a note in the inbox of another client).
+		name: "the notes of one call all go to the first one's client",
+		file: "wire.lua",
+		from: "    local client = note_client(note)\n",
+		to:   "    local client = note_client(list[1])\n",
+	},
+	{
 		name: "a late retried release answers 'not held' although it released the lock",
 		file: "fair_release.lua",
 		from: "if released_hold(s, token) then return {1} end",
@@ -227,8 +243,8 @@ var mutations = []struct {
 		// Every permit hold served and not claimed had its note (queueLedger).
 		name: "permits served to one waiter alone are not published",
 		file: "permits.lua",
-		from: "  if #grants > 0 then redis.call(publish, channel, notes(grants)) end",
-		to:   "  if #grants > 1 then redis.call(publish, channel, notes(grants)) end",
+		from: "  if #grants > 0 then publish_notes(publish, channel, grants) end",
+		to:   "  if #grants > 1 then publish_notes(publish, channel, grants) end",
 		spec: semaphoreSpec,
 	},
 	{
@@ -281,7 +297,7 @@ var mutations = []struct {
 		// (progress, with K down to one).
 		name: "a first waiter asking for more than K is not told to look again",
 		file: "permits.lua",
-		from: "      redis.call(publish, channel, freed_note(who))\n",
+		from: "      publish_notes(publish, channel, {freed_note(who)})\n",
 		to:   "",
 		spec: semaphoreSpec,
 		// Caught after 32 to 278 checks in 3 runs (2026-11-24).

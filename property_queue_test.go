@@ -20,25 +20,29 @@ import (
 	"pgregory.net/rapid"
 )
 
-// channelLog is a subscriber of its own on a lock's channel: it keeps every
-// note Redis published there (a message's notes are separated by ';'), so
-// a specification can count them. SyncHubs' markers are no notes.
+// channelLog is a subscriber of its own to every inbox of a lock (one per
+// client, under its channel: wire.Inbox): it keeps every note Redis
+// published there (a message's notes are separated by ';'), so a
+// specification can count them, and the notes that came to the inbox of a
+// client other than the one their waiter is of. SyncHubs' markers are no
+// notes.
 type channelLog struct {
 	client *redis.Client
 	ps     *redis.PubSub
 	name   string
 	done   chan struct{}
 
-	mu      sync.Mutex
-	notes   []string
-	markers map[string]chan struct{}
-	seq     int
+	mu          sync.Mutex
+	notes       []string
+	misdirected []string // "<note> on <channel>"
+	markers     map[string]chan struct{}
+	seq         int
 }
 
 func newChannelLog(t *rapid.T, client *redis.Client, channel string) *channelLog {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ps := client.Subscribe(ctx, channel)
+	ps := client.PSubscribe(ctx, channel+":*")
 	if _, err := ps.Receive(ctx); err != nil { // the confirmation
 		t.Fatalf("subscribing to %s: %v", channel, err)
 	}
@@ -59,7 +63,12 @@ func (c *channelLog) receive() {
 			delete(c.markers, msg.Payload)
 			close(ch)
 		} else if !strings.HasPrefix(msg.Payload, redistest.SyncMarker) {
-			c.notes = append(c.notes, strings.Split(msg.Payload, ";")...)
+			for _, note := range strings.Split(msg.Payload, wire.NoteSeparator) {
+				c.notes = append(c.notes, note)
+				if msg.Channel != wire.Inbox(c.name, wire.NoteTarget(note)) {
+					c.misdirected = append(c.misdirected, note+" on "+msg.Channel)
+				}
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -77,7 +86,7 @@ func (c *channelLog) take(t *rapid.T) []string {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.client.Publish(ctx, c.name, marker).Err(); err != nil {
+	if err := c.client.Publish(ctx, c.name+":spec", marker).Err(); err != nil {
 		t.Fatalf("publishing a marker on %s: %v", c.name, err)
 	}
 	select {
@@ -87,6 +96,9 @@ func (c *channelLog) take(t *rapid.T) []string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.misdirected) > 0 {
+		t.Fatalf("messages: a note reached a client other than its waiter's (wire.Inbox): %q", c.misdirected)
+	}
 	notes := c.notes
 	c.notes = nil
 	return notes
@@ -242,8 +254,8 @@ func (h *headReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return next
 }
 
-// newQueueLedger watches the fair queue whose hold key is hold (its channel
-// is hold+":wake"); permits is a semaphore's permits key, for its gate.
+// newQueueLedger watches the fair queue whose hold key is hold (its inboxes
+// are under hold+":wake"); permits is a semaphore's permits key, for its gate.
 func newQueueLedger(t *rapid.T, client *redis.Client, what, hold, permits string) *queueLedger {
 	return &queueLedger{what: what, wire: newChannelLog(t, client, hold+":wake"), hold: hold, permits: permits,
 		seen: map[string]bool{}, told: map[string]bool{}, grants: map[string]int64{}, served: map[string]int64{}, noted: map[int64]bool{}}

@@ -168,7 +168,7 @@ func (s *story) learn() {
 	}
 }
 
-var idPattern = regexp.MustCompile(`[A-Za-z0-9_-]{22}\.[0-9a-z]+(/[0-9a-z]+)?`)
+var idPattern = regexp.MustCompile(`[A-Za-z0-9_-]{22}~[0-9a-z]+\.[0-9a-z]+(/[0-9a-z]+)?`)
 
 // friendly replaces owner ids with labels, and entry ids with "label/1"
 // (each handle joins once in the story).

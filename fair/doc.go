@@ -57,8 +57,11 @@
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue and publishes exactly one message, to
-//     that waiter (the same message tells the waiter behind it that it is
-//     head now). The grant lasts no longer than the waiter's queue deadline
+//     that waiter's client alone: each go-redis client listens on its own
+//     inbox of the lock, so a hand-off reaches one connection and wakes one
+//     process however many clients wait (the waiter behind it is told it is
+//     head now in the same message when it is of the same client, else in
+//     one message to its own). The grant lasts no longer than the waiter's queue deadline
 //     until the new holder claims it (in the background, halfway through
 //     that first lease; a shorter hold never needs to), so a grant to a
 //     waiter that died frees itself when its eviction would have. The
@@ -70,8 +73,8 @@
 //     Redis's clock (two at worst: it places the expiry on its own clock
 //     with an offset read from a reply, which may be a round trip late).
 //     Whenever the head changes while the lock is held (the head takes the
-//     lock, gives up, or is evicted), one message, to the new head only,
-//     tells it the expiry: one message and one timer per change of head,
+//     lock, gives up, or is evicted), one message, to the new head's client
+//     only, tells it the expiry: one message and one timer per change of head,
 //     whatever the queue's length, and never a herd. The heartbeat doubles
 //     as every waiter's fallback timer, so a lost message never strands
 //     anyone, and nobody polls.
@@ -95,7 +98,9 @@
 // list fairlock:f:{N}:queue (entries in join order, each with its lease, wait
 // timeout and label), the sorted set fairlock:f:{N}:deadlines (entry id by
 // deadline; an entry missing here is a tombstone left by a waiter that gave
-// up), and the channel fairlock:f:{N}:wake. internal/lua/*.lua documents every field and step,
+// up), and one channel per go-redis client with a waiter,
+// fairlock:f:{N}:wake:<client id> (its inbox: the notes for its waiters).
+// internal/lua/*.lua documents every field and step,
 // and docs/queue-semantics.md walks through them. A fair and a reentrant lock
 // of the same name are independent.
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -188,6 +190,52 @@ func TestOneMessagePerHandOff(t *testing.T) {
 	case m := <-msgs:
 		t.Fatalf("a message when nobody waits: %q", m.Payload)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// A hand-off reaches only the client whose waiter it names, however many
+// clients wait: the grant goes to the grantee's inbox, the head notice to
+// the next waiter's, and the clients further back hear nothing.
+func TestHandOffReachesTheWaitersClientOnly(t *testing.T) {
+	e := newEnv(t)
+	msgs := e.watch()
+	holder := e.named("holder")
+	mustLock(t, holder)
+	var waiters []*fair.Mutex
+	var got []<-chan result
+	for i := range 6 {
+		m := e.handleOn(e.process(), fair.WithLabel(fmt.Sprint("w", i)))
+		waiters = append(waiters, m)
+		got = append(got, e.enqueue(m, i+1))
+	}
+	q := e.inspect().Queue
+	mustUnlock(t, holder)
+	if r := await(t, got[0]); !r.ok {
+		t.Fatalf("the first waiter: %v, %v", r.ok, r.err)
+	}
+	for i, want := range []string{q[0].Entry + " ", q[1].Entry + " head "} {
+		select {
+		case m := <-msgs:
+			checkInbox(t, m)
+			if !strings.HasPrefix(m.Payload, want) || strings.Contains(m.Payload, wire.NoteSeparator) {
+				t.Fatalf("message %d of the hand-off: %q on %s, want one note beginning %q", i, m.Payload, m.Channel, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("message %d of the hand-off did not come", i)
+		}
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("a third message for one hand-off: %q on %s", m.Payload, m.Channel)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i, m := range waiters {
+		if i > 0 {
+			if r := await(t, got[i]); !r.ok {
+				t.Fatalf("waiter %d: %v, %v", i, r.ok, r.err)
+			}
+		}
+		mustUnlock(t, m)
 	}
 }
 

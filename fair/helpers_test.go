@@ -11,6 +11,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,15 +60,22 @@ func (e *env) inspect() fair.State {
 	return s
 }
 
-// watch subscribes to the lock's channel, for tests that count messages;
-// the markers of the tests' own sync barrier are left out.
+// watch subscribes to every inbox of the lock (its channel's, one per
+// client: wire.Inbox), for tests that count messages; the markers of the
+// tests' own sync barrier are left out.
 func (e *env) watch() <-chan *redis.Message {
 	e.t.Helper()
+	return watchInboxes(e.t, e.client, channel)
+}
+
+// watchInboxes subscribes to every inbox under channel.
+func watchInboxes(t *testing.T, client *redis.Client, channel string) <-chan *redis.Message {
+	t.Helper()
 	ctx := context.Background()
-	watch := e.client.Subscribe(ctx, channel)
-	e.t.Cleanup(func() { _ = watch.Close() })
+	watch := client.PSubscribe(ctx, channel+":*")
+	t.Cleanup(func() { _ = watch.Close() })
 	if _, err := watch.Receive(ctx); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	out := make(chan *redis.Message, 100)
 	go func() {
@@ -79,6 +87,17 @@ func (e *env) watch() <-chan *redis.Message {
 		}
 	}()
 	return out
+}
+
+// checkInbox fails unless every note of m is for the client whose inbox m
+// came on (wire.Inbox): a note reaches its waiter's client, no other.
+func checkInbox(t *testing.T, m *redis.Message) {
+	t.Helper()
+	for note := range strings.SplitSeq(m.Payload, wire.NoteSeparator) {
+		if want := wire.Inbox(m.Channel[:strings.LastIndexByte(m.Channel, ':')], wire.NoteTarget(note)); m.Channel != want {
+			t.Fatalf("note %q came on %s, want %s", note, m.Channel, want)
+		}
+	}
 }
 
 // queued returns the labels of the queue's live waiters, in order.

@@ -21,6 +21,7 @@ import (
 type queue struct {
 	h        core.Agent
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
+	inbox    string // the channel its notes arrive on (wire.Inbox)
 	labelArg any    // label, boxed once
 
 	// permit is what a semaphore's waiter asks for, on its gate's queue
@@ -62,7 +63,7 @@ var hostname = func() string {
 // newQueue returns the queue of the lock h serves.
 func newQueue(h core.Agent) *queue {
 	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
-	return &queue{h: h, label: label, labelArg: label}
+	return &queue{h: h, label: label, labelArg: label, inbox: wire.Inbox(h.Channel, h.Owner)}
 }
 
 // newGateQueue returns the queue of a semaphore's gate for a waiter that

@@ -14,7 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -432,8 +434,8 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 		return true
 	})
 
-	// Each master carries the channels of its own locks, on one pub/sub
-	// connection: three in all, for six locks. A waiter joins the queue
+	// Each master carries the waiters' client's inboxes of its own locks
+	// (wire.Inbox), on one pub/sub connection: three in all, for six locks. A waiter joins the queue
 	// before its subscription is confirmed, so this is awaited, not read once.
 	var last error
 	var conns atomic.Int32 // the masters are asked at once
@@ -446,7 +448,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			}
 			want := map[string]bool{}
 			for _, name := range perMaster[m.Options().Addr] {
-				want["fairlock:f:{"+name+"}:wake"] = true
+				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(waiters))] = true
 			}
 			got := map[string]bool{}
 			for _, c := range chans {

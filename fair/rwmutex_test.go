@@ -14,11 +14,18 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func (e *env) rw(label string) *fair.RWMutex {
 	e.t.Helper()
-	m, err := fair.NewRWMutex(e.process(), lockName, core.WithClock(e.clk), fair.WithLabel(label))
+	return e.rwOn(e.process(), label)
+}
+
+// rwOn is a read-write lock handle on client.
+func (e *env) rwOn(client *redis.Client, label string) *fair.RWMutex {
+	e.t.Helper()
+	m, err := fair.NewRWMutex(client, lockName, core.WithClock(e.clk), fair.WithLabel(label))
 	if err != nil {
 		e.t.Fatalf("NewRWMutex: %v", err)
 	}
@@ -136,74 +143,87 @@ func TestRWMutexTakesTurnsInArrivalOrder(t *testing.T) {
 	ok(t, r3.RUnlock(ctx), "r3 RUnlock")
 }
 
-// When a writer unlocks, one message wakes the whole run of readers at the
-// head of the queue: the release serves them all, the first waiter (the
-// gate's holder) and the readers queued behind it, in the same script call,
-// and publishes their grants together. The writer behind them gets the gate
-// by one more message, when the first reader gives it on.
+// When a writer unlocks, one script call wakes the whole run of readers at
+// the head of the queue: the release serves them all, the first waiter (the
+// gate's holder) and the readers queued behind it, and publishes their
+// grants together, one message to each client with a reader served (to its
+// inbox, and nowhere else): readers of one process get one message in all.
+// The writer behind them gets the gate by one more message, to its own
+// client, when the first reader gives it on.
 func TestRWMutexOneMessageWakesTheReadersAtTheHead(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	w1, w2 := e.rw("w1"), e.rw("w2")
-	ok(t, w1.Lock(ctx), "w1 Lock")
-	const readers = 5
-	var reading []<-chan error
-	var rs []*fair.RWMutex
-	for i := range readers {
-		r := e.rw(fmt.Sprintf("r%d", i))
-		rs = append(rs, r)
-		reading = append(reading, async(func() error { return r.RLock(ctx) }))
-		e.rwQueue(i + 1)
-	}
-	writing := async(func() error { return w2.Lock(ctx) })
-	e.rwQueue(readers + 1)
-
-	watch := e.client.Subscribe(ctx, "fairlock:rw:{"+lockName+"}:gate:wake")
-	t.Cleanup(func() { _ = watch.Close() })
-	if _, err := watch.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	messages := watch.Channel()
-	ok(t, w1.Unlock(ctx), "w1 Unlock")
-	for i, c := range reading {
-		done(t, c, fmt.Sprintf("r%d", i))
-	}
-	e.rwQueue(1) // w2, now the gate's holder
-	pending(t, writing, "w2, behind the readers")
-
-	var got []string
-	for len(got) < 2 {
-		select {
-		case m := <-messages:
-			if !strings.HasPrefix(m.Payload, redistest.SyncMarker) {
-				got = append(got, m.Payload)
+	for _, tc := range []struct {
+		name    string
+		process bool // each reader a client of its own
+	}{{"one client per reader", true}, {"readers of one client", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			w1, w2 := e.rw("w1"), e.rw("w2")
+			ok(t, w1.Lock(ctx), "w1 Lock")
+			const readers = 5
+			shared := e.process()
+			var reading []<-chan error
+			var rs []*fair.RWMutex
+			for i := range readers {
+				r := e.rwOn(shared, fmt.Sprintf("r%d", i))
+				if tc.process {
+					r = e.rw(fmt.Sprintf("r%d", i))
+				}
+				rs = append(rs, r)
+				reading = append(reading, async(func() error { return r.RLock(ctx) }))
+				e.rwQueue(i + 1)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("messages after the writer's Unlock: %q, want 2", got)
-		}
-	}
-	if n := strings.Count(got[0], " permits "); n != readers {
-		t.Fatalf("the release's message serves %d readers, want all %d: %q", n, readers, got[0])
-	}
-	for quiet := time.After(50 * time.Millisecond); ; {
-		select {
-		case m := <-messages:
-			if !strings.HasPrefix(m.Payload, redistest.SyncMarker) {
-				t.Fatalf("a third message %q after %q", m.Payload, got)
+			writing := async(func() error { return w2.Lock(ctx) })
+			e.rwQueue(readers + 1)
+
+			messages := watchInboxes(t, e.client, "fairlock:rw:{"+lockName+"}:gate:wake")
+			ok(t, w1.Unlock(ctx), "w1 Unlock")
+			for i, c := range reading {
+				done(t, c, fmt.Sprintf("r%d", i))
 			}
-			continue
-		case <-quiet:
-		}
-		break
+			e.rwQueue(1) // w2, now the gate's holder
+			pending(t, writing, "w2, behind the readers")
+
+			// The readers' grants (one message per client), w2's head
+			// notice (w2 is a client of its own), and its gate.
+			clients := 1
+			if tc.process {
+				clients = readers
+			}
+			want := clients + 2
+			var got []*redis.Message
+			for len(got) < want {
+				select {
+				case m := <-messages:
+					checkInbox(t, m)
+					got = append(got, m)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%d messages after the writer's Unlock, want %d", len(got), want)
+				}
+			}
+			select {
+			case m := <-messages:
+				t.Fatalf("one message too many: %q on %s", m.Payload, m.Channel)
+			case <-time.After(50 * time.Millisecond):
+			}
+			served, inboxes := 0, map[string]bool{}
+			for _, m := range got[:clients] {
+				served += strings.Count(m.Payload, " permits ")
+				inboxes[m.Channel] = true
+			}
+			if served != readers || len(inboxes) != clients {
+				t.Fatalf("the release's messages serve %d readers in %d inboxes, want %d in %d", served, len(inboxes), readers, clients)
+			}
+			if st := e.rwState(); st.InUse != readers {
+				t.Fatalf("after the readers' turn: %+v", st)
+			}
+			for i, r := range rs {
+				ok(t, r.RUnlock(ctx), fmt.Sprintf("r%d RUnlock", i))
+			}
+			done(t, writing, "w2")
+			ok(t, w2.Unlock(ctx), "w2 Unlock")
+		})
 	}
-	if st := e.rwState(); st.InUse != readers {
-		t.Fatalf("after the readers' turn: %+v", st)
-	}
-	for i, r := range rs {
-		ok(t, r.RUnlock(ctx), fmt.Sprintf("r%d RUnlock", i))
-	}
-	done(t, writing, "w2")
-	ok(t, w2.Unlock(ctx), "w2 Unlock")
 }
 
 func TestRWMutexReentryAndUpgrade(t *testing.T) {

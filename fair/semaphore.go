@@ -102,7 +102,8 @@ func checkPermits(k int) error {
 
 // place is where the semaphore's permit holds live: the permits key, and
 // the gate's keys (a release serves the waiters at the head). Grants to
-// waiters go out on the gate's channel, where they already listen.
+// waiters go out to their clients' inboxes under the gate's channel, where
+// they already listen.
 func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 	gate := placeAt(wire.GateBase(s.base), scripts)
 	return core.Place{
@@ -598,7 +599,7 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 // afresh, at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	clk := k.h.Config.Clock
-	sub, err := core.Subscribe(ctx, k.h.Client, k.h.Channel, gate.Owner())
+	sub, err := core.Subscribe(ctx, k.h.Client, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
 	if err != nil {
 		return nil, false, err
 	}

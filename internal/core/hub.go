@@ -18,7 +18,9 @@ import (
 // are separated by ';'): the one whose id is the note's first word (the fair
 // lock's targeted hand-off and head notice), or, for an empty payload, the
 // longest-waiting one (the reentrant lock: one wake-up per client, not the
-// herd). When the connection comes back after a failure, messages sent
+// herd). A fair queue's waiters subscribe to their client's inbox of the
+// lock (wire.Inbox), where only notes for this client's waiters arrive; the
+// reentrant lock's, to the lock's channel. When the connection comes back after a failure, messages sent
 // meanwhile are lost, so every waiter of every re-confirmed channel is woken
 // to try again. On Cluster, when a lock's slot moves to another master, the
 // old master drops the channel (a SUNSUBSCRIBE nobody asked for): its

@@ -45,6 +45,7 @@ type Attempt struct {
 type Mutex struct {
 	h       Agent // the handle's place and configuration; its owner is first's
 	newKind func(Agent) Kind
+	client  string // its client's id (ClientID), the first part of its slots' owner ids
 
 	mu     sync.Mutex
 	first  *slot   // the slot a handle used for one hold acts as (Owner, Adopt)
@@ -82,7 +83,7 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	m := &Mutex{newKind: kind}
+	m := &Mutex{newKind: kind, client: ClientID(client)}
 	m.h = Agent{Client: client, Name: name, Config: &cfg,
 		Publish: PublishCommand(client), Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
@@ -101,7 +102,7 @@ func NewMutex(client redis.UniversalClient, name string, cfg Config,
 func (m *Mutex) newSlot() *slot {
 	s := &slot{}
 	s.h = m.h
-	s.h.Owner = wire.NewOwner()
+	s.h.Owner = wire.NewOwner(m.client)
 	s.h.stale = &s.stale
 	s.h.args = newArgs(s.h)
 	s.kind = m.newKind(s.h)

@@ -59,8 +59,8 @@
 --       permits; everyone behind it waits in its queue. Each says what it
 --       asks for when it joins (fair_acquire.lua's ARGV[11..13]), which the
 --       gate keeps in its queue element and, for its holder, in po, pn and
---       pl, so that a release can serve them; grants go out on the gate's
---       channel, :gate:wake.
+--       pl, so that a release can serve them; grants go out to the inboxes
+--       under the gate's channel, :gate:wake:<client>.
 --
 -- Time is always Redis's own (TIME), never a client's. Each script reads the
 -- hold once (load: GET and cjson.decode) and writes it at most once (save:
@@ -75,8 +75,10 @@
 -- keeps no answers (a is a release's remaining count, q is cleared with
 -- each token), which a layout-3 client would misread on a retry. 5 carries
 -- a semaphore's permit request in its gate's queue elements and hold, not
--- in the waiter's owner id: the elements have one field more.
-local LAYOUT = '5'
+-- in the waiter's owner id: the elements have one field more. 6 publishes a
+-- fair queue's notes to each client's inbox (publish_notes in wire.lua), not
+-- on the lock's channel, where a layout-5 client would wait for them.
+local LAYOUT = '6'
 -- How long keys outlive the last hold and the last deadline: long enough for
 -- a retried request to find it ran (q) and for the fence (f) to bridge
 -- quick re-locks.

@@ -54,9 +54,10 @@ end
 -- is granted its permits as a hand-off: until its owner claims it, the grant
 -- lasts no longer than the waiter's place would have (the gate's hold, or the
 -- entry's queue deadline), so permits served to a waiter that died come back
--- when its eviction would have come. ONE message carries every grant
--- (permits_note; id: the gate's owner, or the queue entry): a release wakes
--- the whole run of readers at the head of an RWMutex's queue at once. When
+-- when its eviction would have come. One message per client carries every
+-- grant to its waiters (permits_note; id: the gate's owner, or the queue
+-- entry; publish_notes): a release wakes the whole run of readers at the
+-- head of an RWMutex's queue at once. When
 -- entries left the queue, the same message tells the new head when the
 -- gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
 -- use, k the number of permits.
@@ -70,7 +71,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
     if owner == nil or n > k then
       -- Not a request this script can grant: its holder looks for itself
       -- (one for more than K permits gets its error).
-      redis.call(publish, channel, freed_note(who))
+      publish_notes(publish, channel, {freed_note(who)})
       return
     end
     if s.p[owner] == nil then -- (else served already: it has yet to give the gate on)
@@ -104,5 +105,5 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
       if head then grants[#grants + 1] = head_notice(head, gate_expiry or now) end
     end
   end
-  if #grants > 0 then redis.call(publish, channel, notes(grants)) end
+  if #grants > 0 then publish_notes(publish, channel, grants) end
 end

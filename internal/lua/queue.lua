@@ -50,14 +50,15 @@ end
 -- The expiry is absolute, so a notice read late still wakes its waiter on
 -- time (the waiter knows Redis's clock from its last reply).
 local function tell_head(head, expiry, publish, channel)
-  redis.call(publish, channel, head_notice(head, expiry))
+  publish_notes(publish, channel, {head_notice(head, expiry)})
 end
 
 -- Fair lock, direct hand-off: grant the lock to the live head of q and
--- publish the grant to that waiter alone (handoff_note, with the grant's
--- Redis time): the waiter needs no further round trip, and counts its lease
--- from the grant. The same message carries the head notice for the waiter
--- behind it, so a hand-off is still one message. Until the grantee claims
+-- publish the grant to that waiter's client alone (handoff_note, with the
+-- grant's Redis time, in its inbox: publish_notes): the waiter needs no
+-- further round trip, and counts its lease from the grant. The head notice
+-- for the waiter behind it goes with it: in the same message when both
+-- waiters are of one client, else in one more, to the other's inbox. Until the grantee claims
 -- it, the grant lasts no longer than the waiter's own queue deadline: a grant
 -- to a waiter that died ends when its eviction would have, and the next
 -- head, told of that end, takes the lock then.
@@ -90,6 +91,6 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   local message = {handoff_note(head, token, now)}
   local next_head = live_head(q, now)
   if next_head then message[2] = head_notice(next_head, expiry) end
-  redis.call(publish, channel, notes(message))
+  publish_notes(publish, channel, message)
   return head
 end

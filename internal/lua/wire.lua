@@ -7,6 +7,7 @@
 --                   gate, "<permit owner> <n> <lease ms>", what the waiter
 --                   asks for; the origin, "<host>\t<pid>\t<label>", comes
 --                   last and may hold anything)
+--   owner id        "<client>.<handle>", client a go-redis client's id
 --   entry id        "<owner>/<join number>"
 --   permit record   "<n>|<expiry ms>|<token>|<g>|<origin>"
 --   notes           one message carries one or more, separated by ';', each
@@ -16,7 +17,10 @@
 --                     "<id> permits <token> <grant ms> <expiry ms>" permits served
 --                     "<id> freed"                                 look again
 --                   and the reentrant lock's release publishes "" (any one
---                   waiter)
+--                   waiter) on the lock's channel
+--   inbox           "<channel>:<client>": a fair queue's notes are published
+--                   there, to the client whose waiter each names
+--                   (publish_notes), never on the shared channel
 
 -- A permit request as a queue element holds it ("" for none).
 local function request_text(owner, n, lease)
@@ -91,4 +95,36 @@ end
 
 local function notes(list)
   return table.concat(list, ';')
+end
+
+-- The client a note is for: its first word (an entry or owner id) up to the
+-- first '.'; the whole word if it has none (as Go's wire.ClientOf reads it).
+local function note_client(note)
+  return string.match(note, '^[^. ]*')
+end
+
+-- Publish the notes of list, each to the inbox of the client it names
+-- (channel .. ':' .. client): one message per client, carrying its notes in
+-- list order, the clients in the order they first appear. Only a client
+-- with a waiter named gets anything, so a hand-off costs Redis the same
+-- output however many clients wait.
+local function publish_notes(publish, channel, list)
+  if #list == 1 then
+    redis.call(publish, channel .. ':' .. note_client(list[1]), list[1])
+    return
+  end
+  local order, by = {}, {}
+  for _, note in ipairs(list) do
+    local client = note_client(note)
+    local group = by[client]
+    if group == nil then
+      group = {}
+      by[client] = group
+      order[#order + 1] = client
+    end
+    group[#group + 1] = note
+  end
+  for _, client in ipairs(order) do
+    redis.call(publish, channel .. ':' .. client, notes(by[client]))
+  end
 end

@@ -8,7 +8,8 @@
 //
 // The encodings, and where each is built and read:
 //
-//	owner id     "<client>.<handle>"                 Go (NewOwner); Lua reads it whole
+//	client id    "<process>~<n>"                     Go (NewClient): one per go-redis client
+//	owner id     "<client>.<handle>"                 Go (NewOwner); Lua reads its client (note_client)
 //	entry id     "<owner>/<n>"                       Go (Entry); Lua entry_owner, Go OwnerOfEntry
 //	request id   "<owner>#<n>"                       Go (Request); Lua compares it whole
 //	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
@@ -18,6 +19,8 @@
 //	                                                 from FairAcquire's arguments
 //	notes        hand-off, head notice, permits, freed, ';' between notes
 //	                                                 Lua (wire.lua); Go ParseNote, NoteTarget
+//	inbox        "<channel>:<client>"                Go (Inbox); Lua publish_notes: every note goes
+//	                                                 to the inbox of the client its target names
 //	permit record "<n>|<expiry>|<token>|<g>|<origin>"  Lua only (wire.lua)
 //	released tokens, 16-digit fields                  Lua only (retry.lua)
 //	the hold, a JSON object of one-letter fields      Lua only (hold.lua); Go reads it
@@ -57,26 +60,51 @@ func QueueKeys(base string) []string {
 	return []string{base, base + ":queue", base + ":deadlines"}
 }
 
-// Channel is where the lock at base publishes its notes.
+// Channel is the lock at base's channel: the reentrant lock publishes its
+// wake-ups there; a fair queue's notes go to the inboxes under it (Inbox).
 func Channel(base string) string { return base + ":wake" }
+
+// Inbox is where the notes for id (an owner id, or an entry id that extends
+// one) arrive: the channel of its client, "<channel>:<client>". Each go-redis
+// client subscribes to its own inbox of a lock, so a hand-off reaches the
+// one client whose waiter it names, however many clients wait. The inbox
+// shares the channel's hash tag: on Cluster it lives in the lock's slot.
+func Inbox(channel, id string) string { return channel + ":" + ClientOf(id) }
 
 // ReentrantKey is a reentrant lock's one key.
 func ReentrantKey(name string) string { return "fairlock:r:{" + name + "}" }
 
 // Ids.
 
-// clientID names this process in owner ids: a random UUID, in 22
+// process names this process in client ids: a random UUID, in 22
 // characters.
-var clientID = func() string {
+var process = func() string {
 	u := uuid.New()
 	return base64.RawURLEncoding.EncodeToString(u[:])
 }()
 
-var handles, seq atomic.Uint64
+var clients, handles, seq atomic.Uint64
 
-// NewOwner returns a fresh owner id, "<client>.<handle>": one per handle.
-func NewOwner() string {
-	return clientID + "." + strconv.FormatUint(handles.Add(1), 36)
+// NewClient returns a fresh client id, "<process>~<n>": the name of one
+// go-redis client's inboxes (Inbox), and the first part of the owner ids
+// of the handles on it.
+func NewClient() string {
+	return process + "~" + strconv.FormatUint(clients.Add(1), 36)
+}
+
+// NewOwner returns a fresh owner id of client, "<client>.<handle>": one per
+// handle.
+func NewOwner(client string) string {
+	return client + "." + strconv.FormatUint(handles.Add(1), 36)
+}
+
+// ClientOf returns the client id an owner id or entry id begins with (the
+// whole of an id that has no client part).
+func ClientOf(id string) string {
+	if i := strings.IndexByte(id, '.'); i >= 0 {
+		return id[:i]
+	}
+	return id
 }
 
 // Entry returns a fresh queue entry id of owner, "<owner>/<n>".

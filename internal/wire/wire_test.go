@@ -95,11 +95,19 @@ func TestParseNote(t *testing.T) {
 	}
 }
 
-// Ids say whose they are: an entry's owner is read back from it.
+// Ids say whose they are: an entry's owner is read back from it, and the
+// client of an owner or an entry (whose inbox its notes go to).
 func TestIDs(t *testing.T) {
-	owner := NewOwner()
-	if owner == NewOwner() {
+	client := NewClient()
+	if client == NewClient() {
+		t.Fatal("two clients got one client id")
+	}
+	owner := NewOwner(client)
+	if owner == NewOwner(client) {
 		t.Fatal("two handles got one owner id")
+	}
+	if got := ClientOf(owner); got != client {
+		t.Fatalf("ClientOf(%q) = %q, want %q", owner, got, client)
 	}
 	e1, e2 := Entry(owner), Entry(owner)
 	if e1 == e2 || OwnerOfEntry(e1) != owner || OwnerOfEntry(e2) != owner {
@@ -107,6 +115,15 @@ func TestIDs(t *testing.T) {
 	}
 	if r := Request(owner); !strings.HasPrefix(r, owner+"#") || r == Request(owner) {
 		t.Fatalf("request id %q of %q", r, owner)
+	}
+	if got := ClientOf(e1); got != client {
+		t.Fatalf("ClientOf(%q) = %q, want %q", e1, got, client)
+	}
+	if got, want := Inbox("fairlock:f:{jobs}:wake", e1), "fairlock:f:{jobs}:wake:"+client; got != want {
+		t.Fatalf("Inbox = %q, want %q", got, want)
+	}
+	if got := ClientOf("no-dot"); got != "no-dot" {
+		t.Fatalf("ClientOf of an id without a client part = %q", got)
 	}
 	if got := OwnerOfEntry("no-slash"); got != "" {
 		t.Fatalf("OwnerOfEntry of an id without an owner = %q", got)
