@@ -51,8 +51,21 @@ func (e *env) rtt(ctx context.Context) time.Duration {
 
 // cpuCost is the CPU time one Lock+Unlock pair costs, in µs: the benchmark
 // process's (the client side: go-redis, the lock, the kernel's network work
-// done on its behalf) and redis-server's (INFO cpu).
-type cpuCost struct{ client, redis float64 }
+// done on its behalf), redis-server's (INFO cpu), and Redis's own time in
+// the scripts (INFO commandstats: FCALL, EVALSHA and EVAL, what the scripts
+// run inside them included; the rest of a pair's Redis CPU is the network
+// and the command loop).
+type cpuCost struct{ client, redis, scripts float64 }
+
+// scriptUsec is Redis's time in scripts so far (INFO commandstats), in µs.
+func scriptUsec(ctx context.Context, c *redis.Client) float64 {
+	var total float64
+	for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+		_, usec := commandStat(ctx, c, cmd)
+		total += usec
+	}
+	return total
+}
 
 // processCPU is this process's user+system CPU time so far.
 func processCPU() time.Duration {
@@ -94,7 +107,7 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 		}
 		handles[i] = h
 	}
-	cpu0, redis0 := processCPU(), redisCPU(ctx, admin)
+	cpu0, redis0, scripts0 := processCPU(), redisCPU(ctx, admin), scriptUsec(ctx, admin)
 	deadline := time.Now().Add(dur)
 	for _, h := range handles {
 		wg.Add(1)
@@ -116,8 +129,9 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 	wg.Wait()
 	n := float64(total.Load())
 	cost := cpuCost{
-		client: float64(processCPU()-cpu0) / float64(time.Microsecond) / n,
-		redis:  float64(redisCPU(ctx, admin)-redis0) / float64(time.Microsecond) / n,
+		client:  float64(processCPU()-cpu0) / float64(time.Microsecond) / n,
+		redis:   float64(redisCPU(ctx, admin)-redis0) / float64(time.Microsecond) / n,
+		scripts: (scriptUsec(ctx, admin) - scripts0) / n,
 	}
 	close(errs)
 	for err := range errs {
