@@ -61,8 +61,8 @@
 //     inbox of the lock, so a hand-off reaches one connection and wakes one
 //     process however many clients wait (the waiter behind it is told it is
 //     head now in the same message when it is of the same client, else in
-//     one message to its own). The grant lasts no longer than the waiter's queue deadline
-//     until the new holder claims it (in the background, halfway through
+//     one message to its own). The grant lasts no longer than the waiter's
+//     queue deadline until the new holder claims it (in the background, halfway through
 //     that first lease; a shorter hold never needs to), so a grant to a
 //     waiter that died frees itself when its eviction would have. The
 //     waiter's Lock returns on the message, with no further round trip.

@@ -20,12 +20,12 @@ import (
 // longest-waiting one (the reentrant lock: one wake-up per client, not the
 // herd). A fair queue's waiters subscribe to their client's inbox of the
 // lock (wire.Inbox), where only notes for this client's waiters arrive; the
-// reentrant lock's, to the lock's channel. When the connection comes back after a failure, messages sent
-// meanwhile are lost, so every waiter of every re-confirmed channel is woken
-// to try again. On Cluster, when a lock's slot moves to another master, the
-// old master drops the channel (a SUNSUBSCRIBE nobody asked for): its
-// waiters follow it to the hub of the new master, and are woken to try again
-// once it confirms (hub_move.go).
+// reentrant lock's, to the lock's channel. When the connection comes back
+// after a failure, messages sent meanwhile are lost, so every waiter of
+// every re-confirmed channel is woken to try again. On Cluster, when a
+// lock's slot moves to another master, the old master drops the channel (a
+// SUNSUBSCRIBE nobody asked for): its waiters follow it to the hub of the
+// new master, and are woken to try again once it confirms (hub_move.go).
 
 // hubLinger is how long a channel stays subscribed with no waiter.
 const hubLinger = 30 * time.Second

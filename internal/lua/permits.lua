@@ -57,9 +57,8 @@ end
 -- when its eviction would have come. One message per client carries every
 -- grant to its waiters (permits_note; id: the gate's owner, or the queue
 -- entry; publish_notes): a release wakes the whole run of readers at the
--- head of an RWMutex's queue at once. When
--- entries left the queue, the same message tells the new head when the
--- gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
+-- head of an RWMutex's queue at once. When entries left the queue, the same
+-- call tells the new head when the gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
 -- use, k the number of permits.
 local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_holder)
   local g = load(gate.hold)

@@ -58,10 +58,10 @@ end
 -- grant's Redis time, in its inbox: publish_notes): the waiter needs no
 -- further round trip, and counts its lease from the grant. The head notice
 -- for the waiter behind it goes with it: in the same message when both
--- waiters are of one client, else in one more, to the other's inbox. Until the grantee claims
--- it, the grant lasts no longer than the waiter's own queue deadline: a grant
--- to a waiter that died ends when its eviction would have, and the next
--- head, told of that end, takes the lock then.
+-- waiters are of one client, else in one more, to the other's inbox. Until
+-- the grantee claims it, the grant lasts no longer than the waiter's own
+-- queue deadline: a grant to a waiter that died ends when its eviction
+-- would have, and the next head, told of that end, takes the lock then.
 -- Callers use it when the lock is free (expired, given back) or is being
 -- freed by this very call (the last release, ForceUnlock): the new hold's
 -- fields in w replace whatever hold s still records, which those callers
