@@ -161,14 +161,14 @@ func TestRWMutexOneMessageWakesTheReadersAtTheHead(t *testing.T) {
 			w1, w2 := e.rw("w1"), e.rw("w2")
 			ok(t, w1.Lock(ctx), "w1 Lock")
 			const readers = 5
-			shared := e.process()
+			client := e.client // the readers' client, unless each has its own
 			var reading []<-chan error
 			var rs []*fair.RWMutex
 			for i := range readers {
-				r := e.rwOn(shared, fmt.Sprintf("r%d", i))
 				if tc.process {
-					r = e.rw(fmt.Sprintf("r%d", i))
+					client = e.process()
 				}
+				r := e.rwOn(client, fmt.Sprintf("r%d", i))
 				rs = append(rs, r)
 				reading = append(reading, async(func() error { return r.RLock(ctx) }))
 				e.rwQueue(i + 1)
