@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.reps, "reps", 3, "interleaved repetitions (0: only the queue cost)")
 	fs.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the client side to this file")
 	fs.StringVar(&c.plot, "plot", "", "write a chart of the ratios to the floor to this PNG file")
-	fs.StringVar(&c.only, "only", "", "run only the floor and the implementations whose name contains this")
+	fs.StringVar(&c.only, "only", "", "run only the floor and the implementations whose name contains one of these comma-separated strings")
 	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip it and the read-write one)")
 	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
@@ -76,8 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.only != "" {
 		var keep []impl
 		for _, im := range impls {
-			if im.name == "floor" || strings.Contains(im.name, c.only) {
-				keep = append(keep, im)
+			for _, part := range strings.Split(c.only, ",") {
+				if im.name == "floor" || (part != "" && strings.Contains(im.name, part)) {
+					keep = append(keep, im)
+					break
+				}
 			}
 		}
 		impls = keep
