@@ -62,6 +62,10 @@ func Default() *Scripts { return defaultScripts }
 // (hold.lua says what each holds).
 var helperFiles = []string{"hold.lua", "wire.lua", "fence.lua", "retry.lua", "queue.lua", "permits.lua"}
 
+// HelperFiles names the helper files, in the order MustBuild puts them in
+// front of every script.
+func HelperFiles() []string { return slices.Clone(helperFiles) }
+
 // Sources returns the text of every script file by name (the library's
 // included).
 func Sources() map[string]string {
