@@ -1,0 +1,205 @@
+package fair_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The waiter of BenchmarkHandOffAcrossProcesses lives in a process of its
+// own, as it does in production: in one process, the waiter's wake-up
+// competes with the releasing goroutine for the Go scheduler and its
+// network poller, which BenchmarkHandOff measures too.
+const handOffChildEnv = "FAIRLOCK_HANDOFF_CHILD" // "<addr> <lock name>"
+
+// BenchmarkHandOffAcrossProcesses measures a hand-off from Unlock called in
+// this process to Lock returning in another, against a bare PUBLISH from
+// this process to a subscriber in that other one, sampled in turn in the
+// same run. Before each, both sides sit idle for the same pause, so that
+// neither finds Redis or the processes warmer than the other. It reports
+// the hand-off's p50 and p99 as ratios to the PUBLISH's.
+func BenchmarkHandOffAcrossProcesses(b *testing.B) {
+	client := redistest.Real(b)
+	opts := client.Options()
+	name := redistest.Name(b)
+	ctx := context.Background()
+	child := startHandOffChild(b, opts.Addr+" "+name)
+	holder, err := fair.New(client, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const pause = 2 * time.Millisecond
+	var handOffs, publishes []time.Duration
+	// The timer is left running: b.StartTimer reads the memory statistics,
+	// a stop of the world just before the sample. ns/op means nothing here;
+	// the reported figures are the samples'.
+	for b.Loop() {
+		if err := holder.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		child.send(b, "lock")
+		redistest.Quiet(b, "the other process's waiter is queued", func() bool {
+			st, err := fair.Inspect(ctx, client, name)
+			return err == nil && len(st.Queue) == 1
+		})
+		time.Sleep(pause) // its subscription confirmed, and everything idle
+		start := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		handOffs = append(handOffs, child.at(b).Sub(start))
+		child.send(b, "unlock")
+		child.expect(b, "unlocked")
+
+		child.send(b, "listen")
+		child.expect(b, "listening")
+		time.Sleep(pause)
+		start = time.Now()
+		if err := client.Publish(ctx, name+":probe", "x").Err(); err != nil {
+			b.Fatal(err)
+		}
+		publishes = append(publishes, child.at(b).Sub(start))
+	}
+	child.close(b)
+	p50, p99 := percentile(handOffs, 50), percentile(handOffs, 99)
+	b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
+	b.ReportMetric(float64(p50)/float64(percentile(publishes, 50)), "p50-vs-publish")
+	b.ReportMetric(float64(p99)/float64(percentile(publishes, 99)), "p99-vs-publish")
+}
+
+// percentile is the p-th percentile of d.
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)*p/100, len(s)-1)]
+}
+
+// TestHandOffChild is the other process of BenchmarkHandOffAcrossProcesses:
+// it does nothing unless that benchmark started it. It reads one command a
+// line: "lock" (Lock, then print the time it returned), "unlock", "listen"
+// (print "listening", then the time a message on the probe channel came).
+func TestHandOffChild(t *testing.T) {
+	spec := os.Getenv(handOffChildEnv)
+	if spec == "" {
+		t.Skip("run by BenchmarkHandOffAcrossProcesses only")
+	}
+	addr, name, _ := strings.Cut(spec, " ")
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = client.Close() }()
+	ctx := context.Background()
+	m, err := fair.New(client, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := client.Subscribe(ctx, name+":probe")
+	defer func() { _ = ps.Close() }()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	say := func(s string) {
+		_, _ = out.WriteString(s + "\n")
+		_ = out.Flush()
+	}
+	say("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "lock":
+			if err := m.Lock(ctx); err != nil {
+				say("error " + err.Error())
+				continue
+			}
+			say("at " + strconv.FormatInt(time.Now().UnixNano(), 10))
+		case "unlock":
+			if err := m.Unlock(ctx); err != nil {
+				say("error " + err.Error())
+				continue
+			}
+			say("unlocked")
+		case "listen":
+			say("listening")
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				say("error " + err.Error())
+				continue
+			}
+			say("at " + strconv.FormatInt(time.Now().UnixNano(), 10))
+		}
+	}
+}
+
+// handOffChild is the benchmark's end of the other process.
+type handOffChild struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startHandOffChild(b *testing.B, spec string) *handOffChild {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestHandOffChild$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), handOffChildEnv+"="+spec)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	c := &handOffChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	c.expect(b, "ready")
+	return c
+}
+
+func (c *handOffChild) send(b *testing.B, line string) {
+	if _, err := fmt.Fprintln(c.in, line); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// expect reads lines until want; an error line fails the benchmark.
+func (c *handOffChild) expect(b *testing.B, want string) string {
+	for c.out.Scan() {
+		line := c.out.Text()
+		switch {
+		case strings.HasPrefix(line, want):
+			return line
+		case strings.HasPrefix(line, "error "):
+			b.Fatalf("the other process: %s", line)
+		}
+	}
+	b.Fatalf("the other process ended before saying %q", want)
+	return ""
+}
+
+// at reads the time the other process reports.
+func (c *handOffChild) at(b *testing.B) time.Time {
+	ns, err := strconv.ParseInt(strings.TrimPrefix(c.expect(b, "at "), "at "), 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Unix(0, ns)
+}
+
+func (c *handOffChild) close(b *testing.B) {
+	_ = c.in.Close()
+	if err := c.cmd.Wait(); err != nil {
+		b.Fatalf("the other process: %v", err)
+	}
+}
