@@ -54,7 +54,7 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 			st, err := fair.Inspect(ctx, client, name)
 			return err == nil && len(st.Queue) == 1
 		})
-		time.Sleep(pause) // its subscription confirmed, and everything idle
+		time.Sleep(pause) // time for its subscription to be confirmed, and everything idle
 		start := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
 			b.Fatal(err)

@@ -23,7 +23,9 @@ import (
 //	go test -run XXX -bench ScriptSteps -count 5 ./internal/lua/
 //
 // Only variants that leave the pair's path unchanged are measured (a hold
-// the next call could not read would measure an error path instead).
+// the next call could not read would measure an error path instead). The
+// "unchanged" sub-benchmark compares the scripts with themselves: its
+// difference is the noise of the others'.
 func BenchmarkScriptSteps(b *testing.B) {
 	client := redistest.Real(b)
 	ctx := context.Background()
@@ -82,8 +84,9 @@ func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, helpers, 
 		release = fmt.Sprintf("{%[1]q, %[1]q .. '#r' .. i, string.format('%%d', v[3]), 'PUBLISH', 'fairlock:r:{' .. N .. '}:wake'}", owner)
 	}
 	var script strings.Builder
-	// The variables lua.go's functions set at each call (see MustBuild).
 	fmt.Fprintf(&script, "local N = ARGV[1]\nlocal KEYS, ARGV\n%s\n", helpers)
+	// Each body starts as lua.go's functions do (see MustBuild): it sets
+	// the per-call variables.
 	for _, f := range []struct{ name, body string }{{"acquire", src[kind+"_acquire.lua"]}, {"release", src[kind+"_release.lua"]}} {
 		fmt.Fprintf(&script, "local function %s(keys, args)\nKEYS, ARGV, missing, changed = keys, args, false, false\n%s\nend\n", f.name, f.body)
 	}
