@@ -55,8 +55,8 @@ func BenchmarkScriptSteps(b *testing.B) {
 				var sum, base float64
 				for b.Loop() {
 					name := redistest.Name(b)
-					base += pairLoop(ctx, b, client, helpers.String(), kind, name+":base", pairs)
-					sum += pairLoop(ctx, b, client, text, kind, name, pairs)
+					base += pairLoop(ctx, b, client, src, helpers.String(), kind, name+":base", pairs)
+					sum += pairLoop(ctx, b, client, src, text, kind, name, pairs)
 				}
 				n := float64(b.N)
 				b.ReportMetric(sum/n, "pair-µs")
@@ -66,10 +66,9 @@ func BenchmarkScriptSteps(b *testing.B) {
 	}
 }
 
-// pairLoop runs pairs Lock+Unlock pairs of kind on lock name in one EVAL
-// and returns Redis's µs per pair.
-func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, helpers, kind, name string, pairs int) float64 {
-	src := lua.Sources()
+// pairLoop runs pairs Lock+Unlock pairs of kind on lock name in one EVAL,
+// the bodies of src behind helpers, and returns Redis's µs per pair.
+func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, src map[string]string, helpers, kind, name string, pairs int) float64 {
 	owner := "QhOrGB6RQrKo9uyIgFu7VQ~2.1" // as long as a real one
 	// The lock's name comes as ARGV[1] (N), so that Redis caches one
 	// script per variant, not one per run.
