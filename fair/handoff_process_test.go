@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,6 +80,109 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 	b.ReportMetric(float64(p99)/float64(percentile(publishes, 99)), "p99-vs-publish")
 }
 
+// BenchmarkHandOffTimeline splits BenchmarkHandOffAcrossProcesses's
+// hand-off in three, by when each step is done, from Unlock called (all
+// p50s, in µs):
+//
+//   - sent-µs: the release is handed to go-redis (a hook on the releasing
+//     client), so what Unlock does before it is out;
+//   - inbox-µs: the grant reaches a bare subscriber of the lock's inboxes
+//     in a third process, so Redis's part is done;
+//   - p50-µs: Lock returns in the waiter's process, which heard the same
+//     message through its hub.
+//
+// In turn, after the same pause, it times two references to the same
+// listener: minimal-µs, a script that does the least a hand-off could (an
+// LPOP, a SET and the PUBLISH), and publish-µs, a bare PUBLISH.
+//
+// The third process shares the 2 cores with the other two, so its figures
+// are a little slower than BenchmarkHandOffAcrossProcesses's own; compare
+// them with each other.
+func BenchmarkHandOffTimeline(b *testing.B) {
+	client := redistest.Real(b)
+	opts := client.Options()
+	name := redistest.Name(b)
+	ctx := context.Background()
+	child := startHandOffChild(b, opts.Addr+" "+name)
+	listener := startHandOffChild(b, opts.Addr+" "+name+" "+inboxListener)
+	// A client of its own for the hook (not opts, which go-redis's client
+	// keeps state in).
+	releasing := redis.NewClient(&redis.Options{Addr: opts.Addr})
+	defer func() { _ = releasing.Close() }()
+	var sent time.Time
+	releasing.AddHook(sentHook{&sent})
+	holder, err := fair.New(releasing, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const pause = 2 * time.Millisecond
+	var toSent, toInbox, toLock, toMinimal, toPublish []time.Duration
+	probe := wire.Inbox(wire.Channel(wire.FairBase(name)), "probe")
+	for b.Loop() {
+		if err := holder.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		child.send(b, "lock")
+		redistest.Quiet(b, "the other process's waiter is queued", func() bool {
+			st, err := fair.Inspect(ctx, client, name)
+			return err == nil && len(st.Queue) == 1
+		})
+		time.Sleep(pause)
+		start := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		toSent = append(toSent, sent.Sub(start))
+		toLock = append(toLock, child.at(b).Sub(start))
+		toInbox = append(toInbox, listener.at(b).Sub(start))
+		child.send(b, "unlock")
+		child.expect(b, "unlocked")
+
+		// The references, to the same listener after the same pause.
+		time.Sleep(pause)
+		start = time.Now()
+		if err := minimal.Run(ctx, releasing, []string{name + ":m1", name + ":m2"}, probe).Err(); err != nil {
+			b.Fatal(err)
+		}
+		toMinimal = append(toMinimal, listener.at(b).Sub(start))
+		time.Sleep(pause)
+		start = time.Now()
+		if err := releasing.Publish(ctx, probe, "x").Err(); err != nil {
+			b.Fatal(err)
+		}
+		toPublish = append(toPublish, listener.at(b).Sub(start))
+	}
+	child.close(b)
+	listener.close(b)
+	b.ReportMetric(float64(percentile(toSent, 50).Microseconds()), "sent-µs")
+	b.ReportMetric(float64(percentile(toInbox, 50).Microseconds()), "inbox-µs")
+	b.ReportMetric(float64(percentile(toLock, 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(toMinimal, 50).Microseconds()), "minimal-µs")
+	b.ReportMetric(float64(percentile(toPublish, 50).Microseconds()), "publish-µs")
+}
+
+// minimal is the least a hand-off script could do: pop the waiter, write
+// the hold, publish the grant.
+var minimal = redis.NewScript(`redis.call('LPOP', KEYS[1])
+redis.call('SET', KEYS[2], 'x', 'PX', 60000)
+return redis.call('PUBLISH', ARGV[1], 'x')`)
+
+// sentHook notes when its client was last handed a command.
+type sentHook struct{ at *time.Time }
+
+func (sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*h.at = time.Now()
+		return next(ctx, cmd)
+	}
+}
+
+func (sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // percentile is the p-th percentile of d.
 func percentile(d []time.Duration, p int) time.Duration {
 	s := slices.Clone(d)
@@ -86,16 +190,24 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[min(len(s)*p/100, len(s)-1)]
 }
 
-// TestHandOffChild is the other process of BenchmarkHandOffAcrossProcesses:
-// it does nothing unless that benchmark started it. It reads one command a
-// line: "lock" (Lock, then print the time it returned), "unlock", "listen"
-// (print "listening", then the time a message on the probe channel came).
+// inboxListener, as the third word of handOffChildEnv, makes the other
+// process a bare subscriber of the lock's inboxes.
+const inboxListener = "inbox-listener"
+
+// TestHandOffChild is the other process of BenchmarkHandOffAcrossProcesses
+// and BenchmarkHandOffTimeline: it does nothing unless one of them started
+// it. It reads one command a line: "lock" (Lock, then print the time it
+// returned), "unlock", "listen" (print "listening", then the time a message
+// on the probe channel came). As an inbox listener it reads no commands: it
+// prints the time each message to an inbox of the lock came, until its
+// input is closed.
 func TestHandOffChild(t *testing.T) {
 	spec := os.Getenv(handOffChildEnv)
 	if spec == "" {
 		t.Skip("run by BenchmarkHandOffAcrossProcesses only")
 	}
 	addr, name, _ := strings.Cut(spec, " ")
+	name, listen := strings.CutSuffix(name, " "+inboxListener)
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = client.Close() }()
 	ctx := context.Background()
@@ -104,6 +216,9 @@ func TestHandOffChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := client.Subscribe(ctx, name+":probe")
+	if listen {
+		ps = client.PSubscribe(ctx, wire.Inbox(wire.Channel(wire.FairBase(name)), "*"))
+	}
 	defer func() { _ = ps.Close() }()
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatal(err)
@@ -114,6 +229,18 @@ func TestHandOffChild(t *testing.T) {
 		_ = out.Flush()
 	}
 	say("ready")
+	if listen {
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			_ = ps.Close() // the benchmark is done
+		}()
+		for {
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				return
+			}
+			say("at " + strconv.FormatInt(time.Now().UnixNano(), 10))
+		}
+	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
