@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,8 +110,8 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 	// keeps state in).
 	releasing := redis.NewClient(&redis.Options{Addr: opts.Addr})
 	defer func() { _ = releasing.Close() }()
-	var sent time.Time
-	releasing.AddHook(sentHook{&sent})
+	var sent sentHook
+	releasing.AddHook(&sent)
 	holder, err := fair.New(releasing, name)
 	if err != nil {
 		b.Fatal(err)
@@ -132,7 +133,7 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 		if err := holder.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
-		toSent = append(toSent, sent.Sub(start))
+		toSent = append(toSent, time.Unix(0, sent.at.Load()).Sub(start))
 		toLock = append(toLock, child.at(b).Sub(start))
 		toInbox = append(toInbox, listener.at(b).Sub(start))
 		child.send(b, "unlock")
@@ -167,19 +168,22 @@ var minimal = redis.NewScript(`redis.call('LPOP', KEYS[1])
 redis.call('SET', KEYS[2], 'x', 'PX', 60000)
 return redis.call('PUBLISH', ARGV[1], 'x')`)
 
-// sentHook notes when its client was last handed a command.
-type sentHook struct{ at *time.Time }
+// sentHook notes when its client was last handed a script call (the
+// release's), in Unix ns.
+type sentHook struct{ at atomic.Int64 }
 
-func (sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		*h.at = time.Now()
+		if name := strings.ToLower(cmd.Name()); strings.HasPrefix(name, "fcall") || strings.HasPrefix(name, "eval") {
+			h.at.Store(time.Now().UnixNano())
+		}
 		return next(ctx, cmd)
 	}
 }
 
-func (sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (*sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -204,7 +208,7 @@ const inboxListener = "inbox-listener"
 func TestHandOffChild(t *testing.T) {
 	spec := os.Getenv(handOffChildEnv)
 	if spec == "" {
-		t.Skip("run by BenchmarkHandOffAcrossProcesses only")
+		t.Skip("run by BenchmarkHandOffAcrossProcesses and BenchmarkHandOffTimeline only")
 	}
 	addr, name, _ := strings.Cut(spec, " ")
 	name, listen := strings.CutSuffix(name, " "+inboxListener)
@@ -215,9 +219,11 @@ func TestHandOffChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := client.Subscribe(ctx, name+":probe")
+	var ps *redis.PubSub
 	if listen {
 		ps = client.PSubscribe(ctx, wire.Inbox(wire.Channel(wire.FairBase(name)), "*"))
+	} else {
+		ps = client.Subscribe(ctx, name+":probe")
 	}
 	defer func() { _ = ps.Close() }()
 	if _, err := ps.Receive(ctx); err != nil {
