@@ -281,20 +281,7 @@ type handOffChild struct {
 }
 
 func startHandOffChild(b *testing.B, spec string) *handOffChild {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestHandOffChild$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), handOffChildEnv+"="+spec)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, in, out := redistest.StartChild(b, "^TestHandOffChild$", handOffChildEnv+"="+spec)
 	c := &handOffChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	c.expect(b, "ready")
 	return c

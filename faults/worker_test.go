@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -118,20 +119,7 @@ type worker struct {
 // startWorker starts a worker; it is killed when the test ends.
 func startWorker(t testing.TB, spec fmt.Stringer) *worker {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FAULTS_WORKER="+spec.String())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout := redistest.StartChild(t, "^$", "FAULTS_WORKER="+spec.String())
 	w := &worker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
