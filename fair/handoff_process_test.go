@@ -26,6 +26,10 @@ import (
 // network poller, which BenchmarkHandOff measures too.
 const handOffChildEnv = "FAIRLOCK_HANDOFF_CHILD" // "<addr> <lock name>"
 
+// handOffPause is how long both sides sit idle before each sample, so that
+// neither finds Redis or the processes warmer than the other.
+const handOffPause = 2 * time.Millisecond
+
 // BenchmarkHandOffAcrossProcesses measures a hand-off from Unlock called in
 // this process to Lock returning in another, against a bare PUBLISH from
 // this process to a subscriber in that other one, sampled in turn in the
@@ -42,32 +46,22 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const pause = 2 * time.Millisecond
 	var handOffs, publishes []time.Duration
 	// The timer is left running: b.StartTimer reads the memory statistics,
 	// a stop of the world just before the sample. ns/op means nothing here;
 	// the reported figures are the samples'.
 	for b.Loop() {
-		if err := holder.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		child.send(b, "lock")
-		redistest.Quiet(b, "the other process's waiter is queued", func() bool {
-			st, err := fair.Inspect(ctx, client, name)
-			return err == nil && len(st.Queue) == 1
-		})
-		time.Sleep(pause) // time for its subscription to be confirmed, and everything idle
+		child.queueBehind(ctx, b, holder, client, name)
 		start := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 		handOffs = append(handOffs, child.at(b).Sub(start))
-		child.send(b, "unlock")
-		child.expect(b, "unlocked")
+		child.unlock(b)
 
 		child.send(b, "listen")
 		child.expect(b, "listening")
-		time.Sleep(pause)
+		time.Sleep(handOffPause)
 		start = time.Now()
 		if err := client.Publish(ctx, name+":probe", "x").Err(); err != nil {
 			b.Fatal(err)
@@ -116,19 +110,10 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const pause = 2 * time.Millisecond
 	var toSent, toInbox, toLock, toMinimal, toPublish []time.Duration
 	probe := wire.Inbox(wire.Channel(wire.FairBase(name)), "probe")
 	for b.Loop() {
-		if err := holder.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		child.send(b, "lock")
-		redistest.Quiet(b, "the other process's waiter is queued", func() bool {
-			st, err := fair.Inspect(ctx, client, name)
-			return err == nil && len(st.Queue) == 1
-		})
-		time.Sleep(pause)
+		child.queueBehind(ctx, b, holder, client, name)
 		start := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
 			b.Fatal(err)
@@ -136,17 +121,16 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 		toSent = append(toSent, time.Unix(0, sent.at.Load()).Sub(start))
 		toLock = append(toLock, child.at(b).Sub(start))
 		toInbox = append(toInbox, listener.at(b).Sub(start))
-		child.send(b, "unlock")
-		child.expect(b, "unlocked")
+		child.unlock(b)
 
 		// The references, to the same listener after the same pause.
-		time.Sleep(pause)
+		time.Sleep(handOffPause)
 		start = time.Now()
 		if err := minimal.Run(ctx, releasing, []string{name + ":m1", name + ":m2"}, probe).Err(); err != nil {
 			b.Fatal(err)
 		}
 		toMinimal = append(toMinimal, listener.at(b).Sub(start))
-		time.Sleep(pause)
+		time.Sleep(handOffPause)
 		start = time.Now()
 		if err := releasing.Publish(ctx, probe, "x").Err(); err != nil {
 			b.Fatal(err)
@@ -285,6 +269,28 @@ func startHandOffChild(b *testing.B, spec string) *handOffChild {
 	c := &handOffChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	c.expect(b, "ready")
 	return c
+}
+
+// queueBehind makes holder take the lock and the child's waiter queue
+// behind it, then leaves everything idle for handOffPause (time, too, for
+// the child's subscription to be confirmed): the next Unlock of holder is a
+// hand-off to the other process.
+func (c *handOffChild) queueBehind(ctx context.Context, b *testing.B, holder *fair.Mutex, client redis.UniversalClient, name string) {
+	if err := holder.Lock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	c.send(b, "lock")
+	redistest.Quiet(b, "the other process's waiter is queued", func() bool {
+		st, err := fair.Inspect(ctx, client, name)
+		return err == nil && len(st.Queue) == 1
+	})
+	time.Sleep(handOffPause)
+}
+
+// unlock makes the child release the lock it was handed.
+func (c *handOffChild) unlock(b *testing.B) {
+	c.send(b, "unlock")
+	c.expect(b, "unlocked")
 }
 
 func (c *handOffChild) send(b *testing.B, line string) {
