@@ -156,17 +156,28 @@ const (
 	// re-joins at the tail, still the same wait (Waiting follows, with the
 	// queue's new length).
 	Evicted QueueEventKind = "evicted"
+	// Rescued: the waiter learned of its turn (the lock or permits handed
+	// to it, or that it became the head of its queue, or, for a
+	// reentrant.Mutex, that the lock was released) by its fallback, not by
+	// the message Redis published for it: its heartbeat's news or a
+	// fallback timer's try, up to a heartbeat (wait timeout / 3) late. A
+	// message was lost: a connection cut or a pause can do that, nothing
+	// else should, so alert on any rescue in a healthy deployment. Grants
+	// the heartbeat makes itself (after evicting a dead head) and leases
+	// that run out are not rescues. Length is 0.
+	Rescued QueueEventKind = "rescued"
 )
 
 // QueueEvent is news of one waiter in a fair queue (a fair Mutex's, or
-// the queue of a semaphore's or read-write lock's waiters). The wait's end
-// is its Acquisition.
+// the queue of a semaphore's or read-write lock's waiters), or, for
+// Rescued, of any waiter. The wait's end is its Acquisition.
 type QueueEvent struct {
 	Primitive Primitive
 	Lock      string
 	Kind      QueueEventKind
 	// Length is the number of waiters in the queue, this one included, as
-	// Redis counted them (waiters not yet evicted included); 0 for Evicted.
+	// Redis counted them (waiters not yet evicted included); 0 for Evicted
+	// and Rescued.
 	Length int
 }
 

@@ -100,8 +100,11 @@ func (m *meter) ObserveRenewalFailure(r observe.RenewalFailure) {
 }
 
 func (m *meter) ObserveQueue(e observe.QueueEvent) {
-	if e.Kind == observe.Evicted {
+	switch e.Kind {
+	case observe.Evicted:
 		m.add(measures.QueueEvictions, 1, string(e.Primitive))
+	case observe.Rescued:
+		m.add(measures.QueueRescues, 1, string(e.Primitive))
 	}
 	m.queues.Queue(e)
 }

@@ -96,8 +96,8 @@ type Observer struct {
 	tracer trace.Tracer
 	names  bool
 
-	wait, hold, handOff                 metric.Float64Histogram
-	acquisitions, lost, renewals, evict metric.Int64Counter
+	wait, hold, handOff                         metric.Float64Histogram
+	acquisitions, lost, renewals, evict, rescue metric.Int64Counter
 
 	queues observe.QueueLengths
 }
@@ -134,6 +134,7 @@ func New(opts ...Option) (*Observer, error) {
 	o.lost = count(measures.HoldsLost)
 	o.renewals = count(measures.RenewalsFailed)
 	o.evict = count(measures.QueueEvictions)
+	o.rescue = count(measures.QueueRescues)
 	q := measures.QueueLength
 	_, err := m.Int64ObservableGauge(q.OTel, metric.WithUnit(q.Unit), metric.WithDescription(q.Help),
 		metric.WithInt64Callback(o.observeQueues))
@@ -185,8 +186,11 @@ func (o *Observer) ObserveRenewalFailure(r observe.RenewalFailure) {
 
 // ObserveQueue implements observe.QueueObserver.
 func (o *Observer) ObserveQueue(e observe.QueueEvent) {
-	if e.Kind == observe.Evicted {
+	switch e.Kind {
+	case observe.Evicted:
 		o.evict.Add(context.Background(), 1, o.attrs(e.Primitive, e.Lock))
+	case observe.Rescued:
+		o.rescue.Add(context.Background(), 1, o.attrs(e.Primitive, e.Lock))
 	}
 	o.queues.Queue(e)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/fairlock/fairlock/extra/fairlockotel"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -214,5 +215,23 @@ func TestNewRejectsNilOptions(t *testing.T) {
 		if _, err := fairlockotel.New(o); err == nil {
 			t.Error("no error")
 		}
+	}
+}
+
+// A rescue counts in fairlock.queue.rescues, by primitive, and nowhere else.
+func TestRescuesAreCounted(t *testing.T) {
+	r := newRig(t)
+	for _, p := range []observe.Primitive{observe.Fair, observe.Reentrant, observe.Fair} {
+		r.obs.ObserveQueue(observe.QueueEvent{Primitive: p, Lock: r.name, Kind: observe.Rescued})
+	}
+	m := r.collect()
+	if n := sumOf(t, m["fairlock.queue.rescues"], attribute.String("fairlock.primitive", "fair")); n != 2 {
+		t.Errorf("fair rescues: %d, want 2", n)
+	}
+	if n := sumOf(t, m["fairlock.queue.rescues"], attribute.String("fairlock.primitive", "reentrant")); n != 1 {
+		t.Errorf("reentrant rescues: %d, want 1", n)
+	}
+	if _, ok := m["fairlock.queue.evictions"]; ok {
+		t.Error("a rescue counted as an eviction")
 	}
 }

@@ -1,7 +1,7 @@
 // Package fairlockprom reports fairlock's locks to Prometheus: a
 // client_golang Collector with histograms of how long callers wait and
-// hold, counters of acquisitions by outcome, of lost holds, failed renewals
-// and evictions, and a gauge of the queues this process waits in.
+// hold, counters of acquisitions by outcome, of lost holds, failed renewals,
+// evictions and rescues, and a gauge of the queues this process waits in.
 //
 // It is a module of its own, so that fairlock's own go.mod stays free of
 // Prometheus. Register the Collector New returns, and give it to each
@@ -64,9 +64,9 @@ func WithConstLabels(l prometheus.Labels) Option {
 type Collector struct {
 	names bool
 
-	wait, hold, handOff                 *prometheus.HistogramVec
-	acquisitions, lost, renewals, evict *prometheus.CounterVec
-	queueLen                            *prometheus.Desc
+	wait, hold, handOff                         *prometheus.HistogramVec
+	acquisitions, lost, renewals, evict, rescue *prometheus.CounterVec
+	queueLen                                    *prometheus.Desc
 
 	queues observe.QueueLengths
 }
@@ -107,6 +107,7 @@ func New(opts ...Option) (*Collector, error) {
 		lost:         count(measures.HoldsLost),
 		renewals:     count(measures.RenewalsFailed),
 		evict:        count(measures.QueueEvictions),
+		rescue:       count(measures.QueueRescues),
 		queueLen:     prometheus.NewDesc(q.Prom, q.Help, labels(q.Labels...), c.constLabels),
 	}, nil
 }
@@ -151,15 +152,18 @@ func (c *Collector) ObserveRenewalFailure(r observe.RenewalFailure) {
 
 // ObserveQueue implements observe.QueueObserver.
 func (c *Collector) ObserveQueue(e observe.QueueEvent) {
-	if e.Kind == observe.Evicted {
+	switch e.Kind {
+	case observe.Evicted:
 		c.evict.WithLabelValues(c.values(e.Primitive, e.Lock)...).Inc()
+	case observe.Rescued:
+		c.rescue.WithLabelValues(c.values(e.Primitive, e.Lock)...).Inc()
 	}
 	c.queues.Queue(e)
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, v := range []prometheus.Collector{c.wait, c.hold, c.handOff, c.acquisitions, c.lost, c.renewals, c.evict} {
+	for _, v := range []prometheus.Collector{c.wait, c.hold, c.handOff, c.acquisitions, c.lost, c.renewals, c.evict, c.rescue} {
 		v.Describe(ch)
 	}
 	ch <- c.queueLen
@@ -169,7 +173,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // per lock with WithLockNames, else one per primitive, summed over its
 // locks.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, v := range []prometheus.Collector{c.wait, c.hold, c.handOff, c.acquisitions, c.lost, c.renewals, c.evict} {
+	for _, v := range []prometheus.Collector{c.wait, c.hold, c.handOff, c.acquisitions, c.lost, c.renewals, c.evict, c.rescue} {
 		v.Collect(ch)
 	}
 	sums := map[observe.Primitive]int{}

@@ -10,6 +10,7 @@ import (
 	"github.com/fairlock/fairlock/extra/fairlockprom"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -194,5 +195,31 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 	}
 	if _, err := fairlockprom.New(fairlockprom.WithConstLabels(prometheus.Labels{"primitive": "x"})); err == nil {
 		t.Error("a constant label named as one of the collector's: no error")
+	}
+}
+
+// A rescue counts in fairlock_queue_rescues_total, by primitive, and
+// nowhere else.
+func TestRescuesAreCounted(t *testing.T) {
+	c, err := fairlockprom.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []observe.Primitive{observe.Fair, observe.Reentrant, observe.Fair} {
+		c.ObserveQueue(observe.QueueEvent{Primitive: p, Lock: "jobs", Kind: observe.Rescued})
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	fams := scrape(t, srv.URL)
+	if got := value(fams["fairlock_queue_rescues_total"], "primitive", "fair"); got != 2 {
+		t.Errorf("fair rescues: %v, want 2", got)
+	}
+	if got := value(fams["fairlock_queue_rescues_total"], "primitive", "reentrant"); got != 1 {
+		t.Errorf("reentrant rescues: %v, want 1", got)
+	}
+	if _, ok := fams["fairlock_queue_evictions_total"]; ok {
+		t.Error("a rescue counted as an eviction")
 	}
 }

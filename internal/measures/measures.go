@@ -49,6 +49,9 @@ var (
 	QueueEvictions = Measure{OTel: "fairlock.queue.evictions", Prom: "fairlock_queue_evictions_total", Unit: "{waiter}",
 		Kind: Counter,
 		Help: "Waiters of this process evicted from a fair queue after falling silent."}
+	QueueRescues = Measure{OTel: "fairlock.queue.rescues", Prom: "fairlock_queue_rescues_total", Unit: "{wait}",
+		Kind: Counter,
+		Help: "Waiters of this process that learned of their turn from a fallback, not from their message (a message was lost)."}
 	QueueLength = Measure{OTel: "fairlock.queue.length", Prom: "fairlock_queue_length", Unit: "{waiter}",
 		Kind: Gauge,
 		Help: "The length of the fair queues this process has waiters in, as Redis last told them."}
@@ -56,4 +59,4 @@ var (
 
 // All is every measure, in the order they are listed and served.
 var All = []Measure{AcquireDuration, HoldDuration, HandOffDuration, Acquisitions, HoldsLost, RenewalsFailed,
-	QueueEvictions, QueueLength}
+	QueueEvictions, QueueRescues, QueueLength}
