@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,14 +44,16 @@ type hub struct {
 	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
 	mu      sync.Mutex
 	chans   map[string]*channel
-	pending map[string]int // subscribe confirmations still to come
-	leaving map[string]int // unsubscribes this hub asked for, not yet confirmed
+	pending map[string]int           // subscribe confirmations still to come
+	leaving map[string]int           // unsubscribes this hub asked for, not yet confirmed
+	flushes map[string]chan struct{} // Flush markers not yet read back
 }
 
 type channel struct {
 	ready     chan struct{}
 	confirmed bool
-	moved     bool // its waiters came from another hub: wake them when confirmed
+	wakes     uint64 // wake-ups ("" messages) read on it: Sub.Wakes
+	moved     bool   // its waiters came from another hub: wake them when confirmed
 	subs      []*Sub
 	idleSince time.Time // when the last waiter left; zero while in use
 }
@@ -67,6 +70,12 @@ type Sub struct {
 	h  *hub
 	ch *channel
 	id string // guarded by h.mu
+
+	// readyTold: the waiter needs no Ready wake, having been told of the
+	// confirmation (Sleeper.Next, WaitReady) or having registered, or made
+	// an attempt (Settle), with the channel already confirmed. Only the
+	// waiter's goroutine reads and writes it.
+	readyTold bool
 }
 
 func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any, bool, error) {
@@ -128,7 +137,8 @@ func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
 			ps = client.Subscribe(context.Background())
 		}
 		h = &hub{shared: sh, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
-			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{}}
+			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{},
+			flushes: map[string]chan struct{}{}}
 		sh.hubs[key] = h
 		go h.receive()
 	}
@@ -165,7 +175,9 @@ func SubscribeIfLive(client redis.UniversalClient, name, id string) *Sub {
 	if ch == nil || !ch.confirmed {
 		return nil
 	}
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
+	// Registered on a confirmed channel before the caller's first attempt:
+	// that attempt sees all that was published before, so no Ready wake.
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, readyTold: true}
 	h.attachLocked(ch, s)
 	return s
 }
@@ -181,6 +193,77 @@ func (s *Sub) Ready() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ch.ready
+}
+
+// Settle is called just before an attempt. If the subscription is confirmed
+// already, the attempt sees everything published before the confirmation,
+// so the waiter needs no Ready wake (Sleeper.Next) to try again.
+func (s *Sub) Settle() {
+	if s.readyTold {
+		return
+	}
+	select {
+	case <-s.Ready():
+		s.readyTold = true
+	default:
+	}
+}
+
+// Take returns a wake-up waiting in C, if there is one, without blocking.
+func (s *Sub) Take() (string, bool) {
+	select {
+	case p := <-s.C:
+		probeUnread(-1)
+		return p, true
+	default:
+		return "", false
+	}
+}
+
+// FlushMarker begins the payload of Flush's markers. No waiter's id begins
+// so, so no waiter is handed one; tests that count a lock's messages skip
+// them.
+const FlushMarker = "fairlock-flush-"
+
+// Flush returns once the hub has read every message published on s's
+// channel before the call, so that one on its way to s is in C: it
+// publishes a marker on the channel with the hub's own client and waits
+// until the hub reads it back. A subscriber gets a channel's messages in
+// the order they were published (on miniredis too, where a PING's answer
+// may overtake a message still being written). It costs one PUBLISH; the
+// waiters call it only on the rare path that decides whether news reached
+// them by message.
+func (s *Sub) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	marker := FlushMarker + uuid.NewString() // other hubs of this process may read it too
+	read := make(chan struct{})
+	h.mu.Lock()
+	h.flushes[marker] = read
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.flushes, marker)
+		h.mu.Unlock()
+	}()
+	var err error
+	if h.sharded {
+		err = h.client.SPublish(ctx, s.channel, marker).Err()
+	} else {
+		err = h.client.Publish(ctx, s.channel, marker).Err()
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case <-read:
+		return nil
+	case <-h.done:
+		return redis.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close unregisters the waiter. A wake-up it did not consume is passed on to
@@ -213,6 +296,16 @@ func (s *Sub) Close() {
 			h.sweep = time.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
+}
+
+// Wakes returns how many wake-ups ("" messages, the reentrant lock's
+// releases) the hub has read on s's channel, for any of its waiters.
+func (s *Sub) Wakes() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.ch.wakes
 }
 
 // SetID changes the id that targeted messages must carry to reach s (a fair

@@ -86,7 +86,15 @@ func (h *hub) receive() {
 			}
 		case *redis.Message:
 			h.mu.Lock()
-			if ch := h.chans[m.Channel]; ch != nil {
+			if strings.HasPrefix(m.Payload, FlushMarker) {
+				if read := h.flushes[m.Payload]; read != nil {
+					close(read)
+					delete(h.flushes, m.Payload)
+				}
+			} else if ch := h.chans[m.Channel]; ch != nil {
+				if m.Payload == "" {
+					ch.wakes++
+				}
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()

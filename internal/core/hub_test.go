@@ -146,3 +146,94 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 		}
 	}
 }
+
+// A waiter that joined a queue before subscribing must try again once the
+// subscription is confirmed: Next reports the confirmation once, even when
+// it came before Next was called (the first-contention stall: judged by
+// state, a confirmation that came while the waiter was busy was "not news",
+// and a hand-off published before the subscription took effect waited for
+// the heartbeat). A waiter that made an attempt after the confirmation
+// (Settle), or registered on a confirmed channel, is not told.
+func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
+	redistest.NoLeaks(t)
+	_, _, client := redistest.Mini(t)
+	ctx := context.Background()
+	channel := "fairlock:test:{" + redistest.Name(t) + "}"
+	s, err := core.Subscribe(ctx, client, channel, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case <-s.Ready(): // confirmed before the waiter sleeps
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription was never confirmed")
+	}
+	w := core.NewSleeper()
+	defer w.Close()
+	bounded, cancelBounded := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelBounded()
+	if wk := w.Next(bounded, s); wk.Reason != core.Ready {
+		t.Fatalf("Next after the confirmation came: %v, want Ready", wk.Reason)
+	}
+	quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if wk := w.Next(quick, s); wk.Reason != core.Cancelled {
+		t.Fatalf("Next once Ready was told: %v, want to sleep until ctx ends", wk.Reason)
+	}
+
+	settled, err := core.Subscribe(ctx, client, channel, "b") // confirmed already
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer settled.Close()
+	settled.Settle() // an attempt now sees all that was published before
+	live := core.SubscribeIfLive(client, channel, "c")
+	if live == nil {
+		t.Fatal("SubscribeIfLive on a confirmed channel: nil")
+	}
+	defer live.Close()
+	for name, sub := range map[string]*core.Sub{"settled": settled, "registered live": live} {
+		quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		if wk := w.Next(quick, sub); wk.Reason != core.Cancelled {
+			t.Errorf("%s: Next = %v, want no Ready wake", name, wk.Reason)
+		}
+		cancel()
+	}
+}
+
+// Flush returns once what was published on the channel before it has been
+// read: a targeted message published just before is waiting in C.
+func TestFlushDeliversWhatWasPublishedBefore(t *testing.T) {
+	redistest.NoLeaks(t)
+	for _, real := range []bool{false, true} {
+		var client *redis.Client
+		if real {
+			client = redistest.Real(t)
+		} else {
+			_, _, client = redistest.Mini(t)
+		}
+		ctx := context.Background()
+		channel := "fairlock:test:{" + redistest.Name(t) + "}"
+		s, err := core.Subscribe(ctx, client, channel, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-s.Ready()
+		for i := range 20 {
+			if err := client.Publish(ctx, channel, "a note-"+strconv.Itoa(i)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if p, ok := s.Take(); !ok || p != "a note-"+strconv.Itoa(i) {
+				t.Fatalf("real=%v: after Flush, C holds %q, %v; want the note published before", real, p, ok)
+			}
+		}
+		if p, ok := s.Take(); ok {
+			t.Fatalf("a marker reached the waiter: %q", p)
+		}
+		s.Close()
+	}
+}

@@ -71,17 +71,23 @@ func (w *Sleeper) At(clk clock.Clock, t time.Time, reason Reason) clock.Timer {
 
 // Next finishes the previous wake and waits for the next one: a delivered
 // wake, a message or confirmation of sub (if not nil), or ctx ending.
+//
+// The confirmation is an event, reported once (Ready) however long ago it
+// came, unless the waiter needs none (Sub.Settle): a waiter that joined
+// before it subscribed must try once more after the confirmation, since a
+// hand-off published before the subscription took effect never reaches it.
+// (Judged by state instead, "confirmed already when Next was entered", a
+// confirmation that came while the waiter was busy between its join and its
+// sleep was lost, and so was the hand-off: the waiter slept until its
+// heartbeat, a third of its wait timeout.)
 func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 	w.finish()
 	var msgs <-chan string
 	var ready <-chan struct{}
 	if sub != nil {
 		msgs = sub.C
-		ready = sub.Ready()
-		select {
-		case <-ready:
-			ready = nil // already confirmed: not news
-		default:
+		if !sub.readyTold {
+			ready = sub.Ready()
 		}
 	}
 	if ready == nil { // only a timer or a message can wake it now
@@ -99,6 +105,7 @@ func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 		}
 		return Wake{Reason: Message, Payload: p}
 	case <-ready:
+		sub.readyTold = true
 		return Wake{Reason: Ready}
 	case <-ctx.Done():
 		return Wake{Reason: Cancelled}
@@ -111,6 +118,7 @@ func (w *Sleeper) WaitReady(ctx context.Context, sub *Sub) Reason {
 	for {
 		select {
 		case <-sub.Ready():
+			sub.readyTold = true
 			return Ready
 		default:
 		}

@@ -1,0 +1,50 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/fairlock/fairlock/observe"
+)
+
+// A rescue is a waiter learning of its turn (a grant made to it, or that it
+// became the head of a fair queue) by another way than the message that
+// was published for it: its heartbeat's news, or a try that a fallback
+// timer made. Grants the heartbeat makes itself and a lease's end are the
+// fallbacks' own work, not rescues. Without faults (no message dropped, no
+// connection cut, no pause) there are none: a rescue means a message was
+// lost, and that the waiter waited for a fallback (up to a heartbeat, a
+// third of its wait timeout) instead. Each is reported to the observer
+// (observe.Rescued) and logged.
+
+// Delivered tells whether the message of news a waiter learned elsewhere
+// reached it after all, only later: it waits (bounded by MaxPause, as a
+// try in an outage is, and not cut short by ctx) until sub's hub has read everything published
+// before the call (Sub.Flush), then takes the wake-up waiting for the
+// waiter, if any. Redis publishes a waiter's message before any reply that
+// reports the news it carries, so in a run without faults the message is
+// found; mine says whether a wake-up found is that message (the caller
+// handles it). Otherwise the news was a rescue: it is reported, and
+// Delivered returns ok false.
+func (h Agent) Delivered(ctx context.Context, a Attempt, sub *Sub, news string, mine func(string) bool) (payload string, ok bool) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxPause) // a wait that ends now is no rescue
+	err := sub.Flush(fctx)
+	cancel()
+	if err == nil {
+		if p, found := sub.Take(); found && mine(p) {
+			return p, true
+		}
+	}
+	h.Rescued(a, news)
+	return "", false
+}
+
+// Rescued reports a rescue: a waiter learned news (what it learned) by
+// another way than its message.
+func (h Agent) Rescued(a Attempt, news string) {
+	h.QueueNews(a, observe.Rescued, 0)
+	if l := h.Config.Logger; l != nil {
+		l.Warn("fairlock: a waiter learned of its turn from its fallback, not from its message (a message was lost)",
+			slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.String("news", news))
+	}
+}
