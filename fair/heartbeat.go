@@ -17,7 +17,8 @@ import (
 // forward every wait timeout / 3. All waiters of one client on one lock share
 // one heartbeat, one script call per beat however many they are. It is also
 // every waiter's fallback timer: the script evicts dead heads, hands a free
-// lock to the live head, and reports grants whose message was lost.
+// lock to the live head, and reports grants and head notices whose message
+// may have been lost (the waiter tells whether it was: a rescue).
 
 // heartbeats is the service (core.LockServices) that keeps a client's
 // heartbeats, one per lock with queued waiters: a typed map under one key of
@@ -186,10 +187,13 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 		switch s := r.Status[i]; {
 		case s == wire.BeatQueued:
 			m.queuedAt(sent)
+		case s == wire.BeatHead:
+			m.queuedAt(sent)
+			m.w.Fire(core.Notice, beatHead{expiry: r.Expiry})
 		case s < 0:
 			m.w.Fire(core.Notice, evicted{})
 		default:
-			m.w.Fire(core.Notice, wire.HandOff{Token: s, GrantedAt: r.Granted})
+			m.w.Fire(core.Notice, beatGrant{HandOff: wire.HandOff{Token: s, GrantedAt: r.Granted}, byBeat: r.ByBeat})
 		}
 	}
 }

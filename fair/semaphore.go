@@ -621,8 +621,10 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	var last semReply // the latest "not now", after which any serving came
 	var lastSent time.Time
 	var outage core.Outage
+	fellBack := false // the try is not prompted by a message or the confirmation
 	for try := true; ; {
 		if try {
+			sub.Settle() // confirmed already: this try covers what came before
 			sent := clk.Now()
 			r, err := k.attempt(ctx, a, wire.SemGate, gate)
 			if err != nil && ctx.Err() == nil && core.Transient(err) {
@@ -640,6 +642,14 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				goto wait // every wake decides whether to try again
 			}
 			outage.End()
+			if fellBack && r.held && r.grantedAt != 0 {
+				// Served while it slept: the reply says all the note would have.
+				k.h.Delivered(ctx, a, sub, "permits served", func(p string) bool {
+					n, _ := wire.ParseNote(p, gate.Owner())
+					_, ok := n.(wire.Served)
+					return ok
+				})
+			}
 			if g, done, err := k.outcome(a, r, err, sent); done {
 				return g, false, err
 			}
@@ -669,7 +679,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	wait:
 		switch wk := w.Next(ctx, sub); wk.Reason {
 		case core.Message:
-			try = true
+			try, fellBack = true, false
 			if n, _ := wire.ParseNote(wk.Payload, gate.Owner()); n != nil {
 				sv, ok := n.(wire.Served)
 				if !ok {
@@ -685,8 +695,10 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 					return g, false, err
 				}
 			}
-		case core.Ready, core.Retry:
-			try = true
+		case core.Ready:
+			try, fellBack = true, false
+		case core.Retry:
+			try, fellBack = true, true
 		case core.Timeout:
 			return nil, false, nil
 		case core.Cancelled:

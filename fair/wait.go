@@ -71,10 +71,10 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		t := w.After(clk, a.Wait, core.Timeout)
 		defer t.Stop()
 	}
-	try := false // whether to try again at once
 	if sub == nil {
-		// Subscribed only now: a hand-off sent before the subscription was
-		// confirmed would be missed, so try again once it is.
+		// Subscribed only now: a hand-off sent before the subscription took
+		// effect never reaches this waiter, so it tries again once the
+		// subscription is confirmed (the Ready wake, however soon it came).
 		if sub, err = core.Subscribe(ctx, qu.h.Client, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
@@ -83,11 +83,6 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 			return outcome{}, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
-		select {
-		case <-sub.Ready():
-			try = true
-		default: // the Ready wake will say when
-		}
 	}
 	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
 	q.hb, q.mem = joinHeartbeat(qu, entry, w)
@@ -102,7 +97,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	// to this entry: a granted lease counts from no earlier than its send.
 	q.mem.queuedAt(sent)
 	q.queued(r)
-	return q.run(ctx, try)
+	return q.run(ctx, false)
 }
 
 // queueWait is one queued Lock or TryLock call waiting for its turn. It
@@ -131,11 +126,28 @@ type queueWait struct {
 
 	outage core.Outage // while Redis cannot be reached
 	retry  clock.Timer // the next try after a failed one
+
+	// fellBack: the next try was not prompted by a message (a fallback
+	// timer, a reconnect, the outage's backoff): a turn it finds may be a
+	// rescue (core.Agent.Delivered).
+	fellBack bool
 }
 
 // News for one queued entry: the hub's messages are parsed into wire.Note
-// values (wire.ParseNote), and the heartbeat delivers the same values, and
-// evicted, as core.Notice values.
+// values (wire.ParseNote); the heartbeat delivers beatGrant, beatHead,
+// evicted and unreachable as core.Notice values.
+
+// beatGrant: the lock was handed to the entry (the heartbeat's news). byBeat:
+// the beat made the grant itself, so the waiter's message is only now on
+// its way; otherwise a release made it, and the waiter should have heard.
+type beatGrant struct {
+	wire.HandOff
+	byBeat bool
+}
+
+// beatHead: the entry is the live head of the queue of a held lock, whose
+// hold expires at Redis time expiry (ms) (the heartbeat's news).
+type beatHead struct{ expiry int64 }
 
 // evicted: the entry lost its place, having been silent for longer than its
 // wait timeout (the heartbeat's news).
@@ -161,8 +173,10 @@ func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 		var out outcome
 		var err error
 		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
-		case core.Ready, core.Retry:
+		case core.Ready:
 			try = true
+		case core.Retry:
+			try, q.fellBack = true, true
 		case core.Message:
 			out, try, err = q.onMessage(ctx, wk.Payload)
 		case core.Notice:
@@ -183,7 +197,10 @@ func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 // try makes attempts until one either ends the wait or leaves the entry
 // waiting (a zero outcome).
 func (q *queueWait) try(ctx context.Context) (outcome, error) {
+	fellBack := q.fellBack
+	q.fellBack = false
 	for {
+		q.sub.Settle() // confirmed already: this try covers what came before
 		sent := q.qu.h.Config.Clock.Now()
 		actx, cancel := ctx, context.CancelFunc(nil)
 		if q.outage.Active() {
@@ -202,6 +219,10 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		q.next = wire.ModeQueued
 		switch {
 		case r.Held && r.Handoff:
+			if fellBack {
+				// The reply says all that the message would have.
+				q.qu.h.Delivered(ctx, q.a, q.sub, "a hand-off", q.handOffNote)
+			}
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
 				return outcome{held: g}, err
@@ -210,16 +231,46 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 		case r.Held:
 			return outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil
 		case r.Evicted:
-			if out, err := q.rejoin(ctx); out.done() || err != nil {
+			if out, err := q.rejoin(ctx, fellBack); out.done() || err != nil {
 				return out, err
 			}
 			continue
 		}
 		q.mem.queuedAt(sent)
+		wasHead := q.fallback != nil
 		q.queued(r)
 		q.qu.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
+		if fellBack && r.Head && !wasHead {
+			if p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note); found {
+				out, again, err := q.onMessage(ctx, p)
+				if again && !out.done() && err == nil {
+					continue
+				}
+				return out, err
+			}
+		}
 		return outcome{}, nil
 	}
+}
+
+// note reports whether payload is a note for this entry.
+func (q *queueWait) note(payload string) bool {
+	_, mine := wire.ParseNote(payload, q.entry)
+	return mine
+}
+
+// servedNote reports whether payload serves this entry permits.
+func (q *queueWait) servedNote(payload string) bool {
+	n, _ := wire.ParseNote(payload, q.entry)
+	_, ok := n.(wire.Served)
+	return ok
+}
+
+// handOffNote reports whether payload hands the lock to this entry.
+func (q *queueWait) handOffNote(payload string) bool {
+	n, _ := wire.ParseNote(payload, q.entry)
+	_, ok := n.(wire.HandOff)
+	return ok
 }
 
 // unreachable handles an attempt that failed (err). An error that is not
@@ -269,8 +320,11 @@ func (q *queueWait) place() time.Time {
 }
 
 // onMessage handles a hub message: a note for this entry, or for another
-// entry of this client (ignored).
+// entry of this client (ignored), or "" (look again).
 func (q *queueWait) onMessage(ctx context.Context, payload string) (outcome, bool, error) {
+	if payload == "" {
+		return outcome{}, true, nil
+	}
 	n, mine := wire.ParseNote(payload, q.entry)
 	if !mine {
 		return outcome{}, false, nil
@@ -287,6 +341,26 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	switch n := n.(type) {
 	case wire.HeadNotice:
 		q.headUntil(n.Expiry)
+	case beatGrant:
+		if !n.byBeat {
+			// A release granted it: its message should have come first.
+			if p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "a hand-off", q.handOffNote); found && q.handOffNote(p) {
+				return q.onMessage(ctx, p)
+			}
+		}
+		return q.onNote(ctx, n.HandOff)
+	case beatHead:
+		if q.fallback != nil {
+			break // it knew
+		}
+		p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note)
+		if found && q.note(p) {
+			return q.onMessage(ctx, p)
+		}
+		q.headUntil(n.expiry)
+		if found { // "": look again
+			return outcome{}, true, nil
+		}
 	case wire.HandOff:
 		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Count: 1, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
 		g, err := q.handedOff(ctx, r)
@@ -306,7 +380,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 	case wire.Freed:
 		return outcome{}, true, nil // look again
 	case evicted:
-		out, err := q.rejoin(ctx)
+		out, err := q.rejoin(ctx, true)
 		return out, !out.done() && err == nil, err
 	case unreachable:
 		if !q.outage.Active() {
@@ -360,11 +434,16 @@ func (q *queueWait) stopFallback() {
 // tail: its old entry was evicted after it fell silent for longer than its
 // wait timeout. A semaphore's waiter also leaves the queue when its permits
 // are served, and the note saying so can be lost (a reconnect): its
-// permitSource is asked first, and a grant it reports ends the wait.
-func (q *queueWait) rejoin(ctx context.Context) (outcome, error) {
+// permitSource is asked first, and a grant it reports ends the wait: a
+// rescue, if the news of the eviction did not come from a try that a
+// message or the subscription's confirmation prompted (fellBack).
+func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) {
 	if q.ps != nil {
 		g, err := q.ps.served(ctx)
 		if err != nil || g != nil {
+			if g != nil && fellBack {
+				q.qu.h.Delivered(ctx, q.a, q.sub, "permits served", q.servedNote)
+			}
 			return outcome{served: g}, err
 		}
 	}

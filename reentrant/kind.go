@@ -31,8 +31,9 @@ func place(name string, scripts *lua.Scripts) core.Place {
 func newKind(h core.Agent) core.Kind { return &kind{h: h} }
 
 // attempt makes one try. It returns a grant, or how long the current hold
-// may last.
-func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.Duration, error) {
+// may last; freed says that a fresh grant's lock was released by its last
+// holder (not left to its lease's end).
+func (k *kind) attempt(ctx context.Context, a core.Attempt) (g *core.Grant, ttl time.Duration, freed bool, err error) {
 	h := k.h
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
@@ -42,21 +43,21 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt) (*core.Grant, time.D
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
+			return nil, 0, false, ctx.Err()
 		}
-		return nil, 0, core.Step("trying to take the lock", err)
+		return nil, 0, false, core.Step("trying to take the lock", err)
 	}
 	r, err := wire.DecodeReentrantAcquire(v)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if r.Held {
 		if err := h.Replicated(ctx, req, acked); err != nil {
-			return nil, 0, err // undone: the caller holds nothing
+			return nil, 0, false, err // undone: the caller holds nothing
 		}
-		return &core.Grant{Count: r.Count, Token: r.Token, Since: since}, 0, nil
+		return &core.Grant{Count: r.Count, Token: r.Token, Since: since}, 0, r.Freed, nil
 	}
-	return nil, time.Duration(r.HoldMs) * time.Millisecond, nil
+	return nil, time.Duration(r.HoldMs) * time.Millisecond, false, nil
 }
 
 // Acquire tries once; if the lock is taken and the caller may wait, it
@@ -72,7 +73,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if sub != nil {
 		defer sub.Close()
 	}
-	g, ttl, err := k.attempt(ctx, a)
+	g, ttl, _, err := k.attempt(ctx, a)
 	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
 		return g, err
 	}
@@ -83,6 +84,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		t := w.After(clk, a.Wait, core.Timeout)
 		defer t.Stop()
 	}
+	var n nap // the latest sleep
 	if sub == nil {
 		sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, "")
 		if err != nil {
@@ -97,8 +99,8 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		}
 	} else {
 		// Subscribed before the first try: nothing was missed. Sleep first.
-		if done, g, err := k.sleep(ctx, w, sub, ttl); done {
-			return g, err
+		if n = k.sleep(ctx, w, sub, ttl); n.done {
+			return nil, n.err
 		}
 	}
 	var o core.Outage
@@ -109,7 +111,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			// Bound the try: go-redis's own retries take seconds.
 			actx, cancel = context.WithTimeout(ctx, core.MaxPause)
 		}
-		g, ttl, err := k.attempt(actx, a)
+		g, ttl, freed, err := k.attempt(actx, a)
 		if cancel != nil {
 			cancel()
 		}
@@ -120,33 +122,51 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			if began {
 				k.h.Info("Redis cannot be reached; the waiter tries again", "error", err)
 			}
-			if done, g, err := k.sleep(ctx, w, sub, pause); done {
-				return g, ended(err)
+			if n = k.sleep(ctx, w, sub, pause); n.done {
+				return nil, ended(n.err)
 			}
 			continue
+		}
+		if g != nil && freed && n.fellBack {
+			// Its timer found the lock released: the release's wake-up
+			// should have come, to it or to another waiter of this client.
+			k.h.Delivered(ctx, a, sub, "the lock released", func(string) bool { return sub.Wakes() > n.wakes })
 		}
 		if err != nil || g != nil {
 			return g, ended(err)
 		}
 		o.End()
-		if done, g, err := k.sleep(ctx, w, sub, ttl); done {
-			return g, err
+		if n = k.sleep(ctx, w, sub, ttl); n.done {
+			return nil, n.err
 		}
 	}
 }
 
+// nap is how one sleep of a waiter ended.
+type nap struct {
+	done     bool   // the wait is over without the lock: it elapsed (err nil), or ctx ended
+	err      error  // ctx's error, when done
+	fellBack bool   // its timer woke it, not a wake-up message
+	wakes    uint64 // the wake-ups its channel had read when it fell asleep (Sub.Wakes)
+}
+
+// timerWake is the Notice of a sleep's own timer.
+type timerWake struct{}
+
 // sleep waits for a wake-up, with a fallback timer at ttl (the current
-// hold's remaining lease). done reports that the wait is over without the
-// lock (the wait elapsed, or ctx ended).
-func (k *kind) sleep(ctx context.Context, w *core.Sleeper, sub *core.Sub, ttl time.Duration) (bool, *core.Grant, error) {
-	fallback := w.After(k.h.Config.Clock, ttl+time.Millisecond, core.Retry)
+// hold's remaining lease, or the outage's backoff).
+func (k *kind) sleep(ctx context.Context, w *core.Sleeper, sub *core.Sub, ttl time.Duration) nap {
+	n := nap{wakes: sub.Wakes()}
+	fallback := k.h.Config.Clock.AfterFunc(ttl+time.Millisecond, func() { w.Fire(core.Notice, timerWake{}) })
 	wk := w.Next(ctx, sub)
 	fallback.Stop()
 	switch wk.Reason {
 	case core.Timeout:
-		return true, nil, nil
+		n.done = true
 	case core.Cancelled:
-		return true, nil, ctx.Err()
+		n.done, n.err = true, ctx.Err()
+	case core.Notice:
+		n.fellBack = true
 	}
-	return false, nil, nil
+	return n
 }

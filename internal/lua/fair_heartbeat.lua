@@ -2,11 +2,15 @@
 -- every wait timeout / 3: live waiters keep their place by pushing their
 -- deadline to now + their own wait timeout. It is also the waiters' fallback:
 -- it evicts dead heads, hands a free lock to the live head, and tells each
--- waiter whether the lock was already handed to it (a lost message).
+-- waiter whether the lock was already handed to it, and whether it is the
+-- head of a held lock (news whose message may have been lost).
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
--- Returns, for each entry in order: 0 queued, -1 evicted or gone, or the
--- token of a hold granted to it; then the grant's time (Redis ms, 0: none).
+-- Returns, for each entry in order: 0 queued, -2 queued as the live head of
+-- a held lock, -1 evicted or gone, or the token of a hold granted to it;
+-- then the grant's time (Redis ms, 0: none), 1 if this call made that grant
+-- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
+-- 0: free).
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local s = load()
 local bad = layout_error(s)
@@ -18,10 +22,14 @@ local w = {}
 -- undone. While the lock is held, cleanup may evict a dead head: the waiter
 -- behind it is told it is head now.
 local _, _, expiry = holder(s, now)
+local head
 if expiry == nil then
-  hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2])
+  if hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2]) then
+    head, expiry = live_head(Q, now), tonumber(w.x)
+  end
 else
-  local head, popped = live_head(Q, now)
+  local popped
+  head, popped = live_head(Q, now)
   if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end
 end
 local granted, token = w.e or s.e, w.f or s.f
@@ -35,7 +43,9 @@ for i = 3, #ARGV, 2 do
   elseif deadline and tonumber(deadline) > now then
     redis.call('ZADD', Q.deadlines, 'XX', int(now + wait), entry)
     horizon(s, w, now + wait)
-    status[#status + 1] = 0
+    -- The head learns it is head from its head notice; this says it again,
+    -- in case that message was lost.
+    if entry == head then status[#status + 1] = -2 else status[#status + 1] = 0 end
   else
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
     -- not reached its list element yet.
@@ -45,4 +55,6 @@ for i = 3, #ARGV, 2 do
 end
 commit(s, w, now, false, {Q.list, Q.deadlines})
 status[#status + 1] = tonumber(w.g or s.g or '0')
+if w.e then status[#status + 1] = 1 else status[#status + 1] = 0 end
+status[#status + 1] = expiry or 0
 return status

@@ -2,7 +2,10 @@
 -- KEYS[1] the hold (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
 -- token of a hold this handle gave up for lost ("0": none).
--- Returns {1, count, token} when held, {0, ms until the current hold expires}.
+-- Returns {1, count, token, freed} when held (freed: 1 if the lock was free
+-- because its last hold's owner released it, which published a wake-up; 0
+-- if that hold's lease ran out, or for a re-entry), {0, ms until the current
+-- hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -23,14 +26,18 @@ if who == owner and token == tonumber(ARGV[4]) then
 end
 local w, answer = {}, nil
 if who == nil then
-  -- Free, or the last hold's lease ran out: take it with a fresh token.
+  -- Free, or the last hold's lease ran out: take it with a fresh token. A
+  -- waiter whose fallback timer found it free asks whether its wake-up was
+  -- lost (a rescue): only a release sends one.
+  local freed = 0
+  if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end
   token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
-  answer = {1, 1, token}
+  answer = {1, 1, token, freed}
 elseif who == owner then
   -- Re-entry by the same handle: count it; the lease may grow, never shrink.
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
-  answer = {1, count + 1, token}
+  answer = {1, count + 1, token, 0}
 else
   -- Held by another handle: tell the caller how long the hold can last.
   return {0, expiry - now}

@@ -87,13 +87,16 @@ type ReentrantAcquire struct {
 // Args is a's ARGV.
 func (a ReentrantAcquire) Args() []any { return []any{a.Owner, a.Request, a.Lease, a.Stale} }
 
-// ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, count, token}
-// when held, {0, ms until the current hold expires} otherwise.
+// ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, count, token,
+// freed} when held, {0, ms until the current hold expires} otherwise.
 type ReentrantAcquireReply struct {
 	Held   bool
 	Count  int
 	Token  int64
 	HoldMs int64
+	// Freed: a fresh hold of a lock that its last holder released (which
+	// published a wake-up), not one whose last lease ran out.
+	Freed bool
 }
 
 // DecodeReentrantAcquire reads reentrant_acquire.lua's reply.
@@ -103,7 +106,7 @@ func DecodeReentrantAcquire(v any) (ReentrantAcquireReply, error) {
 		return ReentrantAcquireReply{}, err
 	}
 	if r[0] == 1 && len(r) >= 3 {
-		return ReentrantAcquireReply{Held: true, Count: int(r[1]), Token: r[2]}, nil
+		return ReentrantAcquireReply{Held: true, Count: int(r[1]), Token: r[2], Freed: len(r) >= 4 && r[3] == 1}, nil
 	}
 	return ReentrantAcquireReply{HoldMs: r[1]}, nil
 }
@@ -187,14 +190,19 @@ func Heartbeat(publish, channel any, entries []string, waits []int64) []any {
 const (
 	BeatQueued  = 0  // still queued; its deadline was pushed
 	BeatEvicted = -1 // evicted or gone
+	BeatHead    = -2 // still queued, as the live head of a held lock
 	// a positive status is the token of a hold handed to the entry
 )
 
 // HeartbeatReply is fair_heartbeat.lua's reply: a status per entry, in
-// order, then the grant time (Redis ms) of a hand-off among them.
+// order, then the grant time (Redis ms) of a hand-off among them, whether
+// the beat made that grant itself (ByBeat), and the hold's expiry (Redis
+// ms, 0: free).
 type HeartbeatReply struct {
 	Status  []int64
 	Granted int64
+	ByBeat  bool
+	Expiry  int64
 }
 
 // DecodeHeartbeat reads fair_heartbeat.lua's reply for n entries.
@@ -203,10 +211,10 @@ func DecodeHeartbeat(v any, n int) (HeartbeatReply, error) {
 	if err != nil {
 		return HeartbeatReply{}, err
 	}
-	if len(r) != n+1 {
+	if len(r) != n+3 {
 		return HeartbeatReply{}, fmt.Errorf("fairlock: fair_heartbeat replied %d elements for %d entries", len(r), n)
 	}
-	return HeartbeatReply{Status: r[:n], Granted: r[n]}, nil
+	return HeartbeatReply{Status: r[:n], Granted: r[n], ByBeat: r[n+1] == 1, Expiry: r[n+2]}, nil
 }
 
 // Publishing is the ARGV of the scripts that take only the publish command
