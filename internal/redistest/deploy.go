@@ -69,6 +69,26 @@ func Client(t testing.TB, d Deployment) redis.UniversalClient {
 	return c
 }
 
+// DefaultClient returns a client of deployment d with go-redis's default
+// options, as a user's first program makes it, closed when the test ends.
+func DefaultClient(t testing.TB, d Deployment) redis.UniversalClient {
+	t.Helper()
+	addrs := Addrs(t, d)
+	var c redis.UniversalClient
+	switch d {
+	case Single:
+		c = redis.NewClient(&redis.Options{Addr: addrs[0]})
+	case Cluster1, Cluster3:
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	case Sentinel:
+		c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: addrs})
+	default:
+		t.Fatalf("unknown deployment %q", d)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Addrs returns the addresses a client of deployment d is given: the
 // server, the cluster's nodes, or the sentinels.
 func Addrs(t testing.TB, d Deployment) []string {

@@ -15,9 +15,11 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 )
 
-// SyncMarker begins the payload of SyncHubs' markers; no waiter's id does,
-// so no waiter takes one. Tests that watch a lock's channel skip them.
-const SyncMarker = "fairlock-sync-"
+// SyncMarker begins the payload of every marker a hub reads back: SyncHubs'
+// and the library's own (core.Sub.Flush, on the rare path that decides
+// whether a waiter was rescued). No waiter's id begins so, so no waiter
+// takes one. Tests that watch a lock's channel skip them.
+const SyncMarker = core.FlushMarker
 
 type probe struct {
 	asleep, unread, background atomic.Int64
@@ -83,7 +85,7 @@ func SyncHubs(ctx context.Context) {
 	}
 	var markers []marker
 	for _, l := range core.ListeningHubs() {
-		m := marker{SyncMarker + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{}), l.Done}
+		m := marker{SyncMarker + "sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{}), l.Done}
 		theProbe.mu.Lock()
 		theProbe.markers[m.payload] = m.read
 		theProbe.mu.Unlock()
