@@ -187,13 +187,51 @@ var mutations = []struct {
 		to:   "      local next_head",
 	},
 	{
-		// The heartbeat's last field, the grant's time, is what a waiter
-		// whose hand-off message was lost counts its lease from.
+		// The heartbeat's grant time is what a waiter whose hand-off
+		// message was lost counts its lease from.
 		name:   "the heartbeat reports a lost hand-off's grant time as 0",
 		file:   "fair_heartbeat.lua",
 		from:   "tonumber(w.g or s.g or '0')",
 		to:     "tonumber(w.g and s.g or '0')",
 		spec:   scenarioSpec(lostHandOffFoundByTheHeartbeat),
+		checks: 1,
+	},
+	{
+		// A grant a release made, found by the heartbeat, is a rescue:
+		// its message was lost.
+		name:   "the heartbeat reports every grant it finds as its own",
+		file:   "fair_heartbeat.lua",
+		from:   "if w.e then status[#status + 1] = 1 else status[#status + 1] = 0 end",
+		to:     "status[#status + 1] = 1",
+		spec:   scenarioSpec(lostHandOffFoundByTheHeartbeat),
+		checks: 1,
+	},
+	{
+		// A head whose notice was lost learns it from its heartbeat, and
+		// takes the lock when the hold's lease runs out.
+		name:   "the heartbeat never says which waiter is the head",
+		file:   "fair_heartbeat.lua",
+		from:   "if entry == head then status[#status + 1] = -2 else status[#status + 1] = 0 end",
+		to:     "status[#status + 1] = 0",
+		spec:   scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
+		checks: 1,
+	},
+	{
+		// A reentrant waiter whose timer finds the lock released (not run
+		// out) lost a wake-up: a rescue.
+		name:   "a reentrant acquire says a released lock's lease ran out",
+		file:   "reentrant_acquire.lua",
+		from:   "if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		to:     "",
+		spec:   scenarioSpec(reentrantLostWakeUp),
+		checks: 1,
+	},
+	{
+		name:   "a reentrant acquire says a lock whose lease ran out was released",
+		file:   "reentrant_acquire.lua",
+		from:   "if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		to:     "freed = 1",
+		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
 	},
 	// Holes found by seeding bugs at sites of our own (TestSeededBugs),
@@ -508,6 +546,8 @@ func TestSeededBugs(t *testing.T) {
 		"lost-hand-off": scenarioSpec(lostHandOffFoundByTheHeartbeat),
 		"reentry":       scenarioSpec(reentryNeverShortensAHold),
 		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),
+		"lost-head":     scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
+		"lost-wake-up":  scenarioSpec(reentrantLostWakeUp),
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0

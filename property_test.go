@@ -123,6 +123,9 @@ type proc struct {
 	lostBy time.Time
 
 	rec *redistest.Recorder // its observer: what its calls reported
+
+	everCut bool // it was cut off from Redis at some time: it may be rescued
+	rescues int  // the rescues its observer reported, as of the last check
 }
 
 // orphan is a queue entry whose waiter's call failed while it was cut off
@@ -502,7 +505,7 @@ func (s *spec) stallHead(t *rapid.T) {
 
 func (s *spec) cutOff(p *proc) {
 	p.cut.On.Store(true)
-	p.stalled, p.stalledAt, p.wasStalled = true, s.clk.Now(), true
+	p.stalled, p.stalledAt, p.wasStalled, p.everCut = true, s.clk.Now(), true, true
 	s.settle()
 }
 
@@ -511,7 +514,7 @@ func (s *spec) cutOff(p *proc) {
 func (s *spec) stallFor(t *rapid.T) {
 	p := s.pick(waiting)
 	p.cut.On.Store(true)
-	p.stalled, p.stalledAt, p.wasStalled = true, s.clk.Now(), true
+	p.stalled, p.stalledAt, p.wasStalled, p.everCut = true, s.clk.Now(), true, true
 	s.settle()
 	n := rapid.IntRange(1, int(2*waitTimeout/maxStep)).Draw(t, "steps")
 	for i := 0; i < n; i++ {
@@ -1035,6 +1038,21 @@ func (s *spec) check(t *rapid.T) {
 			t.Fatalf("leak: key %s has no TTL", k)
 		}
 	}
+
+	// Guarantee 9, no rescues without faults: a process that was never cut
+	// off from Redis (nor crashed) learns of every turn from its message.
+	for _, p := range s.procs {
+		n := 0
+		for _, e := range p.rec.Snapshot().Queue {
+			if e.Kind == observe.Rescued {
+				n++
+			}
+		}
+		if n > p.rescues && !p.everCut && p.phase != crashed {
+			t.Fatalf("no rescues: %s, never cut off from Redis, learned of its turn from a fallback, not from its message", p.label)
+		}
+		p.rescues = n
+	}
 }
 
 func (p *proc) isOrphan(entry string) bool {
@@ -1102,34 +1120,66 @@ func (s *spec) close() {
 }
 
 // fairLockSpec is the property: any sequence of actions keeps every guarantee.
-func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
+func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) { return fairLockSpecOf(scripts, true) }
+
+// fairLockSpecOf is fairLockSpec, with its fault actions (crashes, cuts from
+// Redis, late retries) or without them: without, nobody may be rescued.
+func fairLockSpecOf(scripts *lua.Scripts, faults bool) func(*rapid.T) {
 	return func(t *rapid.T) {
 		s := newSpec(t, scripts)
 		defer s.close()
 		s.t = t
-		t.Repeat(map[string]func(*rapid.T){
+		actions := map[string]func(*rapid.T){
 			"join":              s.join,
 			"tryWithoutWaiting": s.tryWithoutWaiting,
 			"reenter":           s.reenter,
 			"unlock":            s.unlock,
 			"forceUnlock":       s.forceUnlock,
 			"giveUp":            s.giveUp,
-			"crash":             s.crash,
-			"stall":             s.stall,
-			"stallHead":         s.stallHead,
-			"stallFor":          s.stallFor,
-			"resume":            s.resume,
 			"advance":           s.advance,
 			"toDeadline":        s.toDeadline,
 			"wait":              s.wait,
-			"lateRetry":         s.lateRetry,
 			"":                  s.check,
-		})
+		}
+		if faults {
+			actions["crash"] = s.crash
+			actions["stall"] = s.stall
+			actions["stallHead"] = s.stallHead
+			actions["stallFor"] = s.stallFor
+			actions["resume"] = s.resume
+			actions["lateRetry"] = s.lateRetry
+		}
+		t.Repeat(actions)
 		s.finish()
+		if !faults {
+			for _, p := range s.procs {
+				if p.rescues != 0 {
+					t.Fatalf("no rescues: %s was rescued %d times in a run without faults", p.label, p.rescues)
+				}
+			}
+		}
 	}
 }
 
 func TestFairLockSpecification(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	rapid.Check(t, fairLockSpec(lua.Default()))
+}
+
+// faultFreeChecks is how many checks the fault-free variant runs unless
+// told otherwise: it draws from fewer actions, and its one extra property
+// (no rescues) is checked by the full machine too, for processes never cut
+// off.
+const faultFreeChecks = "300"
+
+// The fair lock's specification with its fault actions off: every turn of
+// every waiter is learned from its message (guarantee 9).
+func TestFairLockSpecificationWithoutFaults(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	if !checksGiven {
+		old := flag.Lookup("rapid.checks").Value.String()
+		_ = flag.Set("rapid.checks", faultFreeChecks)
+		defer flag.Set("rapid.checks", old)
+	}
+	rapid.Check(t, fairLockSpecOf(lua.Default(), false))
 }

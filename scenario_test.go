@@ -7,7 +7,9 @@ package fairlock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,7 +82,8 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	b, err := fair.New(cb, name, opts...)
+	var rescues redistest.Rescues
+	b, err := fair.New(cb, name, append(opts, fair.WithObserver(&rescues))...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -140,6 +143,9 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	}
 	if b.Token() != granted.Holder.Token {
 		t.Fatalf("b holds token %d, Redis granted %d", b.Token(), granted.Holder.Token)
+	}
+	if n := rescues.Count(); n != 1 {
+		t.Fatalf("b's observer was told of %d rescues; want 1: b learned of its hand-off from its heartbeat", n)
 	}
 	clk.Advance(80 * time.Millisecond)
 	if isClosed(b.Lost()) {
@@ -255,4 +261,170 @@ func TestReentryNeverShortensAHold(t *testing.T) {
 
 func TestLostHandOffFoundByTheHeartbeat(t *testing.T) {
 	lostHandOffFoundByTheHeartbeat(t, lua.Default())
+}
+
+// lostHeadNoticeFoundByTheHeartbeat: the waiter that becomes the head while
+// the lock is held is told so, to try again the moment the hold's lease
+// runs out. When that notice is lost, its heartbeat says it is the head: a
+// rescue, reported, after which the head takes the lock at the lease's end
+// (not a heartbeat later, when the heartbeat would hand it over).
+func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const (
+		name  = "lost-head-notice"
+		wait  = 3 * time.Second
+		fixed = 2500 * time.Millisecond
+	)
+	clk, client, stop := fakeRedis(t)
+	defer stop()
+	ca, cb, cc, probe := client(), client(), client(), client()
+	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	var rescues redistest.Rescues
+	a, errA := fair.New(ca, name, opts...)
+	b, errB := fair.New(cb, name, opts...)
+	c, errC := fair.New(cc, name, append(opts, fair.WithObserver(&rescues))...)
+	if err := errors.Join(errA, errB, errC); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	// A failed check ends every call it left waiting before it returns,
+	// so that none is still asleep in the next scenario.
+	var calls sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer calls.Wait()
+	defer cancel()
+	if ok, err := a.TryLock(ctx, 0, fixed); !ok || err != nil { // a's hold ends at 2.5 s
+		t.Fatalf("a's TryLock: %v, %v", ok, err)
+	}
+	bctx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	bDone := make(chan error, 1)
+	calls.Go(func() { bDone <- b.Lock(bctx) })
+	redistest.Quiet(t, "b is queued", func() bool {
+		st, err := fair.Inspect(ctx, probe, name)
+		return err == nil && len(st.Queue) == 1
+	})
+	cDone := make(chan error, 1)
+	calls.Go(func() { cDone <- c.Lock(ctx) })
+	redistest.Quiet(t, "b and c are queued and asleep", func() bool {
+		st, err := fair.Inspect(ctx, probe, name)
+		return err == nil && len(st.Queue) == 2 && redistest.Asleep() == 2
+	})
+
+	// At 0.5 s b's entry leaves the queue, and the notice that tells c it
+	// is the head now goes to a channel nobody reads: it is lost.
+	clk.Advance(500 * time.Millisecond)
+	st, err := fair.Inspect(ctx, probe, name)
+	if err != nil || len(st.Queue) != 2 {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
+	if err := scripts.FairLeave.Run(context.Background(), probe, keys, st.Queue[0].Owner, st.Queue[0].Entry, "PUBLISH", "nobody-listens").Err(); err != nil {
+		t.Fatalf("b's entry leaving: %v", err)
+	}
+	cancelB() // b gives up too (its own leave finds nothing to do)
+	if err := <-bDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("b's Lock: %v", err)
+	}
+	redistest.Quiet(t, "c alone is queued and asleep", func() bool {
+		st, err := fair.Inspect(ctx, probe, name)
+		return err == nil && len(st.Queue) == 1 && redistest.Asleep() == 1
+	})
+
+	// c's heartbeat at 1 s says it is the head: a rescue.
+	clk.Advance(500 * time.Millisecond)
+	redistest.Quiet(t, "c is asleep", func() bool { return redistest.Asleep() == 1 })
+	if n := rescues.Count(); n != 1 {
+		t.Fatalf("c's observer was told of %d rescues after its heartbeat said it was the head; want 1", n)
+	}
+	// At 2.5 s a's lease runs out, and c, which knows it is the head, takes
+	// the lock (its heartbeat, at 3 s, would be half a second late).
+	clk.Advance(1500 * time.Millisecond)
+	clk.Advance(10 * time.Millisecond)
+	select {
+	case err := <-cDone:
+		if err != nil {
+			t.Fatalf("c's Lock: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("c did not take the lock when a's lease ran out: it did not learn it was the head")
+	}
+	if n := rescues.Count(); n != 1 {
+		t.Fatalf("c's observer was told of %d rescues; want 1 (taking the lock at a lease's end is none)", n)
+	}
+	_ = c.Unlock(context.Background())
+}
+
+// reentrantLostWakeUp: a reentrant lock's waiter sleeps until a release's
+// wake-up, or until the hold's lease would run out. When the wake-up is
+// lost, its timer finds the lock released: a rescue, reported. When the
+// lease runs out with nobody releasing, its timer takes the lock, and that
+// is no rescue.
+func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const lease = 2 * time.Second
+	clk, client, stop := fakeRedis(t)
+	defer stop()
+	ca, cb, probe := client(), client(), client()
+	opts := []reentrant.Option{core.WithClock(clk), core.WithScripts(scripts)}
+	var calls sync.WaitGroup // ended before it returns, as in lostHeadNoticeFoundByTheHeartbeat
+	ctx, cancel := context.WithCancel(context.Background())
+	defer calls.Wait()
+	defer cancel()
+	for _, released := range []bool{true, false} {
+		name := map[bool]string{true: "lost-wake-up", false: "lease-runs-out"}[released]
+		var rescues redistest.Rescues
+		a, errA := reentrant.New(ca, name, opts...)
+		b, errB := reentrant.New(cb, name, append(opts, reentrant.WithObserver(&rescues))...)
+		if err := errors.Join(errA, errB); err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if ok, err := a.TryLock(ctx, 0, lease); !ok || err != nil {
+			t.Fatalf("a's TryLock: %v, %v", ok, err)
+		}
+		done := make(chan error, 1)
+		calls.Go(func() { done <- b.Lock(ctx) })
+		redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })
+		clk.Advance(time.Second)
+		if released {
+			// a's release at 1 s publishes its wake-up where nobody listens.
+			key := "fairlock:r:{" + name + "}"
+			raw, err := probe.Get(ctx, key).Result()
+			var hold struct{ O string }
+			if err == nil {
+				err = json.Unmarshal([]byte(raw), &hold)
+			}
+			if err != nil {
+				t.Fatalf("reading a's hold: %v", err)
+			}
+			v, err := scripts.ReentrantRelease.Run(ctx, probe, []string{key}, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
+			if err != nil || len(v) != 1 || v[0] != int64(1) {
+				t.Fatalf("releasing a's hold: %v, %v", v, err)
+			}
+			redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })
+		}
+		clk.Advance(time.Second) // b's timer, at the lease's end
+		clk.Advance(10 * time.Millisecond)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: b's Lock: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: b did not take the lock at the lease's end", name)
+		}
+		want := map[bool]int{true: 1, false: 0}[released]
+		if n := rescues.Count(); n != want {
+			t.Fatalf("%s: b's observer was told of %d rescues; want %d", name, n, want)
+		}
+		_ = b.Unlock(ctx)
+		_ = a.Unlock(ctx) // its hold ended: ErrLockLost, or not held
+	}
+}
+
+func TestLostHeadNoticeFoundByTheHeartbeat(t *testing.T) {
+	lostHeadNoticeFoundByTheHeartbeat(t, lua.Default())
+}
+
+func TestReentrantLostWakeUp(t *testing.T) {
+	reentrantLostWakeUp(t, lua.Default())
 }

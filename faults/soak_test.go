@@ -214,7 +214,9 @@ func soak(t *testing.T, lock string, total int) {
 	if len(summaries) != 3 {
 		t.Errorf("%d survivors reported, want 3", len(summaries))
 	}
+	rescues := 0
 	for _, s := range summaries {
+		rescues += s.Rescues
 		if s.Leaks != "" {
 			t.Errorf("a surviving worker leaked goroutines: %s", s.Leaks)
 		}
@@ -233,9 +235,9 @@ func soak(t *testing.T, lock string, total int) {
 	}
 	t.Logf("%s soak: %d acquisitions in %v (%.0f/s) by 3 processes x %d handles (one killed and replaced), %d connections cut; "+
 		"%d Lock errors (retried), %d stale writes rejected, %d holds lost, counter %d = accepted writes %d; "+
-		"FIFO checked on %d queue snapshots: %d violations",
+		"FIFO checked on %d queue snapshots: %d violations; %d rescues by the survivors (messages lost to the cuts)",
 		lock, acquired, elapsed.Round(time.Millisecond), float64(acquired)/elapsed.Seconds(), soakHandles, cuts,
-		errs, rejected, lost, counter, len(accepted), len(snaps), violations)
+		errs, rejected, lost, counter, len(accepted), len(snaps), violations, rescues)
 }
 
 // fifoViolations checks the fair lock's order against the queue snapshots,
