@@ -17,7 +17,6 @@ package fairlock_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"testing"
@@ -30,7 +29,6 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 )
 
@@ -658,21 +656,9 @@ func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
 const semaphoreChecks = "300"
 
 func TestSemaphoreSpecification(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	if !checksGiven {
-		old := flag.Lookup("rapid.checks").Value.String()
-		_ = flag.Set("rapid.checks", semaphoreChecks)
-		defer flag.Set("rapid.checks", old)
-	}
-	rapid.Check(t, semaphoreSpec(lua.Default()))
+	checkWith(t, semaphoreChecks, semaphoreSpec(lua.Default()))
 }
 
 func TestRWMutexSpecification(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	if !checksGiven {
-		old := flag.Lookup("rapid.checks").Value.String()
-		_ = flag.Set("rapid.checks", semaphoreChecks)
-		defer flag.Set("rapid.checks", old)
-	}
-	rapid.Check(t, rwMutexSpec(lua.Default()))
+	checkWith(t, semaphoreChecks, rwMutexSpec(lua.Default()))
 }

@@ -1175,11 +1175,17 @@ const faultFreeChecks = "300"
 // The fair lock's specification with its fault actions off: every turn of
 // every waiter is learned from its message (guarantee 9).
 func TestFairLockSpecificationWithoutFaults(t *testing.T) {
+	checkWith(t, faultFreeChecks, fairLockSpecOf(lua.Default(), false))
+}
+
+// checkWith checks prop with n checks, unless the run says how many
+// (checksGiven), and then that no goroutine outlived it.
+func checkWith(t *testing.T, n string, prop func(*rapid.T)) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	if !checksGiven {
 		old := flag.Lookup("rapid.checks").Value.String()
-		_ = flag.Set("rapid.checks", faultFreeChecks)
+		_ = flag.Set("rapid.checks", n)
 		defer flag.Set("rapid.checks", old)
 	}
-	rapid.Check(t, fairLockSpecOf(lua.Default(), false))
+	rapid.Check(t, prop)
 }

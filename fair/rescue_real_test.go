@@ -27,17 +27,9 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 	const workers, rep = 8, 200 * time.Millisecond
 	// mutexes makes a handle per worker, on the clients in turn.
 	mutexes := func(rescues *redistest.Rescues, name string, clients ...redis.UniversalClient) []redistest.Turn {
-		turns := make([]redistest.Turn, workers)
-		for i := range turns {
-			m, err := fair.New(clients[i%len(clients)], name, fair.WithObserver(rescues))
-			if err != nil {
-				t.Fatal(err)
-			}
-			turns[i] = func(ctx context.Context) (func(context.Context) error, error) {
-				return m.Unlock, m.Lock(ctx)
-			}
-		}
-		return turns
+		return redistest.LockTurns(t, workers, clients, func(c redis.UniversalClient) (redistest.Locker, error) {
+			return fair.New(c, name, fair.WithObserver(rescues))
+		})
 	}
 	shapes := []struct {
 		name  string

@@ -1,7 +1,6 @@
 package reentrant_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -18,17 +17,6 @@ import (
 // fresh lock and fresh clients.
 func TestRealNoRescuesWithoutFaults(t *testing.T) {
 	const workers, rep = 8, 200 * time.Millisecond
-	mutexes := func(t *testing.T, r *redistest.Rescues, name string, clients ...redis.UniversalClient) []redistest.Turn {
-		turns := make([]redistest.Turn, workers)
-		for i := range turns {
-			m, err := reentrant.New(clients[i%len(clients)], name, reentrant.WithObserver(r))
-			if err != nil {
-				t.Fatal(err)
-			}
-			turns[i] = func(ctx context.Context) (func(context.Context) error, error) { return m.Unlock, m.Lock(ctx) }
-		}
-		return turns
-	}
 	for _, shape := range []struct {
 		name    string
 		reps    int
@@ -47,7 +35,11 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 					for j := range clients {
 						clients[j] = redistest.DefaultClient(t, redistest.Single)
 					}
-					all.Add(redistest.TakeTurns(t, rep, mutexes(t, &rescues, redistest.Name(t), clients...)))
+					name := redistest.Name(t)
+					all.Add(redistest.TakeTurns(t, rep, redistest.LockTurns(t, workers, clients,
+						func(c redis.UniversalClient) (redistest.Locker, error) {
+							return reentrant.New(c, name, reentrant.WithObserver(&rescues))
+						})))
 				})
 			}
 			t.Logf("%s: %d reps, %v, %d rescues", shape.name, shape.reps, all, rescues.Count())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/observe"
+	"github.com/redis/go-redis/v9"
 )
 
 // The no-rescue stress: workers take one lock in turn as deployments do
@@ -38,6 +39,21 @@ func (r *Rescues) Count() int { return int(r.n.Load()) }
 // Turn is one worker's turn: it takes the lock (or its permits) and returns
 // how to give it back.
 type Turn func(ctx context.Context) (release func(context.Context) error, err error)
+
+// LockTurns makes n turns of Lock and Unlock, each with a handle of its own
+// that newLock makes on clients in turn.
+func LockTurns(t testing.TB, n int, clients []redis.UniversalClient, newLock func(redis.UniversalClient) (Locker, error)) []Turn {
+	t.Helper()
+	turns := make([]Turn, n)
+	for i := range turns {
+		m, err := newLock(clients[i%len(clients)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns[i] = func(ctx context.Context) (func(context.Context) error, error) { return m.Unlock, m.Lock(ctx) }
+	}
+	return turns
+}
 
 // Turns is what one run of TakeTurns saw.
 type Turns struct {
