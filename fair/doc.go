@@ -84,6 +84,22 @@
 //  8. Nothing leaks: every key carries a TTL, kept past the later of the
 //     hold's lease and the last waiter's deadline by 30 to 40 s. When every
 //     client is gone, nothing is left.
+//  9. No rescues without faults: every waiter learns of its turn (a grant,
+//     or that it became the head of a held lock) from the message Redis
+//     published for it, never from a fallback (its heartbeat's news, a
+//     timer's try), unless a fault lost that message: a connection cut, a
+//     client or Redis paused, a reply dropped. A waiter that joined before
+//     its subscription was confirmed tries once more when the confirmation
+//     comes, however soon it came, so a hand-off published in between is
+//     never left to the heartbeat. Each rescue is reported to the observer
+//     (observe.Rescued, the metric fairlock_queue_rescues_total) and logged:
+//     in a healthy deployment the count stays 0, and any rescue cost its
+//     waiter up to a heartbeat. Grants the heartbeat makes itself (a dead
+//     head evicted) and leases that run out are the fallbacks' own work,
+//     not rescues. A rescue is decided exactly: before reporting one, the
+//     waiter makes sure that everything Redis published to its client before
+//     it learned the news has arrived (a marker of its own on its inbox), so
+//     a message merely overtaken by a reply is not counted.
 //
 // Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
 // deadlines are per waiter and taken from Redis's clock (never "the
@@ -130,7 +146,7 @@
 // Its waiters queue on a fair lock of its own, its gate (keys
 // fairlock:s:{N}:gate...): the gate's holder is the first waiter, and takes
 // its permits as soon as enough are free; everyone behind it waits in the
-// gate's queue. So guarantees 2 to 8 above hold for the semaphore's waiters
+// gate's queue. So guarantees 2 to 9 above hold for the semaphore's waiters
 // as they are, and:
 //
 //  1. Permit accounting: a request for n permits is granted only when the
