@@ -203,36 +203,36 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 }
 
 // Flush returns once what was published on the channel before it has been
-// read: a targeted message published just before is waiting in C.
+// read: a targeted message published just before is waiting in C. On
+// miniredis, a real server and a cluster (sharded pub/sub).
 func TestFlushDeliversWhatWasPublishedBefore(t *testing.T) {
 	redistest.NoLeaks(t)
-	for _, real := range []bool{false, true} {
-		var client *redis.Client
-		if real {
-			client = redistest.Real(t)
-		} else {
-			_, _, client = redistest.Mini(t)
-		}
+	_, _, mini := redistest.Mini(t)
+	for kind, client := range map[string]redis.UniversalClient{"miniredis": mini, "real": redistest.Real(t), "cluster": redistest.Cluster(t)} {
 		ctx := context.Background()
 		channel := "fairlock:test:{" + redistest.Name(t) + "}"
+		publish := client.Publish
+		if _, ok := client.(*redis.ClusterClient); ok {
+			publish = client.SPublish
+		}
 		s, err := core.Subscribe(ctx, client, channel, "a")
 		if err != nil {
 			t.Fatal(err)
 		}
 		<-s.Ready()
 		for i := range 20 {
-			if err := client.Publish(ctx, channel, "a note-"+strconv.Itoa(i)).Err(); err != nil {
+			if err := publish(ctx, channel, "a note-"+strconv.Itoa(i)).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if p, ok := s.Take(); !ok || p != "a note-"+strconv.Itoa(i) {
-				t.Fatalf("real=%v: after Flush, C holds %q, %v; want the note published before", real, p, ok)
+				t.Fatalf("%s: after Flush, C holds %q, %v; want the note published before", kind, p, ok)
 			}
 		}
 		if p, ok := s.Take(); ok {
-			t.Fatalf("a marker reached the waiter: %q", p)
+			t.Fatalf("%s: a marker reached the waiter: %q", kind, p)
 		}
 		s.Close()
 	}
