@@ -50,7 +50,11 @@
 // publishing): one waiter takes the lock within 1 ms and a round trip of the
 // lease's end. Every waiter has that timer, so then each makes one attempt
 // (one script call per waiter per lease that runs out); the fair lock wakes
-// only its head. A lock's channel stays subscribed for
+// only its head. The same timer is the fallback for a wake-up that a fault
+// lost (a connection cut): such a waiter waits up to the current hold's
+// lease, not a fair waiter's heartbeat, and finding the lock released by
+// its timer is a rescue, reported to the observer (observe.Rescued); a
+// hold that ran out is not. Without faults there are none. A lock's channel stays subscribed for
 // 30 s after its last waiter left; [github.com/fairlock/fairlock.CloseIdleConnections]
 // closes idle connections at once.
 //
