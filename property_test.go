@@ -1042,12 +1042,7 @@ func (s *spec) check(t *rapid.T) {
 	// Guarantee 9, no rescues without faults: a process that was never cut
 	// off from Redis (nor crashed) learns of every turn from its message.
 	for _, p := range s.procs {
-		n := 0
-		for _, e := range p.rec.Snapshot().Queue {
-			if e.Kind == observe.Rescued {
-				n++
-			}
-		}
+		n := p.rec.QueueEvents(observe.Rescued)
 		if n > p.rescues && !p.everCut && p.phase != crashed {
 			t.Fatalf("no rescues: %s, never cut off from Redis, learned of its turn from a fallback, not from its message", p.label)
 		}

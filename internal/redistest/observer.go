@@ -81,3 +81,16 @@ func (r *Recorder) Snapshot() Recorder {
 		Calls:        append([]RecordedCall(nil), r.Calls...),
 	}
 }
+
+// QueueEvents returns how many queue events of kind r has recorded.
+func (r *Recorder) QueueEvents(kind observe.QueueEventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.Queue {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
