@@ -19,24 +19,24 @@ import (
 
 // Delivered tells whether the message of news a waiter learned elsewhere
 // reached it after all, only later: it waits (bounded by MaxPause, as a
-// try in an outage is, and not cut short by ctx) until sub's hub has read everything published
-// before the call (Sub.Flush), then takes the wake-up waiting for the
-// waiter, if any. Redis publishes a waiter's message before any reply that
-// reports the news it carries, so in a run without faults the message is
-// found; mine says whether a wake-up found is that message (the caller
-// handles it). Otherwise the news was a rescue: it is reported, and
-// Delivered returns ok false.
-func (h Agent) Delivered(ctx context.Context, a Attempt, sub *Sub, news string, mine func(string) bool) (payload string, ok bool) {
+// try in an outage is, and not cut short by ctx) until sub's hub has read
+// everything published before the call (Sub.Flush), then takes the wake-up
+// waiting for the waiter, if any, and returns it (found). Redis publishes a
+// waiter's message before any reply that reports the news it carries, so
+// in a run without faults the message is found. Unless mine says the
+// wake-up found is that message, the news was a rescue, and is reported.
+// The caller handles a wake-up found either way.
+func (h Agent) Delivered(ctx context.Context, a Attempt, sub *Sub, news string, mine func(string) bool) (payload string, found bool) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxPause) // a wait that ends now is no rescue
 	err := sub.Flush(fctx)
 	cancel()
 	if err == nil {
-		if p, found := sub.Take(); found && mine(p) {
-			return p, true
-		}
+		payload, found = sub.Take()
 	}
-	h.Rescued(a, news)
-	return "", false
+	if !found || !mine(payload) {
+		h.Rescued(a, news)
+	}
+	return payload, found
 }
 
 // Rescued reports a rescue: a waiter learned news (what it learned) by
