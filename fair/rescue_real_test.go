@@ -15,14 +15,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// No rescues without faults (guarantee 10): workers take one lock in turn,
+// No rescues without faults (guarantee 9): workers take one lock in turn,
 // in the shapes deployments give them, on go-redis's default client and
 // fairlock's default options (so a lost message would cost a heartbeat,
 // 3.3 s), each repetition on a fresh lock and fresh clients, as a fresh
 // process finds them; every hand-off must reach its waiter by message.
-// Before the fix of the first-contention stall, about one repetition in
-// five of "handles per goroutine" lost its first hand-off, and nobody
-// held the lock for 3.3 s.
+// Before the fix of the first-contention stall, one to four repetitions in
+// twenty of "handles per goroutine" lost their first hand-off, and nobody
+// held the lock for 3.3 s; the shared handle, the cluster client, the
+// semaphore and the fresh processes stalled too, now and then.
 func TestRealNoRescuesWithoutFaults(t *testing.T) {
 	const workers, rep = 8, 200 * time.Millisecond
 	// mutexes makes a handle per worker, on the clients in turn.
@@ -103,18 +104,9 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 	}
 	for _, shape := range shapes {
 		t.Run(shape.name, func(t *testing.T) {
-			redistest.NoLeaks(t)
-			var rescues redistest.Rescues
-			var all redistest.Turns
-			for i := range shape.reps {
-				t.Run(fmt.Sprint(i), func(t *testing.T) {
-					all.Add(redistest.TakeTurns(t, rep, shape.turns(t, &rescues, redistest.Name(t))))
-				})
-			}
-			t.Logf("%s: %d reps, %v, %d rescues", shape.name, shape.reps, all, rescues.Count())
-			if n := rescues.Count(); n != 0 {
-				t.Errorf("%d rescues in a run without faults: a waiter learned of its turn from a fallback, not its message", n)
-			}
+			redistest.NoRescues(t, shape.name, shape.reps, rep, func(t *testing.T, r *redistest.Rescues) []redistest.Turn {
+				return shape.turns(t, r, redistest.Name(t))
+			})
 		})
 	}
 	t.Run("fresh processes", func(t *testing.T) {

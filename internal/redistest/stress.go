@@ -55,6 +55,24 @@ func LockTurns(t testing.TB, n int, clients []redis.UniversalClient, newLock fun
 	return turns
 }
 
+// NoRescues runs reps repetitions of TakeTurns for d, each a subtest with
+// the turns that makeTurns makes (on a fresh lock and fresh clients, with r
+// as their observer), logs what they saw, and fails on any rescue. It
+// checks that no goroutine outlives the repetitions.
+func NoRescues(t *testing.T, shape string, reps int, d time.Duration, makeTurns func(t *testing.T, r *Rescues) []Turn) {
+	t.Helper()
+	NoLeaks(t)
+	var rescues Rescues
+	var all Turns
+	for i := range reps {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { all.Add(TakeTurns(t, d, makeTurns(t, &rescues))) })
+	}
+	t.Logf("%s: %d reps, %v, %d rescues", shape, reps, all, rescues.Count())
+	if n := rescues.Count(); n != 0 {
+		t.Errorf("%s: %d rescues in a run without faults: a waiter learned of its turn from a fallback, not its message", shape, n)
+	}
+}
+
 // Turns is what one run of TakeTurns saw.
 type Turns struct {
 	Acquisitions int
