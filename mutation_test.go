@@ -221,7 +221,7 @@ var mutations = []struct {
 		// out) lost a wake-up: a rescue.
 		name:   "a reentrant acquire says a released lock's lease ran out",
 		file:   "reentrant_acquire.lua",
-		from:   "if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		from:   "if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
 		to:     "",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
@@ -229,7 +229,7 @@ var mutations = []struct {
 	{
 		name:   "a reentrant acquire says a lock whose lease ran out was released",
 		file:   "reentrant_acquire.lua",
-		from:   "if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		from:   "if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
 		to:     "freed = 1",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,

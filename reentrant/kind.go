@@ -31,14 +31,14 @@ func place(name string, scripts *lua.Scripts) core.Place {
 func newKind(h core.Agent) core.Kind { return &kind{h: h} }
 
 // attempt makes one try. It returns a grant, or how long the current hold
-// may last; freed says that a fresh grant's lock was released by its last
-// holder (not left to its lease's end).
-func (k *kind) attempt(ctx context.Context, a core.Attempt) (g *core.Grant, ttl time.Duration, freed bool, err error) {
+// may last; with askFreed, freed says that a fresh grant's lock was
+// released by its last holder (not left to its lease's end).
+func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *core.Grant, ttl time.Duration, freed bool, err error) {
 	h := k.h
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{
-		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
+		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale, AskFreed: askFreed,
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
@@ -73,7 +73,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	if sub != nil {
 		defer sub.Close()
 	}
-	g, ttl, _, err := k.attempt(ctx, a)
+	g, ttl, _, err := k.attempt(ctx, a, false)
 	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
 		return g, err
 	}
@@ -111,7 +111,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 			// Bound the try: go-redis's own retries take seconds.
 			actx, cancel = context.WithTimeout(ctx, core.MaxPause)
 		}
-		g, ttl, freed, err := k.attempt(actx, a)
+		g, ttl, freed, err := k.attempt(actx, a, n.fellBack)
 		if cancel != nil {
 			cancel()
 		}

@@ -1,11 +1,12 @@
 -- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock.
 -- KEYS[1] the hold (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
--- token of a hold this handle gave up for lost ("0": none).
--- Returns {1, count, token, freed} when held (freed: 1 if the lock was free
--- because its last hold's owner released it, which published a wake-up; 0
--- if that hold's lease ran out, or for a re-entry), {0, ms until the current
--- hold expires}.
+-- token of a hold this handle gave up for lost ("0": none), ARGV[5]
+-- (optional) "1": say whether a free lock was released (freed).
+-- Returns {1, count, token, freed} when held (freed: 1 if asked and the lock
+-- was free because its last hold's owner released it, which published a
+-- wake-up; 0 if that hold's lease ran out, for a re-entry, or not asked),
+-- {0, ms until the current hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -28,9 +29,9 @@ local w, answer = {}, nil
 if who == nil then
   -- Free, or the last hold's lease ran out: take it with a fresh token. A
   -- waiter whose fallback timer found it free asks whether its wake-up was
-  -- lost (a rescue): only a release sends one.
+  -- lost (a rescue): only a release sends one. Nobody else pays for that.
   local freed = 0
-  if s.f and released_hold(s, tonumber(s.f)) then freed = 1 end
+  if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end
   token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
   answer = {1, 1, token, freed}

@@ -82,10 +82,18 @@ type ReentrantAcquire struct {
 	Owner, Request any
 	Lease          any // ms
 	Stale          int64
+	// AskFreed: the reply says whether a free lock was released or ran out
+	// (a waiter's timer asks, to tell a rescue); other calls skip that work.
+	AskFreed bool
 }
 
 // Args is a's ARGV.
-func (a ReentrantAcquire) Args() []any { return []any{a.Owner, a.Request, a.Lease, a.Stale} }
+func (a ReentrantAcquire) Args() []any {
+	if a.AskFreed {
+		return []any{a.Owner, a.Request, a.Lease, a.Stale, "1"}
+	}
+	return []any{a.Owner, a.Request, a.Lease, a.Stale}
+}
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, count, token,
 // freed} when held, {0, ms until the current hold expires} otherwise.
@@ -95,7 +103,8 @@ type ReentrantAcquireReply struct {
 	Token  int64
 	HoldMs int64
 	// Freed: a fresh hold of a lock that its last holder released (which
-	// published a wake-up), not one whose last lease ran out.
+	// published a wake-up), not one whose last lease ran out; asked for
+	// with AskFreed, false otherwise.
 	Freed bool
 }
 
