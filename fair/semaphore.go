@@ -644,11 +644,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			outage.End()
 			if fellBack && r.held && r.grantedAt != 0 {
 				// Served while it slept: the reply says all the note would have.
-				k.h.Delivered(ctx, a, sub, "permits served", func(p string) bool {
-					n, _ := wire.ParseNote(p, gate.Owner())
-					_, ok := n.(wire.Served)
-					return ok
-				})
+				k.h.Delivered(ctx, a, sub, "permits served", func(p string) bool { return wire.IsNote[wire.Served](p, gate.Owner()) })
 			}
 			if g, done, err := k.outcome(a, r, err, sent); done {
 				return g, false, err

@@ -261,16 +261,12 @@ func (q *queueWait) note(payload string) bool {
 
 // servedNote reports whether payload serves this entry permits.
 func (q *queueWait) servedNote(payload string) bool {
-	n, _ := wire.ParseNote(payload, q.entry)
-	_, ok := n.(wire.Served)
-	return ok
+	return wire.IsNote[wire.Served](payload, q.entry)
 }
 
 // handOffNote reports whether payload hands the lock to this entry.
 func (q *queueWait) handOffNote(payload string) bool {
-	n, _ := wire.ParseNote(payload, q.entry)
-	_, ok := n.(wire.HandOff)
-	return ok
+	return wire.IsNote[wire.HandOff](payload, q.entry)
 }
 
 // unreachable handles an attempt that failed (err). An error that is not

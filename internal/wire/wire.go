@@ -250,6 +250,14 @@ func ParseNote(note, id string) (n Note, mine bool) {
 	return HandOff{Token: token, GrantedAt: ms}, true
 }
 
+// IsNote reports whether note is a note of type T (HandOff, Served, ...)
+// for id.
+func IsNote[T Note](note, id string) bool {
+	n, _ := ParseNote(note, id)
+	_, ok := n.(T)
+	return ok
+}
+
 func parseServed(text string) (Served, bool) {
 	f := strings.Fields(text)
 	if len(f) != 3 {

@@ -169,3 +169,17 @@ func TestParseElementInfo(t *testing.T) {
 		t.Errorf("ParseRequest of an owner alone: %+v", r)
 	}
 }
+
+// IsNote tells a note's type for its target, and nothing for another id.
+func TestIsNote(t *testing.T) {
+	handOff := "e1 42 1000"
+	if !IsNote[HandOff](handOff, "e1") {
+		t.Errorf("%q is not a hand-off for e1", handOff)
+	}
+	if IsNote[Served](handOff, "e1") {
+		t.Errorf("%q reads as permits served", handOff)
+	}
+	if IsNote[HandOff](handOff, "e2") {
+		t.Errorf("%q reads as a hand-off for e2", handOff)
+	}
+}
