@@ -25,18 +25,8 @@
 // The errors of every package are the same values, so errors.Is works
 // across them.
 //
-// This root package holds CloseIdleConnections, which every primitive's
-// waiters share, and, in property_test.go and its companions, the
-// executable specification of the locks.
+// Handles are made on an Owner (NewOwner): what the handles of one go-redis
+// client share, and what a graceful shutdown closes. The root package holds
+// it and, in property_test.go and its companions, the executable
+// specification of the locks.
 package fairlock
-
-import "github.com/fairlock/fairlock/internal/core"
-
-// CloseIdleConnections closes the pub/sub connections that no waiter uses.
-//
-// Waiters of one go-redis client share one pub/sub connection (one per shard
-// node on Cluster), and a lock's channel (the client's inbox of it) stays
-// subscribed for 30 s after its last waiter left, so that a busy lock does not subscribe at every wait. Call
-// this before closing a client, or at the end of a test that checks for
-// leaked goroutines, to close them at once.
-func CloseIdleConnections() { core.CloseIdleHubs() }

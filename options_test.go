@@ -35,10 +35,10 @@ func TestMisappliedOptionsDoNotCompile(t *testing.T) {
 import (
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -48,7 +48,7 @@ var (
 	_ = multi.NewRedLock
 )
 
-func use(c redis.UniversalClient) {
+func use(o *fairlock.Owner) {
 ` + body + `
 }
 `
@@ -70,37 +70,37 @@ func use(c redis.UniversalClient) {
 
 	// The harness compiles what is right: every option where it applies.
 	out, err := build(t, `
-	_, _ = fair.New(c, "a", fair.WithLease(time.Second), fair.WithWaitTimeout(time.Second), fair.WithReplicas(1, time.Second))
-	_, _ = fair.NewSemaphore(c, "a", 2, fair.WithLease(time.Second), fair.WithLabel("x"))
-	_, _ = fair.NewRWMutex(c, "a", fair.WithWaitTimeout(time.Second))
+	_, _ = fair.New(o, "a", fair.WithLease(time.Second), fair.WithWaitTimeout(time.Second), fair.WithReplicas(1, time.Second))
+	_, _ = fair.NewSemaphore(o, "a", 2, fair.WithLease(time.Second), fair.WithLabel("x"))
+	_, _ = fair.NewRWMutex(o, "a", fair.WithWaitTimeout(time.Second))
 	opts := []fair.Option{fair.WithLease(time.Second)}
-	_, _ = fair.NewSemaphore(c, "a", 2, opts...)
+	_, _ = fair.NewSemaphore(o, "a", 2, opts...)
 	mutexOpts := []fair.MutexOption{fair.WithLease(time.Second), fair.WithReplicas(1, time.Second)}
-	_, _ = fair.New(c, "a", mutexOpts...)
-	_, _ = reentrant.New(c, "a", reentrant.WithLease(time.Second), reentrant.WithReplicas(1, time.Second))
-	_, _ = multi.NewRedLock([]redis.UniversalClient{c}, "a", reentrant.WithLease(time.Second))`)
+	_, _ = fair.New(o, "a", mutexOpts...)
+	_, _ = reentrant.New(o, "a", reentrant.WithLease(time.Second), reentrant.WithReplicas(1, time.Second))
+	_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", reentrant.WithLease(time.Second))`)
 	if err != nil {
 		t.Fatalf("a program that uses every option where it applies does not build: %v\n%s", err, out)
 	}
 
 	for _, c := range []struct{ what, body, want string }{
 		{"the fair lock's queue option on the reentrant lock",
-			`_, _ = reentrant.New(c, "a", fair.WithWaitTimeout(time.Second))`,
+			`_, _ = reentrant.New(o, "a", fair.WithWaitTimeout(time.Second))`,
 			"does not implement reentrant.Option"},
 		{"the fair lock's label on RedLock",
-			`_, _ = multi.NewRedLock([]redis.UniversalClient{c}, "a", fair.WithLabel("x"))`,
+			`_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", fair.WithLabel("x"))`,
 			"does not implement reentrant.Option"},
 		{"an option both locks have, from the other package",
-			`_, _ = reentrant.New(c, "a", fair.WithLease(time.Second))`,
+			`_, _ = reentrant.New(o, "a", fair.WithLease(time.Second))`,
 			"does not implement reentrant.Option"},
 		{"a reentrant option on the fair lock",
-			`_, _ = fair.New(c, "a", reentrant.WithLease(time.Second))`,
+			`_, _ = fair.New(o, "a", reentrant.WithLease(time.Second))`,
 			"does not implement fair.MutexOption"},
 		{"WithReplicas on the semaphore",
-			`_, _ = fair.NewSemaphore(c, "a", 2, fair.WithReplicas(1, time.Second))`,
+			`_, _ = fair.NewSemaphore(o, "a", 2, fair.WithReplicas(1, time.Second))`,
 			"does not implement fair.Option"},
 		{"WithReplicas on the RW lock",
-			`_, _ = fair.NewRWMutex(c, "a", fair.WithReplicas(1, time.Second))`,
+			`_, _ = fair.NewRWMutex(o, "a", fair.WithReplicas(1, time.Second))`,
 			"does not implement fair.Option"},
 	} {
 		t.Run(c.what, func(t *testing.T) {

@@ -70,7 +70,7 @@ type retrySpec struct {
 }
 
 func (s *retrySpec) call(sc *lua.Script, args ...any) []int64 {
-	v, err := sc.Run(context.Background(), s.c, s.keys, args...).Slice()
+	v, err := sc.Run(context.Background(), s.c, nil, s.keys, args...).Slice()
 	if err != nil {
 		s.t.Fatalf("%v", err)
 	}

@@ -168,7 +168,7 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
 	}
 	var err error
-	if s.admin, err = fair.NewSemaphore(s.probe, semName, 3, opts("admin")...); err != nil {
+	if s.admin, err = fair.NewSemaphore(redistest.Owner(s.probe), semName, 3, opts("admin")...); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < processes; i++ {
@@ -179,9 +179,9 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 		p := &semProc{label: label, client: c, cut: cut}
 		var err error
 		if rw {
-			p.rw, err = fair.NewRWMutex(c, semName, opts(label)...)
+			p.rw, err = fair.NewRWMutex(redistest.Owner(c), semName, opts(label)...)
 		} else {
-			p.s, err = fair.NewSemaphore(c, semName, 3, opts(label)...)
+			p.s, err = fair.NewSemaphore(redistest.Owner(c), semName, 3, opts(label)...)
 		}
 		if err != nil {
 			t.Fatal(err)

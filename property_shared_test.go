@@ -72,7 +72,7 @@ func newSharedSpec(t *rapid.T) *sharedSpec {
 	handle := func(label string) *fair.Mutex {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		s.clients = append(s.clients, c)
-		m, err := fair.New(c, lockName, core.WithClock(s.clk), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(c), lockName, core.WithClock(s.clk), fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func (s *sharedSpec) close() {
 			s.holder.holding, s.holder = false, nil
 		}
 	}
-	core.CloseIdleHubs()
+	redistest.CloseOwners()
 	for _, c := range s.clients {
 		_ = c.Close()
 	}

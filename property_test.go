@@ -169,7 +169,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	s.ledger = newQueueLedger(t, s.probe, "the lock", lockKey, "")
 	s.ledger.replies = newHeadReplies(scripts.FairAcquire)
-	admin, err := fair.New(s.probe, lockName, core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel("admin"))
+	admin, err := fair.New(redistest.Owner(s.probe), lockName, core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel("admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c.AddHook(rl)
 		c.AddHook(s.ledger.replies)
 		rec := &redistest.Recorder{}
-		m, err := fair.New(c, lockName, core.WithClock(s.clk), core.WithScripts(scripts),
+		m, err := fair.New(redistest.Owner(c), lockName, core.WithClock(s.clk), core.WithScripts(scripts),
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease),
 			fair.WithObserver(rec))
 		if err != nil {

@@ -78,12 +78,12 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	defer stop()
 	ca, cb, probe := client(), client(), client()
 	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
-	a, err := fair.New(ca, name, opts...)
+	a, err := fair.New(redistest.Owner(ca), name, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	var rescues redistest.Rescues
-	b, err := fair.New(cb, name, append(opts, fair.WithObserver(&rescues))...)
+	b, err := fair.New(redistest.Owner(cb), name, append(opts, fair.WithObserver(&rescues))...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -117,7 +117,7 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		t.Fatalf("Inspect: %+v, %v", st, err)
 	}
 	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
-	v, err := scripts.FairRelease.Run(ctx, probe, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
+	v, err := scripts.FairRelease.Run(ctx, probe, nil, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
 	if err != nil || len(v) != 1 || v[0] != int64(1) {
 		t.Fatalf("releasing a's hold: %v, %v", v, err)
 	}
@@ -167,7 +167,7 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	clk, newClient, stop := fakeRedis(t)
 	defer stop()
 	client := newClient()
-	m, err := reentrant.New(client, "reentry", core.WithClock(clk), core.WithScripts(scripts))
+	m, err := reentrant.New(redistest.Owner(client), "reentry", core.WithClock(clk), core.WithScripts(scripts))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -216,7 +216,7 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 	client := newClient()
 	ctx := context.Background()
 	semaphore := func(name string) *fair.Semaphore {
-		sem, err := fair.NewSemaphore(client, name, 1,
+		sem, err := fair.NewSemaphore(redistest.Owner(client), name, 1,
 			core.WithClock(clk), core.WithScripts(scripts), fair.WithLease(2*time.Minute))
 		if err != nil {
 			t.Fatalf("NewSemaphore: %v", err)
@@ -280,9 +280,9 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	ca, cb, cc, probe := client(), client(), client(), client()
 	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
 	var rescues redistest.Rescues
-	a, errA := fair.New(ca, name, opts...)
-	b, errB := fair.New(cb, name, opts...)
-	c, errC := fair.New(cc, name, append(opts, fair.WithObserver(&rescues))...)
+	a, errA := fair.New(redistest.Owner(ca), name, opts...)
+	b, errB := fair.New(redistest.Owner(cb), name, opts...)
+	c, errC := fair.New(redistest.Owner(cc), name, append(opts, fair.WithObserver(&rescues))...)
 	if err := errors.Join(errA, errB, errC); err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -318,7 +318,7 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		t.Fatalf("Inspect: %+v, %v", st, err)
 	}
 	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
-	if err := scripts.FairLeave.Run(context.Background(), probe, keys, st.Queue[0].Owner, st.Queue[0].Entry, "PUBLISH", "nobody-listens").Err(); err != nil {
+	if err := scripts.FairLeave.Run(context.Background(), probe, nil, keys, st.Queue[0].Owner, st.Queue[0].Entry, "PUBLISH", "nobody-listens").Err(); err != nil {
 		t.Fatalf("b's entry leaving: %v", err)
 	}
 	cancelB() // b gives up too (its own leave finds nothing to do)
@@ -373,8 +373,8 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 	for _, released := range []bool{true, false} {
 		name := map[bool]string{true: "lost-wake-up", false: "lease-runs-out"}[released]
 		var rescues redistest.Rescues
-		a, errA := reentrant.New(ca, name, opts...)
-		b, errB := reentrant.New(cb, name, append(opts, reentrant.WithObserver(&rescues))...)
+		a, errA := reentrant.New(redistest.Owner(ca), name, opts...)
+		b, errB := reentrant.New(redistest.Owner(cb), name, append(opts, reentrant.WithObserver(&rescues))...)
 		if err := errors.Join(errA, errB); err != nil {
 			t.Fatalf("New: %v", err)
 		}
@@ -396,7 +396,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 			if err != nil {
 				t.Fatalf("reading a's hold: %v", err)
 			}
-			v, err := scripts.ReentrantRelease.Run(ctx, probe, []string{key}, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
+			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, []string{key}, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
 			if err != nil || len(v) != 1 || v[0] != int64(1) {
 				t.Fatalf("releasing a's hold: %v, %v", v, err)
 			}

@@ -31,8 +31,8 @@ var impls = []impl{
 	{"floor", newFloor},
 	{"redislock", newRedislock},
 	{"redsync", newRedsync},
-	{"fairlock/fair", func(c *redis.Client, name string) (locker, error) { return fair.New(c, name) }},
-	{"fairlock/reentrant", func(c *redis.Client, name string) (locker, error) { return reentrant.New(c, name) }},
+	{"fairlock/fair", func(c *redis.Client, name string) (locker, error) { return fair.New(ownerOf(c), name) }},
+	{"fairlock/reentrant", func(c *redis.Client, name string) (locker, error) { return reentrant.New(ownerOf(c), name) }},
 	{"redisson-port/fair", newRedissonFair},
 	{"redisson-port/lock", newRedissonLock},
 }

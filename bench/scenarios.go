@@ -353,7 +353,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	defer func() { _ = client.Close() }()
 	name := lockName("queue")
 	opts := []fair.MutexOption{fair.WithWaitTimeout(5 * time.Minute)}
-	holder, err := fair.New(client, name, opts...)
+	holder, err := fair.New(ownerOf(client), name, opts...)
 	if err != nil {
 		return res, err
 	}
@@ -374,7 +374,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 		if i%20 == 13 {
 			c, o = crashed, []fair.MutexOption{fair.WithWaitTimeout(time.Second)}
 		}
-		m, err := fair.New(c, name, o...)
+		m, err := fair.New(ownerOf(c), name, o...)
 		if err != nil {
 			return res, err
 		}
@@ -421,7 +421,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 
 	// The baseline: Lock+Unlock on a lock nobody waits for, in chunks
 	// interleaved with the measured ones (this machine's speed drifts).
-	empty, err := fair.New(client, name+"-empty", opts...)
+	empty, err := fair.New(ownerOf(client), name+"-empty", opts...)
 	if err != nil {
 		return res, err
 	}

@@ -36,14 +36,14 @@ type semImpl struct {
 var semImpls = []semImpl{
 	{"spinning zset", newSpinSem},
 	{"fairlock/fair.Semaphore", func(c *redis.Client, name string, k int) (permitter, error) {
-		s, err := fair.NewSemaphore(c, name, k)
+		s, err := fair.NewSemaphore(ownerOf(c), name, k)
 		return fairSem{s}, err
 	}},
 	{"fairlock/fair.Mutex", func(c *redis.Client, name string, k int) (permitter, error) {
 		if k != 1 {
 			return nil, nil // a mutex is one permit
 		}
-		m, err := fair.New(c, name)
+		m, err := fair.New(ownerOf(c), name)
 		return fairMutex{m}, err
 	}},
 }
@@ -237,7 +237,7 @@ func (e *env) rwRun(ctx context.Context, impl string, hold, dur time.Duration) (
 		var lock, unlock func(context.Context) error
 		switch impl {
 		case "fairlock/fair.RWMutex":
-			m, err := fair.NewRWMutex(cs[i%clients], name)
+			m, err := fair.NewRWMutex(ownerOf(cs[i%clients]), name)
 			if err != nil {
 				return nil, err
 			}
@@ -246,7 +246,7 @@ func (e *env) rwRun(ctx context.Context, impl string, hold, dur time.Duration) (
 				lock, unlock = m.Lock, m.Unlock
 			}
 		default:
-			m, err := fair.New(cs[i%clients], name)
+			m, err := fair.New(ownerOf(cs[i%clients]), name)
 			if err != nil {
 				return nil, err
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fairlock/fairlock"
+	"github.com/redis/go-redis/v9"
 	"log"
 	"sync"
 	"testing"
@@ -12,12 +14,23 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/fairlocktest"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // The code of getting-started.md, compiled: every ```go block of the page
 // stands in this file as it is (TestGettingStartedCodeIsCompiled), and
 // Example runs the page's job runner.
+
+// newOwner makes the process's owner of lock handles; main defers
+// owner.Close(ctx) before the client's Close.
+func newOwner(addr string) (*fairlock.Owner, *redis.Client, error) {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	owner, err := fairlock.NewOwner(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return owner, client, nil
+}
 
 // Job is a unit of work of the page's job runner.
 type Job struct {
@@ -32,8 +45,8 @@ type Store interface {
 
 // runInOrder runs each job of jobs under the lock "jobs", one at a time
 // across every process that runs it, in the order the calls came.
-func runInOrder(ctx context.Context, client redis.UniversalClient, jobs <-chan Job) error {
-	m, err := fair.New(client, "jobs", fair.WithLabel("job runner"))
+func runInOrder(ctx context.Context, owner *fairlock.Owner, jobs <-chan Job) error {
+	m, err := fair.New(owner, "jobs", fair.WithLabel("job runner"))
 	if err != nil {
 		return err
 	}
@@ -53,13 +66,13 @@ func runInOrder(ctx context.Context, client redis.UniversalClient, jobs <-chan J
 }
 
 // startWorkers starts n workers, each with a handle of its own.
-func startWorkers(ctx context.Context, client redis.UniversalClient, n int, jobs <-chan Job) *sync.WaitGroup {
+func startWorkers(ctx context.Context, owner *fairlock.Owner, n int, jobs <-chan Job) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := runInOrder(ctx, client, jobs); err != nil {
+			if err := runInOrder(ctx, owner, jobs); err != nil {
 				log.Print(err)
 			}
 		}()
@@ -68,8 +81,8 @@ func startWorkers(ctx context.Context, client redis.UniversalClient, n int, jobs
 }
 
 // runKAtATime runs the jobs at most k at a time, in the order they came.
-func runKAtATime(ctx context.Context, client redis.UniversalClient, k int, jobs <-chan Job) error {
-	s, err := fair.NewSemaphore(client, "exports", k)
+func runKAtATime(ctx context.Context, owner *fairlock.Owner, k int, jobs <-chan Job) error {
+	s, err := fair.NewSemaphore(owner, "exports", k)
 	if err != nil {
 		return err
 	}
@@ -126,8 +139,8 @@ func writeFenced(ctx context.Context, m *fair.Mutex, store Store) error {
 
 // newTuned makes a handle for jobs that take minutes, on a network where a
 // waiter may be silent for a while.
-func newTuned(client redis.UniversalClient) (*fair.Mutex, error) {
-	return fair.New(client, "jobs",
+func newTuned(owner *fairlock.Owner) (*fair.Mutex, error) {
+	return fair.New(owner, "jobs",
 		fair.WithLease(time.Minute),          // renewed every 20 s while held
 		fair.WithWaitTimeout(30*time.Second), // a waiter silent for 30 s loses its place
 		fair.WithLabel("nightly jobs"),       // shown by Inspect and fairlock inspect
@@ -136,7 +149,7 @@ func newTuned(client redis.UniversalClient) (*fair.Mutex, error) {
 
 // The page's functions that no test calls are compiled all the same; this
 // says so to the linters.
-var _ = []any{runKAtATime, tryForAMinute, whyItEnded, writeFenced, newTuned}
+var _ = []any{newOwner, runKAtATime, tryForAMinute, whyItEnded, writeFenced, newTuned}
 
 // Example runs the page's ordered job runner: three workers on one lock.
 func Example_gettingStarted() {
@@ -145,12 +158,12 @@ func Example_gettingStarted() {
 		panic(err)
 	}
 	defer s.Close()
-	client, ctx := s.Client, context.Background()
+	owner, ctx := s.Owner, context.Background()
 
 	jobs := make(chan Job)
 	var mu sync.Mutex
 	var running, most, done int
-	wg := startWorkers(ctx, client, 3, jobs)
+	wg := startWorkers(ctx, owner, 3, jobs)
 	for id := range 6 {
 		jobs <- Job{ID: id, Work: func(context.Context) error {
 			mu.Lock()

@@ -3,6 +3,7 @@ package docs_test
 import (
 	"context"
 	"errors"
+	"github.com/fairlock/fairlock"
 	"testing"
 	"time"
 
@@ -10,15 +11,14 @@ import (
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
-	"github.com/redis/go-redis/v9"
 )
 
 // The code of migrating.md, compiled (TestMigratingCodeIsCompiled).
 
 // fromRedsync is redsync's NewMutex, WithExpiry, WithTries and Lock, on the
 // fair lock: no tries to count, the caller waits its turn in the queue.
-func fromRedsync(ctx context.Context, client redis.UniversalClient) error {
-	m, err := fair.New(client, "orders", fair.WithLease(8*time.Second))
+func fromRedsync(ctx context.Context, owner *fairlock.Owner) error {
+	m, err := fair.New(owner, "orders", fair.WithLease(8*time.Second))
 	if err != nil {
 		return err
 	}
@@ -33,8 +33,8 @@ func fromRedsync(ctx context.Context, client redis.UniversalClient) error {
 
 // fromRedislock is redislock's Obtain with a TTL and no retry, then
 // Release: one attempt with a fixed lease.
-func fromRedislock(ctx context.Context, client redis.UniversalClient) error {
-	m, err := reentrant.New(client, "my-key")
+func fromRedislock(ctx context.Context, owner *fairlock.Owner) error {
+	m, err := reentrant.New(owner, "my-key")
 	if err != nil {
 		return err
 	}
@@ -51,8 +51,8 @@ func fromRedislock(ctx context.Context, client redis.UniversalClient) error {
 // fromRedissonSemaphore is Redisson's RSemaphore.trySetPermits(3) and
 // acquire(); release(): here each Acquire returns the permit hold to give
 // back, with a lease of its own.
-func fromRedissonSemaphore(ctx context.Context, client redis.UniversalClient) error {
-	s, err := fair.NewSemaphore(client, "exports", 3)
+func fromRedissonSemaphore(ctx context.Context, owner *fairlock.Owner) error {
+	s, err := fair.NewSemaphore(owner, "exports", 3)
 	if err != nil {
 		return err
 	}
@@ -65,8 +65,8 @@ func fromRedissonSemaphore(ctx context.Context, client redis.UniversalClient) er
 
 // fromRedissonReadWriteLock is RReadWriteLock's readLock().lock() and
 // writeLock().lock(): one handle, two sides.
-func fromRedissonReadWriteLock(ctx context.Context, client redis.UniversalClient) error {
-	rw, err := fair.NewRWMutex(client, "catalog")
+func fromRedissonReadWriteLock(ctx context.Context, owner *fairlock.Owner) error {
+	rw, err := fair.NewRWMutex(owner, "catalog")
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 	open := func(label string) *handle {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close() })
-		m, err := fair.New(c, name, core.WithClock(clk), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(c), name, core.WithClock(clk), fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}

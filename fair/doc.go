@@ -5,7 +5,8 @@
 // in submission order, or services that must take turns. A Mutex has the API
 // of [github.com/fairlock/fairlock/reentrant.Mutex], plus a queue.
 //
-//	var deploys, _ = fair.New(client, "deploys", fair.WithLabel("deployer")) // one handle, shared
+//	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
+//	var deploys, _ = fair.New(owner, "deploys", fair.WithLabel("deployer")) // one handle, shared
 //
 //	func deploy(ctx context.Context) error {
 //		ctx, err := deploys.LockContext(ctx) // joins the queue, waits its turn
@@ -36,7 +37,8 @@
 //     Lock call is a waiter of its own, whichever handle it is made on. A
 //     queued waiter keeps its place by refreshing its own deadline (now + its
 //     wait timeout, [WithWaitTimeout]) every wait timeout / 3; all waiters of
-//     one client on one lock share one heartbeat call.
+//     one owner (github.com/fairlock/fairlock.Owner) on one lock share one
+//     heartbeat call.
 //  3. No barging: TryLock with wait 0 never joins the queue, and succeeds only
 //     when the lock is free and no live waiter is queued (or when its
 //     context carries the hold: a re-entry).
@@ -57,11 +59,11 @@
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue and publishes exactly one message, to
-//     that waiter's client alone: each go-redis client listens on its own
-//     inbox of the lock, so a hand-off reaches one connection and wakes one
-//     process however many clients wait (the waiter behind it is told it is
-//     head now in the same message when it is of the same client, else in
-//     one message to its own). The grant lasts no longer than the waiter's
+//     that waiter's owner alone: each owner listens on its own inbox of the
+//     lock, so a hand-off reaches one connection and wakes one process
+//     however many owners wait (the waiter behind it is told it is head now
+//     in the same message when it is of the same owner, else in one message
+//     to its own). The grant lasts no longer than the waiter's
 //     queue deadline until the new holder claims it (in the background, halfway through
 //     that first lease; a shorter hold never needs to), so a grant to a
 //     waiter that died frees itself when its eviction would have. The
@@ -83,7 +85,9 @@
 //     when it reaches the head.
 //  8. Nothing leaks: every key carries a TTL, kept past the later of the
 //     hold's lease and the last waiter's deadline by 30 to 40 s. When every
-//     client is gone, nothing is left.
+//     client is gone, nothing is left. An owner's Close takes its waiters out
+//     of their queues and releases its holds at once, so a process that shuts
+//     down gracefully delays nobody.
 //  9. No rescues without faults: every waiter learns of its turn (a grant,
 //     or that it became the head of a held lock) from the message Redis
 //     published for it, never from a fallback (its heartbeat's news, a
@@ -114,7 +118,7 @@
 // list fairlock:f:{N}:queue (entries in join order, each with its lease, wait
 // timeout and label), the sorted set fairlock:f:{N}:deadlines (entry id by
 // deadline; an entry missing here is a tombstone left by a waiter that gave
-// up), and one channel per go-redis client with a waiter,
+// up), and one channel per owner with a waiter,
 // fairlock:f:{N}:wake:<client id> (its inbox: the notes for its waiters).
 // internal/lua/*.lua documents every field and step,
 // and docs/queue-semantics.md walks through them. A fair and a reentrant lock
@@ -139,7 +143,7 @@
 // A [Semaphore] hands out K permits in strict arrival order: for job runners
 // that run K jobs at a time in submission order.
 //
-//	s, err := fair.NewSemaphore(client, "encoders", 4)
+//	s, err := fair.NewSemaphore(owner, "encoders", 4)
 //	p, err := s.Acquire(ctx, 1) // waits its turn, then holds 1 of 4 permits
 //	defer p.Release(context.Background())
 //
@@ -196,7 +200,7 @@
 // arrival order: writers and runs of readers take turns, and a writer is
 // never starved by a stream of readers.
 //
-//	rw, err := fair.NewRWMutex(client, "catalog")
+//	rw, err := fair.NewRWMutex(owner, "catalog")
 //	if err := rw.RLock(ctx); err != nil { ... } // shares with other readers
 //	defer rw.RUnlock(context.Background())
 //

@@ -3,6 +3,7 @@ package fair_test
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +19,11 @@ func Example() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	m, err := fair.New(client, "deploys", fair.WithLabel("deployer"))
+	m, err := fair.New(owner, "deploys", fair.WithLabel("deployer"))
 	if err != nil {
 		panic(err)
 	}
@@ -40,7 +43,9 @@ func ExampleMutex_LockContext() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
-	jobs, _ := fair.New(client, "jobs") // share it
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
+	jobs, _ := fair.New(owner, "jobs")      // share it
 
 	var inside, most atomic.Int32
 	var wg sync.WaitGroup
@@ -70,7 +75,9 @@ func ExampleMutex_Do() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
-	reports, _ := fair.New(client, "reports")
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
+	reports, _ := fair.New(owner, "reports")
 
 	err := reports.Do(context.Background(), func(ctx context.Context) error {
 		// ctx ends if the hold is lost; pass it to the work.
@@ -89,10 +96,12 @@ func ExampleInspect() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	holder, _ := fair.New(client, "reports", fair.WithLabel("nightly"))
-	waiter, _ := fair.New(client, "reports", fair.WithLabel("ad hoc"))
+	holder, _ := fair.New(owner, "reports", fair.WithLabel("nightly"))
+	waiter, _ := fair.New(owner, "reports", fair.WithLabel("ad hoc"))
 	_ = holder.Lock(ctx)
 
 	// The waiter gives up after 100 ms; meanwhile it is in the queue.
@@ -128,9 +137,11 @@ func ExampleSemaphore() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	s, err := fair.NewSemaphore(client, "encoders", 2)
+	s, err := fair.NewSemaphore(owner, "encoders", 2)
 	if err != nil {
 		panic(err)
 	}
@@ -155,11 +166,13 @@ func ExampleRWMutex() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	reader, _ := fair.NewRWMutex(client, "catalog")
-	other, _ := fair.NewRWMutex(client, "catalog")
-	writer, _ := fair.NewRWMutex(client, "catalog")
+	reader, _ := fair.NewRWMutex(owner, "catalog")
+	other, _ := fair.NewRWMutex(owner, "catalog")
+	writer, _ := fair.NewRWMutex(owner, "catalog")
 	_ = reader.RLock(ctx)
 	_ = other.RLock(ctx)
 	ok, _ := writer.TryLock(ctx, 0, 0)
@@ -189,11 +202,13 @@ func ExampleWithObserver() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	m, _ := fair.New(client, "reports", fair.WithObserver(waitLogger{}))
+	m, _ := fair.New(owner, "reports", fair.WithObserver(waitLogger{}))
 	_ = m.Do(ctx, func(context.Context) error { return nil })
-	other, _ := fair.New(client, "reports")
+	other, _ := fair.New(owner, "reports")
 	_ = other.Lock(ctx)
 	defer other.Unlock(ctx)
 	_, _ = m.TryLock(ctx, 0, 0)

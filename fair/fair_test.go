@@ -121,7 +121,7 @@ func TestGivingUpHandsAFreeLockToTheNext(t *testing.T) {
 	// yet read when b gives up: simulate with a release that publishes
 	// nowhere, then cancel b's wait.
 	token := a.Token()
-	if err := lua.Default().FairRelease.Run(ctx, e.client, keysFor(), ownerOfHolder(t, e), "req-x", token, "PUBLISH", "nowhere").Err(); err != nil {
+	if err := lua.Default().FairRelease.Run(ctx, e.client, nil, keysFor(), ownerOfHolder(t, e), "req-x", token, "PUBLISH", "nowhere").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.holder(); h != "b" {
@@ -451,19 +451,19 @@ func TestFairBadInput(t *testing.T) {
 		"too many replicas":     fair.WithReplicas(101, time.Second),
 		"zero replica timeout":  fair.WithReplicas(1, 0),
 	} {
-		if _, err := fair.New(client, "x", opt); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.New(redistest.Owner(client), "x", opt); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	for _, name := range []string{"", "{x}", "a}"} {
-		if _, err := fair.New(client, name); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.New(redistest.Owner(client), name); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("name %q: %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
 		t.Errorf("nil client: %v", err)
 	}
-	m, _ := fair.New(client, "x")
+	m, _ := fair.New(redistest.Owner(client), "x")
 	if _, err := m.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
 		t.Errorf("negative wait: %v", err)
 	}

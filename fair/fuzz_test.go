@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"errors"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func FuzzNew(f *testing.F) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // New never dials
 	f.Cleanup(func() { _ = c.Close() })
 	f.Fuzz(func(t *testing.T, name string, lease int64, drift float64, wait, cleanup int64, label string) {
-		m, err := fair.New(c, name,
+		m, err := fair.New(redistest.Owner(c), name,
 			fair.WithLease(time.Duration(lease)), fair.WithDriftFactor(drift),
 			fair.WithWaitTimeout(time.Duration(wait)), fair.WithCleanupTimeout(time.Duration(cleanup)),
 			fair.WithLabel(label))

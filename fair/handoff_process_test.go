@@ -42,7 +42,7 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 	name := redistest.Name(b)
 	ctx := context.Background()
 	child := startHandOffChild(b, opts.Addr+" "+name)
-	holder, err := fair.New(client, name)
+	holder, err := fair.New(redistest.Owner(client), name)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 	defer func() { _ = releasing.Close() }()
 	var sent sentHook
 	releasing.AddHook(&sent)
-	holder, err := fair.New(releasing, name)
+	holder, err := fair.New(redistest.Owner(releasing), name)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestHandOffChild(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = client.Close() }()
 	ctx := context.Background()
-	m, err := fair.New(client, name)
+	m, err := fair.New(redistest.Owner(client), name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // The heartbeat: queued waiters keep their place by pushing their deadline
@@ -20,14 +19,10 @@ import (
 // lock to the live head, and reports grants and head notices whose message
 // may have been lost (the waiter tells whether it was: a rescue).
 
-// heartbeats is the service (core.LockServices) that keeps a client's
+// heartbeats is the service (core.LockServices) that keeps an owner's
 // heartbeats, one per lock with queued waiters: a typed map under one key of
-// no size, so that a look-up boxes nothing. It stays while the client's
-// Shared does, idle when empty.
+// no size, so that a look-up boxes nothing.
 type heartbeats map[heartbeatKey]*heartbeat
-
-// Idle reports that no waiter of the client is queued.
-func (b heartbeats) Idle() bool { return len(b) == 0 }
 
 type heartbeatsKey struct{}
 
@@ -42,9 +37,9 @@ type heartbeatKey struct {
 const beatBatch = 1000
 
 type heartbeat struct {
-	key    heartbeatKey
-	client redis.UniversalClient
-	qu     *queue // any member's queue: same keys, channel and scripts
+	key   heartbeatKey
+	owner *core.Owner
+	qu    *queue // any member's queue: same keys, channel and scripts
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -90,9 +85,8 @@ func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *membe
 	cfg := qu.h.Config
 	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
-	sh := core.LockServices(qu.h.Client)
-	defer sh.Unlock()
-	services := sh.Services()
+	services := core.LockServices(qu.h.Shared)
+	defer core.UnlockServices(qu.h.Shared)
 	beats, _ := services[heartbeatsKey{}].(heartbeats)
 	if beats == nil {
 		beats = heartbeats{}
@@ -100,7 +94,7 @@ func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *membe
 	}
 	hb := beats[key]
 	if hb == nil {
-		hb = &heartbeat{key: key, client: qu.h.Client, qu: qu, members: map[*member]struct{}{}}
+		hb = &heartbeat{key: key, owner: qu.h.Shared, qu: qu, members: map[*member]struct{}{}}
 		beats[key] = hb
 	}
 	hb.mu.Lock()
@@ -118,8 +112,8 @@ func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *membe
 
 // leave removes a waiter; the last one stops the beat.
 func (hb *heartbeat) leave(mem *member) {
-	sh := core.LockServices(hb.client)
-	defer sh.Unlock()
+	services := core.LockServices(hb.owner)
+	defer core.UnlockServices(hb.owner)
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	delete(hb.members, mem)
@@ -128,7 +122,7 @@ func (hb *heartbeat) leave(mem *member) {
 			hb.timer.Stop()
 			hb.timer = nil
 		}
-		beats, _ := sh.Services()[heartbeatsKey{}].(heartbeats)
+		beats, _ := services[heartbeatsKey{}].(heartbeats)
 		if beats[hb.key] == hb {
 			delete(beats, hb.key)
 		}
@@ -168,7 +162,7 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(cfg.CleanupTimeout, max(every, 10*time.Millisecond)))
 	defer cancel()
 	sent := cfg.Clock.Now()
-	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, qu.h.Client, qu.h.Keys, args...).Result()
+	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, qu.h.Client, qu.h.Mode(), qu.h.Keys, args...).Result()
 	if err != nil {
 		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		for _, m := range members {

@@ -44,7 +44,7 @@ func (e *env) process() *redis.Client {
 
 func (e *env) handleOn(c *redis.Client, opts ...fair.MutexOption) *fair.Mutex {
 	e.t.Helper()
-	m, err := fair.New(c, lockName, append([]fair.MutexOption{core.WithClock(e.clk)}, opts...)...)
+	m, err := fair.New(redistest.Owner(c), lockName, append([]fair.MutexOption{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

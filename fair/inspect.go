@@ -69,7 +69,7 @@ func Inspect(ctx context.Context, client redis.UniversalClient, name string) (St
 	if err := core.CheckName(name); err != nil {
 		return State{}, err
 	}
-	v, err := lua.Default().FairInspect.Run(ctx, client, wire.QueueKeys(wire.FairBase(name))).Slice()
+	v, err := lua.Default().FairInspect.Run(ctx, client, nil, wire.QueueKeys(wire.FairBase(name))).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("fairlock: inspecting lock %q: %w", name, err)
 	}

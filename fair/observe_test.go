@@ -216,7 +216,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
 	ctx := context.Background()
-	s, err := fair.NewSemaphore(e.client, "pool", 1, core.WithClock(e.clk), fair.WithObserver(rec))
+	s, err := fair.NewSemaphore(redistest.Owner(e.client), "pool", 1, core.WithClock(e.clk), fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	_ = q.Release(ctx)
 	_ = (<-done).Release(ctx)
 
-	rw, err := fair.NewRWMutex(e.client, "rw", core.WithClock(e.clk), fair.WithObserver(rec))
+	rw, err := fair.NewRWMutex(redistest.Owner(e.client), "rw", core.WithClock(e.clk), fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 // A nil observer is a clear error.
 func TestWithObserverRejectsNil(t *testing.T) {
 	e := newEnv(t)
-	if _, err := fair.New(e.client, lockName, fair.WithObserver(nil)); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.New(redistest.Owner(e.client), lockName, fair.WithObserver(nil)); !errors.Is(err, fair.ErrInvalidArgument) {
 		t.Fatalf("got %v, want ErrInvalidArgument", err)
 	}
 }

@@ -226,7 +226,7 @@ func (qu *queue) leave(ctx context.Context, entry string) {
 
 func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
 	h := qu.h
-	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Keys,
+	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
 		wire.Leave{Owner: h.OwnerArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 }
 

@@ -32,7 +32,7 @@ func TestRealStrictJoinOrder(t *testing.T) {
 			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
-			first, err := fair.New(clients[0], name)
+			first, err := fair.New(redistest.Owner(clients[0]), name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestRealStrictJoinOrder(t *testing.T) {
 			var order []int
 			var wg sync.WaitGroup
 			for i := 0; i < n; i++ {
-				m, err := fair.New(clients[i%4], name, fair.WithLabel(fmt.Sprint(i)))
+				m, err := fair.New(redistest.Owner(clients[i%4]), name, fair.WithLabel(fmt.Sprint(i)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,7 +92,7 @@ func TestRealMutualExclusion(t *testing.T) {
 			redistest.NoLeaks(t)
 			name := redistest.Name(t)
 			redistest.MutualExclusion(t, redistest.Clients(t, kind, 4), 16, 2000,
-				func(c redis.UniversalClient) (redistest.Locker, error) { return fair.New(c, name) })
+				func(c redis.UniversalClient) (redistest.Locker, error) { return fair.New(redistest.Owner(c), name) })
 		})
 	}
 }
@@ -116,7 +116,7 @@ func TestRealGoroutinesSharingAHandleTakeTurnsWithEveryone(t *testing.T) {
 					if m := shared[c]; m != nil {
 						return m, nil
 					}
-					m, err := fair.New(c, name)
+					m, err := fair.New(redistest.Owner(c), name)
 					shared[c] = m
 					return m, err
 				})
@@ -178,7 +178,7 @@ func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
 }
 
 func benchUncontended(b *testing.B, opts ...fair.MutexOption) {
-	m, err := fair.New(redistest.Real(b), redistest.Name(b), opts...)
+	m, err := fair.New(redistest.Owner(redistest.Real(b)), redistest.Name(b), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func BenchmarkHandOff(b *testing.B) {
 	floor := newPubSubProbe(b, clients[0], clients[1])
 	handles := make([]*fair.Mutex, 2)
 	for i, c := range clients {
-		m, err := fair.New(c, name)
+		m, err := fair.New(redistest.Owner(c), name)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 		if lease > 0 {
 			opts = append(opts, fair.WithLease(lease))
 		}
-		return fair.New(c, name, opts...)
+		return fair.New(redistest.Owner(c), name, opts...)
 	})
 }
 
@@ -409,7 +409,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 	var waiting []<-chan result
 	var ws []*fair.Mutex
 	for _, name := range names {
-		h, err := fair.New(holders, name)
+		h, err := fair.New(redistest.Owner(holders), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +417,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, h)
-		w, err := fair.New(waiters, name)
+		w, err := fair.New(redistest.Owner(waiters), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -448,7 +448,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			}
 			want := map[string]bool{}
 			for _, name := range perMaster[m.Options().Addr] {
-				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(waiters))] = true
+				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(redistest.Owner(waiters)))] = true
 			}
 			got := map[string]bool{}
 			for _, c := range chans {

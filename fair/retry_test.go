@@ -30,7 +30,7 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	keys := keysFor()
 	acquire := func(owner, entry, req string) []any {
 		t.Helper()
-		v, err := lua.Default().FairAcquire.Run(ctx, e.client, keys, owner, entry, req, 30000, 10000, "join", "", "PUBLISH", channel).Slice()
+		v, err := lua.Default().FairAcquire.Run(ctx, e.client, nil, keys, owner, entry, req, 30000, 10000, "join", "", "PUBLISH", channel).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	acquire("o3", "o3/1", "r4") // queued behind o2
 	release := func() []any {
 		t.Helper()
-		v, err := lua.Default().FairRelease.Run(ctx, e.client, keys, "o1", "r5", first[2], "PUBLISH", channel).Slice()
+		v, err := lua.Default().FairRelease.Run(ctx, e.client, nil, keys, "o1", "r5", first[2], "PUBLISH", channel).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 
 	// The grantee releases before the retry comes (its request overwrites
 	// the stored answer): the retry still gets {1}, and hands nothing on.
-	v, err := lua.Default().FairRelease.Run(ctx, e.client, keys, "o2", "r6", token, "PUBLISH", channel).Slice()
+	v, err := lua.Default().FairRelease.Run(ctx, e.client, nil, keys, "o2", "r6", token, "PUBLISH", channel).Slice()
 	if err != nil || v[0] != int64(1) {
 		t.Fatalf("o2's release: %v, %v", v, err)
 	}

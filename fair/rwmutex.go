@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fairlock/fairlock"
 	"slices"
 	"sync"
 	"time"
@@ -76,8 +77,8 @@ type rwKey struct{ m *RWMutex }
 // options of every fair primitive (Option), as NewSemaphore does. Bad
 // arguments get an error wrapping ErrInvalidArgument. Its keys collide with
 // no Mutex or Semaphore of the same name.
-func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) (*RWMutex, error) {
-	s, err := newSemaphore(client, name, "fairlock:rw:{"+name+"}", MaxPermits, opts)
+func NewRWMutex(owner *fairlock.Owner, name string, opts ...Option) (*RWMutex, error) {
+	s, err := newSemaphore(owner, name, "fairlock:rw:{"+name+"}", MaxPermits, opts)
 	if err != nil {
 		return nil, err
 	}

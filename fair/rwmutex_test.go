@@ -25,7 +25,7 @@ func (e *env) rw(label string) *fair.RWMutex {
 // rwOn is a read-write lock handle on client.
 func (e *env) rwOn(client *redis.Client, label string) *fair.RWMutex {
 	e.t.Helper()
-	m, err := fair.NewRWMutex(client, lockName, core.WithClock(e.clk), fair.WithLabel(label))
+	m, err := fair.NewRWMutex(redistest.Owner(client), lockName, core.WithClock(e.clk), fair.WithLabel(label))
 	if err != nil {
 		e.t.Fatalf("NewRWMutex: %v", err)
 	}
@@ -86,7 +86,7 @@ func ok(t *testing.T, err error, what string) {
 func TestRWMutexRefusesBadInput(t *testing.T) {
 	e := newEnv(t)
 	for _, name := range []string{"", "a{b"} {
-		if _, err := fair.NewRWMutex(e.client, name); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.NewRWMutex(redistest.Owner(e.client), name); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("name %q: %v", name, err)
 		}
 	}
@@ -308,7 +308,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 func TestRWMutexLoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	m, err := fair.NewRWMutex(e.client, lockName, core.WithClock(e.clk), fair.WithLease(time.Second))
+	m, err := fair.NewRWMutex(redistest.Owner(e.client), lockName, core.WithClock(e.clk), fair.WithLease(time.Second))
 	ok(t, err, "NewRWMutex")
 	ok(t, m.Lock(ctx), "Lock")
 	e.mr.Del("fairlock:rw:{jobs}")
@@ -353,7 +353,7 @@ func TestRealRWMutexExcludes(t *testing.T) {
 			var readers, writers, sawReaders, served atomic.Int64
 			var wg sync.WaitGroup
 			for i := 0; i < handles; i++ {
-				m, err := fair.NewRWMutex(clients[i%4], name, fair.WithLabel(fmt.Sprint(i)))
+				m, err := fair.NewRWMutex(redistest.Owner(clients[i%4]), name, fair.WithLabel(fmt.Sprint(i)))
 				if err != nil {
 					t.Fatal(err)
 				}

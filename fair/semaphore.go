@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fairlock/fairlock"
 	"os"
 	"slices"
 	"time"
@@ -37,6 +38,7 @@ const MaxPermits = 10000
 // wait timeout as its lease, so a first waiter that died is passed over
 // within one wait timeout too.
 type Semaphore struct {
+	owner  *core.Owner
 	client redis.UniversalClient
 	name   string
 	what   string // the primitive, as errors name it
@@ -71,25 +73,26 @@ type Permit struct {
 // timeout of its waiters, the label Inspect shows, and so on; not
 // WithReplicas. Bad arguments get an error wrapping ErrInvalidArgument.
 // Semaphore keys do not collide with those of a Mutex of the same name.
-func NewSemaphore(client redis.UniversalClient, name string, permits int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore(client, name, wire.SemaphoreBase(name), permits, opts)
+func NewSemaphore(owner *fairlock.Owner, name string, permits int, opts ...Option) (*Semaphore, error) {
+	return newSemaphore(owner, name, wire.SemaphoreBase(name), permits, opts)
 }
 
-func newSemaphore(client redis.UniversalClient, name, base string, permits int, opts []Option) (*Semaphore, error) {
+func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Option) (*Semaphore, error) {
 	cfg, err := core.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := core.CheckClient(client); err != nil {
+	if err := core.CheckOwner(owner); err != nil {
 		return nil, err
 	}
+	client := owner.Client()
 	if err := core.CheckName(name); err != nil {
 		return nil, err
 	}
 	if err := checkPermits(permits); err != nil {
 		return nil, err
 	}
-	return &Semaphore{client: client, name: name, what: "semaphore", primitive: observe.Semaphore, base: base, permits: permits, cfg: cfg,
+	return &Semaphore{owner: owner, client: client, name: name, what: "semaphore", primitive: observe.Semaphore, base: base, permits: permits, cfg: cfg,
 		label: wire.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
 }
 
@@ -212,7 +215,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	// Every permit hold is a handle of its own, used once: its owner id
 	// names exactly one hold, which makes each of its script calls safe to
 	// retry.
-	m, err := core.NewMutex(s.client, s.name, s.cfg, s.place, func(h core.Agent) core.Kind {
+	m, err := core.NewMutex(s.owner, s.name, s.cfg, s.place, func(h core.Agent) core.Kind {
 		return &semKind{h: h, s: s, n: n}
 	})
 	if err != nil {
@@ -236,7 +239,7 @@ func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
 func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 	s := p.s
 	l := s.place(s.name, s.cfg.Scripts)
-	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, l.Keys,
+	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys,
 		wire.SemResize(p.m.Owner(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return false, err
@@ -295,7 +298,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 		return 0, err
 	}
 	l := s.place(s.name, s.cfg.Scripts)
-	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, l.Keys, wire.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
+	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys, wire.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
 	}
@@ -357,7 +360,7 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err := core.CheckContext(ctx); err != nil {
 		return SemaphoreState{}, err
 	}
-	v, err := scripts.SemState.Run(ctx, client, []string{base}).Slice()
+	v, err := scripts.SemState.Run(ctx, client, nil, []string{base}).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
 	}
@@ -365,7 +368,7 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err != nil {
 		return st, err
 	}
-	g, err := scripts.FairInspect.Run(ctx, client, wire.QueueKeys(wire.GateBase(base))).Slice()
+	g, err := scripts.FairInspect.Run(ctx, client, nil, wire.QueueKeys(wire.GateBase(base))).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
 	}
@@ -438,7 +441,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Keys, wire.SemAcquire{
+	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Mode(), h.Keys, wire.SemAcquire{
 		Owner: h.Owner, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
 		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
 	}.Args()...).Result()
@@ -561,7 +564,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	ga.Report = a.Report // the permit hold's acquisition queues here
 	req := wire.PermitRequest{Owner: k.h.Owner, N: k.n, Lease: wire.Ms(a.Lease)}
 	var q *queue
-	gate, err = core.NewMutex(k.h.Client, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
+	gate, err = core.NewMutex(k.h.Shared, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
 		p := placeAt(wire.GateBase(k.s.base), scripts)
 		p.Primitive = k.h.Primitive // its waiters are the semaphore's
 		return p
@@ -599,7 +602,7 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 // afresh, at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	clk := k.h.Config.Clock
-	sub, err := core.Subscribe(ctx, k.h.Client, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
+	sub, err := core.Subscribe(ctx, k.h.Shared, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
 	if err != nil {
 		return nil, false, err
 	}

@@ -29,7 +29,7 @@ func TestRealSemaphoreNeverOverGrants(t *testing.T) {
 			var inUse, most, served atomic.Int64
 			var wg sync.WaitGroup
 			for i := 0; i < handles; i++ {
-				s, err := fair.NewSemaphore(clients[i%4], name, k, fair.WithLabel(fmt.Sprint(i)))
+				s, err := fair.NewSemaphore(redistest.Owner(clients[i%4]), name, k, fair.WithLabel(fmt.Sprint(i)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -84,7 +84,7 @@ func TestRealSemaphoreStrictJoinOrder(t *testing.T) {
 			clients := redistest.Clients(t, kind, 4)
 			name := redistest.Name(t)
 			ctx := context.Background()
-			first, err := fair.NewSemaphore(clients[0], name, 3)
+			first, err := fair.NewSemaphore(redistest.Owner(clients[0]), name, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func TestRealSemaphoreStrictJoinOrder(t *testing.T) {
 			var order []int
 			var wg sync.WaitGroup
 			for i := 0; i < n; i++ {
-				s, err := fair.NewSemaphore(clients[i%4], name, 3)
+				s, err := fair.NewSemaphore(redistest.Owner(clients[i%4]), name, 3)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -141,7 +141,7 @@ func TestRealSemaphoreStrictJoinOrder(t *testing.T) {
 }
 
 func BenchmarkUncontendedSemaphoreAcquireRelease(b *testing.B) {
-	s, err := fair.NewSemaphore(redistest.Real(b), redistest.Name(b), 4)
+	s, err := fair.NewSemaphore(redistest.Owner(redistest.Real(b)), redistest.Name(b), 4)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestRealServedNoteLost(t *testing.T) {
 	readers.AddHook(cut)
 	readers.AddHook(checks)
 
-	w, err := fair.NewRWMutex(admin, name)
+	w, err := fair.NewRWMutex(redistest.Owner(admin), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRealServedNoteLost(t *testing.T) {
 	rs := make([]*fair.RWMutex, n)
 	reading := make([]<-chan error, n)
 	for i := range rs {
-		if rs[i], err = fair.NewRWMutex(readers, name); err != nil {
+		if rs[i], err = fair.NewRWMutex(redistest.Owner(readers), name); err != nil {
 			t.Fatal(err)
 		}
 		r := rs[i]
@@ -274,13 +274,13 @@ func BenchmarkRWMutexReaderRun(b *testing.B) {
 	clients := redistest.Clients(b, redistest.Single, 4)
 	name := redistest.Name(b)
 	ctx := context.Background()
-	w, err := fair.NewRWMutex(admin, name)
+	w, err := fair.NewRWMutex(redistest.Owner(admin), name)
 	if err != nil {
 		b.Fatal(err)
 	}
 	rs := make([]*fair.RWMutex, readers)
 	for i := range rs {
-		if rs[i], err = fair.NewRWMutex(clients[i%4], name); err != nil {
+		if rs[i], err = fair.NewRWMutex(redistest.Owner(clients[i%4]), name); err != nil {
 			b.Fatal(err)
 		}
 	}

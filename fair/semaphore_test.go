@@ -23,7 +23,7 @@ func (e *env) semaphore(k int, opts ...fair.Option) *fair.Semaphore {
 
 func (e *env) semaphoreOn(c *redis.Client, k int, opts ...fair.Option) *fair.Semaphore {
 	e.t.Helper()
-	s, err := fair.NewSemaphore(c, lockName, k, append([]fair.Option{core.WithClock(e.clk)}, opts...)...)
+	s, err := fair.NewSemaphore(redistest.Owner(c), lockName, k, append([]fair.Option{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("NewSemaphore: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 		{"bad option", e.client, "a", 1, []fair.Option{fair.WithLease(-time.Second)}},
 		{"nil option", e.client, "a", 1, []fair.Option{nil}},
 	} {
-		if _, err := fair.NewSemaphore(c.client, c.name, c.k, c.opts...); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.NewSemaphore(redistest.Owner(c.client), c.name, c.k, c.opts...); !errors.Is(err, fair.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", c.what, err)
 		}
 	}

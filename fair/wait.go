@@ -46,7 +46,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.SubscribeIfLive(qu.h.Client, qu.inbox, entry)
+	sub := core.SubscribeIfLive(qu.h.Shared, qu.inbox, entry)
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -75,7 +75,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
 		// subscription is confirmed (the Ready wake, however soon it came).
-		if sub, err = core.Subscribe(ctx, qu.h.Client, qu.inbox, entry); err != nil {
+		if sub, err = core.Subscribe(ctx, qu.h.Shared, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
 				return outcome{}, ctx.Err()

@@ -13,20 +13,26 @@
 package fairlocktest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is an embedded Redis and a client of it.
+// Server is an embedded Redis, a client of it and an owner of handles on
+// that client.
 type Server struct {
-	// Client is a client of the server, for the handles under test.
+	// Client is a client of the server.
 	Client *redis.Client
-	mr     *miniredis.Miniredis
+	// Owner is an owner of handles on Client, for the handles under test
+	// (fair.New(s.Owner, name)). Close closes it before the client.
+	Owner *fairlock.Owner
+	mr    *miniredis.Miniredis
 
 	mu  sync.Mutex
 	now time.Time
@@ -55,7 +61,13 @@ func New() (*Server, error) {
 	now := time.Now().Truncate(time.Millisecond)
 	mr.SetTime(now)
 	mr.ClockTTL(true) // TTLs run out as the clock moves
-	return &Server{Client: redis.NewClient(&redis.Options{Addr: mr.Addr()}), mr: mr, now: now}, nil
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	owner, err := fairlock.NewOwner(client)
+	if err != nil {
+		mr.Close()
+		return nil, err
+	}
+	return &Server{Client: client, Owner: owner, mr: mr, now: now}, nil
 }
 
 // Advance moves the server's clock by d: scripts read the new time, and
@@ -83,8 +95,12 @@ func (s *Server) Addr() string { return s.mr.Addr() }
 // Miniredis is the server itself, for what this package does not cover.
 func (s *Server) Miniredis() *miniredis.Miniredis { return s.mr }
 
-// Close closes the client and stops the server.
+// Close closes the owner (releasing what its handles hold, ending their
+// waits) and the client, and stops the server.
 func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = s.Owner.Close(ctx)
+	cancel()
 	_ = s.Client.Close()
 	s.mr.Close()
 }

@@ -22,7 +22,7 @@ func Example() {
 	defer s.Close()
 	ctx := context.Background()
 
-	m, _ := fair.New(s.Client, "jobs", fair.WithLease(300*time.Millisecond))
+	m, _ := fair.New(s.Owner, "jobs", fair.WithLease(300*time.Millisecond))
 	if err := m.Lock(ctx); err != nil {
 		panic(err)
 	}
@@ -35,19 +35,19 @@ func Example() {
 	// fairlock: fair lock "jobs": lock lost
 }
 
-// The handles under test use the server's client; a second handle on the
+// The handles under test use the server's owner; a second handle on the
 // same name does not get the lock while the first holds it.
 func TestAHandleOnTheServer(t *testing.T) {
-	s := fairlocktest.Start(t) // a server and s.Client, closed when t ends
+	s := fairlocktest.Start(t) // a server, s.Client and s.Owner, closed when t ends
 	ctx := context.Background()
-	m, err := fair.New(s.Client, "jobs")
+	m, err := fair.New(s.Owner, "jobs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := fair.New(s.Client, "jobs")
+	other, _ := fair.New(s.Owner, "jobs")
 	if ok, err := other.TryLock(ctx, 0, 0); ok || err != nil {
 		t.Fatalf("a second handle took a held lock: %v, %v", ok, err)
 	}
@@ -88,11 +88,11 @@ func TestTheClockMovesOnlyWhenTold(t *testing.T) {
 func TestTheQueueKeepsTheServersTime(t *testing.T) {
 	s := fairlocktest.Start(t)
 	ctx := context.Background()
-	holder, _ := fair.New(s.Client, "q")
+	holder, _ := fair.New(s.Owner, "q")
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waiter, _ := fair.New(s.Client, "q", fair.WithWaitTimeout(time.Minute))
+	waiter, _ := fair.New(s.Owner, "q", fair.WithWaitTimeout(time.Minute))
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
 	for {

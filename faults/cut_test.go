@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"testing"
 	"time"
 
@@ -31,9 +32,9 @@ func newHandle(t testing.TB, lock string, c redis.UniversalClient, name string, 
 	var h handle
 	var err error
 	if lock == "fair" {
-		h, err = fair.New(c, name, fair.WithLease(lease), fair.WithWaitTimeout(killWait))
+		h, err = fair.New(redistest.Owner(c), name, fair.WithLease(lease), fair.WithWaitTimeout(killWait))
 	} else {
-		h, err = reentrant.New(c, name, reentrant.WithLease(lease))
+		h, err = reentrant.New(redistest.Owner(c), name, reentrant.WithLease(lease))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func proxied(t testing.TB, srv *Server, opts redis.Options) (*Proxy, *redis.Clie
 // HoldCount and TTL read), as an observer outside the proxy.
 func holdState(t *testing.T, c redis.UniversalClient, lock, name string) wire.HoldState {
 	t.Helper()
-	v, err := lua.Default().State.Run(context.Background(), c, []string{holdKey(lock, name)}).Result()
+	v, err := lua.Default().State.Run(context.Background(), c, nil, []string{holdKey(lock, name)}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"net"
 	"strings"
 	"testing"
@@ -86,11 +87,11 @@ func TestCallsKeepTheirDeadlinesWhileRedisIsStopped(t *testing.T) {
 func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	srv := ownServer(t)
 	name := lockName(t)
-	holder, err := fair.New(client(t, srv.Addr), name)
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(3*time.Second))
+	waiter, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestASemaphoreWaiterRidesOutAShortOutage(t *testing.T) {
 	srv := ownServer(t)
 	name := lockName(t)
 	ctx := context.Background()
-	s, err := fair.NewSemaphore(client(t, srv.Addr), name, 1)
+	s, err := fair.NewSemaphore(redistest.Owner(client(t, srv.Addr)), name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

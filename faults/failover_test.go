@@ -80,7 +80,7 @@ func restoreDefault(t *testing.T, node string) {
 func usableAgain(t *testing.T, c redis.UniversalClient, start time.Time, newMaster func() bool) time.Duration {
 	t.Helper()
 	name := lockName(t)
-	m, err := fair.New(c, name)
+	m, err := fair.New(redistest.Owner(c), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +154,9 @@ func TestSentinelFailoverDuringAHold(t *testing.T) {
 			ca, cb, probe := newClient(), newClient(), newClient()
 			ctx := context.Background()
 			name := lockName(t)
-			a, err := fair.New(ca, name, fair.WithLease(failLease))
+			a, err := fair.New(redistest.Owner(ca), name, fair.WithLease(failLease))
 			must(t, err)
-			b, err := fair.New(cb, name)
+			b, err := fair.New(redistest.Owner(cb), name)
 			must(t, err)
 			if forced {
 				cutReplicas(t, g.Master)
@@ -198,9 +198,9 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 			name := lockName(t)
 			key := holdKey("fair", name)
 			master, replica := shardOf(t, probe, key)
-			a, err := fair.New(ca, name, fair.WithLease(failLease))
+			a, err := fair.New(redistest.Owner(ca), name, fair.WithLease(failLease))
 			must(t, err)
-			b, err := fair.New(cb, name)
+			b, err := fair.New(redistest.Owner(cb), name)
 			must(t, err)
 			if forced {
 				cutReplicas(t, master)

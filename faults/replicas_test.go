@@ -42,12 +42,12 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	}
 	kinds := map[string]func(name string) (locker, string){
 		"fair": func(name string) (locker, string) {
-			m, err := fair.New(c, name, fair.WithReplicas(1, timeout))
+			m, err := fair.New(redistest.Owner(c), name, fair.WithReplicas(1, timeout))
 			must(t, err)
 			return m, holdKey("fair", name)
 		},
 		"reentrant": func(name string) (locker, string) {
-			m, err := reentrant.New(c, name, reentrant.WithReplicas(1, timeout))
+			m, err := reentrant.New(redistest.Owner(c), name, reentrant.WithReplicas(1, timeout))
 			must(t, err)
 			return m, holdKey("reentrant", name)
 		},
@@ -84,9 +84,9 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	// A hand-off from the queue is claimed with WAIT before Lock returns;
 	// not acknowledged, it is passed on, to nobody here: the lock is free.
 	name := lockName(t)
-	a, err := fair.New(c, name)
+	a, err := fair.New(redistest.Owner(c), name)
 	must(t, err)
-	b, err := fair.New(c, name, fair.WithReplicas(1, timeout))
+	b, err := fair.New(redistest.Owner(c), name, fair.WithReplicas(1, timeout))
 	must(t, err)
 	must(t, a.Lock(ctx))
 	waiting := acquired(b.Lock, 10*time.Second)
@@ -115,7 +115,7 @@ func BenchmarkLockUnlockReplicas(b *testing.B) {
 			if replicas > 0 {
 				opts = append(opts, fair.WithReplicas(replicas, time.Second))
 			}
-			m, err := fair.New(c, fmt.Sprintf("bench-%d-%d", replicas, time.Now().UnixNano()), opts...)
+			m, err := fair.New(redistest.Owner(c), fmt.Sprintf("bench-%d-%d", replicas, time.Now().UnixNano()), opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

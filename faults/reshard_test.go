@@ -36,7 +36,7 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 	dstC := mv.dstC
 
 	const wait = 3 * time.Second // heartbeat every second
-	a, err := fair.New(newClient(), name, fair.WithLease(failLease), fair.WithLabel("a"))
+	a, err := fair.New(redistest.Owner(newClient()), name, fair.WithLease(failLease), fair.WithLabel("a"))
 	must(t, err)
 	must(t, a.Lock(ctx))
 	tokA := a.Token()
@@ -46,7 +46,7 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 	}
 	var ws []waiter
 	for i, label := range []string{"b", "c"} {
-		m, err := fair.New(newClient(), name, fair.WithWaitTimeout(wait), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(newClient()), name, fair.WithWaitTimeout(wait), fair.WithLabel(label))
 		must(t, err)
 		ws = append(ws, waiter{m, acquired(m.Lock, 30*time.Second)})
 		eventually(t, 5*time.Second, label+" is queued", func() bool { return len(queueOf(t, probe, name)) == i+1 })
@@ -120,7 +120,7 @@ func TestFirstCallAfterASlotMoveLoadsTheLibrary(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	name := lockName(t)
-	m, err := fair.New(c, name)
+	m, err := fair.New(redistest.Owner(c), name)
 	must(t, err)
 	mv := newSlotMove(t, c, holdKey("fair", name))
 	for round := range 3 {

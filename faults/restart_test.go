@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,7 @@ func queueTurns(t *testing.T, addr, name string, n int, within time.Duration) *t
 	var labels []string
 	for i := range n {
 		label := fmt.Sprintf("w%d", i+1)
-		m, err := fair.New(client(t, addr), name, fair.WithWaitTimeout(stallWait), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(client(t, addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,14 +115,14 @@ func TestShortStallKeepsQueueOrder(t *testing.T) {
 	srv := ownServer(t)
 	admin := client(t, srv.Addr)
 	name := lockName(t)
-	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper, err := fair.New(client(t, srv.Addr), name+"-kept", fair.WithLease(3*stallWait))
+	keeper, err := fair.New(redistest.Owner(client(t, srv.Addr)), name+"-kept", fair.WithLease(3*stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestLongStallStrandsNoOne(t *testing.T) {
 	srv := ownServer(t)
 	admin := client(t, srv.Addr)
 	name := lockName(t)
-	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait), fair.WithLease(stallWait))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLease(stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestRestartEmptyRecoversEveryone(t *testing.T) {
 	srv := ownServer(t)
 	name := lockName(t)
 	const lease = 3 * time.Second
-	holder, err := fair.New(client(t, srv.Addr), name, fair.WithWaitTimeout(stallWait), fair.WithLease(lease))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

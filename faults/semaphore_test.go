@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 func semaphoreOn(t *testing.T, addr, name, label string) *fair.Semaphore {
 	t.Helper()
-	s, err := fair.NewSemaphore(client(t, addr), name, 2, fair.WithLease(killLease),
+	s, err := fair.NewSemaphore(redistest.Owner(client(t, addr)), name, 2, fair.WithLease(killLease),
 		fair.WithWaitTimeout(killWait), fair.WithLabel(label))
 	if err != nil {
 		t.Fatal(err)

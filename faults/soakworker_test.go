@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -103,9 +102,9 @@ func runSoakWorker(f []string) int {
 		var m handle
 		var err error
 		if lock == "fair" {
-			m, err = fair.New(c, name, fair.WithLabel(hl), fair.WithLease(2*time.Second), fair.WithObserver(&rescues))
+			m, err = fair.New(redistest.Owner(c), name, fair.WithLabel(hl), fair.WithLease(2*time.Second), fair.WithObserver(&rescues))
 		} else {
-			m, err = reentrant.New(c, name, reentrant.WithLease(2*time.Second), reentrant.WithObserver(&rescues))
+			m, err = reentrant.New(redistest.Owner(c), name, reentrant.WithLease(2*time.Second), reentrant.WithObserver(&rescues))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -164,7 +163,7 @@ func runSoakWorker(f []string) int {
 	wg.Wait()
 	sum.Rescues = rescues.Count()
 	_ = res.Close()
-	fairlock.CloseIdleConnections()
+	redistest.CloseOwners()
 	if err := goleak.Find(leakBase); err != nil {
 		sum.Leaks = strings.ReplaceAll(err.Error(), "\n", " | ")
 	}

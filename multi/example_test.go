@@ -3,6 +3,7 @@ package multi_test
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
@@ -15,10 +16,12 @@ func Example() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	ledger, _ := fair.New(client, "ledger")
-	invoices, _ := fair.New(client, "invoices")
+	ledger, _ := fair.New(owner, "ledger")
+	invoices, _ := fair.New(owner, "invoices")
 	both, err := multi.New(ledger, invoices)
 	if err != nil {
 		panic(err)

@@ -19,7 +19,7 @@ import (
 
 func fairOn(t *testing.T, c redis.UniversalClient, name string, opts ...fair.MutexOption) *fair.Mutex {
 	t.Helper()
-	m, err := fair.New(c, name, opts...)
+	m, err := fair.New(redistest.Owner(c), name, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func fairOn(t *testing.T, c redis.UniversalClient, name string, opts ...fair.Mut
 
 func reentrantOn(t *testing.T, c redis.UniversalClient, name string) *reentrant.Mutex {
 	t.Helper()
-	m, err := reentrant.New(c, name)
+	m, err := reentrant.New(redistest.Owner(c), name)
 	if err != nil {
 		t.Fatal(err)
 	}

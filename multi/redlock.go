@@ -3,11 +3,13 @@ package multi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
@@ -64,33 +66,34 @@ type redHold struct {
 	gone int // members lost
 }
 
-// NewRedLock returns a handle on the lock name on each of clients, which
-// must be independent masters (not replicas of one another, not one
+// NewRedLock returns a handle on the lock name on each of owners, whose
+// clients must be independent masters (not replicas of one another, not one
 // cluster): 3 or 5 is usual; N tolerates the loss of (N-1)/2. It takes
 // reentrant's options (the lease, the drift factor, ...). Bad arguments get
-// an error wrapping ErrInvalidArgument: no clients, a nil or repeated
-// client, or a bad name or option.
-func NewRedLock(clients []redis.UniversalClient, name string, opts ...reentrant.Option) (*RedLock, error) {
-	if len(clients) == 0 {
-		return nil, core.Invalid("RedLock needs at least one client")
+// an error wrapping ErrInvalidArgument: no owners, a nil owner, two owners
+// on one client, or a bad name or option; a closed owner gets ErrClosed.
+func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option) (*RedLock, error) {
+	if len(owners) == 0 {
+		return nil, core.Invalid("RedLock needs at least one owner")
 	}
 	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}
-	r := &RedLock{name: name, quorum: len(clients)/2 + 1, cfg: cfg}
+	r := &RedLock{name: name, quorum: len(owners)/2 + 1, cfg: cfg}
 	seen := map[redis.UniversalClient]bool{}
-	for i, c := range clients {
-		if c == nil {
-			return nil, core.Invalid("client %d is nil", i)
+	for i, o := range owners {
+		if err := core.CheckOwner(o); err != nil {
+			return nil, fmt.Errorf("owner %d: %w", i, err)
 		}
+		c := o.Client()
 		if seen[c] {
-			return nil, core.Invalid("client %d is given twice: each master once", i)
+			return nil, core.Invalid("owner %d's client is given twice: each master once", i)
 		}
 		seen[c] = true
 		// The RedLock reports as one lock (WithObserver); its members do
 		// not report on their own.
-		m, err := reentrant.New(c, name, append(slices.Clip(opts), core.WithoutObserver())...)
+		m, err := reentrant.New(o, name, append(slices.Clip(opts), core.WithoutObserver())...)
 		if err != nil {
 			return nil, err
 		}

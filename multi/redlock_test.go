@@ -49,7 +49,7 @@ func newMasters(t *testing.T) *masters {
 
 func (m *masters) redlock(opts ...reentrant.Option) *multi.RedLock {
 	m.t.Helper()
-	r, err := multi.NewRedLock(m.clients, "orders", append([]reentrant.Option{core.WithClock(m.clk)}, opts...)...)
+	r, err := multi.NewRedLock(redistest.Owners(m.clients), "orders", append([]reentrant.Option{core.WithClock(m.clk)}, opts...)...)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func TestRedLockRefusesBadInput(t *testing.T) {
 		"nil client": {m.clients[0], nil},
 		"twice":      {m.clients[0], m.clients[0]},
 	} {
-		if _, err := multi.NewRedLock(clients, "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
+		if _, err := multi.NewRedLock(redistest.Owners(clients), "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	if _, err := multi.NewRedLock(m.clients, "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
+	if _, err := multi.NewRedLock(redistest.Owners(m.clients), "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
 		t.Errorf("bad name: %v", err)
 	}
 	r := m.redlock()

@@ -8,7 +8,8 @@
 // LockContext returned (or one derived from it, or HoldContext, or the one
 // [Mutex.Do] passes to its function) re-enters, any other context waits.
 //
-//	var invoices, _ = reentrant.New(client, "invoices") // one handle, shared
+//	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
+//	var invoices, _ = reentrant.New(owner, "invoices") // one handle, shared
 //
 //	func bill(ctx context.Context) error {
 //		ctx, err := invoices.LockContext(ctx)
@@ -55,8 +56,8 @@
 // lease, not a fair waiter's heartbeat, and finding the lock released by
 // its timer is a rescue, reported to the observer (observe.Rescued); a
 // hold that ran out is not. Without faults there are none. A lock's channel stays subscribed for
-// 30 s after its last waiter left; [github.com/fairlock/fairlock.CloseIdleConnections]
-// closes idle connections at once.
+// 30 s after its last waiter left; the owner's Close
+// ([github.com/fairlock/fairlock.Owner]) closes its connections at once.
 //
 // # Redis
 //

@@ -3,6 +3,7 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -15,9 +16,11 @@ func Example() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	m, err := reentrant.New(client, "nightly-report")
+	m, err := reentrant.New(owner, "nightly-report")
 	if err != nil {
 		panic(err)
 	}
@@ -37,10 +40,12 @@ func ExampleMutex_TryLock() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	a, _ := reentrant.New(client, "cache-refresh")
-	b, _ := reentrant.New(client, "cache-refresh")
+	a, _ := reentrant.New(owner, "cache-refresh")
+	b, _ := reentrant.New(owner, "cache-refresh")
 
 	ok, _ := a.TryLock(ctx, 0, 10*time.Second) // fixed 10 s lease, no watchdog
 	fmt.Println("a:", ok)
@@ -62,9 +67,11 @@ func ExampleMutex_Extend() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	m, _ := reentrant.New(client, "export")
+	m, _ := reentrant.New(owner, "export")
 	ok, _ := m.TryLock(ctx, 0, 10*time.Second) // a fixed lease, sized for the usual export
 	fmt.Println("held:", ok)
 

@@ -69,7 +69,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	// On a busy lock the channel is already subscribed: listen before the
 	// first try, and no release can slip between the try and the wait.
-	sub := core.SubscribeIfLive(k.h.Client, k.h.Channel, "")
+	sub := core.SubscribeIfLive(k.h.Shared, k.h.Channel, "")
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -86,7 +86,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	}
 	var n nap // the latest sleep
 	if sub == nil {
-		sub, err = core.Subscribe(ctx, k.h.Client, k.h.Channel, "")
+		sub, err = core.Subscribe(ctx, k.h.Shared, k.h.Channel, "")
 		if err != nil {
 			return nil, core.Step("subscribing to the lock's channel", err)
 		}

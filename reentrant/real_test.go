@@ -18,7 +18,9 @@ func TestRealMutualExclusion(t *testing.T) {
 			redistest.NoLeaks(t)
 			name := redistest.Name(t)
 			redistest.MutualExclusion(t, redistest.Clients(t, d, 4), 16, 2000,
-				func(c redis.UniversalClient) (redistest.Locker, error) { return reentrant.New(c, name) })
+				func(c redis.UniversalClient) (redistest.Locker, error) {
+					return reentrant.New(redistest.Owner(c), name)
+				})
 		})
 	}
 }
@@ -36,7 +38,7 @@ func TestRealGoroutinesSharingAHandleExcludeEachOther(t *testing.T) {
 					if m := shared[c]; m != nil {
 						return m, nil
 					}
-					m, err := reentrant.New(c, name)
+					m, err := reentrant.New(redistest.Owner(c), name)
 					shared[c] = m
 					return m, err
 				})
@@ -55,8 +57,8 @@ func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
 			counter := &redistest.ScriptCounter{}
 			clients[1].AddHook(counter)
 			lock := redistest.Name(t)
-			a, _ := reentrant.New(clients[0], lock, reentrant.WithLease(time.Minute))
-			b, _ := reentrant.New(clients[1], lock)
+			a, _ := reentrant.New(redistest.Owner(clients[0]), lock, reentrant.WithLease(time.Minute))
+			b, _ := reentrant.New(redistest.Owner(clients[1]), lock)
 			ctx := context.Background()
 			if err := a.Lock(ctx); err != nil {
 				t.Fatal(err)
@@ -101,7 +103,7 @@ func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
 
 func BenchmarkUncontendedLockUnlock(b *testing.B) {
 	client := redistest.Real(b)
-	m, err := reentrant.New(client, redistest.Name(b))
+	m, err := reentrant.New(redistest.Owner(client), redistest.Name(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,8 +126,8 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 	redistest.HoldsEndingByLease(t, false, func(c redis.UniversalClient, name string, _ int, lease time.Duration) (redistest.TurnLocker, error) {
 		if lease > 0 {
-			return reentrant.New(c, name, reentrant.WithLease(lease))
+			return reentrant.New(redistest.Owner(c), name, reentrant.WithLease(lease))
 		}
-		return reentrant.New(c, name)
+		return reentrant.New(redistest.Owner(c), name)
 	})
 }

@@ -2,12 +2,12 @@ package reentrant
 
 import (
 	"context"
+	"github.com/fairlock/fairlock"
 	"log/slog"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
-	"github.com/redis/go-redis/v9"
 )
 
 // Errors. Compare with errors.Is; they are the same values as fair's.
@@ -24,6 +24,9 @@ var (
 	// ErrPending is wrapped by the error of an Unlock whose ctx ended
 	// before Redis answered: the release goes on in the background.
 	ErrPending = core.ErrPending
+	// ErrClosed is returned by the calls of a handle whose Owner was
+	// closed, and is the cause of a HoldContext that Close ended.
+	ErrClosed = core.ErrClosed
 	// ErrNotReplicated is wrapped by the error of a Lock or TryLock whose
 	// acquisition fewer replicas than WithReplicas asks for acknowledged in
 	// time: it was undone, and the handle holds nothing.
@@ -90,16 +93,16 @@ type Mutex struct {
 	m *core.Mutex
 }
 
-// New returns a handle on the lock name, with its own owner id. It talks to
-// Redis only when used. Bad arguments get an error wrapping
-// ErrInvalidArgument: a nil or *redis.Ring client, an empty name, a name
-// with { or }, or an invalid option.
-func New(client redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
+// New returns a handle on the lock name, made on owner, with its own owner
+// id. It talks to Redis only when used. Bad arguments get an error wrapping
+// ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
+// invalid option; a closed owner gets ErrClosed.
+func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
 	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(client, name, cfg, place, newKind)
+	m, err := core.NewMutex(owner, name, cfg, place, newKind)
 	if err != nil {
 		return nil, err
 	}

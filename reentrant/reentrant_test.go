@@ -37,7 +37,7 @@ func newEnv(t *testing.T) *env {
 // handle returns a new handle on "jobs" driven by the fake clock.
 func (e *env) handle(opts ...reentrant.Option) *reentrant.Mutex {
 	e.t.Helper()
-	m, err := reentrant.New(e.client, "jobs", append([]reentrant.Option{core.WithClock(e.clk)}, opts...)...)
+	m, err := reentrant.New(redistest.Owner(e.client), "jobs", append([]reentrant.Option{core.WithClock(e.clk)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
@@ -427,7 +427,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	keys := []string{key}
 	acquire := func(req string) []any {
 		t.Helper()
-		v, err := lua.Default().ReentrantAcquire.Run(ctx, e.client, keys, "owner-1", req, 1000).Slice()
+		v, err := lua.Default().ReentrantAcquire.Run(ctx, e.client, nil, keys, "owner-1", req, 1000).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -448,7 +448,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	token := first[2]
 	release := func(req string) []any {
 		t.Helper()
-		v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, keys, "owner-1", req, token, "PUBLISH", "c").Slice()
+		v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, nil, keys, "owner-1", req, token, "PUBLISH", "c").Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,11 +471,11 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 	// {1}, not "not held" (an Unlock that worked reported as ErrLockLost).
 	other := func(owner, req string) {
 		t.Helper()
-		v, err := lua.Default().ReentrantAcquire.Run(ctx, e.client, keys, owner, req+"a", 1000).Slice()
+		v, err := lua.Default().ReentrantAcquire.Run(ctx, e.client, nil, keys, owner, req+"a", 1000).Slice()
 		if err != nil || v[0] != int64(1) {
 			t.Fatalf("%s's acquisition: %v, %v", owner, v, err)
 		}
-		if v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, keys, owner, req+"r", v[2], "PUBLISH", "c").Slice(); err != nil || v[0] != int64(1) {
+		if v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, nil, keys, owner, req+"r", v[2], "PUBLISH", "c").Slice(); err != nil || v[0] != int64(1) {
 			t.Fatalf("%s's release: %v, %v", owner, v, err)
 		}
 	}
@@ -494,7 +494,7 @@ func TestScriptsAreSafeToRunTwice(t *testing.T) {
 		t.Fatalf("a final release retried after 8 other holds answered %v, want {0}", again)
 	}
 	// Any other handle's release with that token changes nothing.
-	if v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, keys, "owner-x", "rx", token, "PUBLISH", "c").Slice(); err != nil || v[0] != int64(0) {
+	if v, err := lua.Default().ReentrantRelease.Run(ctx, e.client, nil, keys, "owner-x", "rx", token, "PUBLISH", "c").Slice(); err != nil || v[0] != int64(0) {
 		t.Fatalf("another owner's release of a released token: %v, %v; want {0}", v, err)
 	}
 }
@@ -592,7 +592,7 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	c.AddHook(cut)
-	a, err := reentrant.New(c, "jobs", core.WithClock(e.clk))
+	a, err := reentrant.New(redistest.Owner(c), "jobs", core.WithClock(e.clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 				}
 				name := redistest.Name(t)
 				return redistest.LockTurns(t, workers, clients, func(c redis.UniversalClient) (redistest.Locker, error) {
-					return reentrant.New(c, name, reentrant.WithObserver(r))
+					return reentrant.New(redistest.Owner(c), name, reentrant.WithObserver(r))
 				})
 			})
 		})

@@ -3,6 +3,7 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"github.com/fairlock/fairlock"
 	"log/slog"
 	"testing"
 	"time"
@@ -202,34 +203,49 @@ func TestBadInput(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()
 	cases := map[string]func() error{
-		"nil client":       func() error { _, err := reentrant.New(nil, "x"); return err },
-		"typed nil client": func() error { _, err := reentrant.New(nilClient, "x"); return err },
-		"ring client":      func() error { _, err := reentrant.New(ring, "x"); return err },
-		"empty name":       func() error { _, err := reentrant.New(client, ""); return err },
-		"name with {":      func() error { _, err := reentrant.New(client, "a{b"); return err },
-		"name with }":      func() error { _, err := reentrant.New(client, "a}b"); return err },
-		"negative lease":   func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(-time.Second)); return err },
-		"tiny lease":       func() error { _, err := reentrant.New(client, "x", reentrant.WithLease(time.Millisecond)); return err },
-		"drift factor":     func() error { _, err := reentrant.New(client, "x", reentrant.WithDriftFactor(0.7)); return err },
+		"nil owner":        func() error { _, err := reentrant.New(nil, "x"); return err },
+		"typed nil client": func() error { _, err := fairlock.NewOwner(nilClient); return err },
+		"ring client":      func() error { _, err := fairlock.NewOwner(ring); return err },
+		"empty name":       func() error { _, err := reentrant.New(redistest.Owner(client), ""); return err },
+		"name with {":      func() error { _, err := reentrant.New(redistest.Owner(client), "a{b"); return err },
+		"name with }":      func() error { _, err := reentrant.New(redistest.Owner(client), "a}b"); return err },
+		"negative lease": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLease(-time.Second))
+			return err
+		},
+		"tiny lease": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLease(time.Millisecond))
+			return err
+		},
+		"drift factor": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithDriftFactor(0.7))
+			return err
+		},
 		"nil logger": func() error {
-			_, err := reentrant.New(client, "x", reentrant.WithLogger((*slog.Logger)(nil)))
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLogger((*slog.Logger)(nil)))
 			return err
 		},
-		"nil clock":    func() error { _, err := reentrant.New(client, "x", core.WithClock(nil)); return err },
-		"zero cleanup": func() error { _, err := reentrant.New(client, "x", reentrant.WithCleanupTimeout(0)); return err },
-		"no replicas":  func() error { _, err := reentrant.New(client, "x", reentrant.WithReplicas(0, time.Second)); return err },
+		"nil clock": func() error { _, err := reentrant.New(redistest.Owner(client), "x", core.WithClock(nil)); return err },
+		"zero cleanup": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithCleanupTimeout(0))
+			return err
+		},
+		"no replicas": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithReplicas(0, time.Second))
+			return err
+		},
 		"replica timeout": func() error {
-			_, err := reentrant.New(client, "x", reentrant.WithReplicas(1, -time.Second))
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithReplicas(1, -time.Second))
 			return err
 		},
-		"nil option": func() error { _, err := reentrant.New(client, "x", nil); return err },
+		"nil option": func() error { _, err := reentrant.New(redistest.Owner(client), "x", nil); return err },
 		"negative wait": func() error {
-			m, _ := reentrant.New(client, "x")
+			m, _ := reentrant.New(redistest.Owner(client), "x")
 			_, err := m.TryLock(context.Background(), -1, 0)
 			return err
 		},
 		"negative TryLock lease": func() error {
-			m, _ := reentrant.New(client, "x")
+			m, _ := reentrant.New(redistest.Owner(client), "x")
 			_, err := m.TryLock(context.Background(), 0, -1)
 			return err
 		},

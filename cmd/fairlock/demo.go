@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -180,9 +181,13 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 	for w := 0; w < c.workers; w++ {
 		client := c.target.client()
 		defer func() { _ = client.Close() }()
+		owner, err := fairlock.NewOwner(client)
+		if err != nil {
+			return rep, err
+		}
+		defer func() { _ = owner.Close(context.WithoutCancel(ctx)) }() // before the client's
 		me := worker{label: fmt.Sprintf("demo worker %d", w), inbox: make(chan job)}
 		var l locker
-		var err error
 		fopts := []fair.Option{fair.WithLabel(me.label)}
 		var ropts []reentrant.Option
 		if c.meter != nil {
@@ -191,13 +196,13 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 		}
 		switch kind {
 		case "fair":
-			l, err = fair.New(client, name, toMutexOptions(fopts)...)
+			l, err = fair.New(owner, name, toMutexOptions(fopts)...)
 		case "semaphore":
 			var s *fair.Semaphore
-			s, err = fair.NewSemaphore(client, name, c.permits, fopts...)
+			s, err = fair.NewSemaphore(owner, name, c.permits, fopts...)
 			l = &semLocker{s: s}
 		default:
-			l, err = reentrant.New(client, name, ropts...)
+			l, err = reentrant.New(owner, name, ropts...)
 		}
 		if err != nil {
 			return rep, err

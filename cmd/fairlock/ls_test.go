@@ -55,15 +55,15 @@ func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
 	defer client.Close()
 	ctx := context.Background()
 
-	rw, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("editor"))
+	rw, _ := fair.NewRWMutex(redistest.Owner(client), "catalog", fair.WithLabel("editor"))
 	if err := rw.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer rw.Unlock(ctx)
 	rwQueue := func() int { st, _ := fair.InspectRWMutex(ctx, client, "catalog"); return len(st.Queue) }
-	reader, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("reader"))
+	reader, _ := fair.NewRWMutex(redistest.Owner(client), "catalog", fair.WithLabel("reader"))
 	defer queueUp(t, reader.RLock, 1, rwQueue)()
-	writer, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("writer"))
+	writer, _ := fair.NewRWMutex(redistest.Owner(client), "catalog", fair.WithLabel("writer"))
 	defer queueUp(t, writer.Lock, 2, rwQueue)()
 
 	out, _, err := runCLI(t, "inspect", "-redis", mr.Addr(), "catalog")
@@ -83,7 +83,7 @@ func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
 		t.Fatalf("a read-write lock shown as permits:\n%s", out)
 	}
 
-	s, _ := fair.NewSemaphore(client, "encoders", 3)
+	s, _ := fair.NewSemaphore(redistest.Owner(client), "encoders", 3)
 	p, err := s.Acquire(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
 		t.Fatalf("inspect of a semaphore whose waiter asks for 2: %v\n%s", err, out)
 	}
 
-	r, _ := reentrant.New(client, "nightly")
+	r, _ := reentrant.New(redistest.Owner(client), "nightly")
 	if err := r.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestInspectWatchRefreshesUntilInterrupted(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
-	m, _ := fair.New(client, "reports")
+	m, _ := fair.New(redistest.Owner(client), "reports")
 	if err := m.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestLsFindsLocksOnEveryMaster(t *testing.T) {
 	var names []string
 	for i := 0; len(masters) < 3 || i < 6; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		m, err := fair.New(client, name, fair.WithLabel("ls"))
+		m, err := fair.New(redistest.Owner(client), name, fair.WithLabel("ls"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,13 +213,13 @@ func TestLsFindsLocksOnEveryMaster(t *testing.T) {
 			t.Fatal("60 names, and not one on each master")
 		}
 	}
-	s, _ := fair.NewSemaphore(client, prefix+"-pool", 4)
+	s, _ := fair.NewSemaphore(redistest.Owner(client), prefix+"-pool", 4)
 	p, err := s.Acquire(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx)
-	r, _ := reentrant.New(client, prefix+"-plain")
+	r, _ := reentrant.New(redistest.Owner(client), prefix+"-plain")
 	if err := r.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestURLsGiveThePasswordAndTheDatabase(t *testing.T) {
 	mr.RequireAuth("s3cret")
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), Password: "s3cret", DB: 2})
 	defer client.Close()
-	m, _ := fair.New(client, "backups", fair.WithLabel("db2"))
+	m, _ := fair.New(redistest.Owner(client), "backups", fair.WithLabel("db2"))
 	if err := m.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRedissURLSpeaksTLS(t *testing.T) {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), TLSConfig: &tls.Config{InsecureSkipVerify: true}})
 	defer client.Close()
-	m, _ := fair.New(client, "secure", fair.WithLabel("over tls"))
+	m, _ := fair.New(redistest.Owner(client), "secure", fair.WithLabel("over tls"))
 	if err := m.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -99,8 +99,8 @@ func TestInspectPrintsHolderAndQueue(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 	ctx := context.Background()
-	holder, _ := fair.New(client, "reports", fair.WithLabel("nightly"))
-	waiter, _ := fair.New(client, "reports", fair.WithLabel("adhoc"))
+	holder, _ := fair.New(redistest.Owner(client), "reports", fair.WithLabel("nightly"))
+	waiter, _ := fair.New(redistest.Owner(client), "reports", fair.WithLabel("adhoc"))
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestInspectPrintsASemaphore(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer client.Close()
 	ctx := context.Background()
-	s, _ := fair.NewSemaphore(client, "encoders", 3, fair.WithLabel("encoder"))
+	s, _ := fair.NewSemaphore(redistest.Owner(client), "encoders", 3, fair.WithLabel("encoder"))
 	p, err := s.Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestInspectPrintsASemaphore(t *testing.T) {
 			t.Fatalf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
-	rw, _ := fair.NewRWMutex(client, "catalog", fair.WithLabel("editor"))
+	rw, _ := fair.NewRWMutex(redistest.Owner(client), "catalog", fair.WithLabel("editor"))
 	if err := rw.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestDemoAndInspectOnClusterAndSentinel(t *testing.T) {
 
 			client := redistest.Client(t, d)
 			name := redistest.Name(t)
-			m, err := fair.New(client, name, fair.WithLabel("holder"))
+			m, err := fair.New(redistest.Owner(client), name, fair.WithLabel("holder"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -130,7 +130,7 @@ func load(ctx context.Context, client redis.UniversalClient, kind, name string) 
 		}
 		v.Queue = waiters(kind, st.Queue)
 	case kindReentrant:
-		raw, err := lua.Default().State.Run(ctx, client, []string{wire.ReentrantKey(name)}).Result()
+		raw, err := lua.Default().State.Run(ctx, client, nil, []string{wire.ReentrantKey(name)}).Result()
 		if err != nil {
 			return v, fmt.Errorf("inspecting reentrant lock %q: %w", name, err)
 		}

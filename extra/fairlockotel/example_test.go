@@ -3,6 +3,7 @@ package fairlockotel_test
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/extra/fairlockotel"
@@ -20,13 +21,15 @@ func Example() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer func() { _ = client.Close() }()
+	owner, _ := fairlock.NewOwner(client)
+	defer owner.Close(context.Background())
 
 	reader := sdkmetric.NewManualReader()
 	obs, err := fairlockotel.New(fairlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	if err != nil {
 		panic(err)
 	}
-	m, err := fair.New(client, "jobs", fair.WithObserver(obs))
+	m, err := fair.New(owner, "jobs", fair.WithObserver(obs))
 	if err != nil {
 		panic(err)
 	}

@@ -42,7 +42,7 @@ func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
 }
 
 func (r *rig) lock(name string) *fair.Mutex {
-	m, err := fair.New(r.client, name, fair.WithObserver(r.obs))
+	m, err := fair.New(redistest.Owner(r.client), name, fair.WithObserver(r.obs))
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package fairlockprom_test
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/extra/fairlockprom"
@@ -19,6 +20,8 @@ func Example() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer func() { _ = client.Close() }()
+	owner, _ := fairlock.NewOwner(client)
+	defer owner.Close(context.Background())
 
 	c, err := fairlockprom.New()
 	if err != nil {
@@ -26,7 +29,7 @@ func Example() {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	m, err := fair.New(client, "jobs", fair.WithObserver(c))
+	m, err := fair.New(owner, "jobs", fair.WithObserver(c))
 	if err != nil {
 		panic(err)
 	}

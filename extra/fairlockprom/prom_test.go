@@ -91,7 +91,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 
 	ctx := context.Background()
 	lock := func() *fair.Mutex {
-		m, err := fair.New(client, name, fair.WithObserver(c))
+		m, err := fair.New(redistest.Owner(client), name, fair.WithObserver(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reentrant.New(client, name, reentrant.WithObserver(c))
+	r, err := reentrant.New(redistest.Owner(client), name, reentrant.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, name := redistest.RealOrMini(t), redistest.Name(t)
-	m, err := fair.New(client, name, fair.WithObserver(c))
+	m, err := fair.New(redistest.Owner(client), name, fair.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}

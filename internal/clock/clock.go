@@ -6,7 +6,7 @@
 // the pause before a reconnect, the ping of a quiet connection) runs on the
 // wall clock on purpose: one hub serves every handle of a go-redis client,
 // each with a clock of its own, and it decides nothing about holds or the
-// queue. Tests end it with core.CloseIdleHubs.
+// queue. Tests end it by closing the owner (redistest.CloseOwners).
 //
 // Scripts never use it: they read "now" from Redis (TIME), so clients whose
 // clocks disagree cannot disagree about deadlines. The clock only decides when

@@ -54,6 +54,7 @@ func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
 // and core calls a kind only through Kind.Acquire.
 type Agent struct {
 	Client  redis.UniversalClient
+	Shared  *Owner // the handle's owner: what its handles share
 	Name    string
 	Owner   string
 	Config  *Config // read only
@@ -69,6 +70,9 @@ type Agent struct {
 
 	args *args
 }
+
+// Mode is what the handle's owner learnt of how its server runs scripts.
+func (h Agent) Mode() *lua.Mode { return ScriptMode(h.Shared) }
 
 // args are a handle's fixed script arguments, boxed once (a value passed as
 // an any is otherwise allocated at every call), and its script calls bound
@@ -147,7 +151,7 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 func (h Agent) Undo(ctx context.Context, undo string) error {
 	args := h.releaseArgs(0, undo).Args()
 	return h.Bounded(ctx, "undoing an acquisition", func(ctx context.Context) error {
-		return h.Release.Run(ctx, h.Client, h.Keys, args...).Err()
+		return h.Release.Run(ctx, h.Client, h.Mode(), h.Keys, args...).Err()
 	})
 }
 
@@ -165,10 +169,10 @@ func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 // acknowledged, -1 without WithReplicas.
 func (h Agent) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
 	if h.Config.Replicas == 0 {
-		v, err = h.Call(s).Run(ctx, h.Client, args...).Result()
+		v, err = h.Call(s).Run(ctx, h.Client, h.Mode(), args...).Result()
 		return v, -1, err
 	}
-	cmd, acked, err := s.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
+	cmd, acked, err := s.RunWait(ctx, h.Client, h.Mode(), h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
 	if cmd == nil || cmd.Err() != nil {
 		return nil, 0, err
 	}
@@ -199,7 +203,7 @@ func (h Agent) Replicated(ctx context.Context, req Request, acked int64) error {
 func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
 	since := h.claimSince(g, fixed)
 	script, args := h.renewCall(g.Token, lease, fixed)
-	cmd, acked, err := script.RunWait(ctx, h.Client, h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
+	cmd, acked, err := script.RunWait(ctx, h.Client, h.Mode(), h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
 	if cmd == nil || cmd.Err() != nil {
 		return since, err
 	}
@@ -218,7 +222,7 @@ func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration
 	}
 	rel := h.releaseArgs(g.Token, "").Args()
 	if rerr := h.Bounded(ctx, "giving back a hand-off that was not replicated", func(ctx context.Context) error {
-		return h.Release.Run(ctx, h.Client, h.Keys, rel...).Err()
+		return h.Release.Run(ctx, h.Client, h.Mode(), h.Keys, rel...).Err()
 	}); rerr != nil && !errors.Is(rerr, ErrPending) {
 		h.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
 	}
@@ -262,7 +266,7 @@ func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua
 // grant when fromGrant); false if the hold is gone.
 func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
 	script, args := h.renewCall(token, lease, fromGrant)
-	v, err := script.Run(ctx, h.Client, h.Keys, args...).Result()
+	v, err := script.Run(ctx, h.Client, h.Mode(), h.Keys, args...).Result()
 	if err != nil {
 		return false, err
 	}

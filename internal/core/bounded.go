@@ -35,8 +35,10 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
 	b := &bounded{done: make(chan struct{})}
 	probeBackground(1)
+	h.Shared.cleanups.add(nil) // Close waits for it
 	go func() {
 		defer probeBackground(-1)
+		defer h.Shared.cleanups.done()
 		defer cancel()
 		err := call(bg)
 		b.mu.Lock()

@@ -9,9 +9,10 @@ import (
 )
 
 // End is how one hold ends, shared by every primitive: once, by release
-// (ErrReleased) or by loss (ErrLockLost). Its context is the primary
-// signal, cancelled with the cause; Lost is derived from it, a channel
-// closed when the cause is ErrLockLost. Both are made when first asked for:
+// (ErrReleased), by loss (ErrLockLost) or by its owner's Close (ErrClosed).
+// Its context is the primary signal, cancelled with the cause; Lost is
+// derived from it, a channel closed when the hold was taken from its
+// holder (takenAway: lost, or closed). Both are made when first asked for:
 // most holds are never asked, and end without them. End also owns the
 // hold's watchdog timer (Renew), which ending stops.
 //
@@ -74,11 +75,16 @@ func (e *End) FinishAfter(cause error, first func()) bool {
 	if cancel != nil {
 		cancel(cause)
 	}
-	if cause == ErrLockLost && lost != nil {
+	if takenAway(cause) && lost != nil {
 		close(lost)
 	}
 	return true
 }
+
+// takenAway reports whether a hold ended by cause was taken from its holder
+// rather than released by it: lost, or ended by its owner's Close. Lost
+// closes for these.
+func takenAway(cause error) bool { return cause == ErrLockLost || cause == ErrClosed }
 
 // EndedLocked reports, with the lock held, whether the hold has ended.
 func (e *End) EndedLocked() bool { return e.ended }
@@ -91,10 +97,16 @@ func (e *End) IsEnded() bool {
 }
 
 // EndedErr is what a call on the hold gets once it ended: ErrLockLost if
-// it was lost, ErrNotHeld otherwise.
+// it was lost, ErrClosed if its owner's Close ended it, ErrNotHeld
+// otherwise.
 func (e *End) EndedErr() error {
-	if e.IsLost() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.ended && e.cause == ErrLockLost:
 		return ErrLockLost
+	case e.ended && e.cause == ErrClosed:
+		return ErrClosed
 	}
 	return ErrNotHeld
 }
@@ -147,13 +159,14 @@ func (e *End) Context() context.Context {
 	return e.ctx
 }
 
-// Lost is closed once the hold's context ends with cause ErrLockLost.
+// Lost is closed once the hold's context ends with cause ErrLockLost or
+// ErrClosed.
 func (e *End) Lost() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lost == nil {
 		e.lost = make(chan struct{})
-		if e.ended && e.cause == ErrLockLost {
+		if e.ended && takenAway(e.cause) {
 			close(e.lost)
 		}
 	}

@@ -1,9 +1,9 @@
 // Package core is the machinery every primitive shares: configuration and
 // its option kinds, the handle (Mutex) with the one hold lifecycle (End,
 // Latest, the lease and watchdog of hold.go), the Agent through which a
-// primitive's Kind acts for its handle, what the handles of one go-redis
-// client share (Shared: the pub/sub hub, per-lock services), and the Sleeper
-// a waiting call sleeps on. The primitives (fair, reentrant) say only what
+// primitive's Kind acts for its handle, what the handles of one Owner share
+// and how they end (the pub/sub hub, per-lock services, Close), and the
+// Sleeper a waiting call sleeps on. The primitives (fair, reentrant) say only what
 // differs: their scripts and how a caller waits. docs/architecture.md draws
 // the layers.
 package core

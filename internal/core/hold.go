@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // Grant is what an acquiring call learned: the hold's count and token, and
@@ -49,6 +50,7 @@ const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
 	h := &hold{m: m, s: s, token: g.Token, fixed: fixed, lease: lease}
+	m.h.Shared.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
 	}
@@ -181,6 +183,7 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	if !ended {
 		return false
 	}
+	h.m.h.Shared.untrack(h)
 	h.Lock()
 	if h.expiry != nil {
 		h.expiry.Stop()
@@ -195,3 +198,24 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	}
 	return true
 }
+
+// closeOut is Close's end of the hold: the holder stops believing in it
+// (its context ends with cause ErrClosed, Lost closes), then it is released
+// in Redis, every level of its re-entry, so that the lock goes to the next
+// in line at once. A hold that ended meanwhile is left as it is.
+func (h *hold) closeOut(ctx context.Context) error {
+	h.m.forget(h)
+	if !h.end(ErrClosed, "") {
+		return nil
+	}
+	for range maxReleases {
+		status, err := h.m.release(ctx, h.s, h.token)
+		if err != nil || status != wire.StillHeld {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxReleases bounds closeOut's releases of one hold: its re-entries.
+const maxReleases = 1 << 16

@@ -21,7 +21,11 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 	defer client.Close()
 	cfg := NewConfig()
 	cfg.Clock = clock.NewFake(time.Unix(1_700_000_000, 0), nil)
-	m, err := NewMutex(client, "stale", cfg, func(string, *lua.Scripts) Place { return Place{Keys: []string{"k"}} },
+	o, err := NewOwner(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMutex(o, "stale", cfg, func(string, *lua.Scripts) Place { return Place{Keys: []string{"k"}} },
 		func(Agent) Kind { return nil })
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The hub: all waiters of one go-redis client share one pub/sub connection
-// (on Cluster, one per shard node, with sharded pub/sub); the client's
-// Shared keeps them. A channel stays subscribed while a local waiter needs
+// The hub: all waiters of one Owner share one pub/sub connection (on
+// Cluster, one per shard node, with sharded pub/sub); the owner keeps them. A channel stays subscribed while a local waiter needs
 // it, and for hubLinger after the last one left, so a busy lock does not subscribe and unsubscribe at every wait;
 // a hub with no channel left closes its connection.
 //
@@ -32,7 +31,7 @@ import (
 const hubLinger = 30 * time.Second
 
 type hub struct {
-	shared  *Shared // whose hub it is: it is in shared.hubs under key
+	owner   *Owner // whose hub it is: it is in owner.hubs under key
 	key     any
 	ps      *redis.PubSub
 	sharded bool
@@ -89,14 +88,17 @@ func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any
 	return client, false, nil
 }
 
-// Subscribe registers a waiter with id on the channel name of client,
+// Subscribe registers a waiter with id on the channel name of o's client,
 // subscribing it if needed. Ready is closed once Redis confirmed it.
-func Subscribe(ctx context.Context, client redis.UniversalClient, name, id string) (*Sub, error) {
-	key, sharded, err := hubKey(ctx, client, name)
+func Subscribe(ctx context.Context, o *Owner, name, id string) (*Sub, error) {
+	key, sharded, err := hubKey(ctx, o.client, name)
 	if err != nil {
 		return nil, err
 	}
-	h := hubAt(client, key, sharded)
+	h := o.hubAt(key, sharded)
+	if h == nil {
+		return nil, ErrClosed
+	}
 	defer h.cmdMu.Unlock()
 
 	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
@@ -125,10 +127,15 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, name, id strin
 
 // hubAt returns the hub of key (made if there is none), with its cmdMu
 // held: a hub cannot be closed as idle before its caller adds a channel.
-func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
-	sh := lockShared(client)
-	defer sh.mu.Unlock()
-	h := sh.hubs[key]
+// Once Close has closed the hubs, it returns nil.
+func (o *Owner) hubAt(key any, sharded bool) *hub {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.hubsGone {
+		return nil
+	}
+	client := o.client
+	h := o.hubs[key]
 	if h == nil {
 		var ps *redis.PubSub
 		if sharded {
@@ -136,10 +143,10 @@ func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
 		} else {
 			ps = client.Subscribe(context.Background())
 		}
-		h = &hub{shared: sh, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
+		h = &hub{owner: o, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
 			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{},
 			flushes: map[string]chan struct{}{}}
-		sh.hubs[key] = h
+		o.hubs[key] = h
 		go h.receive()
 	}
 	h.cmdMu.Lock()
@@ -150,22 +157,18 @@ func hubAt(client redis.UniversalClient, key any, sharded bool) *hub {
 // and confirmed, without any network call; otherwise it returns nil. A waiter
 // registered before its first attempt needs no second attempt: no message
 // can fall between the two.
-func SubscribeIfLive(client redis.UniversalClient, name, id string) *Sub {
-	var key any = client
-	if cc, ok := client.(*redis.ClusterClient); ok {
+func SubscribeIfLive(o *Owner, name, id string) *Sub {
+	var key any = o.client
+	if cc, ok := o.client.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(context.Background(), name)
 		if err != nil {
 			return nil
 		}
 		key = node
 	}
-	sh := existing(client)
-	if sh == nil {
-		return nil
-	}
-	sh.mu.Lock()
-	h := sh.hubs[key]
-	sh.mu.Unlock()
+	o.mu.Lock()
+	h := o.hubs[key]
+	o.mu.Unlock()
 	if h == nil {
 		return nil
 	}

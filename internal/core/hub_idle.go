@@ -8,34 +8,29 @@ import (
 	"time"
 )
 
-// CloseIdleHubs unsubscribes every channel without waiters now, and closes
-// hubs left with none. Tests call it before checking for leaked goroutines.
-func CloseIdleHubs() {
-	for _, h := range allHubs() {
-		h.closeIdle(0)
+// shut closes the hub, whatever channels it has: Close's last step, when
+// the owner's waiters have gone.
+func (h *hub) shut() {
+	h.cmdMu.Lock()
+	h.mu.Lock()
+	if h.sweep != nil {
+		h.sweep.Stop()
+		h.sweep = nil
 	}
-}
-
-// allHubs returns every client's hubs.
-func allHubs() []*hub {
-	var all []*hub
-	for _, sh := range allShared() {
-		sh.mu.Lock()
-		for _, h := range sh.hubs {
-			all = append(all, h)
-		}
-		sh.mu.Unlock()
-	}
-	return all
+	h.mu.Unlock()
+	h.cmdMu.Unlock()
+	close(h.closing)
+	_ = h.ps.Close()
+	<-h.done
 }
 
 // closeIdle unsubscribes channels idle for at least linger; a hub with no
 // channel left closes; one with channels still idle sweeps again later.
 func (h *hub) closeIdle(linger time.Duration) {
-	sh := h.shared
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.hubs[h.key] != h {
+	o := h.owner
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.hubs[h.key] != h {
 		return
 	}
 	h.cmdMu.Lock()
@@ -66,8 +61,7 @@ func (h *hub) closeIdle(linger time.Duration) {
 	}
 	h.mu.Unlock()
 	if empty {
-		delete(sh.hubs, h.key)
-		sh.dropIfEmptyLocked()
+		delete(o.hubs, h.key)
 		h.cmdMu.Unlock()
 		close(h.closing)
 		_ = h.ps.Close()

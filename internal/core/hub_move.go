@@ -67,7 +67,11 @@ func (h *hub) move(name string, subs []*Sub) {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
-	to := hubAt(h.client, key, true)
+	to := h.owner.hubAt(key, true)
+	if to == nil { // the owner closed: its waiters have gone
+		wake(subs)
+		return
+	}
 	defer to.cmdMu.Unlock()
 	var stay []*Sub // already confirmed there: woken at once
 	first := false

@@ -53,7 +53,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 
 	var subs []*core.Sub
 	for i := 0; i < 1000; i++ {
-		s, err := core.Subscribe(ctx, client, channel, "")
+		s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,12 +89,12 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 		s.Close()
 	}
 	// The channel lingers for the next waiter, then goes with its connection.
-	if live := core.SubscribeIfLive(client, channel, ""); live == nil {
+	if live := core.SubscribeIfLive(redistest.Owner(client), channel, ""); live == nil {
 		t.Fatal("the channel did not linger after its last waiter left")
 	} else {
 		live.Close()
 	}
-	core.CloseIdleHubs()
+	redistest.CloseOwners()
 	if n := pubsubConnections(t, admin, name); n != 0 {
 		t.Fatalf("%d pub/sub connections left after the idle hub closed", n)
 	}
@@ -105,8 +105,8 @@ func TestHubTargetsMessagesByID(t *testing.T) {
 	ctx := context.Background()
 	client, admin := redistest.Real(t), redistest.Real(t)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Subscribe(ctx, client, channel, "entry-a")
-	b, _ := core.Subscribe(ctx, client, channel, "entry-b")
+	a, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "entry-a")
+	b, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "entry-b")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -125,8 +125,8 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	admin := redistest.Real(t)
 	client, name := redistest.Named(t, admin)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Subscribe(ctx, client, channel, "")
-	b, _ := core.Subscribe(ctx, client, channel, "x")
+	a, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "")
+	b, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "x")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -159,7 +159,7 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	_, _, client := redistest.Mini(t)
 	ctx := context.Background()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	s, err := core.Subscribe(ctx, client, channel, "a")
+	s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,13 +182,13 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 		t.Fatalf("Next once Ready was told: %v, want to sleep until ctx ends", wk.Reason)
 	}
 
-	settled, err := core.Subscribe(ctx, client, channel, "b") // confirmed already
+	settled, err := core.Subscribe(ctx, redistest.Owner(client), channel, "b") // confirmed already
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer settled.Close()
 	settled.Settle() // an attempt now sees all that was published before
-	live := core.SubscribeIfLive(client, channel, "c")
+	live := core.SubscribeIfLive(redistest.Owner(client), channel, "c")
 	if live == nil {
 		t.Fatal("SubscribeIfLive on a confirmed channel: nil")
 	}
@@ -215,7 +215,7 @@ func TestFlushDeliversWhatWasPublishedBefore(t *testing.T) {
 		if _, ok := client.(*redis.ClusterClient); ok {
 			publish = client.SPublish
 		}
-		s, err := core.Subscribe(ctx, client, channel, "a")
+		s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "a")
 		if err != nil {
 			t.Fatal(err)
 		}

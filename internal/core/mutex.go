@@ -8,7 +8,6 @@ import (
 
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is what differs between the primitives: how a caller acquires and
@@ -75,17 +74,18 @@ const maxFreeSlots = 16
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id, on
 // the keys place gives for name, waiting as the Kind that kind returns.
-func NewMutex(client redis.UniversalClient, name string, cfg Config,
+func NewMutex(o *Owner, name string, cfg Config,
 	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
-	if err := CheckClient(client); err != nil {
+	if err := CheckOwner(o); err != nil {
 		return nil, err
 	}
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	m := &Mutex{newKind: kind, client: ClientID(client)}
-	m.h = Agent{Client: client, Name: name, Config: &cfg,
-		Publish: PublishCommand(client), Place: place(name, cfg.Scripts)}
+	client := o.client
+	m := &Mutex{newKind: kind, client: o.id}
+	m.h = Agent{Client: client, Shared: o, Name: name, Config: &cfg,
+		Publish: o.publish, Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
 		m.h.Calls = NewCalls() // every slot's calls bound once
 	}
@@ -224,6 +224,21 @@ func (m *Mutex) acquire(ctx context.Context, a Attempt) (*hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The wait also ends when the owner closes; the call then says so.
+	bound, leave, err := m.h.Shared.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	h, err := m.acquireBound(bound, want, a)
+	if err != nil && ctx.Err() == nil && context.Cause(bound) == ErrClosed {
+		err = ErrClosed
+	}
+	return h, err
+}
+
+// acquireBound is acquire on a context bound to the owner's Close.
+func (m *Mutex) acquireBound(ctx context.Context, want *hold, a Attempt) (*hold, error) {
 	if want != nil {
 		return m.reenter(ctx, want, a)
 	}

@@ -73,10 +73,17 @@ type Listening struct {
 	Done <-chan struct{}
 }
 
-// ListeningHubs returns one confirmed channel of every hub that has one.
-func ListeningHubs() []Listening {
+// ListeningHubs returns one confirmed channel of every hub of o that has
+// one.
+func ListeningHubs(o *Owner) []Listening {
+	o.mu.Lock()
+	hubs := make([]*hub, 0, len(o.hubs))
+	for _, h := range o.hubs {
+		hubs = append(hubs, h)
+	}
+	o.mu.Unlock()
 	var out []Listening
-	for _, h := range allHubs() {
+	for _, h := range hubs {
 		h.mu.Lock()
 		channel := ""
 		for name, ch := range h.chans {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -11,27 +12,34 @@ import (
 // wrapped is a user's own UniversalClient: a go-redis client inside.
 type wrapped struct{ *redis.Client }
 
-// Each go-redis client has an id of its own, the same at every call: its
-// handles' owner ids begin with it, and its hub listens on that inbox. A
-// client of another type shares the process's.
-func TestClientIDs(t *testing.T) {
+// Each owner has a client id of its own, which its handles' owner ids
+// begin with (so its inbox of a lock is its own): two owners on one client
+// are independent, and a wrapped client gets an owner like any other.
+func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	t.Cleanup(func() { _, _, _ = a.Close(), b.Close(), c.Close() })
-	ids := map[string]bool{}
-	for _, client := range []redis.UniversalClient{a, b, c} {
-		id := core.ClientID(client)
-		if id != core.ClientID(client) {
-			t.Fatalf("a client's id changed: %q, then %q", id, core.ClientID(client))
+	t.Cleanup(func() { _, _ = a.Close(), c.Close() })
+	clients := map[string]bool{}
+	for _, client := range []redis.UniversalClient{a, a, c, wrapped{a}} {
+		o, err := core.NewOwner(client)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ids[id] || wire.ClientOf(id) != id {
-			t.Fatalf("client id %q: used twice, or not a client id", id)
+		m1, err := core.NewMutex(o, "x", core.NewConfig(), place, noKind)
+		if err != nil {
+			t.Fatal(err)
 		}
-		ids[id] = true
-	}
-	w1, w2 := wrapped{a}, wrapped{b}
-	if core.ClientID(w1) != core.ClientID(w2) || ids[core.ClientID(w1)] {
-		t.Fatalf("wrapped clients: ids %q and %q, want the process's own, shared", core.ClientID(w1), core.ClientID(w2))
+		m2, _ := core.NewMutex(o, "y", core.NewConfig(), place, noKind)
+		id := wire.ClientOf(m1.Owner())
+		if wire.ClientOf(m2.Owner()) != id || m1.Owner() == m2.Owner() {
+			t.Fatalf("handles of one owner: owner ids %q and %q, want one client id and two owners", m1.Owner(), m2.Owner())
+		}
+		if clients[id] {
+			t.Fatalf("client id %q shared by two owners", id)
+		}
+		clients[id] = true
 	}
 }
+
+func place(string, *lua.Scripts) core.Place { return core.Place{Keys: []string{"k"}} }
+func noKind(core.Agent) core.Kind           { return nil }

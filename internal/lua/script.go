@@ -3,12 +3,10 @@ package lua
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,52 +43,32 @@ type library struct {
 	code string
 }
 
-// How a client's server runs scripts, learnt at its first call.
-type mode int
+// Mode is what a caller learnt of how its server runs scripts, at its
+// first call: as functions (FCALL) or, without Functions, with EVALSHA.
+// One belongs to each fairlock.Owner; the zero value knows nothing yet.
+// A nil *Mode always uses EVALSHA (a one-off call, such as Inspect).
+type Mode struct{ v atomic.Int32 }
 
 const (
-	modeUnknown   mode = iota
-	modeFunctions      // FCALL
-	modeEval           // no Functions: EVALSHA
+	modeUnknown   int32 = iota
+	modeFunctions       // FCALL
+	modeEval            // no Functions: EVALSHA
 )
 
-// modes remembers the mode of each client, without keeping clients alive.
-var modes sync.Map // weak.Pointer[redis.Client] or weak.Pointer[redis.ClusterClient] -> mode
-
-func clientKey(c redis.UniversalClient) any {
-	switch c := c.(type) {
-	case *redis.Client:
-		return weak.Make(c)
-	case *redis.ClusterClient:
-		return weak.Make(c)
-	}
-	return nil // other kinds (Ring, ...) always use EVALSHA
-}
-
-func modeOf(c redis.UniversalClient) mode {
-	key := clientKey(c)
-	if key == nil {
+func (m *Mode) get(c redis.UniversalClient) int32 {
+	if m == nil {
 		return modeEval
 	}
-	if m, ok := modes.Load(key); ok {
-		return m.(mode)
+	switch c.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		return m.v.Load()
 	}
-	return modeUnknown
+	return modeEval // other kinds (wrappers, ...) always use EVALSHA
 }
 
-func setMode(c redis.UniversalClient, m mode) {
-	key := clientKey(c)
-	if key == nil {
-		return
-	}
-	if _, known := modes.Swap(key, m); !known {
-		// Forget the client with it.
-		switch c := c.(type) {
-		case *redis.Client:
-			runtime.AddCleanup(c, func(k any) { modes.Delete(k) }, key)
-		case *redis.ClusterClient:
-			runtime.AddCleanup(c, func(k any) { modes.Delete(k) }, key)
-		}
+func (m *Mode) set(v int32) {
+	if m != nil {
+		m.v.Store(v)
 	}
 }
 
@@ -100,9 +78,11 @@ func setMode(c redis.UniversalClient, m mode) {
 // FUNCTION FLUSH, on the new master of a moved slot), otherwise with
 // EVALSHA. A call that failed for lack of the function did not run, so
 // retrying it is safe.
-func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+//
+// m is what the caller learnt of the server (Mode).
+func (s *Script) Run(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
-	if ran, err := s.viaFunctions(ctx, c, keys, func() error {
+	if ran, err := s.viaFunctions(ctx, c, m, keys, func() error {
 		cmd = c.FCall(ctx, s.fn, keys, args...)
 		return cmd.Err()
 	}); ran {
@@ -119,30 +99,30 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 // library when it is missing (library.load), then calls again. ran is false when the server has no Functions (or this user
 // may not use them): the caller turns to EVALSHA. err is fcall's error, or
 // the load's.
-func (s *Script) viaFunctions(ctx context.Context, c redis.UniversalClient, keys []string, fcall func() error) (ran bool, err error) {
-	m := modeOf(c)
-	if m == modeEval {
+func (s *Script) viaFunctions(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, fcall func() error) (ran bool, err error) {
+	known := m.get(c)
+	if known == modeEval {
 		return false, nil
 	}
 	switch err := fcall(); {
 	case err == nil:
-		if m == modeUnknown {
-			setMode(c, modeFunctions)
+		if known == modeUnknown {
+			m.set(modeFunctions)
 		}
 		return true, nil
 	case unsupported(err):
-		setMode(c, modeEval)
+		m.set(modeEval)
 		return false, nil
 	case functionMissing(err):
 		lerr := s.lib.load(ctx, c, keys)
 		if lerr == nil {
-			setMode(c, modeFunctions)
+			m.set(modeFunctions)
 			return true, fcall()
 		}
 		if !unsupported(lerr) {
 			return true, lerr
 		}
-		setMode(c, modeEval)
+		m.set(modeEval)
 		return false, nil
 	default:
 		return true, err // the script's own error, or the network's
@@ -168,11 +148,11 @@ func (s *Script) On(keys []string) *Call {
 }
 
 // Run runs the script on c's keys with args, as Script.Run does.
-func (c *Call) Run(ctx context.Context, client redis.UniversalClient, args ...any) *redis.Cmd {
-	if modeOf(client) != modeFunctions {
+func (c *Call) Run(ctx context.Context, client redis.UniversalClient, m *Mode, args ...any) *redis.Cmd {
+	if m.get(client) != modeFunctions {
 		// The first call on this client (which learns its mode), or no
 		// Functions: copied, so that args does not escape on the hot path.
-		return c.s.Run(ctx, client, c.keys, append([]any(nil), args...)...)
+		return c.s.Run(ctx, client, m, c.keys, append([]any(nil), args...)...)
 	}
 	words := make([]any, 0, len(c.fixed)+len(args))
 	words = append(append(words, c.fixed...), args...)
@@ -181,7 +161,7 @@ func (c *Call) Run(ctx context.Context, client redis.UniversalClient, args ...an
 	if err := cmd.Err(); functionMissing(err) || unsupported(err) {
 		// Flushed or never loaded on this node (a restart, a moved slot),
 		// or Functions are gone: Run loads the library, or turns to EVALSHA.
-		return c.s.Run(ctx, client, c.keys, append([]any(nil), args...)...)
+		return c.s.Run(ctx, client, m, c.keys, append([]any(nil), args...)...)
 	}
 	return cmd
 }
@@ -193,7 +173,7 @@ func (c *Call) Run(ctx context.Context, client redis.UniversalClient, args ...an
 // covered. On Cluster the pipeline goes to the master that owns keys[0]. It
 // returns the script's reply and the number of replicas that acknowledged
 // (or the error of either).
-func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
+func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
 	conn := redis.Cmdable(c)
 	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
 		node, err := cc.MasterForKey(ctx, keys[0])
@@ -221,7 +201,7 @@ func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, keys []st
 	var cmd *redis.Cmd
 	var n int64
 	var werr error
-	if ran, err := s.viaFunctions(ctx, c, keys, func() error {
+	if ran, err := s.viaFunctions(ctx, c, m, keys, func() error {
 		cmd, n, werr = run(true)
 		return cmd.Err()
 	}); ran {

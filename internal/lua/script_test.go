@@ -45,10 +45,19 @@ func (c *commands) take() string {
 	return s
 }
 
+// modeOf is what the tests' calls on c learnt of its server, as an owner
+// of handles on c keeps it.
+func modeOf(c redis.UniversalClient) *lua.Mode {
+	m, _ := modes.LoadOrStore(c, &lua.Mode{})
+	return m.(*lua.Mode)
+}
+
+var modes sync.Map // redis.UniversalClient -> *lua.Mode
+
 // state runs state.lua (read-only) on a lock that does not exist: {}.
 func state(t *testing.T, s *lua.Scripts, c redis.UniversalClient, name string) {
 	t.Helper()
-	v, err := s.State.Run(context.Background(), c, []string{"fairlock:r:{" + name + "}"}).Slice()
+	v, err := s.State.Run(context.Background(), c, modeOf(c), []string{"fairlock:r:{" + name + "}"}).Slice()
 	if err != nil || len(v) != 0 {
 		t.Fatalf("state of a free lock = %v, %v; want []", v, err)
 	}
@@ -197,7 +206,7 @@ func TestCallOnRedis(t *testing.T) {
 			call := s.State.On([]string{"fairlock:r:{" + redistest.Name(t) + "}"})
 			run := func() {
 				t.Helper()
-				v, err := call.Run(ctx, c).Slice()
+				v, err := call.Run(ctx, c, modeOf(c)).Slice()
 				if err != nil || len(v) != 0 {
 					t.Fatalf("state of a free lock = %v, %v; want []", v, err)
 				}

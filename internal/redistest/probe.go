@@ -84,7 +84,11 @@ func SyncHubs(ctx context.Context) {
 		done    <-chan struct{}
 	}
 	var markers []marker
-	for _, l := range core.ListeningHubs() {
+	var hubs []core.Listening
+	for _, o := range allOwners() {
+		hubs = append(hubs, core.ListeningHubs(o)...)
+	}
+	for _, l := range hubs {
 		m := marker{SyncMarker + "sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{}), l.Done}
 		theProbe.mu.Lock()
 		theProbe.markers[m.payload] = m.read

@@ -24,7 +24,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -56,7 +55,7 @@ func NoLeaks(t testing.TB) {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
-		core.CloseIdleHubs() // pub/sub connections linger by design
+		CloseOwners() // pub/sub connections linger by design
 		// goleak retries for a while: goroutines that are returning may finish.
 		if err := goleak.Find(before); err != nil {
 			t.Errorf("background goroutines outlived the test: %v", err)

@@ -1,0 +1,239 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is returned by the calls of a handle whose Owner was closed,
+// and is the cause of the context of a hold or a wait that Close ended.
+var ErrClosed = errors.New("fairlock: owner closed")
+
+// Owner is what the handles made on it share, and what ends them: a
+// go-redis client, the inbox its waiters are told on (one pub/sub
+// connection, or one per Cluster master), the fair queue's heartbeats,
+// what it learnt of how the server runs scripts, and every hold and wait
+// of its handles, which Close ends. It is made by fairlock.NewOwner, which
+// documents it.
+type Owner struct {
+	client  redis.UniversalClient
+	id      string // the client id in its handles' owner ids: its inbox of each lock
+	publish string // PUBLISH, or SPUBLISH on Cluster
+	mode    lua.Mode
+
+	// closing is cancelled, with cause ErrClosed, when Close begins: the
+	// acquisitions in flight give up, and leave their queues.
+	closing context.Context
+	close   context.CancelCauseFunc
+	closed  atomic.Bool   // Close has begun: new calls get ErrClosed
+	done    chan struct{} // closed when the first Close has returned
+	once    sync.Once
+
+	mu       sync.Mutex
+	hubs     map[any]*hub // by node: the client itself, or a Cluster master's client
+	hubsGone bool         // Close closed the hubs: none is made again
+	services map[any]any  // by key: what a primitive keeps per owner (Services)
+	holds    map[*hold]struct{}
+	calls    tracker // acquisitions in flight
+	cleanups tracker // clean-up calls in flight (Bounded)
+}
+
+// NewOwner checks client and makes an owner of handles on it.
+func NewOwner(client redis.UniversalClient) (*Owner, error) {
+	if err := CheckClient(client); err != nil {
+		return nil, err
+	}
+	o := &Owner{client: client, id: wire.NewClient(), publish: PublishCommand(client),
+		done: make(chan struct{}), hubs: map[any]*hub{}, services: map[any]any{},
+		holds: map[*hold]struct{}{}}
+	o.closing, o.close = context.WithCancelCause(context.Background())
+	return o, nil
+}
+
+// CheckOwner rejects a nil or closed owner.
+func CheckOwner(o *Owner) error {
+	if o == nil || o.client == nil {
+		return Invalid("owner must not be nil; make one with fairlock.NewOwner")
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Client returns the go-redis client the owner's handles use.
+func (o *Owner) Client() redis.UniversalClient { return o.client }
+
+// Close ends everything of the owner, gracefully, so that nobody in other
+// processes waits for it: new calls of its handles get ErrClosed, its
+// waiters leave their queues (their Lock returns an error wrapping
+// ErrClosed), its holds are ended (each hold's context with cause
+// ErrClosed, and Lost closes) and then released in Redis, handing each lock
+// to the next in line at once, and its pub/sub connections close. It
+// returns once Redis has confirmed all of it, or with ctx's error when ctx
+// ends first (what is left goes on in the background, within the cleanup
+// timeout). Close is idempotent: a later call waits for the first one's
+// work, while its own ctx lasts, and returns nil. Close does not close the
+// go-redis client.
+func (o *Owner) Close(ctx context.Context) error {
+	if err := CheckContext(ctx); err != nil {
+		return err
+	}
+	if o == nil || o.client == nil {
+		return Invalid("owner must not be nil")
+	}
+	first := false
+	var err error
+	o.once.Do(func() {
+		first = true
+		err = o.shutdown(ctx)
+		close(o.done)
+	})
+	if first {
+		return err
+	}
+	select {
+	case <-o.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown is Close's work: the waits end first, so that no hold is taken
+// after the holds are released; then the holds; then, with no waiter left,
+// the hubs.
+func (o *Owner) shutdown(ctx context.Context) error {
+	o.closed.Store(true)
+	o.close(ErrClosed)
+	if err := o.calls.wait(ctx); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	holds := make([]*hold, 0, len(o.holds))
+	for h := range o.holds {
+		holds = append(holds, h)
+	}
+	o.mu.Unlock()
+	var errs []error
+	for _, h := range holds {
+		if err := h.closeOut(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := o.cleanups.wait(ctx); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	hubs := make([]*hub, 0, len(o.hubs))
+	for _, h := range o.hubs {
+		hubs = append(hubs, h)
+	}
+	o.hubs = map[any]*hub{} // so that no idle sweep closes them too
+	o.hubsGone = true
+	o.mu.Unlock()
+	for _, h := range hubs {
+		h.shut()
+	}
+	return errors.Join(errs...)
+}
+
+// enter admits an acquisition: ErrClosed once Close has begun; otherwise a
+// context that also ends, with cause ErrClosed, when Close begins, and the
+// function that ends the acquisition's stay.
+func (o *Owner) enter(ctx context.Context) (context.Context, func(), error) {
+	if !o.calls.add(&o.closed) {
+		return nil, nil, ErrClosed
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(o.closing, func() { cancel(ErrClosed) })
+	return c, func() {
+		stop()
+		cancel(nil)
+		o.calls.done()
+	}, nil
+}
+
+// track and untrack keep the owner's live holds, for Close.
+func (o *Owner) track(h *hold) {
+	o.mu.Lock()
+	o.holds[h] = struct{}{}
+	o.mu.Unlock()
+}
+
+func (o *Owner) untrack(h *hold) {
+	o.mu.Lock()
+	delete(o.holds, h)
+	o.mu.Unlock()
+}
+
+// ScriptMode is what o learnt of how its server runs scripts.
+func ScriptMode(o *Owner) *lua.Mode { return &o.mode }
+
+// LockServices returns o's services, locked: a primitive finds or adds its
+// own (by a key of its own type), then calls UnlockServices.
+func LockServices(o *Owner) map[any]any {
+	o.mu.Lock()
+	return o.services
+}
+
+// UnlockServices ends what LockServices began.
+func UnlockServices(o *Owner) { o.mu.Unlock() }
+
+// tracker counts calls in flight, and waits for none to be left.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0; nil while nobody waits
+}
+
+// add counts a call in, unless closed is set (then false).
+func (t *tracker) add(closed *atomic.Bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if closed != nil && closed.Load() {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait returns once no call is in flight, or ctx's error.
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.zero == nil {
+		t.zero = make(chan struct{})
+	}
+	zero := t.zero
+	t.mu.Unlock()
+	select {
+	case <-zero:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ClientID is o's client id: its handles' owner ids begin with it, and its
+// inbox of a lock (wire.Inbox) carries it.
+func ClientID(o *Owner) string { return o.id }

@@ -1,0 +1,44 @@
+package fairlock
+
+import (
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// Owner owns the handles made on it (fair.New, reentrant.New, ...) and
+// what they share: one go-redis client, the inbox its waiters are told on
+// (one pub/sub connection, or one per Cluster master, opened when a handle
+// first waits), the fair queue's heartbeats (one script call per beat for
+// all its waiters on one lock), and what it learnt of how the server runs
+// scripts. Make one per client and process, at start, and share it; two
+// owners on one client are correct and independent, each with its own
+// inbox.
+//
+// Its method Close(ctx) error is a graceful shutdown, for the end of the
+// process or of a test: new calls of its handles get ErrClosed; its waiters
+// leave their queues (their Lock returns an error wrapping ErrClosed), so
+// that nobody behind them in other processes waits for them; its holds end
+// (each hold's context with cause ErrClosed, and Lost closes) and are then
+// released in Redis, handing each lock to the next in line at once; its
+// pub/sub connections close. Close returns once Redis has confirmed all of
+// it, or with ctx's error when ctx ends first (what is left goes on in the
+// background, within the cleanup timeout). It is idempotent, and does not
+// close the go-redis client: close that after the owner.
+//
+// Its method Client() returns the go-redis client.
+type Owner = core.Owner
+
+// ErrInvalidArgument is wrapped by every error about bad input; the same
+// value as every primitive package's.
+var ErrInvalidArgument = core.ErrInvalidArgument
+
+// ErrClosed is returned by the calls of a handle whose Owner was closed,
+// and is the cause of the context of a hold or a wait that Close ended.
+var ErrClosed = core.ErrClosed
+
+// NewOwner returns an owner of handles on client: a *redis.Client, a
+// Sentinel client (redis.NewFailoverClient) or a *redis.ClusterClient, or
+// any redis.UniversalClient but a *redis.Ring. It talks to Redis only when
+// a handle is used. A nil client or a *redis.Ring gets an error wrapping
+// ErrInvalidArgument.
+func NewOwner(client redis.UniversalClient) (*Owner, error) { return core.NewOwner(client) }
