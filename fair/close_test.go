@@ -1,0 +1,115 @@
+package fair_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
+)
+
+// Close ends everything of its owner and nothing of another: its holds
+// (re-entered ones in full) end with cause ErrClosed and go to the next in
+// line at once; its waiters leave the queue with ErrClosed; later calls
+// get ErrClosed; a second Close returns nil; no goroutine is left.
+func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	closing, err := fairlock.NewOwner(e.process())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := fairlock.NewOwner(e.process())
+	defer func() { _ = other.Close(ctx) }()
+	handle := func(o *fairlock.Owner, name string) *fair.Mutex {
+		m, err := fair.New(o, name, core.WithClock(e.clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	// The closing owner holds "jobs", twice over, and waits for "other"
+	// behind another owner's hold; the other owner waits for "jobs".
+	held := handle(closing, lockName)
+	holdCtx, err := held.LockContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Lock(holdCtx); err != nil {
+		t.Fatal(err)
+	}
+	next := e.enqueue(handle(other, lockName), 1)
+	blocker := handle(other, "other")
+	mustLock(t, blocker)
+	waiting := tryLockAsync(handle(closing, "other"), ctx, time.Hour, 0)
+	redistest.Quiet(t, "the waiters are asleep", func() bool { return redistest.Asleep() == 2 })
+	rh, _ := reentrant.New(closing, "plain", core.WithClock(e.clk))
+	if err := rh.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := closing.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if cause := context.Cause(holdCtx); !errors.Is(cause, fairlock.ErrClosed) {
+		t.Errorf("the hold's context ended with %v, want ErrClosed", cause)
+	}
+	if !isClosed(held.Lost()) || !isClosed(rh.Lost()) {
+		t.Error("Lost is open after Close ended the holds")
+	}
+	if r := await(t, next); !r.ok || r.err != nil {
+		t.Errorf("the next in line got %v, %v; want the lock", r.ok, r.err)
+	}
+	if r := await(t, waiting); r.ok || !errors.Is(r.err, fairlock.ErrClosed) {
+		t.Errorf("a waiter of the closed owner got %v, %v; want ErrClosed", r.ok, r.err)
+	}
+	st, err := fair.Inspect(ctx, e.client, "other")
+	if err != nil || len(st.Queue) != 0 {
+		t.Errorf("queue of other after Close = %+v, %v; want empty", st.Queue, err)
+	}
+	if locked, _ := rh.IsLocked(ctx); locked {
+		t.Error("IsLocked on a closed owner's handle answered")
+	}
+	for what, err := range map[string]error{
+		"Lock":      held.Lock(ctx),
+		"Unlock":    held.Unlock(holdCtx),
+		"IsLocked":  func() error { _, err := held.IsLocked(ctx); return err }(),
+		"New":       func() error { _, err := fair.New(closing, lockName); return err }(),
+		"Semaphore": func() error { _, err := fair.NewSemaphore(closing, "s", 2); return err }(),
+		"Close":     closing.Close(ctx),
+	} {
+		if what == "Close" {
+			if err != nil {
+				t.Errorf("a second Close = %v, want nil", err)
+			}
+			continue
+		}
+		if !errors.Is(err, fairlock.ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", what, err)
+		}
+	}
+	if locked, err := blocker.IsLocked(ctx); !locked || err != nil {
+		t.Errorf("the other owner's hold: locked %v, %v; want held", locked, err)
+	}
+	mustUnlock(t, blocker)
+}
+
+// An owner needs a client, and a handle an owner.
+func TestOwnerRefusesBadInput(t *testing.T) {
+	if _, err := fairlock.NewOwner(nil); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("NewOwner(nil) = %v", err)
+	}
+	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+		t.Errorf("New(nil owner) = %v", err)
+	}
+	var o *fairlock.Owner
+	if err := o.Close(context.Background()); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("Close of a nil owner = %v", err)
+	}
+}
