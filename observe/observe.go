@@ -243,10 +243,13 @@ var (
 	_ Tracer          = Nop{}
 )
 
-// DurationBuckets are upper bounds, in seconds, suited to how long a lock
-// is waited for and held: 1 ms to 5 min. The OpenTelemetry and Prometheus
-// modules use them for their histograms.
-var DurationBuckets = []float64{
-	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-	1, 2.5, 5, 10, 30, 60, 120, 300,
+// DurationBuckets returns upper bounds, in seconds, suited to how long a
+// lock is waited for and held: 1 ms to 5 min. The OpenTelemetry and
+// Prometheus modules use them for their histograms. Each call returns a
+// fresh slice: changing it changes nobody else's.
+func DurationBuckets() []float64 {
+	return []float64{
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10, 30, 60, 120, 300,
+	}
 }

@@ -41,7 +41,7 @@ type series struct {
 	values  []string
 	count   uint64
 	sum     float64
-	buckets []uint64 // histogram: observations at most observe.DurationBuckets[i]
+	buckets []uint64 // histogram: observations at most durationBuckets[i]
 }
 
 func newMeter() *meter {
@@ -65,13 +65,13 @@ func (m *meter) add(d measures.Measure, v float64, values ...string) {
 	if s == nil {
 		s = &series{values: values}
 		if f.Kind == measures.Histogram {
-			s.buckets = make([]uint64, len(observe.DurationBuckets))
+			s.buckets = make([]uint64, len(durationBuckets))
 		}
 		f.series[key] = s
 	}
 	s.count++
 	s.sum += v
-	for i, le := range observe.DurationBuckets {
+	for i, le := range durationBuckets {
 		if f.Kind == measures.Histogram && v <= le {
 			s.buckets[i]++
 		}
@@ -133,7 +133,7 @@ func (m *meter) write(w io.Writer) {
 				fmt.Fprintf(w, "%s{%s} %d\n", d.Prom, set, s.count)
 				continue
 			}
-			for i, le := range observe.DurationBuckets {
+			for i, le := range durationBuckets {
 				fmt.Fprintf(w, "%s_bucket{%s,le=%q} %d\n", d.Prom, set, strconv.FormatFloat(le, 'g', -1, 64), s.buckets[i])
 			}
 			fmt.Fprintf(w, "%s_bucket{%s,le=\"+Inf\"} %d\n", d.Prom, set, s.count)
@@ -168,3 +168,6 @@ func serveMetrics(ctx context.Context, addr string, m *meter) (string, error) {
 	context.AfterFunc(ctx, func() { _ = srv.Close() })
 	return ln.Addr().String(), nil
 }
+
+// durationBuckets are the histograms' bounds, computed once.
+var durationBuckets = observe.DurationBuckets()

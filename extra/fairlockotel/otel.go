@@ -115,7 +115,7 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	m := c.meters.Meter(ScopeName)
 	o := &Observer{tracer: c.tracers.Tracer(ScopeName), names: c.names}
-	buckets := metric.WithExplicitBucketBoundaries(observe.DurationBuckets...)
+	buckets := metric.WithExplicitBucketBoundaries(observe.DurationBuckets()...)
 	var errs []error
 	hist := func(d measures.Measure) metric.Float64Histogram {
 		h, err := m.Float64Histogram(d.OTel, metric.WithUnit(d.Unit), metric.WithDescription(d.Help), buckets)

@@ -91,7 +91,7 @@ func New(opts ...Option) (*Collector, error) {
 	}
 	hist := func(d measures.Measure) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Prom, Help: d.Help,
-			Buckets: observe.DurationBuckets, ConstLabels: c.constLabels}, labels(d.Labels...))
+			Buckets: observe.DurationBuckets(), ConstLabels: c.constLabels}, labels(d.Labels...))
 	}
 	count := func(d measures.Measure) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.Prom, Help: d.Help,
