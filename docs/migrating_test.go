@@ -3,10 +3,10 @@ package docs_test
 import (
 	"context"
 	"errors"
-	"github.com/fairlock/fairlock"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"

@@ -3,12 +3,12 @@ package fair_test
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"

@@ -2,12 +2,12 @@ package fair_test
 
 import (
 	"errors"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

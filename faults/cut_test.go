@@ -3,12 +3,12 @@ package faults
 import (
 	"context"
 	"errors"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"

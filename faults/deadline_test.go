@@ -3,13 +3,13 @@ package faults
 import (
 	"context"
 	"errors"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // Scenario: every call keeps its deadline while Redis is stopped. The

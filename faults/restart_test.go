@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -2,11 +2,11 @@ package faults
 
 import (
 	"context"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"testing"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // SIGKILL and the fair semaphore (2 permits). Each test reports its

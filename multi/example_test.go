@@ -3,9 +3,9 @@ package multi_test
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/redis/go-redis/v9"

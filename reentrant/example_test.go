@@ -3,10 +3,10 @@ package reentrant_test
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )

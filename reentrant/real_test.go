@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
 )
 
 // clientsFor returns n clients of one kind of real Redis.

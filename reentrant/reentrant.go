@@ -2,10 +2,10 @@ package reentrant
 
 import (
 	"context"
-	"github.com/fairlock/fairlock"
 	"log/slog"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
 )

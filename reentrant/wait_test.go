@@ -3,11 +3,11 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"github.com/fairlock/fairlock"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"

@@ -3,9 +3,9 @@ package fairlockotel_test
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/extra/fairlockotel"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/redis/go-redis/v9"

@@ -3,9 +3,9 @@ package fairlockprom_test
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/extra/fairlockprom"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/prometheus/client_golang/prometheus"
