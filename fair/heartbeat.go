@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 )
@@ -51,7 +52,7 @@ type member struct {
 	mu     sync.Mutex
 	entry  string
 	wait   time.Duration
-	w      *core.Sleeper
+	w      *inbox.Sleeper
 	queued atomic.Int64 // unix nanos of the last request answered "queued"
 }
 
@@ -81,7 +82,7 @@ func (m *member) current() string {
 // joinHeartbeat adds a queued waiter to its client's heartbeat on the lock,
 // starting the beat with the first one; the beat runs at the pace of the
 // shortest wait timeout among its waiters.
-func joinHeartbeat(qu *queue, entry string, w *core.Sleeper) (*heartbeat, *member) {
+func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *member) {
 	cfg := qu.h.Config
 	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
@@ -166,7 +167,7 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	if err != nil {
 		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		for _, m := range members {
-			m.w.Fire(core.Notice, unreachable{err}) // each decides whether its place lasts
+			m.w.Fire(inbox.Notice, unreachable{err}) // each decides whether its place lasts
 		}
 		return
 	}
@@ -183,11 +184,11 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 			m.queuedAt(sent)
 		case s == wire.BeatHead:
 			m.queuedAt(sent)
-			m.w.Fire(core.Notice, beatHead{expiry: r.Expiry})
+			m.w.Fire(inbox.Notice, beatHead{expiry: r.Expiry})
 		case s < 0:
-			m.w.Fire(core.Notice, evicted{})
+			m.w.Fire(inbox.Notice, evicted{})
 		default:
-			m.w.Fire(core.Notice, beatGrant{HandOff: wire.HandOff{Token: s, GrantedAt: r.Granted}, byBeat: r.ByBeat})
+			m.w.Fire(inbox.Notice, beatGrant{HandOff: wire.HandOff{Token: s, GrantedAt: r.Granted}, byBeat: r.ByBeat})
 		}
 	}
 }

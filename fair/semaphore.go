@@ -12,6 +12,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
@@ -602,18 +603,18 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 // afresh, at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	clk := k.h.Config.Clock
-	sub, err := core.Subscribe(ctx, k.h.Shared, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
+	sub, err := core.Inbox(k.h.Shared).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
 	if err != nil {
 		return nil, false, err
 	}
 	defer sub.Close()
-	w := core.NewSleeper()
+	w := inbox.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
-		t := w.At(clk, end, core.Timeout)
+		t := w.At(clk, end, inbox.Timeout)
 		defer t.Stop()
 	}
-	stop := context.AfterFunc(gate.HoldContext(), func() { w.Fire(core.Retry, nil) })
+	stop := context.AfterFunc(gate.HoldContext(), func() { w.Fire(inbox.Retry, nil) })
 	defer stop()
 	var fallback clock.Timer
 	defer func() {
@@ -641,7 +642,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 				if fallback != nil {
 					fallback.Stop()
 				}
-				fallback = w.After(clk, pause, core.Retry)
+				fallback = w.After(clk, pause, inbox.Retry)
 				goto wait // every wake decides whether to try again
 			}
 			outage.End()
@@ -673,11 +674,11 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 			if expiry := r.clock.notEarlier(r.next).Add(time.Millisecond); r.next > r.now && expiry.Before(at) {
 				at = expiry
 			}
-			fallback = w.At(clk, at, core.Retry)
+			fallback = w.At(clk, at, inbox.Retry)
 		}
 	wait:
 		switch wk := w.Next(ctx, sub); wk.Reason {
-		case core.Message:
+		case inbox.Message:
 			try, fellBack = true, false
 			if n, _ := wire.ParseNote(wk.Payload, gate.Owner()); n != nil {
 				sv, ok := n.(wire.Served)
@@ -694,13 +695,13 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 					return g, false, err
 				}
 			}
-		case core.Ready:
+		case inbox.Ready:
 			try, fellBack = true, false
-		case core.Retry:
+		case inbox.Retry:
 			try, fellBack = true, true
-		case core.Timeout:
+		case inbox.Timeout:
 			return nil, false, nil
-		case core.Cancelled:
+		case inbox.Cancelled:
 			return nil, false, ctx.Err()
 		default:
 			try = false

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -46,7 +47,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.SubscribeIfLive(qu.h.Shared, qu.inbox, entry)
+	sub := core.Inbox(qu.h.Shared).SubscribeIfLive(qu.inbox, entry)
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -65,17 +66,17 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
-	w := core.NewSleeper()
+	w := inbox.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
-		t := w.After(clk, a.Wait, core.Timeout)
+		t := w.After(clk, a.Wait, inbox.Timeout)
 		defer t.Stop()
 	}
 	if sub == nil {
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
 		// subscription is confirmed (the Ready wake, however soon it came).
-		if sub, err = core.Subscribe(ctx, qu.h.Shared, qu.inbox, entry); err != nil {
+		if sub, err = core.Inbox(qu.h.Shared).Subscribe(ctx, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
 				return outcome{}, ctx.Err()
@@ -110,8 +111,8 @@ type queueWait struct {
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
 	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
-	sub   *core.Sub
-	w     *core.Sleeper
+	sub   *inbox.Sub
+	w     *inbox.Sleeper
 	hb    *heartbeat
 	mem   *member // this call in the heartbeat
 
@@ -135,7 +136,7 @@ type queueWait struct {
 
 // News for one queued entry: the hub's messages are parsed into wire.Note
 // values (wire.ParseNote); the heartbeat delivers beatGrant, beatHead,
-// evicted and unreachable as core.Notice values.
+// evicted and unreachable as inbox.Notice values.
 
 // beatGrant: the lock was handed to the entry (the heartbeat's news). byBeat:
 // the beat made the grant itself, so the waiter's message is only now on
@@ -173,18 +174,18 @@ func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
 		var out outcome
 		var err error
 		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
-		case core.Ready:
+		case inbox.Ready:
 			try = true
-		case core.Retry:
+		case inbox.Retry:
 			try, q.fellBack = true, true
-		case core.Message:
+		case inbox.Message:
 			out, try, err = q.onMessage(ctx, wk.Payload)
-		case core.Notice:
+		case inbox.Notice:
 			out, try, err = q.onNote(ctx, wk.Notice)
-		case core.Timeout:
+		case inbox.Timeout:
 			q.qu.leave(ctx, q.entry)
 			return outcome{}, nil
-		case core.Cancelled:
+		case inbox.Cancelled:
 			q.qu.leave(ctx, q.entry)
 			return outcome{}, q.ended(ctx)
 		}
@@ -298,7 +299,7 @@ func (q *queueWait) unreachable(ctx context.Context, err error) error {
 	if q.retry != nil {
 		q.retry.Stop()
 	}
-	q.retry = q.w.After(clk, pause, core.Retry)
+	q.retry = q.w.After(clk, pause, inbox.Retry)
 	return nil
 }
 
@@ -416,7 +417,7 @@ func (q *queueWait) queued(r reply) {
 // expires at Redis time expiry (ms).
 func (q *queueWait) headUntil(expiry int64) {
 	q.stopFallback()
-	q.fallback = q.w.At(q.qu.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), core.Retry)
+	q.fallback = q.w.At(q.qu.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), inbox.Retry)
 }
 
 func (q *queueWait) stopFallback() {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
@@ -69,7 +70,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	// On a busy lock the channel is already subscribed: listen before the
 	// first try, and no release can slip between the try and the wait.
-	sub := core.SubscribeIfLive(k.h.Shared, k.h.Channel, "")
+	sub := core.Inbox(k.h.Shared).SubscribeIfLive(k.h.Channel, "")
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -78,23 +79,23 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	clk := k.h.Config.Clock
-	w := core.NewSleeper()
+	w := inbox.NewSleeper()
 	defer w.Close()
 	if !a.Forever {
-		t := w.After(clk, a.Wait, core.Timeout)
+		t := w.After(clk, a.Wait, inbox.Timeout)
 		defer t.Stop()
 	}
 	var n nap // the latest sleep
 	if sub == nil {
-		sub, err = core.Subscribe(ctx, k.h.Shared, k.h.Channel, "")
+		sub, err = core.Inbox(k.h.Shared).Subscribe(ctx, k.h.Channel, "")
 		if err != nil {
 			return nil, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
 		switch w.WaitReady(ctx, sub) {
-		case core.Timeout:
+		case inbox.Timeout:
 			return nil, nil
-		case core.Cancelled:
+		case inbox.Cancelled:
 			return nil, ctx.Err()
 		}
 	} else {
@@ -155,17 +156,17 @@ type timerWake struct{}
 
 // sleep waits for a wake-up, with a fallback timer at ttl (the current
 // hold's remaining lease, or the outage's backoff).
-func (k *kind) sleep(ctx context.Context, w *core.Sleeper, sub *core.Sub, ttl time.Duration) nap {
+func (k *kind) sleep(ctx context.Context, w *inbox.Sleeper, sub *inbox.Sub, ttl time.Duration) nap {
 	n := nap{wakes: sub.Wakes()}
-	fallback := k.h.Config.Clock.AfterFunc(ttl+time.Millisecond, func() { w.Fire(core.Notice, timerWake{}) })
+	fallback := k.h.Config.Clock.AfterFunc(ttl+time.Millisecond, func() { w.Fire(inbox.Notice, timerWake{}) })
 	wk := w.Next(ctx, sub)
 	fallback.Stop()
 	switch wk.Reason {
-	case core.Timeout:
+	case inbox.Timeout:
 		n.done = true
-	case core.Cancelled:
+	case inbox.Cancelled:
 		n.done, n.err = true, ctx.Err()
-	case core.Notice:
+	case inbox.Notice:
 		n.fellBack = true
 	}
 	return n

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,7 @@ import (
 
 // ErrClosed is returned by the calls of a handle whose Owner was closed,
 // and is the cause of the context of a hold or a wait that Close ended.
-var ErrClosed = errors.New("fairlock: owner closed")
+var ErrClosed = inbox.ErrClosed
 
 // Owner is what the handles made on it share, and what ends them: a
 // go-redis client, the inbox its waiters are told on (one pub/sub
@@ -35,10 +36,10 @@ type Owner struct {
 	done    chan struct{} // closed when the first Close has returned
 	once    sync.Once
 
+	hubs *inbox.Hubs // its waiters' pub/sub connections
+
 	mu       sync.Mutex
-	hubs     map[any]*hub // by node: the client itself, or a Cluster master's client
-	hubsGone bool         // Close closed the hubs: none is made again
-	services map[any]any  // by key: what a primitive keeps per owner (Services)
+	services map[any]any // by key: what a primitive keeps per owner (Services)
 	holds    map[*hold]struct{}
 	calls    tracker // acquisitions in flight
 	cleanups tracker // clean-up calls in flight (Bounded)
@@ -50,7 +51,7 @@ func NewOwner(client redis.UniversalClient) (*Owner, error) {
 		return nil, err
 	}
 	o := &Owner{client: client, id: wire.NewClient(), publish: PublishCommand(client),
-		done: make(chan struct{}), hubs: map[any]*hub{}, services: map[any]any{},
+		done: make(chan struct{}), hubs: inbox.NewHubs(client), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
 	return o, nil
@@ -130,17 +131,7 @@ func (o *Owner) shutdown(ctx context.Context) error {
 	if err := o.cleanups.wait(ctx); err != nil {
 		return err
 	}
-	o.mu.Lock()
-	hubs := make([]*hub, 0, len(o.hubs))
-	for _, h := range o.hubs {
-		hubs = append(hubs, h)
-	}
-	o.hubs = map[any]*hub{} // so that no idle sweep closes them too
-	o.hubsGone = true
-	o.mu.Unlock()
-	for _, h := range hubs {
-		h.shut()
-	}
+	o.hubs.Close()
 	return errors.Join(errs...)
 }
 
@@ -172,6 +163,9 @@ func (o *Owner) untrack(h *hold) {
 	delete(o.holds, h)
 	o.mu.Unlock()
 }
+
+// Inbox is o's pub/sub connections, where its waiters subscribe.
+func Inbox(o *Owner) *inbox.Hubs { return o.hubs }
 
 // ScriptMode is what o learnt of how its server runs scripts.
 func ScriptMode(o *Owner) *lua.Mode { return &o.mode }

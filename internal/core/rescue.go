@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -26,7 +27,7 @@ import (
 // in a run without faults the message is found. Unless mine says the
 // wake-up found is that message, the news was a rescue, and is reported.
 // The caller handles a wake-up found either way.
-func (h Agent) Delivered(ctx context.Context, a Attempt, sub *Sub, news string, mine func(string) bool) (payload string, found bool) {
+func (h Agent) Delivered(ctx context.Context, a Attempt, sub *inbox.Sub, news string, mine func(string) bool) (payload string, found bool) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxPause) // a wait that ends now is no rescue
 	err := sub.Flush(fctx)
 	cancel()

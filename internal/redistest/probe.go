@@ -1,6 +1,6 @@
 package redistest
 
-// The test barrier: a probe (core.Probe) that counts sleeping waiters and
+// The test barrier: a probe (inbox.Probe) that counts sleeping waiters and
 // unread wake-ups, and SyncHubs, which tells a test that every message
 // published so far has reached its waiter. Only tests import this package,
 // so only tests carry the instrumentation.
@@ -13,13 +13,14 @@ import (
 	"sync/atomic"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 )
 
 // SyncMarker begins the payload of every marker a hub reads back: SyncHubs'
-// and the library's own (core.Sub.Flush, on the rare path that decides
+// and the library's own (inbox.Sub.Flush, on the rare path that decides
 // whether a waiter was rescued). No waiter's id begins so, so no waiter
 // takes one. Tests that watch a lock's channel skip them.
-const SyncMarker = core.FlushMarker
+const SyncMarker = inbox.FlushMarker
 
 type probe struct {
 	asleep, unread, background atomic.Int64
@@ -49,7 +50,7 @@ func (p *probe) Read(_, payload string) {
 // to sleep to count those asleep.
 var theProbe = func() *probe {
 	p := &probe{markers: map[string]chan struct{}{}}
-	core.SetProbe(p)
+	inbox.SetProbe(p)
 	return p
 }()
 
@@ -84,9 +85,9 @@ func SyncHubs(ctx context.Context) {
 		done    <-chan struct{}
 	}
 	var markers []marker
-	var hubs []core.Listening
+	var hubs []inbox.Listening
 	for _, o := range allOwners() {
-		hubs = append(hubs, core.ListeningHubs(o)...)
+		hubs = append(hubs, inbox.ListeningHubs(core.Inbox(o))...)
 	}
 	for _, l := range hubs {
 		m := marker{SyncMarker + "sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{}), l.Done}

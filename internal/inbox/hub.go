@@ -1,4 +1,4 @@
-package core
+package inbox
 
 import (
 	"context"
@@ -9,8 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The hub: all waiters of one Owner share one pub/sub connection (on
-// Cluster, one per shard node, with sharded pub/sub); the owner keeps them. A channel stays subscribed while a local waiter needs
+// The hub: all waiters of one owner share one pub/sub connection (on
+// Cluster, one per shard node, with sharded pub/sub); the owner's Hubs keep
+// them. A channel stays subscribed while a local waiter needs
 // it, and for hubLinger after the last one left, so a busy lock does not subscribe and unsubscribe at every wait;
 // a hub with no channel left closes its connection.
 //
@@ -31,7 +32,7 @@ import (
 const hubLinger = 30 * time.Second
 
 type hub struct {
-	owner   *Owner // whose hub it is: it is in owner.hubs under key
+	set     *Hubs // whose hub it is: it is in set.hubs under key
 	key     any
 	ps      *redis.PubSub
 	sharded bool
@@ -88,14 +89,15 @@ func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any
 	return client, false, nil
 }
 
-// Subscribe registers a waiter with id on the channel name of o's client,
-// subscribing it if needed. Ready is closed once Redis confirmed it.
-func Subscribe(ctx context.Context, o *Owner, name, id string) (*Sub, error) {
-	key, sharded, err := hubKey(ctx, o.client, name)
+// Subscribe registers a waiter with id on the channel name, subscribing it
+// if needed. Ready is closed once Redis confirmed it. After Close it
+// returns ErrClosed.
+func (hs *Hubs) Subscribe(ctx context.Context, name, id string) (*Sub, error) {
+	key, sharded, err := hubKey(ctx, hs.client, name)
 	if err != nil {
 		return nil, err
 	}
-	h := o.hubAt(key, sharded)
+	h := hs.hubAt(key, sharded)
 	if h == nil {
 		return nil, ErrClosed
 	}
@@ -128,14 +130,14 @@ func Subscribe(ctx context.Context, o *Owner, name, id string) (*Sub, error) {
 // hubAt returns the hub of key (made if there is none), with its cmdMu
 // held: a hub cannot be closed as idle before its caller adds a channel.
 // Once Close has closed the hubs, it returns nil.
-func (o *Owner) hubAt(key any, sharded bool) *hub {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.hubsGone {
+func (hs *Hubs) hubAt(key any, sharded bool) *hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.closed {
 		return nil
 	}
-	client := o.client
-	h := o.hubs[key]
+	client := hs.client
+	h := hs.hubs[key]
 	if h == nil {
 		var ps *redis.PubSub
 		if sharded {
@@ -143,10 +145,10 @@ func (o *Owner) hubAt(key any, sharded bool) *hub {
 		} else {
 			ps = client.Subscribe(context.Background())
 		}
-		h = &hub{owner: o, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
+		h = &hub{set: hs, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
 			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{},
 			flushes: map[string]chan struct{}{}}
-		o.hubs[key] = h
+		hs.hubs[key] = h
 		go h.receive()
 	}
 	h.cmdMu.Lock()
@@ -157,18 +159,18 @@ func (o *Owner) hubAt(key any, sharded bool) *hub {
 // and confirmed, without any network call; otherwise it returns nil. A waiter
 // registered before its first attempt needs no second attempt: no message
 // can fall between the two.
-func SubscribeIfLive(o *Owner, name, id string) *Sub {
-	var key any = o.client
-	if cc, ok := o.client.(*redis.ClusterClient); ok {
+func (hs *Hubs) SubscribeIfLive(name, id string) *Sub {
+	var key any = hs.client
+	if cc, ok := hs.client.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(context.Background(), name)
 		if err != nil {
 			return nil
 		}
 		key = node
 	}
-	o.mu.Lock()
-	h := o.hubs[key]
-	o.mu.Unlock()
+	hs.mu.Lock()
+	h := hs.hubs[key]
+	hs.mu.Unlock()
 	if h == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package core
+package inbox
 
 // Idle sweeping: a channel without waiters stays subscribed for hubLinger,
 // then is unsubscribed; a hub left with no channel closes its connection.
@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// shut closes the hub, whatever channels it has: Close's last step, when
-// the owner's waiters have gone.
+// shut closes the hub, whatever channels it has (Hubs.Close).
 func (h *hub) shut() {
 	h.cmdMu.Lock()
 	h.mu.Lock()
@@ -27,10 +26,10 @@ func (h *hub) shut() {
 // closeIdle unsubscribes channels idle for at least linger; a hub with no
 // channel left closes; one with channels still idle sweeps again later.
 func (h *hub) closeIdle(linger time.Duration) {
-	o := h.owner
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.hubs[h.key] != h {
+	s := h.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hubs[h.key] != h {
 		return
 	}
 	h.cmdMu.Lock()
@@ -61,7 +60,7 @@ func (h *hub) closeIdle(linger time.Duration) {
 	}
 	h.mu.Unlock()
 	if empty {
-		delete(o.hubs, h.key)
+		delete(s.hubs, h.key)
 		h.cmdMu.Unlock()
 		close(h.closing)
 		_ = h.ps.Close()

@@ -1,4 +1,4 @@
-package core
+package inbox
 
 // The receive loop: it reads the hub's pub/sub connection and hands each
 // message's notes to the waiters they name.

@@ -1,4 +1,4 @@
-package core
+package inbox
 
 import (
 	"context"
@@ -50,7 +50,9 @@ func probeUnread(delta int) {
 	}
 }
 
-func probeBackground(delta int) {
+// ProbeBackground tells the probe of a call whose caller may stop waiting for
+// it (core.Bounded): started (+1) or ended (-1).
+func ProbeBackground(delta int) {
 	if p := probe.Load(); p != nil {
 		(*p).Background(delta)
 	}
@@ -73,15 +75,10 @@ type Listening struct {
 	Done <-chan struct{}
 }
 
-// ListeningHubs returns one confirmed channel of every hub of o that has
+// ListeningHubs returns one confirmed channel of every hub of s that has
 // one.
-func ListeningHubs(o *Owner) []Listening {
-	o.mu.Lock()
-	hubs := make([]*hub, 0, len(o.hubs))
-	for _, h := range o.hubs {
-		hubs = append(hubs, h)
-	}
-	o.mu.Unlock()
+func ListeningHubs(s *Hubs) []Listening {
+	hubs := s.all()
 	var out []Listening
 	for _, h := range hubs {
 		h.mu.Lock()

@@ -1,4 +1,4 @@
-package core
+package inbox
 
 // A moved slot: when a lock's slot moves to another master of a Redis
 // Cluster, the old master drops the lock's shard channel, telling its
@@ -67,7 +67,7 @@ func (h *hub) move(name string, subs []*Sub) {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
-	to := h.owner.hubAt(key, true)
+	to := h.set.hubAt(key, true)
 	if to == nil { // the owner closed: its waiters have gone
 		wake(subs)
 		return

@@ -1,4 +1,4 @@
-package core_test
+package inbox_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +34,7 @@ func pubsubConnections(t *testing.T, admin *redis.Client, name string) int {
 	return n
 }
 
-func received(s *core.Sub) (string, bool) {
+func received(s *inbox.Sub) (string, bool) {
 	select {
 	case p := <-s.C:
 		return p, true
@@ -51,9 +52,9 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 	defer client.Close()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
 
-	var subs []*core.Sub
+	var subs []*inbox.Sub
 	for i := 0; i < 1000; i++ {
-		s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "")
+		s, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +90,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 		s.Close()
 	}
 	// The channel lingers for the next waiter, then goes with its connection.
-	if live := core.SubscribeIfLive(redistest.Owner(client), channel, ""); live == nil {
+	if live := core.Inbox(redistest.Owner(client)).SubscribeIfLive(channel, ""); live == nil {
 		t.Fatal("the channel did not linger after its last waiter left")
 	} else {
 		live.Close()
@@ -105,8 +106,8 @@ func TestHubTargetsMessagesByID(t *testing.T) {
 	ctx := context.Background()
 	client, admin := redistest.Real(t), redistest.Real(t)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "entry-a")
-	b, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "entry-b")
+	a, _ := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "entry-a")
+	b, _ := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "entry-b")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -125,8 +126,8 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	admin := redistest.Real(t)
 	client, name := redistest.Named(t, admin)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "")
-	b, _ := core.Subscribe(ctx, redistest.Owner(client), channel, "x")
+	a, _ := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "")
+	b, _ := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "x")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -135,7 +136,7 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	if n, err := redistest.KillPubSub(ctx, admin, name); err != nil || n != 1 {
 		t.Fatalf("closed %d pub/sub connections: %v", n, err)
 	}
-	for name, s := range map[string]*core.Sub{"a": a, "b": b} {
+	for name, s := range map[string]*inbox.Sub{"a": a, "b": b} {
 		select {
 		case p := <-s.C:
 			if p != "" {
@@ -159,7 +160,7 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	_, _, client := redistest.Mini(t)
 	ctx := context.Background()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "a")
+	s, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,33 +170,33 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was never confirmed")
 	}
-	w := core.NewSleeper()
+	w := inbox.NewSleeper()
 	defer w.Close()
 	bounded, cancelBounded := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelBounded()
-	if wk := w.Next(bounded, s); wk.Reason != core.Ready {
+	if wk := w.Next(bounded, s); wk.Reason != inbox.Ready {
 		t.Fatalf("Next after the confirmation came: %v, want Ready", wk.Reason)
 	}
 	quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if wk := w.Next(quick, s); wk.Reason != core.Cancelled {
+	if wk := w.Next(quick, s); wk.Reason != inbox.Cancelled {
 		t.Fatalf("Next once Ready was told: %v, want to sleep until ctx ends", wk.Reason)
 	}
 
-	settled, err := core.Subscribe(ctx, redistest.Owner(client), channel, "b") // confirmed already
+	settled, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "b") // confirmed already
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer settled.Close()
 	settled.Settle() // an attempt now sees all that was published before
-	live := core.SubscribeIfLive(redistest.Owner(client), channel, "c")
+	live := core.Inbox(redistest.Owner(client)).SubscribeIfLive(channel, "c")
 	if live == nil {
 		t.Fatal("SubscribeIfLive on a confirmed channel: nil")
 	}
 	defer live.Close()
-	for name, sub := range map[string]*core.Sub{"settled": settled, "registered live": live} {
+	for name, sub := range map[string]*inbox.Sub{"settled": settled, "registered live": live} {
 		quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		if wk := w.Next(quick, sub); wk.Reason != core.Cancelled {
+		if wk := w.Next(quick, sub); wk.Reason != inbox.Cancelled {
 			t.Errorf("%s: Next = %v, want no Ready wake", name, wk.Reason)
 		}
 		cancel()
@@ -215,7 +216,7 @@ func TestFlushDeliversWhatWasPublishedBefore(t *testing.T) {
 		if _, ok := client.(*redis.ClusterClient); ok {
 			publish = client.SPublish
 		}
-		s, err := core.Subscribe(ctx, redistest.Owner(client), channel, "a")
+		s, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "a")
 		if err != nil {
 			t.Fatal(err)
 		}

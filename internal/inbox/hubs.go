@@ -1,0 +1,55 @@
+package inbox
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is what Subscribe returns once the Hubs are closed: the owner
+// they belong to was closed.
+var ErrClosed = errors.New("fairlock: owner closed")
+
+// Hubs are one owner's pub/sub connections: a hub per Redis node it
+// subscribes on (one, or one per Cluster master), made when a waiter first
+// subscribes there, closed when idle or by Close.
+type Hubs struct {
+	client redis.UniversalClient
+
+	mu     sync.Mutex
+	hubs   map[any]*hub // by node: the client itself, or a Cluster master's client
+	closed bool         // Close ran: no hub is made again
+}
+
+// NewHubs returns the (not yet connected) hubs of client.
+func NewHubs(client redis.UniversalClient) *Hubs {
+	return &Hubs{client: client, hubs: map[any]*hub{}}
+}
+
+// all returns the hubs there are now.
+func (hs *Hubs) all() []*hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	out := make([]*hub, 0, len(hs.hubs))
+	for _, h := range hs.hubs {
+		out = append(out, h)
+	}
+	return out
+}
+
+// Close closes every hub, whatever channels it has (its owner's waiters
+// have gone), and makes Subscribe refuse from then on.
+func (hs *Hubs) Close() {
+	hs.mu.Lock()
+	hubs := make([]*hub, 0, len(hs.hubs))
+	for _, h := range hs.hubs {
+		hubs = append(hubs, h)
+	}
+	hs.hubs = map[any]*hub{} // so that no idle sweep closes them too
+	hs.closed = true
+	hs.mu.Unlock()
+	for _, h := range hubs {
+		h.shut()
+	}
+}
