@@ -154,14 +154,14 @@ func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Tim
 		return nil
 	}
 	if !r.Handoff {
-		return &core.Grant{Count: r.Count, Token: r.Token, Since: sent}
+		return &core.Grant{Token: r.Token, Since: sent}
 	}
 	since := queued
 	if grantedAt.After(since) {
 		since = grantedAt
 	}
 	return &core.Grant{
-		Count: r.Count, Token: r.Token, Since: since, Handoff: true,
+		Token: r.Token, Since: since, Handoff: true,
 		First: min(a.Lease, queued.Add(qu.h.Config.WaitTimeout).Sub(since)),
 	}
 }
@@ -190,7 +190,7 @@ func usable(ctx context.Context, h core.Agent, g *core.Grant, a core.Attempt) (*
 		if err != nil {
 			return nil, err
 		}
-		return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
+		return &core.Grant{Token: g.Token, Since: since}, nil
 	}
 	cfg := h.Config
 	margin := cfg.Margin(min(a.Lease, cfg.WaitTimeout)) // the longest first lease a grant can have
@@ -201,7 +201,7 @@ func usable(ctx context.Context, h core.Agent, g *core.Grant, a core.Attempt) (*
 	if err != nil || !ok {
 		return nil, nil
 	}
-	return &core.Grant{Count: g.Count, Token: g.Token, Since: since}, nil
+	return &core.Grant{Token: g.Token, Since: since}, nil
 }
 
 // leave takes the entry out of the queue, even when ctx has ended (within

@@ -429,7 +429,7 @@ type semReply struct {
 // served is the grant of permits served to the caller while it waited:
 // usable at once, lasting until the reply's expiry unless claimed.
 func (r semReply) served() *core.Grant {
-	return &core.Grant{Count: 1, Token: r.token, Since: r.clock.notLater(r.grantedAt),
+	return &core.Grant{Token: r.token, Since: r.clock.notLater(r.grantedAt),
 		First: time.Duration(r.expiry-r.grantedAt) * time.Millisecond, Handoff: true}
 }
 
@@ -536,7 +536,7 @@ func (k *semKind) outcome(a core.Attempt, r semReply, err error, sent time.Time)
 		a.HandedOff(g.Since)
 		return g, true, nil
 	case r.held:
-		return &core.Grant{Count: 1, Token: r.token, Since: sent}, true, nil
+		return &core.Grant{Token: r.token, Since: sent}, true, nil
 	}
 	return nil, false, nil
 }

@@ -359,7 +359,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 			return outcome{}, true, nil
 		}
 	case wire.HandOff:
-		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Count: 1, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
+		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
 		g, err := q.handedOff(ctx, r)
 		return outcome{held: g}, g == nil && err == nil, err
 	case wire.Served:
@@ -372,7 +372,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 		if queued := q.mem.lastQueued(); queued.After(since) {
 			since = queued
 		}
-		return outcome{served: &core.Grant{Count: 1, Token: n.Token, Since: since,
+		return outcome{served: &core.Grant{Token: n.Token, Since: since,
 			First: time.Duration(n.Expiry-n.GrantedAt) * time.Millisecond, Handoff: true}}, false, nil
 	case wire.Freed:
 		return outcome{}, true, nil // look again

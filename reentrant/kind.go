@@ -56,7 +56,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 		if err := h.Replicated(ctx, req, acked); err != nil {
 			return nil, 0, false, err // undone: the caller holds nothing
 		}
-		return &core.Grant{Count: r.Count, Token: r.Token, Since: since}, 0, r.Freed, nil
+		return &core.Grant{Token: r.Token, Since: since}, 0, r.Freed, nil
 	}
 	return nil, time.Duration(r.HoldMs) * time.Millisecond, false, nil
 }

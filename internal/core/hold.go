@@ -9,10 +9,9 @@ import (
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
-// Grant is what an acquiring call learned: the hold's count and token, and
-// from when the client may count the lease.
+// Grant is what an acquiring call learned: the hold's token, and from when
+// the client may count the lease.
 type Grant struct {
-	Count int
 	Token int64
 	// Since is the local time the lease counts from: the send time of a
 	// request the server answered before it granted the lock, so the client's

@@ -12,8 +12,8 @@
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
 -- Returns
---   {1, count, token, 0}     held: a fresh acquisition or a re-entry
---   {1, count, token, 1, g}  held: handed to this entry at Redis time g (ms),
+--   {1, token, 0}     held: a fresh acquisition or a re-entry
+--   {1, token, 1, g}  held: handed to this entry at Redis time g (ms),
 --                            not yet claimed
 --   {0, hold ms, head, now}  waiting: ms until the current hold expires, 1 if
 --                            the caller's entry is the live head, and Redis's
@@ -57,7 +57,7 @@ if who == owner then
   if s.e == entry then
     -- Step 2, this waiter's turn came by hand-off while it was away (its
     -- message may have been lost): the hold is its own, waiting for its claim.
-    return answer({1, count, token, 1, tonumber(s.g)})
+    return answer({1, token, 1, tonumber(s.g)})
   end
   -- Step 3, re-entry: the handle already holds the lock (another goroutine of
   -- the same handle took it). Count it, and drop this call's queue entry.
@@ -71,7 +71,7 @@ if who == owner then
     -- The head changed while the lock stays held: tell the new one.
     tell_head(head, tonumber(w.x), publish, channel)
   end
-  return answer({1, count + 1, token, 0})
+  return answer({1, token, 0})
 end
 
 if who == nil then
@@ -89,7 +89,7 @@ if who == nil then
       local next_head = live_head(Q, now)
       if next_head then tell_head(next_head, now + lease, publish, channel) end
     end
-    return answer({1, 1, token, 0})
+    return answer({1, token, 0})
   end
   -- Step 5, hand-off: free, but a live waiter is first (the last hold
   -- expired, or the head just became first): it gets the lock, and its

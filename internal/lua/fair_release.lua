@@ -4,7 +4,7 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
--- Returns {1} released, {2, count} still held count times, {0} not held.
+-- Returns {1} released, {2} still held (a re-entry undone), {0} not held.
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
@@ -31,7 +31,7 @@ local w, answer = {}, nil
 if count > 1 then
   w.c = int(count - 1)
   w.a = w.c
-  answer = {2, count - 1}
+  answer = {2}
 else
   -- The next live waiter gets the lock in this same call; with nobody
   -- waiting the hold just ends.

@@ -3,7 +3,7 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
 -- token of a hold this handle gave up for lost ("0": none), ARGV[5]
 -- (optional) "1": say whether a free lock was released (freed).
--- Returns {1, count, token, freed} when held (freed: 1 if asked and the lock
+-- Returns {1, token, freed} when held (freed: 1 if asked and the lock
 -- was free because its last hold's owner released it, which published a
 -- wake-up; 0 if that hold's lease ran out, for a re-entry, or not asked),
 -- {0, ms until the current hold expires}.
@@ -34,11 +34,11 @@ if who == nil then
   if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end
   token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
-  answer = {1, 1, token, freed}
+  answer = {1, token, freed}
 elseif who == owner then
   -- Re-entry by the same handle: count it; the lease may grow, never shrink.
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
-  answer = {1, count + 1, token, 0}
+  answer = {1, token, 0}
 else
   -- Held by another handle: tell the caller how long the hold can last.
   return {0, expiry - now}

@@ -11,25 +11,23 @@
 -- token. A claim turns a hand-off into a full hold, which the retry then
 -- reports as such: true since.)
 --
--- acquired_answer is an acquiring request's answer: {1, count, token, 0},
--- or {1, count, token, 1, g} while the hold is a hand-off to entry that is
+-- acquired_answer is an acquiring request's answer: {1, token, 0}, or
+-- {1, token, 1, g} while the hold is a hand-off to entry that is
 -- not yet claimed. Only held answers write q. If the hold has ended since
 -- (expired, or forced open), the answer still names its token: the caller
 -- finds it gone at its next renewal or release, as it would have had the
 -- reply arrived.
 local function acquired_answer(s, entry)
-  local count = 1
-  if s.o and s.c then count = tonumber(s.c) end
   if entry and s.e == entry then
-    return {1, count, tonumber(s.f), 1, tonumber(s.g)}
+    return {1, tonumber(s.f), 1, tonumber(s.g)}
   end
-  return {1, count, tonumber(s.f), 0}
+  return {1, tonumber(s.f), 0}
 end
 
--- released_answer is a releasing request's answer: {2, count} if it left the
--- hold with count re-entries (a), {1} if it ended the hold.
+-- released_answer is a releasing request's answer: {2} if it left the hold
+-- re-entered (a, the count it left), {1} if it ended the hold.
 local function released_answer(s)
-  if s.a then return {2, tonumber(s.a)} end
+  if s.a then return {2} end
   return {1}
 end
 

@@ -88,11 +88,11 @@ func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, src map[s
 	if kind == "fair" {
 		keys = "{'fairlock:f:{' .. N .. '}', 'fairlock:f:{' .. N .. '}:queue', 'fairlock:f:{' .. N .. '}:deadlines'}"
 		acquire = fmt.Sprintf("{%[1]q, %[1]q .. '/' .. i, %[1]q .. '#a' .. i, '30000', '10000', 'join', 'host\\t1234\\t', 'PUBLISH', 'fairlock:f:{' .. N .. '}:wake', '0'}", owner)
-		release = fmt.Sprintf("{%[1]q, %[1]q .. '#r' .. i, string.format('%%d', v[3]), 'PUBLISH', 'fairlock:f:{' .. N .. '}:wake'}", owner)
+		release = fmt.Sprintf("{%[1]q, %[1]q .. '#r' .. i, string.format('%%d', v[2]), 'PUBLISH', 'fairlock:f:{' .. N .. '}:wake'}", owner)
 	} else {
 		keys = "{'fairlock:r:{' .. N .. '}'}"
 		acquire = fmt.Sprintf("{%[1]q, %[1]q .. '#a' .. i, '30000', '0'}", owner)
-		release = fmt.Sprintf("{%[1]q, %[1]q .. '#r' .. i, string.format('%%d', v[3]), 'PUBLISH', 'fairlock:r:{' .. N .. '}:wake'}", owner)
+		release = fmt.Sprintf("{%[1]q, %[1]q .. '#r' .. i, string.format('%%d', v[2]), 'PUBLISH', 'fairlock:r:{' .. N .. '}:wake'}", owner)
 	}
 	var script strings.Builder
 	fmt.Fprintf(&script, "local N = ARGV[1]\nlocal KEYS, ARGV\n%s\n", helpers)

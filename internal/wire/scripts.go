@@ -43,7 +43,6 @@ func (a FairAcquire) Args() []any {
 // FairAcquireReply is fair_acquire.lua's reply.
 type FairAcquireReply struct {
 	Held    bool
-	Count   int
 	Token   int64
 	Handoff bool  // held by a hand-off to this entry, not yet claimed
 	Granted int64 // Handoff: the grant's Redis time, ms
@@ -54,7 +53,7 @@ type FairAcquireReply struct {
 	Queue   int   // waiting in the queue: its length, the caller included (0 for a try)
 }
 
-// DecodeFairAcquire reads {1, count, token, 0}, {1, count, token, 1, g},
+// DecodeFairAcquire reads {1, token, 0}, {1, token, 1, g},
 // {0, hold ms, head, now, queue length} ({0, hold ms, 0, now} for a try)
 // or {-1}.
 func DecodeFairAcquire(v any) (FairAcquireReply, error) {
@@ -63,10 +62,10 @@ func DecodeFairAcquire(v any) (FairAcquireReply, error) {
 		return FairAcquireReply{}, err
 	}
 	switch {
-	case r[0] == 1 && len(r) >= 5 && r[3] == 1:
-		return FairAcquireReply{Held: true, Count: int(r[1]), Token: r[2], Handoff: true, Granted: r[4]}, nil
-	case r[0] == 1 && len(r) >= 3:
-		return FairAcquireReply{Held: true, Count: int(r[1]), Token: r[2]}, nil
+	case r[0] == 1 && len(r) >= 4 && r[2] == 1:
+		return FairAcquireReply{Held: true, Token: r[1], Handoff: true, Granted: r[3]}, nil
+	case r[0] == 1 && len(r) >= 2:
+		return FairAcquireReply{Held: true, Token: r[1]}, nil
 	case r[0] == -1:
 		return FairAcquireReply{Evicted: true}, nil
 	case r[0] == 0 && len(r) >= 5:
@@ -95,11 +94,10 @@ func (a ReentrantAcquire) Args() []any {
 	return []any{a.Owner, a.Request, a.Lease, a.Stale}
 }
 
-// ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, count, token,
-// freed} when held, {0, ms until the current hold expires} otherwise.
+// ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}
+// when held, {0, ms until the current hold expires} otherwise.
 type ReentrantAcquireReply struct {
 	Held   bool
-	Count  int
 	Token  int64
 	HoldMs int64
 	// Freed: a fresh hold of a lock that its last holder released (which
@@ -114,8 +112,8 @@ func DecodeReentrantAcquire(v any) (ReentrantAcquireReply, error) {
 	if err != nil {
 		return ReentrantAcquireReply{}, err
 	}
-	if r[0] == 1 && len(r) >= 3 {
-		return ReentrantAcquireReply{Held: true, Count: int(r[1]), Token: r[2], Freed: len(r) >= 4 && r[3] == 1}, nil
+	if r[0] == 1 {
+		return ReentrantAcquireReply{Held: true, Token: r[1], Freed: len(r) >= 3 && r[2] == 1}, nil
 	}
 	return ReentrantAcquireReply{HoldMs: r[1]}, nil
 }
@@ -148,7 +146,7 @@ const (
 	StillHeld = 2 // a re-entry was undone; the hold goes on
 )
 
-// DecodeRelease reads {1}, {2, count} or {0}: one of the outcomes above.
+// DecodeRelease reads {1}, {2} or {0}: one of the outcomes above.
 func DecodeRelease(v any) (int, error) {
 	r, err := ints(v, 1, "release")
 	if err != nil {
