@@ -154,32 +154,25 @@ func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 
 // Do runs fn holding the write lock, as Mutex.Do does.
 func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.s.named(ctx, core.Do(ctx, rwSide{m, true}, m.s.cfg.CleanupTimeout, fn))
+	return m.s.named(ctx, m.do(ctx, m.LockContext, m.Unlock, fn))
 }
 
 // RDo runs fn holding the read lock, as Mutex.Do does.
 func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.s.named(ctx, core.Do(ctx, rwSide{m, false}, m.s.cfg.CleanupTimeout, fn))
+	return m.s.named(ctx, m.do(ctx, m.RLockContext, m.RUnlock, fn))
 }
 
-// rwSide is one side of an RWMutex as a core.Holder, for Do and RDo.
-type rwSide struct {
-	m     *RWMutex
-	write bool
-}
-
-func (s rwSide) LockContext(ctx context.Context) (context.Context, error) {
-	if s.write {
-		return s.m.LockContext(ctx)
+// do runs fn under the side that lock takes and unlock releases.
+func (m *RWMutex) do(ctx context.Context, lock func(context.Context) (context.Context, error),
+	unlock func(context.Context) error, fn func(ctx context.Context) error) error {
+	if err := core.CheckFunc(fn); err != nil {
+		return err
 	}
-	return s.m.RLockContext(ctx)
-}
-
-func (s rwSide) Unlock(ctx context.Context) error {
-	if s.write {
-		return s.m.Unlock(ctx)
+	hctx, err := lock(ctx)
+	if err != nil {
+		return err
 	}
-	return s.m.RUnlock(ctx)
+	return core.Held(hctx, unlock, m.s.cfg.CleanupTimeout, fn)
 }
 
 // carried is the live hold of this handle that ctx carries, if any; a hold

@@ -168,26 +168,15 @@ var ErrNotAcquired = errors.New("fairlock: not acquired within the wait")
 // cleanup timeout. It returns fn's error, joined with the release's if that
 // failed (ErrLockLost when the hold was lost while fn ran).
 func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
-	return s.named(ctx, core.Do(ctx, &permitSide{s: s, n: n}, s.cfg.CleanupTimeout, fn))
-}
-
-// permitSide is one Acquire of a Semaphore as a core.Holder, for Do.
-type permitSide struct {
-	s *Semaphore
-	n int
-	p *Permit
-}
-
-func (ps *permitSide) LockContext(ctx context.Context) (context.Context, error) {
-	p, err := ps.s.Acquire(ctx, ps.n)
-	if err != nil {
-		return nil, err
+	if err := core.CheckFunc(fn); err != nil {
+		return s.named(ctx, err)
 	}
-	ps.p = p
-	return core.Bind(ctx, p.end), nil
+	p, err := s.Acquire(ctx, n)
+	if err != nil {
+		return s.named(ctx, err)
+	}
+	return s.named(ctx, core.Held(core.Bind(ctx, p.end), p.Release, s.cfg.CleanupTimeout, fn))
 }
-
-func (ps *permitSide) Unlock(ctx context.Context) error { return ps.p.Release(ctx) }
 
 // Permits returns the semaphore's number of permits as Redis has it: the
 // number every handle follows, whatever it was made with. If the

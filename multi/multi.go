@@ -209,7 +209,14 @@ func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
 // released when fn returns, on a context of its own bounded by 5 s. It
 // returns fn's error, joined with the release's if that failed.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return core.Do(ctx, l, core.DefaultCleanupTimeout, fn)
+	if err := core.CheckFunc(fn); err != nil {
+		return err
+	}
+	hctx, err := l.LockContext(ctx)
+	if err != nil {
+		return err
+	}
+	return core.Held(hctx, l.Unlock, core.DefaultCleanupTimeout, fn)
 }
 
 // TryLock takes every member within wait in all (0: one attempt each, never

@@ -137,7 +137,14 @@ func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 // cancelled when the hold is lost or ctx ends, and the hold is released
 // when fn returns, on a context of its own bounded by the cleanup timeout.
 func (r *RedLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return core.Do(ctx, r, r.cfg.CleanupTimeout, fn)
+	if err := core.CheckFunc(fn); err != nil {
+		return err
+	}
+	hctx, err := r.LockContext(ctx)
+	if err != nil {
+		return err
+	}
+	return core.Held(hctx, r.Unlock, r.cfg.CleanupTimeout, fn)
 }
 
 // redKey marks a context that carries a hold of the RedLock r.
