@@ -14,7 +14,7 @@ import (
 )
 
 // The heartbeat: queued waiters keep their place by pushing their deadline
-// forward every wait timeout / 3. All waiters of one client on one lock share
+// forward every wait timeout / 3. All waiters of one owner on one lock share
 // one heartbeat, one script call per beat however many they are. It is also
 // every waiter's fallback timer: the script evicts dead heads, hands a free
 // lock to the live head, and reports grants and head notices whose message

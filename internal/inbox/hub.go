@@ -18,8 +18,8 @@ import (
 // A message on a channel wakes one local waiter per note it carries (notes
 // are separated by ';'): the one whose id is the note's first word (the fair
 // lock's targeted hand-off and head notice), or, for an empty payload, the
-// longest-waiting one (the reentrant lock: one wake-up per client, not the
-// herd). A fair queue's waiters subscribe to their client's inbox of the
+// longest-waiting one (the reentrant lock: one wake-up per owner, not the
+// herd). A fair queue's waiters subscribe to their owner's inbox of the
 // lock (wire.Inbox), where only notes for this client's waiters arrive; the
 // reentrant lock's, to the lock's channel. When the connection comes back
 // after a failure, messages sent meanwhile are lost, so every waiter of

@@ -86,8 +86,8 @@ var process = func() string {
 var clients, handles, seq atomic.Uint64
 
 // NewClient returns a fresh client id, "<process>~<n>": the name of one
-// go-redis client's inboxes (Inbox), and the first part of the owner ids
-// of the handles on it.
+// owner's inboxes (Inbox), and the first part of the owner ids of the
+// handles made on it.
 func NewClient() string {
 	return process + "~" + strconv.FormatUint(clients.Add(1), 36)
 }
