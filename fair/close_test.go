@@ -113,3 +113,53 @@ func TestOwnerRefusesBadInput(t *testing.T) {
 		t.Errorf("Close of a nil owner = %v", err)
 	}
 }
+
+// Close in the middle of a busy worker pool (a handle per goroutine on one
+// owner, and goroutines sharing one handle): every call ends, with the lock
+// or ErrClosed, nothing of the owner is left in the queue or holding, and
+// another owner's waiter gets the lock.
+func TestCloseDuringABusyPool(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	closing, _ := fairlock.NewOwner(e.process())
+	other, _ := fairlock.NewOwner(e.process())
+	defer func() { _ = other.Close(ctx) }()
+	shared, _ := fair.New(closing, lockName)
+	done := make(chan error, 16)
+	for i := range 16 {
+		m := shared
+		if i%2 == 0 {
+			m, _ = fair.New(closing, lockName)
+		}
+		go func() {
+			for {
+				hctx, err := m.LockContext(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := m.Unlock(hctx); err != nil && !errors.Is(err, fairlock.ErrClosed) {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	waitUntil(t, "the pool queues", func() bool { return len(e.queued()) >= 4 })
+	if err := closing.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	for range 16 {
+		if err := <-done; !errors.Is(err, fairlock.ErrClosed) {
+			t.Errorf("a worker ended with %v, want ErrClosed", err)
+		}
+	}
+	if st := e.inspect(); st.Holder != nil || len(st.Queue) != 0 {
+		t.Fatalf("after Close: holder %+v, queue %+v; want none", st.Holder, st.Queue)
+	}
+	next, _ := fair.New(other, lockName)
+	if ok, err := next.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("another owner's TryLock after Close = %v, %v; want the lock", ok, err)
+	}
+	mustUnlock(t, next)
+}
