@@ -235,9 +235,11 @@ func (r *RedLock) acquireOnce(ctx context.Context, wait, lease time.Duration) (b
 		if wait >= 0 {
 			pause = min(pause, end.Sub(clk.Now()))
 		}
-		t := time.NewTimer(max(pause, 0))
+		// The pause runs on the handle's clock, like the wait it is part of.
+		woke := make(chan struct{})
+		t := clk.AfterFunc(max(pause, 0), func() { close(woke) })
 		select {
-		case <-t.C:
+		case <-woke:
 		case <-ctx.Done():
 			t.Stop()
 			return false, ctx.Err()

@@ -273,3 +273,53 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// A RedLock's wait, its pauses between attempts included, runs on the
+// handle's clock: while that clock stands still a waiting TryLock makes no
+// new attempt, however much real time goes by, and it gives up once the
+// clock passes its wait.
+func TestRedLockWaitsOnItsClock(t *testing.T) {
+	m := newMasters(t)
+	ctx := context.Background()
+	a, b := m.redlock(), m.redlock()
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Unlock(ctx) }()
+	timers := m.clk.Pending() // the holder's watchdog
+	got := make(chan error, 1)
+	go func() {
+		ok, err := b.TryLock(ctx, 200*time.Millisecond, 0)
+		if ok {
+			err = errors.New("took a held lock")
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); m.clk.Pending() == timers; { // its first attempt, then its pause
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting RedLock set no timer on its clock: its pause runs on the wall clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := m.mrs[0].CommandCount()
+	time.Sleep(250 * time.Millisecond) // real time only
+	if n := m.mrs[0].CommandCount() - before; n != 0 {
+		t.Fatalf("%d commands while the handle's clock stood still: the pause ran on the wall clock", n)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("TryLock returned before its clock passed the wait: %v", err)
+	default:
+	}
+	for {
+		m.clk.Advance(50 * time.Millisecond)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
