@@ -254,4 +254,4 @@ func (qu *queue) leaveAbandoned(ctx context.Context) {
 	})
 }
 
-func (qu *queue) newEntry() string { return wire.Entry(qu.h.Owner) }
+func (qu *queue) newEntry() string { return qu.h.NewEntry() }

@@ -71,6 +71,9 @@ type Agent struct {
 	args *args
 }
 
+// NewEntry returns a fresh queue entry id of the handle's owner id.
+func (h Agent) NewEntry() string { return h.Shared.ids.Entry(h.Owner) }
+
 // Mode is what the handle's owner learnt of how its server runs scripts.
 func (h Agent) Mode() *lua.Mode { return ScriptMode(h.Shared) }
 
@@ -155,7 +158,7 @@ func (h Agent) Undo(ctx context.Context, undo string) error {
 	})
 }
 
-func (h Agent) requestID() string { return wire.Request(h.Owner) }
+func (h Agent) requestID() string { return h.Shared.ids.Request(h.Owner) }
 
 // releaseArgs is a release of this handle's hold with token, or, with undo,
 // of the grant that undo names.

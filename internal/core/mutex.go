@@ -44,7 +44,6 @@ type Attempt struct {
 type Mutex struct {
 	h       Agent // the handle's place and configuration; its owner is first's
 	newKind func(Agent) Kind
-	client  string // its client's id (ClientID), the first part of its slots' owner ids
 
 	mu     sync.Mutex
 	first  *slot   // the slot a handle used for one hold acts as (Owner, Adopt)
@@ -83,7 +82,7 @@ func NewMutex(o *Owner, name string, cfg Config,
 		return nil, err
 	}
 	client := o.client
-	m := &Mutex{newKind: kind, client: o.id}
+	m := &Mutex{newKind: kind}
 	m.h = Agent{Client: client, Shared: o, Name: name, Config: &cfg,
 		Publish: o.publish, Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
@@ -102,7 +101,7 @@ func NewMutex(o *Owner, name string, cfg Config,
 func (m *Mutex) newSlot() *slot {
 	s := &slot{}
 	s.h = m.h
-	s.h.Owner = wire.NewOwner(m.client)
+	s.h.Owner = m.h.Shared.ids.Owner()
 	s.h.stale = &s.stale
 	s.h.args = newArgs(s.h)
 	s.kind = m.newKind(s.h)

@@ -24,8 +24,8 @@ var ErrClosed = inbox.ErrClosed
 // documents it.
 type Owner struct {
 	client  redis.UniversalClient
-	id      string // the client id in its handles' owner ids: its inbox of each lock
-	publish string // PUBLISH, or SPUBLISH on Cluster
+	ids     *wire.IDs // its client id (its inbox of each lock), and its handles' ids
+	publish string    // PUBLISH, or SPUBLISH on Cluster
 	mode    lua.Mode
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
@@ -50,7 +50,7 @@ func NewOwner(client redis.UniversalClient) (*Owner, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
-	o := &Owner{client: client, id: wire.NewClient(), publish: PublishCommand(client),
+	o := &Owner{client: client, ids: wire.NewIDs(), publish: PublishCommand(client),
 		done: make(chan struct{}), hubs: inbox.NewHubs(client), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
@@ -230,4 +230,4 @@ func (t *tracker) wait(ctx context.Context) error {
 
 // ClientID is o's client id: its handles' owner ids begin with it, and its
 // inbox of a lock (wire.Inbox) carries it.
-func ClientID(o *Owner) string { return o.id }
+func ClientID(o *Owner) string { return o.ids.Client() }

@@ -81,7 +81,7 @@ func BenchmarkScriptSteps(b *testing.B) {
 // pairLoop runs pairs Lock+Unlock pairs of kind on lock name in one EVAL,
 // the bodies of src behind helpers, and returns Redis's µs per pair.
 func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, src map[string]string, helpers, kind, name string, pairs int) float64 {
-	owner := "QhOrGB6RQrKo9uyIgFu7VQ~2.1" // as long as a real one
+	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1" // as long as a real one
 	// The lock's name comes as ARGV[1] (N), so that Redis caches one
 	// script per variant, not one per run.
 	var keys, acquire, release string

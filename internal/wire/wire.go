@@ -8,10 +8,10 @@
 //
 // The encodings, and where each is built and read:
 //
-//	client id    "<process>~<n>"                     Go (NewClient): one per go-redis client
-//	owner id     "<client>.<handle>"                 Go (NewOwner); Lua reads its client (note_client)
-//	entry id     "<owner>/<n>"                       Go (Entry); Lua entry_owner, Go OwnerOfEntry
-//	request id   "<owner>#<n>"                       Go (Request); Lua compares it whole
+//	client id    "<random 22 chars>"                 Go (NewIDs): one per fairlock.Owner
+//	owner id     "<client>.<n>"                      Go (IDs.Owner); Lua reads its client (note_client)
+//	entry id     "<owner>/<n>"                       Go (IDs.Entry); Lua entry_owner, Go OwnerOfEntry
+//	request id   "<owner>#<n>"                       Go (IDs.Request); Lua compares it whole
 //	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
 //	queue element "<entry>|<lease>|<wait>|<request>|<origin>"
 //	                                                 Lua (wire.lua element); Go ParseElementInfo (Inspect)
@@ -76,26 +76,40 @@ func ReentrantKey(name string) string { return "fairlock:r:{" + name + "}" }
 
 // Ids.
 
-// process names this process in client ids: a random UUID, in 22
-// characters.
-var process = func() string {
-	u := uuid.New()
-	return base64.RawURLEncoding.EncodeToString(u[:])
-}()
-
-var clients, handles, seq atomic.Uint64
-
-// NewClient returns a fresh client id, "<process>~<n>": the name of one
-// owner's inboxes (Inbox), and the first part of the owner ids of the
-// handles made on it.
-func NewClient() string {
-	return process + "~" + strconv.FormatUint(clients.Add(1), 36)
+// IDs makes the ids of one owner (a fairlock.Owner): its client id, and
+// fresh owner, entry and request ids under it. Each owner has its own, so
+// no counter is shared by the process.
+type IDs struct {
+	client string
+	n      atomic.Uint64
 }
 
-// NewOwner returns a fresh owner id of client, "<client>.<handle>": one per
-// handle.
-func NewOwner(client string) string {
-	return client + "." + strconv.FormatUint(handles.Add(1), 36)
+// NewIDs returns the ids of a new owner, whose client id is a random UUID
+// in 22 characters: the name of its inboxes (Inbox), and the first part of
+// the owner ids of the handles made on it.
+func NewIDs() *IDs {
+	u := uuid.New()
+	return &IDs{client: base64.RawURLEncoding.EncodeToString(u[:])}
+}
+
+// Client returns the client id.
+func (ids *IDs) Client() string { return ids.client }
+
+// Owner returns a fresh owner id, "<client>.<n>": one per handle (or per
+// slot of a handle).
+func (ids *IDs) Owner() string { return ids.idOf(ids.client, '.') }
+
+// Entry returns a fresh queue entry id of owner, "<owner>/<n>".
+func (ids *IDs) Entry(owner string) string { return ids.idOf(owner, '/') }
+
+// Request returns a fresh request id of owner, "<owner>#<n>".
+func (ids *IDs) Request(owner string) string { return ids.idOf(owner, '#') }
+
+// idOf is prefix + sep + a fresh number, in one allocation.
+func (ids *IDs) idOf(prefix string, sep byte) string {
+	var buf [64]byte
+	b := append(append(buf[:0], prefix...), sep)
+	return string(strconv.AppendUint(b, ids.n.Add(1), 36))
 }
 
 // ClientOf returns the client id an owner id or entry id begins with (the
@@ -105,19 +119,6 @@ func ClientOf(id string) string {
 		return id[:i]
 	}
 	return id
-}
-
-// Entry returns a fresh queue entry id of owner, "<owner>/<n>".
-func Entry(owner string) string { return idOf(owner, '/') }
-
-// Request returns a fresh request id of owner, "<owner>#<n>".
-func Request(owner string) string { return idOf(owner, '#') }
-
-// idOf is prefix + sep + a fresh number, in one allocation.
-func idOf(prefix string, sep byte) string {
-	var buf [64]byte
-	b := append(append(buf[:0], prefix...), sep)
-	return string(strconv.AppendUint(b, seq.Add(1), 36))
 }
 
 // OwnerOfEntry returns the owner id an entry id extends ("" if none).

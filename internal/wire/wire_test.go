@@ -98,22 +98,23 @@ func TestParseNote(t *testing.T) {
 // Ids say whose they are: an entry's owner is read back from it, and the
 // client of an owner or an entry (whose inbox its notes go to).
 func TestIDs(t *testing.T) {
-	client := NewClient()
-	if client == NewClient() {
-		t.Fatal("two clients got one client id")
+	ids := NewIDs()
+	client := ids.Client()
+	if client == NewIDs().Client() {
+		t.Fatal("two owners got one client id")
 	}
-	owner := NewOwner(client)
-	if owner == NewOwner(client) {
+	owner := ids.Owner()
+	if owner == ids.Owner() {
 		t.Fatal("two handles got one owner id")
 	}
 	if got := ClientOf(owner); got != client {
 		t.Fatalf("ClientOf(%q) = %q, want %q", owner, got, client)
 	}
-	e1, e2 := Entry(owner), Entry(owner)
+	e1, e2 := ids.Entry(owner), ids.Entry(owner)
 	if e1 == e2 || OwnerOfEntry(e1) != owner || OwnerOfEntry(e2) != owner {
 		t.Fatalf("entries %q, %q of %q", e1, e2, owner)
 	}
-	if r := Request(owner); !strings.HasPrefix(r, owner+"#") || r == Request(owner) {
+	if r := ids.Request(owner); !strings.HasPrefix(r, owner+"#") || r == ids.Request(owner) {
 		t.Fatalf("request id %q of %q", r, owner)
 	}
 	if got := ClientOf(e1); got != client {
