@@ -15,7 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,7 +57,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 	open := func(label string) *handle {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close() })
-		m, err := fair.New(redistest.Owner(c), name, core.WithClock(clk), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(c), name, config.WithClock(clk), fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func (s *story) learn() {
 	}
 }
 
-var idPattern = regexp.MustCompile(`[A-Za-z0-9_-]{22}~[0-9a-z]+\.[0-9a-z]+(/[0-9a-z]+)?`)
+var idPattern = regexp.MustCompile(`[A-Za-z0-9_-]{22}\.[0-9a-z]+(/[0-9a-z]+)?`)
 
 // friendly replaces owner ids with labels, and entry ids with "label/1"
 // (each handle joins once in the story).
