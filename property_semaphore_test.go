@@ -25,7 +25,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -164,7 +164,7 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	}
 	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
 	opts := func(label string) []fair.Option {
-		return []fair.Option{core.WithClock(s.clk), core.WithScripts(scripts), fair.WithLabel(label),
+		return []fair.Option{config.WithClock(s.clk), config.WithScripts(scripts), fair.WithLabel(label),
 			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
 	}
 	var err error

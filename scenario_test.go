@@ -16,7 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -77,7 +77,7 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{config.WithClock(clk), config.WithScripts(scripts), fair.WithWaitTimeout(wait)}
 	a, err := fair.New(redistest.Owner(ca), name, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -167,7 +167,7 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	clk, newClient, stop := fakeRedis(t)
 	defer stop()
 	client := newClient()
-	m, err := reentrant.New(redistest.Owner(client), "reentry", core.WithClock(clk), core.WithScripts(scripts))
+	m, err := reentrant.New(redistest.Owner(client), "reentry", config.WithClock(clk), config.WithScripts(scripts))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -217,7 +217,7 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 	ctx := context.Background()
 	semaphore := func(name string) *fair.Semaphore {
 		sem, err := fair.NewSemaphore(redistest.Owner(client), name, 1,
-			core.WithClock(clk), core.WithScripts(scripts), fair.WithLease(2*time.Minute))
+			config.WithClock(clk), config.WithScripts(scripts), fair.WithLease(2*time.Minute))
 		if err != nil {
 			t.Fatalf("NewSemaphore: %v", err)
 		}
@@ -278,7 +278,7 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, cc, probe := client(), client(), client(), client()
-	opts := []fair.MutexOption{core.WithClock(clk), core.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{config.WithClock(clk), config.WithScripts(scripts), fair.WithWaitTimeout(wait)}
 	var rescues redistest.Rescues
 	a, errA := fair.New(redistest.Owner(ca), name, opts...)
 	b, errB := fair.New(redistest.Owner(cb), name, opts...)
@@ -365,7 +365,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []reentrant.Option{core.WithClock(clk), core.WithScripts(scripts)}
+	opts := []reentrant.Option{config.WithClock(clk), config.WithScripts(scripts)}
 	var calls sync.WaitGroup // ended before it returns, as in lostHeadNoticeFoundByTheHeartbeat
 	ctx, cancel := context.WithCancel(context.Background())
 	defer calls.Wait()

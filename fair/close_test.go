@@ -8,7 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 )
@@ -27,7 +27,7 @@ func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	other, _ := fairlock.NewOwner(e.process())
 	defer func() { _ = other.Close(ctx) }()
 	handle := func(o *fairlock.Owner, name string) *fair.Mutex {
-		m, err := fair.New(o, name, core.WithClock(e.clk))
+		m, err := fair.New(o, name, config.WithClock(e.clk))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	mustLock(t, blocker)
 	waiting := tryLockAsync(handle(closing, "other"), ctx, time.Hour, 0)
 	redistest.Quiet(t, "the waiters are asleep", func() bool { return redistest.Asleep() == 2 })
-	rh, _ := reentrant.New(closing, "plain", core.WithClock(e.clk))
+	rh, _ := reentrant.New(closing, "plain", config.WithClock(e.clk))
 	if err := rh.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

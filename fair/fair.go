@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -35,7 +36,7 @@ var (
 
 // DefaultWaitTimeout is how long a queued waiter may be silent, unless
 // WithWaitTimeout says otherwise.
-const DefaultWaitTimeout = core.DefaultWaitTimeout
+const DefaultWaitTimeout = config.DefaultWaitTimeout
 
 // Option configures any fair primitive: New, NewSemaphore and NewRWMutex
 // take it. Every Option is also a MutexOption.
@@ -47,30 +48,30 @@ type Option interface{ fairOption }
 type MutexOption interface{ mutexOption }
 
 type (
-	fairOption  = core.FairOption
-	mutexOption = core.FairMutexOption
+	fairOption  = config.FairOption
+	mutexOption = config.FairMutexOption
 )
 
 // WithLease sets the lease that the watchdog keeps alive for Lock and for
 // TryLock with lease 0 (default 30 s, at least 10 ms). It is renewed every
 // lease/3; if no renewal succeeds in time, the hold is lost.
-func WithLease(d time.Duration) Option { return core.WithLease(d) }
+func WithLease(d time.Duration) Option { return config.WithLease(d) }
 
 // WithDriftFactor sets the part of each lease the client gives up so that
 // it stops believing it holds the lock before Redis expires it (default
 // 0.01, plus 2 ms; from 0 up to 0.5).
-func WithDriftFactor(f float64) Option { return core.WithDriftFactor(f) }
+func WithDriftFactor(f float64) Option { return config.WithDriftFactor(f) }
 
 // WithLogger sends background events (failed renewals, lost holds) to l
 // (default: none).
-func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
+func WithLogger(l *slog.Logger) Option { return config.WithLogger(l) }
 
 // WithCleanupTimeout bounds the clean-up calls that go on after the
 // caller's ctx ended: a release under defer with a cancelled ctx, leaving
 // the queue, undoing a grant whose reply was lost (default 5 s). The caller
 // waits for them for a 50 ms grace past its ctx's end; after that they go
 // on in the background, and a failure is logged (WithLogger).
-func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
+func WithCleanupTimeout(d time.Duration) Option { return config.WithCleanupTimeout(d) }
 
 // WithReplicas makes Lock and TryLock return a hold only once n replicas
 // of the lock's master have acknowledged it (Redis WAIT, sent on the same
@@ -84,14 +85,14 @@ func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout
 // before Lock returns. The fair semaphore and RW lock do not take this
 // option yet: it is a MutexOption, which they do not accept.
 func WithReplicas(n int, timeout time.Duration) MutexOption {
-	return core.WithReplicas(n, timeout)
+	return config.WithReplicas(n, timeout)
 }
 
 // WithWaitTimeout sets how long a queued waiter may fall silent before it
 // counts as dead and loses its place (default 10 s, at least 10 ms). Waiters
 // refresh their place every wait timeout / 3; each queue entry keeps the
 // timeout it joined with.
-func WithWaitTimeout(d time.Duration) Option { return core.WithWaitTimeout(d) }
+func WithWaitTimeout(d time.Duration) Option { return config.WithWaitTimeout(d) }
 
 // WithObserver reports every acquisition and hold of the handle to o, for
 // metrics and traces: how long each acquisition waited and how it ended,
@@ -101,12 +102,12 @@ func WithWaitTimeout(d time.Duration) Option { return core.WithWaitTimeout(d) }
 // extra/fairlockprom provide OpenTelemetry and Prometheus observers;
 // docs/observability.md lists what they measure. o must not be nil.
 // Default: none, and no cost.
-func WithObserver(o observe.Observer) Option { return core.WithObserver(o) }
+func WithObserver(o observe.Observer) Option { return config.WithObserver(o) }
 
 // WithLabel sets free text that Inspect shows for this handle's holds and
 // queue entries, next to its host name and process id (default empty; at
 // most 200 bytes).
-func WithLabel(s string) Option { return core.WithLabel(s) }
+func WithLabel(s string) Option { return config.WithLabel(s) }
 
 // Mutex is one handle on a fair lock. Its methods are safe for concurrent
 // use, and goroutines sharing a handle exclude each other as sync.Mutex's
@@ -125,7 +126,7 @@ type Mutex struct {
 // ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
 // invalid option; a closed owner gets ErrClosed.
 func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error) {
-	cfg, err := core.ApplyFairMutex(opts)
+	cfg, err := config.ApplyFairMutex(opts)
 	if err != nil {
 		return nil, err
 	}

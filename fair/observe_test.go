@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -216,7 +216,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
 	ctx := context.Background()
-	s, err := fair.NewSemaphore(redistest.Owner(e.client), "pool", 1, core.WithClock(e.clk), fair.WithObserver(rec))
+	s, err := fair.NewSemaphore(redistest.Owner(e.client), "pool", 1, config.WithClock(e.clk), fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	_ = q.Release(ctx)
 	_ = (<-done).Release(ctx)
 
-	rw, err := fair.NewRWMutex(redistest.Owner(e.client), "rw", core.WithClock(e.clk), fair.WithObserver(rec))
+	rw, err := fair.NewRWMutex(redistest.Owner(e.client), "rw", config.WithClock(e.clk), fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,14 +94,14 @@ func (m *RWMutex) Name() string { return m.s.name }
 // watchdog keeps the lease until the last RUnlock. ctx bounds only the
 // wait.
 func (m *RWMutex) RLock(ctx context.Context) error {
-	_, err := m.acquire(ctx, false, m.s.cfg.LockAttempt())
+	_, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
 	return err
 }
 
 // RLockContext is RLock, and returns the context to do the work in, as
 // Mutex.LockContext does: RUnlock given it releases exactly this hold.
 func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
-	h, err := m.acquire(ctx, false, m.s.cfg.LockAttempt())
+	h, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
 // the wait elapsed. A re-entry returns true at once and keeps the hold's
 // lease as it is.
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := m.s.cfg.TryAttempt(wait, lease)
+	a, err := core.TryAttempt(&m.s.cfg, wait, lease)
 	if err != nil {
 		return false, m.s.named(ctx, err)
 	}
@@ -125,7 +125,7 @@ func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool
 // re-enters the write hold its ctx carries at once. Given a read hold's
 // context, it returns ErrUpgrade.
 func (m *RWMutex) Lock(ctx context.Context) error {
-	_, err := m.acquire(ctx, true, m.s.cfg.LockAttempt())
+	_, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
 	return err
 }
 
@@ -133,7 +133,7 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 // Mutex.LockContext does: Unlock given it releases exactly this hold, and
 // RLock given it takes the read lock inside the write hold.
 func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
-	h, err := m.acquire(ctx, true, m.s.cfg.LockAttempt())
+	h, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
 // fixed lease if lease > 0. It returns false, nil when the wait elapsed. A
 // re-entry returns true at once and keeps the hold's lease as it is.
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := m.s.cfg.TryAttempt(wait, lease)
+	a, err := core.TryAttempt(&m.s.cfg, wait, lease)
 	if err != nil {
 		return false, m.s.named(ctx, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
@@ -47,7 +48,7 @@ type Semaphore struct {
 	primitive observe.Primitive
 	base      string // where its keys start: fairlock:s:{name}, or an RWMutex's
 	permits   int
-	cfg       core.Config
+	cfg       config.Config
 	label     string
 	calls     *core.Calls // its scripts bound to its keys, for every permit hold's handle
 }
@@ -79,7 +80,7 @@ func NewSemaphore(owner *fairlock.Owner, name string, permits int, opts ...Optio
 }
 
 func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Option) (*Semaphore, error) {
-	cfg, err := core.ApplyFair(opts)
+	cfg, err := config.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func (s *Semaphore) named(ctx context.Context, err error) error {
 // has it (Permits): more (now, or once SetPermits lowered it while the
 // caller waited) gets an error wrapping ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
-	return s.acquire(ctx, n, s.cfg.LockAttempt())
+	return s.acquire(ctx, n, core.LockAttempt(&s.cfg))
 }
 
 // TryAcquire tries to take n permits for up to wait. Wait 0 is a single
@@ -147,7 +148,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 // that long, without renewal. When the wait elapsed, it returns an error
 // wrapping ErrNotAcquired: a nil Permit always comes with an error.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
-	a, err := s.cfg.TryAttempt(wait, lease)
+	a, err := core.TryAttempt(&s.cfg, wait, lease)
 	if err != nil {
 		return nil, s.named(ctx, err)
 	}
@@ -543,7 +544,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
 	cfg.Observer = cfg.Observer.QueueOnly() // the gate's own holds are not the user's
-	ga := cfg.LockAttempt()
+	ga := core.LockAttempt(&cfg)
 	if !a.Forever {
 		left := end.Sub(cfg.Clock.Now())
 		if left <= 0 {

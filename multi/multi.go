@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/reentrant"
 )
@@ -216,7 +217,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 	if err != nil {
 		return err
 	}
-	return core.Held(hctx, l.Unlock, core.DefaultCleanupTimeout, fn)
+	return core.Held(hctx, l.Unlock, config.DefaultCleanupTimeout, fn)
 }
 
 // TryLock takes every member within wait in all (0: one attempt each, never

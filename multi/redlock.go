@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/fairlock/fairlock/reentrant"
@@ -40,7 +41,7 @@ type RedLock struct {
 	name    string
 	members []*reentrant.Mutex
 	quorum  int
-	cfg     core.Config
+	cfg     config.Config
 
 	acq sync.Mutex // one attempt at a time
 
@@ -76,7 +77,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 	if len(owners) == 0 {
 		return nil, core.Invalid("RedLock needs at least one owner")
 	}
-	cfg, err := core.ApplyReentrant(opts)
+	cfg, err := config.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 		seen[c] = true
 		// The RedLock reports as one lock (WithObserver); its members do
 		// not report on their own.
-		m, err := reentrant.New(o, name, append(slices.Clip(opts), core.WithoutObserver())...)
+		m, err := reentrant.New(o, name, append(slices.Clip(opts), config.WithoutObserver())...)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +156,7 @@ type redKey struct{ r *RedLock }
 // Validity says how much of it the caller can count on. It returns false,
 // nil when no attempt won a majority in time.
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if _, err := r.cfg.TryAttempt(wait, lease); err != nil {
+	if _, err := core.TryAttempt(&r.cfg, wait, lease); err != nil {
 		return false, err
 	}
 	return r.acquire(ctx, wait, lease)

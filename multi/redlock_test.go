@@ -10,7 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
@@ -49,7 +49,7 @@ func newMasters(t *testing.T) *masters {
 
 func (m *masters) redlock(opts ...reentrant.Option) *multi.RedLock {
 	m.t.Helper()
-	r, err := multi.NewRedLock(redistest.Owners(m.clients), "orders", append([]reentrant.Option{core.WithClock(m.clk)}, opts...)...)
+	r, err := multi.NewRedLock(redistest.Owners(m.clients), "orders", append([]reentrant.Option{config.WithClock(m.clk)}, opts...)...)
 	if err != nil {
 		m.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -37,28 +38,28 @@ var (
 // options are of another type: given here, they do not compile.
 type Option interface{ option }
 
-type option = core.ReentrantOption
+type option = config.ReentrantOption
 
 // WithLease sets the lease that the watchdog keeps alive for Lock and for
 // TryLock with lease 0 (default 30 s, at least 10 ms). It is renewed every
 // lease/3; if no renewal succeeds in time, the hold is lost.
-func WithLease(d time.Duration) Option { return core.WithLease(d) }
+func WithLease(d time.Duration) Option { return config.WithLease(d) }
 
 // WithDriftFactor sets the part of each lease the client gives up so that
 // it stops believing it holds the lock before Redis expires it (default
 // 0.01, plus 2 ms; from 0 up to 0.5).
-func WithDriftFactor(f float64) Option { return core.WithDriftFactor(f) }
+func WithDriftFactor(f float64) Option { return config.WithDriftFactor(f) }
 
 // WithLogger sends background events (failed renewals, lost holds) to l
 // (default: none).
-func WithLogger(l *slog.Logger) Option { return core.WithLogger(l) }
+func WithLogger(l *slog.Logger) Option { return config.WithLogger(l) }
 
 // WithCleanupTimeout bounds the clean-up calls that go on after the
 // caller's ctx ended: a release under defer with a cancelled ctx, leaving
 // the queue, undoing a grant whose reply was lost (default 5 s). The caller
 // waits for them for a 50 ms grace past its ctx's end; after that they go
 // on in the background, and a failure is logged (WithLogger).
-func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout(d) }
+func WithCleanupTimeout(d time.Duration) Option { return config.WithCleanupTimeout(d) }
 
 // WithReplicas makes Lock and TryLock return a hold only once n replicas
 // of the lock's master have acknowledged it (Redis WAIT, sent on the same
@@ -69,7 +70,7 @@ func WithCleanupTimeout(d time.Duration) Option { return core.WithCleanupTimeout
 // can be lost (docs/deployments.md). It costs a round trip to the replicas
 // per acquisition. n is from 1 to 100, timeout at least 1 ms; default: no
 // waiting.
-func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplicas(n, timeout) }
+func WithReplicas(n int, timeout time.Duration) Option { return config.WithReplicas(n, timeout) }
 
 // WithObserver reports every acquisition and hold of the handle to o, for
 // metrics and traces: how long each acquisition waited and how it ended,
@@ -80,7 +81,7 @@ func WithReplicas(n int, timeout time.Duration) Option { return core.WithReplica
 // lists what they measure. o must not be nil. Given to multi.NewRedLock,
 // the RedLock reports as one lock (observe.RedLock), not as its members.
 // Default: none, and no cost.
-func WithObserver(o observe.Observer) Option { return core.WithObserver(o) }
+func WithObserver(o observe.Observer) Option { return config.WithObserver(o) }
 
 // Mutex is one handle on a reentrant lock. Its methods are safe for
 // concurrent use, and goroutines sharing a handle exclude each other as
@@ -98,7 +99,7 @@ type Mutex struct {
 // ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
 // invalid option; a closed owner gets ErrClosed.
 func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
-	cfg, err := core.ApplyReentrant(opts)
+	cfg, err := config.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}

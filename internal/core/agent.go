@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
@@ -57,8 +58,8 @@ type Agent struct {
 	Shared  *Owner // the handle's owner: what its handles share
 	Name    string
 	Owner   string
-	Config  *Config // read only
-	Publish string  // PUBLISH, or SPUBLISH on Cluster
+	Config  *config.Config // read only
+	Publish string         // PUBLISH, or SPUBLISH on Cluster
 	Place
 
 	// stale is the token of this handle's latest hold that ended as lost:

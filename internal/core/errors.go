@@ -1,9 +1,9 @@
-// Package core is the machinery every primitive shares: configuration and
-// its option kinds, the handle (Mutex) with the one hold lifecycle (End,
-// Latest, the lease and watchdog of hold.go), the Agent through which a
-// primitive's Kind acts for its handle, what the handles of one Owner share
-// and how they end (the pub/sub hub, per-lock services, Close), and the
-// Sleeper a waiting call sleeps on. The primitives (fair, reentrant) say only what
+// Package core is the hold lifecycle every primitive shares: the handle
+// (Mutex) with its one hold at a time (End, Latest, the lease and watchdog
+// of hold.go), the Agent through which a primitive's Kind acts for its
+// handle, and the Owner that its handles share and that Close ends. How a
+// waiting call is woken is internal/inbox's; what options set is
+// internal/config's. The primitives (fair, reentrant) say only what
 // differs: their scripts and how a caller waits. docs/architecture.md draws
 // the layers.
 package core
@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/fairlock/fairlock/internal/config"
 )
 
 var (
 	// ErrInvalidArgument is wrapped by every error about bad input.
-	ErrInvalidArgument = errors.New("fairlock: invalid argument")
+	ErrInvalidArgument = config.ErrInvalidArgument
 	// ErrNotHeld is returned by Unlock when the handle does not hold the lock.
 	ErrNotHeld = errors.New("fairlock: lock not held")
 	// ErrLockLost means the hold ended without Unlock: its lease ran out before

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 )
@@ -73,7 +74,7 @@ const maxFreeSlots = 16
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id, on
 // the keys place gives for name, waiting as the Kind that kind returns.
-func NewMutex(o *Owner, name string, cfg Config,
+func NewMutex(o *Owner, name string, cfg config.Config,
 	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
 	if err := CheckOwner(o); err != nil {
 		return nil, err
@@ -152,13 +153,13 @@ func (m *Mutex) carried(ctx context.Context) *hold {
 
 // Lock waits until the lock is held, with the watchdog keeping the lease.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.Acquire(ctx, m.h.Config.LockAttempt())
+	_, err := m.Acquire(ctx, LockAttempt(m.h.Config))
 	return err
 }
 
 // TryLock implements every mutex's TryLock.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := m.h.Config.TryAttempt(wait, lease)
+	a, err := TryAttempt(m.h.Config, wait, lease)
 	if err != nil {
 		return false, m.h.Wrap(ctx, err)
 	}
@@ -167,11 +168,11 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 
 // LockAttempt is the Attempt of a Lock: no bound on the wait, and the
 // watchdog's lease.
-func (c *Config) LockAttempt() Attempt { return Attempt{Forever: true, Lease: c.Lease} }
+func LockAttempt(c *config.Config) Attempt { return Attempt{Forever: true, Lease: c.Lease} }
 
 // TryAttempt checks a TryLock's arguments and makes its Attempt: a fixed
 // lease if lease > 0, the watchdog's otherwise.
-func (c *Config) TryAttempt(wait, lease time.Duration) (Attempt, error) {
+func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 	if wait < 0 {
 		return Attempt{}, Invalid("wait must not be negative, got %v", wait)
 	}
@@ -196,7 +197,7 @@ func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
 // LockContext is Lock, returning a context for the work done under the
 // hold (Bind).
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	h, err := m.get(ctx, m.h.Config.LockAttempt())
+	h, err := m.get(ctx, LockAttempt(m.h.Config))
 	if err != nil {
 		return nil, m.h.Wrap(ctx, err)
 	}
@@ -205,7 +206,7 @@ func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
 
 // get is acquire, reported to the handle's observer if it has one.
 func (m *Mutex) get(ctx context.Context, a Attempt) (*hold, error) {
-	if o := m.h.Config.Observer; o != nil && o.obs != nil {
+	if o := m.h.Config.Observer; o != nil && o.Observer() != nil {
 		return m.observed(ctx, a, o)
 	}
 	return m.acquire(ctx, a)
@@ -344,8 +345,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return m.h.Wrap(ctx, err)
 	}
 	h.releasing.Store(true)
-	if o := m.h.Config.Observer; o != nil && o.tracer != nil {
-		ctx, end := o.tracer.StartCall(ctx, m.call("release", m.h.Release))
+	if o := m.h.Config.Observer; o != nil && o.Tracer() != nil {
+		ctx, end := o.Tracer().StartCall(ctx, m.call("release", m.h.Release))
 		err := m.unlockHold(ctx, h)
 		end(err)
 		return m.h.Wrap(ctx, err)

@@ -7,69 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
-
-// Observers is an observe.Observer with its optional capabilities resolved
-// once (WithObserver): nil where it has none. A Config without an observer
-// has a nil *Observers, and every report is skipped by one nil check.
-type Observers struct {
-	obs    observe.Observer // nil: this handle reports queue news only (a semaphore's gate)
-	renew  observe.RenewalObserver
-	queue  observe.QueueObserver
-	tracer observe.Tracer
-}
-
-// WithObserver sets the observer of every acquisition and hold.
-func WithObserver(o observe.Observer) Everywhere {
-	return func(c *Config) error {
-		if o == nil {
-			return Invalid("observer must not be nil")
-		}
-		obs := &Observers{obs: o}
-		obs.renew, _ = o.(observe.RenewalObserver)
-		obs.queue, _ = o.(observe.QueueObserver)
-		obs.tracer, _ = o.(observe.Tracer)
-		c.Observer = obs
-		return nil
-	}
-}
-
-// WithoutObserver drops the observer: the members of a primitive that
-// reports as one lock (a RedLock's) report nothing of their own.
-func WithoutObserver() Everywhere {
-	return func(c *Config) error {
-		c.Observer = nil
-		return nil
-	}
-}
-
-// Observer and Tracer return o's observer and tracer, nil if none, for a
-// primitive that reports itself (a RedLock).
-func (o *Observers) Observer() observe.Observer {
-	if o == nil {
-		return nil
-	}
-	return o.obs
-}
-
-func (o *Observers) Tracer() observe.Tracer {
-	if o == nil {
-		return nil
-	}
-	return o.tracer
-}
-
-// QueueOnly is o for a handle whose acquisitions and holds are not the
-// user's (a semaphore's gate): only its queue news are reported.
-func (o *Observers) QueueOnly() *Observers {
-	if o == nil || o.queue == nil {
-		return nil
-	}
-	return &Observers{queue: o.queue}
-}
 
 // Report is what a Kind tells of one acquisition, for its observer: given
 // in Attempt.Report when the handle has one.
@@ -94,8 +36,8 @@ func (r *Report) queued(n int, joined bool) {
 // the attempt's Report too.
 func (h Agent) QueueNews(a Attempt, kind observe.QueueEventKind, n int) {
 	a.Report.queued(n, kind == observe.Joined)
-	if o := h.Config.Observer; o != nil && o.queue != nil {
-		o.queue.ObserveQueue(observe.QueueEvent{Primitive: h.Primitive, Lock: h.Name, Kind: kind, Length: n})
+	if o := h.Config.Observer; o != nil && o.Queue() != nil {
+		o.Queue().ObserveQueue(observe.QueueEvent{Primitive: h.Primitive, Lock: h.Name, Kind: kind, Length: n})
 	}
 }
 
@@ -108,12 +50,12 @@ func (a Attempt) HandedOff(at time.Time) {
 
 // observed is acquire with the handle's observer o: a span around it, and
 // its report.
-func (m *Mutex) observed(ctx context.Context, a Attempt, o *Observers) (*hold, error) {
+func (m *Mutex) observed(ctx context.Context, a Attempt, o *config.Observers) (*hold, error) {
 	clk := m.h.Config.Clock
 	start := clk.Now()
 	var end func(error)
-	if o.tracer != nil {
-		ctx, end = o.tracer.StartCall(ctx, m.call("acquire", m.h.Acquire))
+	if o.Tracer() != nil {
+		ctx, end = o.Tracer().StartCall(ctx, m.call("acquire", m.h.Acquire))
 	}
 	var rep Report
 	a.Report = &rep
@@ -126,8 +68,8 @@ func (m *Mutex) observed(ctx context.Context, a Attempt, o *Observers) (*hold, e
 	if acq.Outcome == observe.Acquired && !rep.GrantedAt.IsZero() {
 		acq.HandedOff, acq.HandOff = true, max(now.Sub(rep.GrantedAt), 0)
 	}
-	if o.obs != nil {
-		o.obs.ObserveAcquisition(ctx, acq)
+	if o.Observer() != nil {
+		o.Observer().ObserveAcquisition(ctx, acq)
 	}
 	if end != nil {
 		end(err)
@@ -171,7 +113,7 @@ func (m *Mutex) call(op string, script *lua.Script) observe.Call {
 // given them; reuse false for a release whose outcome is unknown.
 func (h *hold) ended(cause error, why string, reuse bool) {
 	o := h.m.h.Config.Observer
-	if o == nil || o.obs == nil {
+	if o == nil || o.Observer() == nil {
 		return
 	}
 	ev := observe.Hold{Primitive: h.m.h.Primitive, Lock: h.m.h.Name,
@@ -184,13 +126,13 @@ func (h *hold) ended(cause error, why string, reuse bool) {
 	case !reuse:
 		ev.End = observe.ReleaseUnknown
 	}
-	o.obs.ObserveHoldEnd(ev)
+	o.Observer().ObserveHoldEnd(ev)
 }
 
 // renewalFailed reports a failed renewal (or claim) of h.
 func (h *hold) renewalFailed(err error) {
-	if o := h.m.h.Config.Observer; o != nil && o.renew != nil {
-		o.renew.ObserveRenewalFailure(observe.RenewalFailure{Primitive: h.m.h.Primitive, Lock: h.m.h.Name, Err: err})
+	if o := h.m.h.Config.Observer; o != nil && o.Renewal() != nil {
+		o.Renewal().ObserveRenewalFailure(observe.RenewalFailure{Primitive: h.m.h.Primitive, Lock: h.m.h.Name, Err: err})
 	}
 }
 

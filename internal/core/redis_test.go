@@ -3,6 +3,7 @@ package core_test
 import (
 	"testing"
 
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -25,11 +26,11 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m1, err := core.NewMutex(o, "x", core.NewConfig(), place, noKind)
+		m1, err := core.NewMutex(o, "x", config.NewConfig(), place, noKind)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m2, _ := core.NewMutex(o, "y", core.NewConfig(), place, noKind)
+		m2, _ := core.NewMutex(o, "y", config.NewConfig(), place, noKind)
 		id := wire.ClientOf(m1.Owner())
 		if wire.ClientOf(m2.Owner()) != id || m1.Owner() == m2.Owner() {
 			t.Fatalf("handles of one owner: owner ids %q and %q, want one client id and two owners", m1.Owner(), m2.Owner())
