@@ -130,7 +130,7 @@ func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(owner, name, cfg, place, mutexKind)
+	m, err := core.NewMutex(owner, name, cfg, place)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,10 @@ func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error
 // that hold at once. ctx bounds only the wait: the hold lasts until Unlock,
 // ForceUnlock or loss. When ctx ends first, Lock leaves the queue and
 // returns ctx.Err(). A nil ctx gets an error wrapping ErrInvalidArgument.
-func (m *Mutex) Lock(ctx context.Context) error { return m.m.Lock(ctx) }
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.acquire(ctx, core.LockAttempt(m.m.Config()))
+	return err
+}
 
 // LockContext is Lock, and returns the context to do the work in: it has
 // ctx's values and deadline, is cancelled also when the hold ends (its
@@ -157,7 +160,11 @@ func (m *Mutex) Lock(ctx context.Context) error { return m.m.Lock(ctx) }
 //	}
 //	defer m.Unlock(ctx) // runs even though ctx may have ended
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	return m.m.LockContext(ctx)
+	e, err := m.acquire(ctx, core.LockAttempt(m.m.Config()))
+	if err != nil {
+		return nil, err
+	}
+	return core.Bind(ctx, e), nil
 }
 
 // Do runs fn holding the lock: it takes the lock as LockContext does, runs
@@ -168,7 +175,14 @@ func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
 // ErrLockLost). If the lock could not be taken, fn does not run and Do
 // returns why.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.m.Do(ctx, fn)
+	if err := core.CheckFunc(fn); err != nil {
+		return err
+	}
+	hctx, err := m.LockContext(ctx)
+	if err != nil {
+		return err
+	}
+	return core.Held(hctx, m.Unlock, m.m.Config().CleanupTimeout, fn)
 }
 
 // TryLock tries to take the lock for up to wait, or re-enters the hold its
@@ -182,7 +196,23 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // (false, ctx.Err()) when ctx ended first, and (false, err) when Redis
 // failed. Negative durations wrap ErrInvalidArgument.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	return m.m.TryLock(ctx, wait, lease)
+	a, err := core.TryAttempt(m.m.Config(), wait, lease)
+	if err != nil {
+		return false, m.m.Wrap(ctx, err)
+	}
+	e, err := m.acquire(ctx, a)
+	return e != nil, err
+}
+
+// acquire is one Lock or TryLock: a turn of the handle (core.Turn), which
+// this package waits out, and whose grant the handle keeps.
+func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) {
+	t, err := m.m.Begin(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	g, err := turnQueue(t).Acquire(t.Context(), t.Attempt())
+	return m.m.Keep(t, g, err)
 }
 
 // Unlock undoes one Lock or successful TryLock; the last one hands the lock

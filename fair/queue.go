@@ -75,7 +75,16 @@ func newGateQueue(h core.Agent, permit wire.PermitRequest) *queue {
 }
 
 // mutexKind is newQueue as a fair Mutex's core.Kind.
-func mutexKind(h core.Agent) core.Kind { return newQueue(h) }
+// turnQueue is the queue a turn of a fair Mutex waits in: its owner id's,
+// made at its first turn.
+func turnQueue(t *core.Turn) *queue {
+	if q, ok := t.State().(*queue); ok {
+		return q
+	}
+	q := newQueue(t.Agent())
+	t.SetState(q)
+	return q
+}
 
 // Acquire is one Lock or TryLock of a fair Mutex: a wait for the lock alone.
 func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {

@@ -206,16 +206,20 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	// Every permit hold is a handle of its own, used once: its owner id
 	// names exactly one hold, which makes each of its script calls safe to
 	// retry.
-	m, err := core.NewMutex(s.owner, s.name, s.cfg, s.place, func(h core.Agent) core.Kind {
-		return &semKind{h: h, s: s, n: n}
-	})
+	m, err := core.NewMutex(s.owner, s.name, s.cfg, s.place)
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := m.Acquire(ctx, a); !ok {
+	t, err := m.Begin(ctx, a)
+	if err != nil {
 		return nil, err // named by the permit hold's handle
 	}
-	return &Permit{s: s, m: m, end: m.HoldEnd(), n: n}, nil
+	g, err := (&semKind{h: t.Agent(), s: s, n: n}).Acquire(t.Context(), t.Attempt())
+	end, err := m.Keep(t, g, err)
+	if end == nil {
+		return nil, err
+	}
+	return &Permit{s: s, m: m, end: end, n: n}, nil
 }
 
 // Release gives the permits back; the first waiter takes them if they are
@@ -554,23 +558,25 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	}
 	ga.Report = a.Report // the permit hold's acquisition queues here
 	req := wire.PermitRequest{Owner: k.h.Owner, N: k.n, Lease: wire.Ms(a.Lease)}
-	var q *queue
 	gate, err = core.NewMutex(k.h.Shared, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
 		p := placeAt(wire.GateBase(k.s.base), scripts)
 		p.Primitive = k.h.Primitive // its waiters are the semaphore's
+		p.What = k.h.What           // and so are its errors
 		return p
-	}, func(h core.Agent) core.Kind {
-		q = newGateQueue(h, req)
-		return q
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := q.wait(ctx, ga, k)
-	if out.held == nil {
+	// The gate is a handle of its own, used for this one turn: its owner id
+	// is the gate's (Owner), which a release serves permits to.
+	t, err := gate.Begin(ctx, ga)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := newGateQueue(t.Agent(), req).wait(t.Context(), t.Attempt(), k)
+	if _, err := gate.Keep(t, out.held, err); out.held == nil || err != nil {
 		return nil, out.served, err
 	}
-	gate.Adopt(out.held, ga)
 	return gate, nil, nil
 }
 

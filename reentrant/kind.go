@@ -29,7 +29,16 @@ func place(name string, scripts *lua.Scripts) core.Place {
 	}
 }
 
-func newKind(h core.Agent) core.Kind { return &kind{h: h} }
+// kindOf is what waits for a turn of the handle: its owner id's, made at
+// its first turn.
+func kindOf(t *core.Turn) *kind {
+	if k, ok := t.State().(*kind); ok {
+		return k
+	}
+	k := &kind{h: t.Agent()}
+	t.SetState(k)
+	return k
+}
 
 // attempt makes one try. It returns a grant, or how long the current hold
 // may last; with askFreed, freed says that a fresh grant's lock was

@@ -49,10 +49,10 @@ func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
 	return v.(*lua.Call)
 }
 
-// Agent acts for one handle (a Mutex): it is all the handle's kind gets of
-// it: where the lock lives, the handle's configuration and owner id, and the
-// requests the kind may make on the handle's behalf. Calls go one way: a kind calls its Agent,
-// and core calls a kind only through Kind.Acquire.
+// Agent acts for one owner id of a handle (a Mutex's slot, which a Turn
+// acts as): where the lock lives, the handle's configuration and owner id,
+// and the requests a primitive may make on the handle's behalf. Calls go
+// one way: a primitive calls its Agent, and core never calls a primitive.
 type Agent struct {
 	Client  redis.UniversalClient
 	Shared  *Owner // the handle's owner: what its handles share

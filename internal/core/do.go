@@ -36,15 +36,3 @@ func CheckFunc(fn func(ctx context.Context) error) error {
 	}
 	return nil
 }
-
-// Do runs fn holding m's lock (Held).
-func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	if err := CheckFunc(fn); err != nil {
-		return err
-	}
-	hctx, err := m.LockContext(ctx)
-	if err != nil {
-		return err
-	}
-	return Held(hctx, m.Unlock, m.h.Config.CleanupTimeout, fn)
-}

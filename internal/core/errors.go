@@ -1,6 +1,7 @@
 // Package core is the hold lifecycle every primitive shares: the handle
 // (Mutex) with its one hold at a time (End, Latest, the lease and watchdog
-// of hold.go), the Agent through which a primitive's Kind acts for its
+// of hold.go), which a primitive's acquisition (a Turn: Begin, its own
+// wait, Keep) hands its grant to, the Agent through which it acts for its
 // handle, and the Owner that its handles share and that Close ends. How a
 // waiting call is woken is internal/inbox's; what options set is
 // internal/config's. The primitives (fair, reentrant) say only what

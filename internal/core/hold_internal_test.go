@@ -26,8 +26,7 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMutex(o, "stale", cfg, func(string, *lua.Scripts) Place { return Place{Keys: []string{"k"}} },
-		func(Agent) Kind { return nil })
+	m, err := NewMutex(o, "stale", cfg, func(string, *lua.Scripts) Place { return Place{Keys: []string{"k"}} })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,15 +11,6 @@ import (
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
-// Kind is what differs between the primitives: how a caller acquires and
-// waits. It acts for one turn of its handle (a slot) through the Agent it
-// was made with.
-type Kind interface {
-	// Acquire takes or re-enters the lock for the kind's owner, waiting as
-	// a says. It returns nil, nil when the wait elapsed.
-	Acquire(ctx context.Context, a Attempt) (*Grant, error)
-}
-
 // Attempt is one Lock or TryLock call.
 type Attempt struct {
 	Wait    time.Duration // how long to wait; with Forever, no bound
@@ -36,15 +27,16 @@ type Attempt struct {
 // Goroutines that share a handle exclude each other. Each fresh acquisition
 // acts in Redis as an owner id of its own (a slot), so it takes its turn
 // like any other client's call, in the fair queue too. A call re-enters the
-// handle's hold only when its context carries that hold (HoldContext,
-// BindHold): the context is the proof that a call chain holds the lock,
-// which Go's goroutines cannot give. The handle has at most one hold at a
-// time (cur); slots are reused once their turn has ended, so a handle used
-// by one goroutine at a time acts as one owner id, as a single-owner handle
-// would.
+// handle's hold only when its context carries that hold (HoldContext): the
+// context is the proof that a call chain holds the lock, which Go's
+// goroutines cannot give. The handle has at most one hold at a time (cur);
+// slots are reused once their turn has ended, so a handle used by one
+// goroutine at a time acts as one owner id, as a single-owner handle would.
+//
+// It keeps holds; it does not wait. A primitive's acquisition begins a Turn
+// (Begin), waits as the primitive does, and hands the grant to Keep.
 type Mutex struct {
-	h       Agent // the handle's place and configuration; its owner is first's
-	newKind func(Agent) Kind
+	h Agent // the handle's place and configuration; its owner is first's
 
 	mu     sync.Mutex
 	first  *slot   // the slot a handle used for one hold acts as (Owner, Adopt)
@@ -56,11 +48,11 @@ type Mutex struct {
 	port   int
 }
 
-// slot is one owner id of a handle, with the Kind that acts for it: one
-// acquisition at a time, then the hold it won, if any.
+// slot is one owner id of a handle: one acquisition at a time, then the
+// hold it won, if any.
 type slot struct {
 	h     Agent
-	kind  Kind
+	state any          // what the primitive keeps for this owner id (Turn.State)
 	stale atomic.Int64 // Agent.stale
 	// acquired is when the slot's hold was granted, for an observer (zero
 	// without one). A slot has one hold at a time, and is reused only once
@@ -73,9 +65,8 @@ type slot struct {
 const maxFreeSlots = 16
 
 // NewMutex checks the arguments and makes a handle with a fresh owner id, on
-// the keys place gives for name, waiting as the Kind that kind returns.
-func NewMutex(o *Owner, name string, cfg config.Config,
-	place func(name string, scripts *lua.Scripts) Place, kind func(Agent) Kind) (*Mutex, error) {
+// the keys place gives for name.
+func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, scripts *lua.Scripts) Place) (*Mutex, error) {
 	if err := CheckOwner(o); err != nil {
 		return nil, err
 	}
@@ -83,7 +74,7 @@ func NewMutex(o *Owner, name string, cfg config.Config,
 		return nil, err
 	}
 	client := o.client
-	m := &Mutex{newKind: kind}
+	m := &Mutex{}
 	m.h = Agent{Client: client, Shared: o, Name: name, Config: &cfg,
 		Publish: o.publish, Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
@@ -105,7 +96,6 @@ func (m *Mutex) newSlot() *slot {
 	s.h.Owner = m.h.Shared.ids.Owner()
 	s.h.stale = &s.stale
 	s.h.args = newArgs(s.h)
-	s.kind = m.newKind(s.h)
 	return s
 }
 
@@ -151,21 +141,6 @@ func (m *Mutex) carried(ctx context.Context) *hold {
 	return h
 }
 
-// Lock waits until the lock is held, with the watchdog keeping the lease.
-func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.Acquire(ctx, LockAttempt(m.h.Config))
-	return err
-}
-
-// TryLock implements every mutex's TryLock.
-func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := TryAttempt(m.h.Config, wait, lease)
-	if err != nil {
-		return false, m.h.Wrap(ctx, err)
-	}
-	return m.Acquire(ctx, a)
-}
-
 // LockAttempt is the Attempt of a Lock: no bound on the wait, and the
 // watchdog's lease.
 func LockAttempt(c *config.Config) Attempt { return Attempt{Forever: true, Lease: c.Lease} }
@@ -184,111 +159,6 @@ func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 		a.Lease = c.Lease
 	}
 	return a, nil
-}
-
-// Acquire makes one Lock or TryLock as a says: false, nil when the wait
-// elapsed. A ctx that carries this handle's hold re-enters it; any other
-// takes a turn of its own.
-func (m *Mutex) Acquire(ctx context.Context, a Attempt) (bool, error) {
-	h, err := m.get(ctx, a)
-	return h != nil, m.h.Wrap(ctx, err)
-}
-
-// LockContext is Lock, returning a context for the work done under the
-// hold (Bind).
-func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	h, err := m.get(ctx, LockAttempt(m.h.Config))
-	if err != nil {
-		return nil, m.h.Wrap(ctx, err)
-	}
-	return Bind(ctx, &h.End), nil
-}
-
-// get is acquire, reported to the handle's observer if it has one.
-func (m *Mutex) get(ctx context.Context, a Attempt) (*hold, error) {
-	if o := m.h.Config.Observer; o != nil && o.Observer() != nil {
-		return m.observed(ctx, a, o)
-	}
-	return m.acquire(ctx, a)
-}
-
-// acquire is Acquire, returning the hold: nil, nil when the wait elapsed.
-func (m *Mutex) acquire(ctx context.Context, a Attempt) (*hold, error) {
-	if err := CheckContext(ctx); err != nil {
-		return nil, err
-	}
-	want := m.carried(ctx)
-	if want != nil && want.IsEnded() {
-		return nil, want.EndedErr() // its context has ended too: say why
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// The wait also ends when the owner closes; the call then says so.
-	bound, leave, err := m.h.Shared.enter(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
-	h, err := m.acquireBound(bound, want, a)
-	if err != nil && ctx.Err() == nil && context.Cause(bound) == ErrClosed {
-		err = ErrClosed
-	}
-	return h, err
-}
-
-// acquireBound is acquire on a context bound to the owner's Close.
-func (m *Mutex) acquireBound(ctx context.Context, want *hold, a Attempt) (*hold, error) {
-	if want != nil {
-		return m.reenter(ctx, want, a)
-	}
-	s := m.take()
-	g, err := s.kind.Acquire(ctx, a)
-	if err != nil || g == nil {
-		m.put(s)
-		return nil, err
-	}
-	return m.adopt(s, g, a), nil
-}
-
-// reenter is an acquisition by a call chain that holds want: through
-// want's slot, which Redis counts as a re-entry.
-func (m *Mutex) reenter(ctx context.Context, want *hold, a Attempt) (*hold, error) {
-	if want.IsEnded() {
-		return nil, want.EndedErr()
-	}
-	g, err := want.s.kind.Acquire(ctx, a)
-	if err != nil || g == nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	ok := m.cur == want && g.Token == want.token
-	m.mu.Unlock()
-	if ok && want.reenter(*g, a.Lease) {
-		return want, nil
-	}
-	// want ended while the call ran, and its slot took another turn that
-	// this call counted a re-entry of: give that count back.
-	_ = want.s.h.Bounded(ctx, "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
-		_, err := m.release(ctx, want.s, g.Token)
-		return err
-	})
-	return nil, want.EndedErr()
-}
-
-// Adopt makes g, granted for a by a call that went around Acquire (a
-// semaphore's wait in its gate's queue, through the Kind of the handle's
-// first slot), this handle's hold.
-func (m *Mutex) Adopt(g *Grant, a Attempt) {
-	m.mu.Lock()
-	for i, s := range m.free {
-		if s == m.first {
-			m.free = append(m.free[:i], m.free[i+1:]...)
-			break
-		}
-	}
-	m.mu.Unlock()
-	m.adopt(m.first, g, a)
 }
 
 // adopt makes g, granted to slot s, this handle's hold, and returns it.
@@ -496,17 +366,6 @@ func (m *Mutex) Token() int64 {
 	return m.cur.token
 }
 
-// HoldEnd returns the End of the current hold, nil if none: for a
-// primitive built on this handle (a semaphore's Permit) to follow it.
-func (m *Mutex) HoldEnd() *End {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cur == nil {
-		return nil
-	}
-	return &m.cur.End
-}
-
 // Lost returns the channel of the current (or most recent) hold.
 func (m *Mutex) Lost() <-chan struct{} { return m.latest.Lost() }
 
@@ -514,17 +373,3 @@ func (m *Mutex) Lost() <-chan struct{} { return m.latest.Lost() }
 // carries the hold: a Lock given it, or a context derived from it,
 // re-enters the hold.
 func (m *Mutex) HoldContext() context.Context { return m.latest.Context() }
-
-// BindHold returns a context for work done under the handle's current
-// hold: ctx's values and deadline, cancelled also when the hold ends (with
-// its cause), and carrying the hold, so that a Lock given it re-enters. It
-// returns ErrNotHeld if the handle holds nothing.
-func (m *Mutex) BindHold(ctx context.Context) (context.Context, error) {
-	m.mu.Lock()
-	h := m.cur
-	m.mu.Unlock()
-	if h == nil {
-		return nil, ErrNotHeld
-	}
-	return Bind(ctx, &h.End), nil
-}

@@ -7,13 +7,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
-// Report is what a Kind tells of one acquisition, for its observer: given
+// Report is what a primitive's wait tells of one acquisition, for its observer: given
 // in Attempt.Report when the handle has one.
 type Report struct {
 	Queued      bool
@@ -46,35 +45,6 @@ func (a Attempt) HandedOff(at time.Time) {
 	if a.Report != nil {
 		a.Report.GrantedAt = at
 	}
-}
-
-// observed is acquire with the handle's observer o: a span around it, and
-// its report.
-func (m *Mutex) observed(ctx context.Context, a Attempt, o *config.Observers) (*hold, error) {
-	clk := m.h.Config.Clock
-	start := clk.Now()
-	var end func(error)
-	if o.Tracer() != nil {
-		ctx, end = o.Tracer().StartCall(ctx, m.call("acquire", m.h.Acquire))
-	}
-	var rep Report
-	a.Report = &rep
-	want := m.carried(ctx)
-	h, err := m.acquire(ctx, a)
-	now := clk.Now()
-	acq := observe.Acquisition{Primitive: m.h.Primitive, Lock: m.h.Name, Wait: now.Sub(start),
-		Outcome: OutcomeOf(ctx, h != nil, h != nil && h == want, err),
-		Queued:  rep.Queued, QueueLength: rep.QueueLength, Err: err}
-	if acq.Outcome == observe.Acquired && !rep.GrantedAt.IsZero() {
-		acq.HandedOff, acq.HandOff = true, max(now.Sub(rep.GrantedAt), 0)
-	}
-	if o.Observer() != nil {
-		o.Observer().ObserveAcquisition(ctx, acq)
-	}
-	if end != nil {
-		end(err)
-	}
-	return h, err
 }
 
 // OutcomeOf is the outcome of an acquisition on ctx that returned held and

@@ -26,11 +26,11 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m1, err := core.NewMutex(o, "x", config.NewConfig(), place, noKind)
+		m1, err := core.NewMutex(o, "x", config.NewConfig(), place)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m2, _ := core.NewMutex(o, "y", config.NewConfig(), place, noKind)
+		m2, _ := core.NewMutex(o, "y", config.NewConfig(), place)
 		id := wire.ClientOf(m1.Owner())
 		if wire.ClientOf(m2.Owner()) != id || m1.Owner() == m2.Owner() {
 			t.Fatalf("handles of one owner: owner ids %q and %q, want one client id and two owners", m1.Owner(), m2.Owner())
@@ -43,4 +43,3 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 }
 
 func place(string, *lua.Scripts) core.Place { return core.Place{Keys: []string{"k"}} }
-func noKind(core.Agent) core.Kind           { return nil }

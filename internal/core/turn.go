@@ -1,0 +1,155 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/observe"
+)
+
+// Turn is one acquisition of a handle, from Begin to Keep. The primitive
+// drives it: Begin picks the owner id it acts as (a fresh one, or the one
+// of the hold its context re-enters) and binds its wait to the owner's
+// Close; the primitive waits and runs its scripts through Agent; Keep makes
+// the grant the handle's hold. Core never calls the primitive back.
+type Turn struct {
+	m    *Mutex
+	s    *slot
+	want *hold // the hold a re-entry re-enters; nil for a fresh turn
+	a    Attempt
+	user context.Context // the caller's ctx, for its errors
+	call context.Context // the caller's ctx, in the observer's span if any
+	ctx  context.Context // call, also ended by the owner's Close
+	done func()
+
+	obs   *config.Observers // nil: nothing reported
+	start time.Time
+	rep   Report
+	end   func(error) // the span's end, if any
+}
+
+// Begin starts an acquisition of a: a ctx that carries this handle's hold
+// re-enters it, any other takes a turn of its own. An error (a bad or ended
+// ctx, a hold that ended, a closed owner) is final, and reported as Keep
+// would report it.
+func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
+	if err := CheckContext(ctx); err != nil {
+		return nil, m.h.Wrap(ctx, err)
+	}
+	t := &Turn{m: m, a: a, user: ctx, call: ctx}
+	if o := m.h.Config.Observer; o != nil && o.Observer() != nil {
+		t.obs, t.start = o, m.h.Config.Clock.Now()
+		if tr := o.Tracer(); tr != nil {
+			t.call, t.end = tr.StartCall(ctx, m.call("acquire", m.h.Acquire))
+		}
+		t.a.Report = &t.rep
+	}
+	t.want = m.carried(t.call)
+	if t.want != nil && t.want.IsEnded() {
+		return nil, t.report(nil, t.want.EndedErr()) // its context has ended too: say why
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, t.report(nil, err)
+	}
+	// The wait also ends when the owner closes; the call then says so.
+	bound, done, err := m.h.Shared.enter(t.call)
+	if err != nil {
+		return nil, t.report(nil, err)
+	}
+	t.ctx, t.done = bound, done
+	if t.want != nil {
+		t.s = t.want.s
+	} else {
+		t.s = m.take()
+	}
+	return t, nil
+}
+
+// Context is what the turn's wait runs on: the caller's ctx, ended also by
+// the owner's Close.
+func (t *Turn) Context() context.Context { return t.ctx }
+
+// Attempt is what the turn asks for (with its Report when observed).
+func (t *Turn) Attempt() Attempt { return t.a }
+
+// Agent acts for the turn's owner id.
+func (t *Turn) Agent() Agent { return t.s.h }
+
+// State is what the primitive keeps for the turn's owner id (nil at first);
+// SetState keeps v. A slot serves one turn at a time.
+func (t *Turn) State() any     { return t.s.state }
+func (t *Turn) SetState(v any) { t.s.state = v }
+
+// Keep ends the turn with what the primitive's wait returned: a grant
+// becomes the handle's hold (or counts a re-entry of the one the turn
+// re-enters), and the End of that hold is returned; nil, nil when the wait
+// elapsed. The acquisition is reported to the handle's observer.
+func (m *Mutex) Keep(t *Turn, g *Grant, err error) (*End, error) {
+	defer t.done() // after the hold is the owner's: Close releases it
+	if err != nil && t.call.Err() == nil && context.Cause(t.ctx) == ErrClosed {
+		err = ErrClosed
+	}
+	var h *hold
+	switch {
+	case t.want != nil:
+		h, err = m.reentered(t, g, err)
+	case err != nil || g == nil:
+		m.put(t.s)
+	default:
+		h = m.adopt(t.s, g, t.a)
+	}
+	err = t.report(h, err)
+	if h == nil {
+		return nil, err
+	}
+	return &h.End, err
+}
+
+// reentered applies a re-entry's outcome to the hold the turn re-enters.
+func (m *Mutex) reentered(t *Turn, g *Grant, err error) (*hold, error) {
+	want := t.want
+	if err != nil || g == nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	ok := m.cur == want && g.Token == want.token
+	m.mu.Unlock()
+	if ok && want.reenter(*g, t.a.Lease) {
+		return want, nil
+	}
+	// want ended while the call ran, and its slot took another turn that
+	// this call counted a re-entry of: give that count back.
+	_ = want.s.h.Bounded(t.ctx, "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
+		_, err := m.release(ctx, want.s, g.Token)
+		return err
+	})
+	return nil, want.EndedErr()
+}
+
+// report tells the handle's observer how the acquisition went (h: the
+// hold, nil if none), ends its span, and names err.
+func (t *Turn) report(h *hold, err error) error {
+	if t.obs != nil {
+		m := t.m
+		now := m.h.Config.Clock.Now()
+		acq := observe.Acquisition{Primitive: m.h.Primitive, Lock: m.h.Name, Wait: now.Sub(t.start),
+			Outcome: OutcomeOf(t.call, h != nil, h != nil && h == t.want, err),
+			Queued:  t.rep.Queued, QueueLength: t.rep.QueueLength, Err: err}
+		if acq.Outcome == observe.Acquired && !t.rep.GrantedAt.IsZero() {
+			acq.HandedOff, acq.HandOff = true, max(now.Sub(t.rep.GrantedAt), 0)
+		}
+		t.obs.Observer().ObserveAcquisition(t.call, acq)
+		if t.end != nil {
+			t.end(err)
+		}
+	}
+	return t.m.h.Wrap(t.user, err)
+}
+
+// Wrap names err with the handle's primitive and lock, as every call's
+// error is named.
+func (m *Mutex) Wrap(ctx context.Context, err error) error { return m.h.Wrap(ctx, err) }
+
+// Config is the handle's configuration, read only.
+func (m *Mutex) Config() *config.Config { return m.h.Config }
