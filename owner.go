@@ -21,9 +21,10 @@ import (
 // (each hold's context with cause ErrClosed, and Lost closes) and are then
 // released in Redis, handing each lock to the next in line at once; its
 // pub/sub connections close. Close returns once Redis has confirmed all of
-// it, or with ctx's error when ctx ends first (what is left goes on in the
-// background, within the cleanup timeout). It is idempotent, and does not
-// close the go-redis client: close that after the owner.
+// it, or with ctx's error when ctx ends first, whatever the go-redis
+// client's options (what is left goes on in the background, each release
+// within its handle's cleanup timeout). It is idempotent, and does not close
+// the go-redis client: close that after the owner.
 //
 // Its method Client() returns the go-redis client.
 type Owner = core.Owner

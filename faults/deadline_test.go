@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
@@ -206,4 +207,59 @@ func TestASemaphoreWaiterRidesOutAShortOutage(t *testing.T) {
 	})
 	rideOutage(t, srv, got, "semaphore")
 	_ = p.Release(ctx)
+}
+
+// Scenario: a process shuts down while Redis hangs (a partition TCP does
+// not notice), with go-redis's default options, which do not end a call
+// at its ctx's deadline. Close keeps its deadline all the same; the hold
+// ends locally at once; the release goes on in the background and frees
+// the lock once Redis answers again.
+func TestCloseKeepsItsDeadlineWhileRedisHangs(t *testing.T) {
+	srv := ownServer(t)
+	proxy, err := NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	owner, err := fairlock.NewOwner(client(t, proxy.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := lockName(t)
+	m, _ := fair.New(owner, name)
+	hctx, err := m.LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Hold()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	start := time.Now()
+	err = owner.Close(ctx)
+	took := time.Since(start)
+	cancel()
+	t.Logf("Close with a 300ms deadline, Redis hung: returned after %v: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, context.DeadlineExceeded) || took > 300*time.Millisecond+grace {
+		t.Errorf("Close with Redis hung = %v after %v; want its deadline", err, took)
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, fairlock.ErrClosed) {
+		t.Errorf("the hold's context ended with %v, want ErrClosed", cause)
+	}
+	proxy.Release()
+	direct := client(t, srv.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := fair.Inspect(context.Background(), direct, name)
+		if err == nil && st.Holder == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock is still held 10 s after Redis answered again: %+v, %v", st.Holder, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := owner.Close(ctx); err != nil {
+		t.Errorf("a second Close, once Redis answered = %v, want nil", err)
+	}
 }

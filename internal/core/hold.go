@@ -202,11 +202,13 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 // (its context ends with cause ErrClosed, Lost closes), then it is released
 // in Redis, every level of its re-entry, so that the lock goes to the next
 // in line at once. A hold that ended meanwhile is left as it is.
-func (h *hold) closeOut(ctx context.Context) error {
+func (h *hold) closeOut() error {
 	h.m.forget(h)
 	if !h.end(ErrClosed, "") {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
+	defer cancel()
 	for range maxReleases {
 		status, err := h.m.release(ctx, h.s, h.token)
 		if err != nil || status != wire.StillHeld {

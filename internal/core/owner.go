@@ -30,11 +30,12 @@ type Owner struct {
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
 	// acquisitions in flight give up, and leave their queues.
-	closing context.Context
-	close   context.CancelCauseFunc
-	closed  atomic.Bool   // Close has begun: new calls get ErrClosed
-	done    chan struct{} // closed when the first Close has returned
-	once    sync.Once
+	closing  context.Context
+	close    context.CancelCauseFunc
+	closed   atomic.Bool   // Close has begun: new calls get ErrClosed
+	done     chan struct{} // closed when Close's work is done
+	closeErr error         // what it failed to release; set before done closes
+	once     sync.Once
 
 	hubs *inbox.Hubs // its waiters' pub/sub connections
 
@@ -79,9 +80,9 @@ func (o *Owner) Client() redis.UniversalClient { return o.client }
 // to the next in line at once, and its pub/sub connections close. It
 // returns once Redis has confirmed all of it, or with ctx's error when ctx
 // ends first (what is left goes on in the background, within the cleanup
-// timeout). Close is idempotent: a later call waits for the first one's
-// work, while its own ctx lasts, and returns nil. Close does not close the
-// go-redis client.
+// timeout, whatever the go-redis client's options). Close is idempotent:
+// every call waits for the same work, while its own ctx lasts, and returns
+// its outcome. Close does not close the go-redis client.
 func (o *Owner) Close(ctx context.Context) error {
 	if err := CheckContext(ctx); err != nil {
 		return err
@@ -89,33 +90,31 @@ func (o *Owner) Close(ctx context.Context) error {
 	if o == nil || o.client == nil {
 		return Invalid("owner must not be nil")
 	}
-	first := false
-	var err error
 	o.once.Do(func() {
-		first = true
-		err = o.shutdown(ctx)
-		close(o.done)
+		o.closed.Store(true)
+		o.close(ErrClosed)
+		// The work goes on whatever ctx does: a go-redis client without
+		// ContextTimeoutEnabled does not end a call at ctx's deadline, and
+		// Close must not outlast it.
+		go func() {
+			o.closeErr = o.shutdown()
+			close(o.done)
+		}()
 	})
-	if first {
-		return err
-	}
 	select {
 	case <-o.done:
-		return nil
+		return o.closeErr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// shutdown is Close's work: the waits end first, so that no hold is taken
-// after the holds are released; then the holds; then, with no waiter left,
-// the hubs.
-func (o *Owner) shutdown(ctx context.Context) error {
-	o.closed.Store(true)
-	o.close(ErrClosed)
-	if err := o.calls.wait(ctx); err != nil {
-		return err
-	}
+// shutdown is Close's work: the waits end first (their contexts have
+// ended), so that no hold is taken after the holds are released; then the
+// holds, each release bounded by its handle's cleanup timeout; then, with
+// no waiter left, the hubs.
+func (o *Owner) shutdown() error {
+	_ = o.calls.wait(context.Background())
 	o.mu.Lock()
 	holds := make([]*hold, 0, len(o.holds))
 	for h := range o.holds {
@@ -124,13 +123,11 @@ func (o *Owner) shutdown(ctx context.Context) error {
 	o.mu.Unlock()
 	var errs []error
 	for _, h := range holds {
-		if err := h.closeOut(ctx); err != nil {
+		if err := h.closeOut(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := o.cleanups.wait(ctx); err != nil {
-		return err
-	}
+	_ = o.cleanups.wait(context.Background())
 	o.hubs.Close()
 	return errors.Join(errs...)
 }
