@@ -163,3 +163,71 @@ func TestCloseDuringABusyPool(t *testing.T) {
 	}
 	mustUnlock(t, next)
 }
+
+// Close ends a semaphore's permit holds and waits, and an RW lock's read
+// hold, as it does a mutex's: the other owner's waiters go on at once.
+func TestCloseEndsPermitsAndReadHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	closing, _ := fairlock.NewOwner(e.process())
+	other, _ := fairlock.NewOwner(e.process())
+	defer func() { _ = other.Close(ctx) }()
+
+	sem, _ := fair.NewSemaphore(closing, "encoders", 2)
+	held, err := sem.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() { _, err := sem.Acquire(ctx, 1); waiting <- err }()
+	otherSem, _ := fair.NewSemaphore(other, "encoders", 2)
+	served := make(chan error, 1)
+	go func() {
+		p, err := otherSem.Acquire(ctx, 2)
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		served <- err
+	}()
+	rw, _ := fair.NewRWMutex(closing, "catalog")
+	if err := rw.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writer, _ := fair.NewRWMutex(other, "catalog")
+	wrote := make(chan error, 1)
+	go func() {
+		err := writer.Lock(ctx)
+		if err == nil {
+			err = writer.Unlock(ctx)
+		}
+		wrote <- err
+	}()
+	redistest.Quiet(t, "the waiters are asleep", func() bool { return redistest.Asleep() >= 3 })
+
+	if err := closing.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if !isClosed(held.Lost()) || !errors.Is(context.Cause(held.HoldContext()), fairlock.ErrClosed) {
+		t.Error("the permit hold did not end with ErrClosed")
+	}
+	for what, c := range map[string]chan error{"the closed owner's Acquire": waiting} {
+		select {
+		case err := <-c:
+			if !errors.Is(err, fairlock.ErrClosed) {
+				t.Errorf("%s = %v, want ErrClosed", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return", what)
+		}
+	}
+	for what, c := range map[string]chan error{"the other owner's Acquire": served, "the other owner's write Lock": wrote} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Errorf("%s = %v, want the hold", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not get its turn after Close", what)
+		}
+	}
+}
