@@ -15,7 +15,7 @@ import (
 
 // queue is the fair queue of one handle's lock: its scripts, its waiters'
 // entries, and the wait for a turn (wait.go). Two primitives use it, each as
-// a plain user: a fair Mutex waits in it for the lock (as its core.Kind),
+// a plain user: a fair Mutex waits in it for the lock (a turn, turnQueue),
 // and a Semaphore's waiter waits in its gate's queue for the gate or for
 // permits served to it there (permitSource).
 type queue struct {
@@ -74,7 +74,6 @@ func newGateQueue(h core.Agent, permit wire.PermitRequest) *queue {
 	return q
 }
 
-// mutexKind is newQueue as a fair Mutex's core.Kind.
 // turnQueue is the queue a turn of a fair Mutex waits in: its owner id's,
 // made at its first turn.
 func turnQueue(t *core.Turn) *queue {

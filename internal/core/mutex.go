@@ -39,7 +39,7 @@ type Mutex struct {
 	h Agent // the handle's place and configuration; its owner is first's
 
 	mu     sync.Mutex
-	first  *slot   // the slot a handle used for one hold acts as (Owner, Adopt)
+	first  *slot   // the slot a handle used for one hold acts as (Owner)
 	free   []*slot // slots whose turn ended, to reuse, the latest last
 	cur    *hold   // the hold this handle believes in, nil if none
 	latest Latest  // the most recent hold, for Lost and HoldContext
