@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
@@ -590,117 +589,113 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 	return r.served(), nil
 }
 
-// waitPermits is the gate's holder waiting for permits: it tries, then
-// waits for a release to serve it (a note on the gate's channel, addressed
-// to its gate owner id), and tries again when the first permit hold expires
-// (a lease that runs out sends no message), every wait timeout / 3, and when
-// its subscription is confirmed. again reports that the gate was lost (this
-// client fell silent for longer than the wait timeout): the call queues
-// afresh, at the tail, like an evicted waiter.
+// waitPermits is the gate's holder waiting for permits (core.Wait): it
+// tries, then waits for a release to serve it (a note on the gate's
+// channel, addressed to its gate owner id), and tries again when the first
+// permit hold expires (a lease that runs out sends no message), every wait
+// timeout / 3, when its subscription is confirmed, and when the gate is
+// lost. again reports that the gate was lost (this client fell silent for
+// longer than the wait timeout): the call queues afresh, at the tail, like
+// an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
-	clk := k.h.Config.Clock
 	sub, err := core.Inbox(k.h.Shared).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
 	if err != nil {
 		return nil, false, err
 	}
 	defer sub.Close()
-	w := inbox.NewSleeper()
+	w := core.NewWait(k.h, a, "waiting for permits", end)
 	defer w.Close()
-	if !a.Forever {
-		t := w.At(clk, end, inbox.Timeout)
-		defer t.Stop()
-	}
-	stop := context.AfterFunc(gate.HoldContext(), func() { w.Fire(inbox.Retry, nil) })
+	w.Listen(sub)
+	// The gate's watchdog keeps the gate while it can; its loss wakes the
+	// waiter, whose next try learns it.
+	stop := context.AfterFunc(gate.HoldContext(), func() { w.Sleeper().Fire(inbox.Retry, nil) })
 	defer stop()
-	var fallback clock.Timer
-	defer func() {
-		if fallback != nil {
-			fallback.Stop()
-		}
-	}()
-	var last semReply // the latest "not now", after which any serving came
-	var lastSent time.Time
-	var outage core.Outage
-	fellBack := false // the try is not prompted by a message or the confirmation
-	for try := true; ; {
-		if try {
-			sub.Settle() // confirmed already: this try covers what came before
-			sent := clk.Now()
-			r, err := k.attempt(ctx, a, wire.SemGate, gate)
-			if err != nil && ctx.Err() == nil && core.Transient(err) {
-				// Redis is out of reach for a moment: the gate's watchdog
-				// keeps the gate while it can (its loss wakes this loop),
-				// and the waiter tries again after a jittered backoff.
-				began, pause := outage.Failed(clk.Now(), err)
-				if began {
-					k.h.Info("Redis cannot be reached; the semaphore's first waiter tries again", "error", err)
-				}
-				if fallback != nil {
-					fallback.Stop()
-				}
-				fallback = w.After(clk, pause, inbox.Retry)
-				goto wait // every wake decides whether to try again
-			}
-			outage.End()
-			if fellBack && r.held && r.grantedAt != 0 {
-				// Served while it slept: the reply says all the note would have.
-				k.h.Delivered(ctx, a, sub, "permits served", func(p string) bool { return wire.IsNote[wire.Served](p, gate.Owner()) })
-			}
-			if g, done, err := k.outcome(a, r, err, sent); done {
-				return g, false, err
-			}
-			if r.gateLost {
-				k.h.Info("the first waiter of a semaphore lost its place after a stall longer than its wait timeout; re-joining at the tail")
-				return nil, true, nil
-			}
-			last, lastSent = r, sent
-			if fallback != nil {
-				fallback.Stop()
-				fallback = nil
-			}
-			// Try again when the first permit hold expires (a lease that
-			// runs out sends no message), and at the latest after a
-			// heartbeat's time, wait timeout / 3: a waiter in the queue
-			// finds permits served to it by its heartbeat, and the first
-			// waiter must not wait a whole lease for a release whose note
-			// never reached it. (An expiry not ahead of Redis's clock is
-			// never armed: a timer in the past would fire at once, again
-			// and again.)
-			at := clk.Now().Add(k.h.Config.WaitTimeout / 3)
-			if expiry := r.clock.notEarlier(r.next).Add(time.Millisecond); r.next > r.now && expiry.Before(at) {
-				at = expiry
-			}
-			fallback = w.At(clk, at, inbox.Retry)
-		}
-	wait:
-		switch wk := w.Next(ctx, sub); wk.Reason {
-		case inbox.Message:
-			try, fellBack = true, false
-			if n, _ := wire.ParseNote(wk.Payload, gate.Owner()); n != nil {
-				sv, ok := n.(wire.Served)
-				if !ok {
-					break // another note for it: look again
-				}
-				r := semReply{held: true, token: sv.Token, grantedAt: sv.GrantedAt, expiry: sv.Expiry, clock: last.clock}
-				g := r.served()
-				if lastSent.After(g.Since) {
-					g.Since = lastSent
-				}
-				a.HandedOff(g.Since)
-				if g, err := usable(ctx, k.h, g, a); g != nil || err != nil {
-					return g, false, err
-				}
-			}
-		case inbox.Ready:
-			try, fellBack = true, false
-		case inbox.Retry:
-			try, fellBack = true, true
-		case inbox.Timeout:
-			return nil, false, nil
-		case inbox.Cancelled:
-			return nil, false, ctx.Err()
-		default:
-			try = false
-		}
-	}
+	pw := &permitWait{k: k, a: a, gate: gate, w: w}
+	err = w.Run(ctx, pw, true)
+	return pw.g, pw.again, err
 }
+
+// permitWait is the gate's holder waiting for permits (core.Waiter).
+type permitWait struct {
+	k    *semKind
+	a    core.Attempt
+	gate *core.Mutex
+	w    *core.Wait
+
+	last     semReply  // the latest "not now", after which any serving came
+	lastSent time.Time // when its request was sent
+
+	g     *core.Grant // the permits, when the wait ends with them
+	again bool        // the gate was lost: queue afresh
+}
+
+// Try asks for the permits as the gate's holder.
+func (pw *permitWait) Try(ctx context.Context) (bool, error) {
+	k, a := pw.k, pw.a
+	clk := k.h.Config.Clock
+	sent := clk.Now()
+	actx, cancel := pw.w.Bound(ctx)
+	r, err := k.attempt(actx, a, wire.SemGate, pw.gate)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	if pw.w.FellBack() && r.held && r.grantedAt != 0 {
+		// Served while it slept: the reply says all the note would have.
+		k.h.Delivered(ctx, a, pw.w.Subscription(), "permits served", pw.servedNote)
+	}
+	if g, done, err := k.outcome(a, r, nil, sent); done {
+		pw.g = g
+		return true, err
+	}
+	if r.gateLost {
+		k.h.Info("the first waiter of a semaphore lost its place after a stall longer than its wait timeout; re-joining at the tail")
+		pw.again = true
+		return true, nil
+	}
+	pw.last, pw.lastSent = r, sent
+	// Try again when the first permit hold expires (a lease that runs out
+	// sends no message), and at the latest after a heartbeat's time, wait
+	// timeout / 3: a waiter in the queue finds permits served to it by its
+	// heartbeat, and the first waiter must not wait a whole lease for a
+	// release whose note never reached it. (An expiry not ahead of Redis's
+	// clock is never armed: a timer in the past would fire at once, again
+	// and again.)
+	at := clk.Now().Add(k.h.Config.WaitTimeout / 3)
+	if expiry := r.clock.notEarlier(r.next).Add(time.Millisecond); r.next > r.now && expiry.Before(at) {
+		at = expiry
+	}
+	pw.w.FallBackAt(at)
+	return false, nil
+}
+
+// servedNote reports whether payload serves permits to the gate's holder.
+func (pw *permitWait) servedNote(payload string) bool {
+	return wire.IsNote[wire.Served](payload, pw.gate.Owner())
+}
+
+// News is a note on the gate's channel: permits served to the gate's
+// holder end the wait if still usable; any other note, or permits served
+// too late to use, prompt a try.
+func (pw *permitWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
+	n, _ := wire.ParseNote(wk.Payload, pw.gate.Owner())
+	sv, ok := n.(wire.Served)
+	if !ok {
+		return false, true, nil // another note for it: look again
+	}
+	r := semReply{held: true, token: sv.Token, grantedAt: sv.GrantedAt, expiry: sv.Expiry, clock: pw.last.clock}
+	g := r.served()
+	if pw.lastSent.After(g.Since) {
+		g.Since = pw.lastSent
+	}
+	pw.a.HandedOff(g.Since)
+	if g, err := usable(ctx, pw.k.h, g, pw.a); g != nil || err != nil {
+		pw.g = g
+		return true, false, err
+	}
+	return false, true, nil
+}
+
+// Leave: the gate's holder leaves nothing to undo here; the caller gives
+// back what may have been served and hands the gate on.
+func (pw *permitWait) Leave(context.Context) {}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -66,12 +65,8 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
-	w := inbox.NewSleeper()
+	w := core.NewWait(qu.h, a, "waiting in the queue", clk.Now().Add(a.Wait))
 	defer w.Close()
-	if !a.Forever {
-		t := w.After(clk, a.Wait, inbox.Timeout)
-		defer t.Stop()
-	}
 	if sub == nil {
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
@@ -85,26 +80,28 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		}
 		defer sub.Close()
 	}
+	w.Listen(sub)
 	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
-	q.hb, q.mem = joinHeartbeat(qu, entry, w)
+	w.KeepPlace(q.place)
+	q.hb, q.mem = joinHeartbeat(qu, entry, w.Sleeper())
 	defer q.hb.leave(q.mem)
-	defer q.stopFallback()
-	defer func() {
-		if q.retry != nil {
-			q.retry.Stop()
-		}
-	}()
 	// The last request answered "queued" was processed before any hand-off
 	// to this entry: a granted lease counts from no earlier than its send.
 	q.mem.queuedAt(sent)
 	q.queued(r)
-	return q.run(ctx, false)
+	err = w.Run(ctx, q, false)
+	return q.out, err
 }
 
-// queueWait is one queued Lock or TryLock call waiting for its turn. It
-// sleeps until a wake: its hand-off message, a head notice, the heartbeat's
-// news (the heartbeat keeps its place and is its fallback), its fallback
-// timer, the end of its wait, or its ctx ending. Each has its method below.
+// queueWait is one queued Lock or TryLock call waiting for its turn
+// (core.Waiter). It sleeps until a wake: its hand-off message, a head
+// notice, the heartbeat's news (the heartbeat keeps its place and is its
+// fallback), its fallback timer, the end of its wait, or its ctx ending.
+//
+// Its fallback timer (core.Wait.FallBackAt) is armed, by one rule, while
+// the entry is the head of a held lock: it fires 1 ms after that hold
+// would expire (a lease that runs out sends no message). The expiry is
+// placed on this client's clock no earlier than it is.
 type queueWait struct {
 	qu    *queue
 	ps    permitSource // nil: the caller waits for the queue's lock alone
@@ -112,26 +109,14 @@ type queueWait struct {
 	entry string // the entry's id in the queue: new after an eviction
 	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
 	sub   *inbox.Sub
-	w     *inbox.Sleeper
+	w     *core.Wait
 	hb    *heartbeat
 	mem   *member // this call in the heartbeat
 
 	// rc places Redis times on this client's clock, from the latest reply.
 	rc redisClock
-	// fallback is armed, by one rule, while the entry is the head of a held
-	// lock: it fires 1 ms after that hold would expire (a lease that runs
-	// out sends no message). The expiry is placed on this client's clock no
-	// earlier than it is, and the timer set at that time, not after a
-	// duration: news handled late still wakes the head on time.
-	fallback clock.Timer
 
-	outage core.Outage // while Redis cannot be reached
-	retry  clock.Timer // the next try after a failed one
-
-	// fellBack: the next try was not prompted by a message (a fallback
-	// timer, a reconnect, the outage's backoff): a turn it finds may be a
-	// rescue (core.Agent.Delivered).
-	fellBack bool
+	out outcome // how the wait ended
 }
 
 // News for one queued entry: the hub's messages are parsed into wire.Note
@@ -161,62 +146,24 @@ type unreachable struct{ err error }
 // done reports whether an outcome ends the wait.
 func (o outcome) done() bool { return o.held != nil || o.served != nil }
 
-// run waits until the lock (or, with a permitSource, permits) is this
-// call's, or the wait is over: a zero outcome when the wait elapsed. try
-// says to make an attempt first.
-func (q *queueWait) run(ctx context.Context, try bool) (outcome, error) {
-	for {
-		if try {
-			if out, err := q.try(ctx); out.done() || err != nil {
-				return out, err
-			}
-		}
-		var out outcome
-		var err error
-		switch wk := q.w.Next(ctx, q.sub); wk.Reason {
-		case inbox.Ready:
-			try = true
-		case inbox.Retry:
-			try, q.fellBack = true, true
-		case inbox.Message:
-			out, try, err = q.onMessage(ctx, wk.Payload)
-		case inbox.Notice:
-			out, try, err = q.onNote(ctx, wk.Notice)
-		case inbox.Timeout:
-			q.qu.leave(ctx, q.entry)
-			return outcome{}, nil
-		case inbox.Cancelled:
-			q.qu.leave(ctx, q.entry)
-			return outcome{}, q.ended(ctx)
-		}
-		if out.done() || err != nil {
-			return out, err
-		}
-	}
+// end ends the wait with out, or err.
+func (q *queueWait) end(out outcome, err error) (bool, error) {
+	q.out = out
+	return true, err
 }
 
-// try makes attempts until one either ends the wait or leaves the entry
-// waiting (a zero outcome).
-func (q *queueWait) try(ctx context.Context) (outcome, error) {
-	fellBack := q.fellBack
-	q.fellBack = false
+// Try makes attempts until one either ends the wait or leaves the entry
+// waiting (core.Waiter).
+func (q *queueWait) Try(ctx context.Context) (bool, error) {
+	fellBack := q.w.FellBack()
 	for {
-		q.sub.Settle() // confirmed already: this try covers what came before
 		sent := q.qu.h.Config.Clock.Now()
-		actx, cancel := ctx, context.CancelFunc(nil)
-		if q.outage.Active() {
-			// Redis was out of reach: bound the try (go-redis's own
-			// retries take seconds), by the place's end while it lasts.
-			actx, cancel = context.WithTimeout(ctx, max(q.place().Sub(sent), core.MaxPause))
-		}
+		actx, cancel := q.w.Bound(ctx) // by the place's end while it lasts
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
-		if cancel != nil {
-			cancel()
-		}
+		cancel()
 		if err != nil {
-			return outcome{}, q.unreachable(ctx, err)
+			return false, err
 		}
-		q.outage.End()
 		q.next = wire.ModeQueued
 		switch {
 		case r.Held && r.Handoff:
@@ -226,33 +173,44 @@ func (q *queueWait) try(ctx context.Context) (outcome, error) {
 			}
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
-				return outcome{held: g}, err
+				return q.end(outcome{held: g}, err)
 			}
 			continue // claimed too late: the next attempt tells where it stands
 		case r.Held:
-			return outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil
+			return q.end(outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil)
 		case r.Evicted:
 			if out, err := q.rejoin(ctx, fellBack); out.done() || err != nil {
-				return out, err
+				return q.end(out, err)
 			}
 			continue
 		}
 		q.mem.queuedAt(sent)
-		wasHead := q.fallback != nil
+		wasHead := q.w.FallingBack()
 		q.queued(r)
 		q.qu.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
 		if fellBack && r.Head && !wasHead {
 			if p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note); found {
-				out, again, err := q.onMessage(ctx, p)
-				if again && !out.done() && err == nil {
+				done, again, err := q.onMessage(ctx, p)
+				if again && !done && err == nil {
 					continue
 				}
-				return out, err
+				return done || err != nil, err
 			}
 		}
-		return outcome{}, nil
+		return false, nil
 	}
 }
+
+// News handles a hub message or the heartbeat's news (core.Waiter).
+func (q *queueWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
+	if wk.Reason == inbox.Notice {
+		return q.onNote(ctx, wk.Notice)
+	}
+	return q.onMessage(ctx, wk.Payload)
+}
+
+// Leave takes the entry out of the queue (core.Waiter).
+func (q *queueWait) Leave(ctx context.Context) { q.qu.leave(ctx, q.entry) }
 
 // note reports whether payload is a note for this entry.
 func (q *queueWait) note(payload string) bool {
@@ -270,45 +228,6 @@ func (q *queueWait) handOffNote(payload string) bool {
 	return wire.IsNote[wire.HandOff](payload, q.entry)
 }
 
-// unreachable handles an attempt that failed (err). An error that is not
-// about reaching Redis ends the wait, having left the queue. Otherwise the
-// waiter rides the outage out: it tries again after a jittered backoff,
-// and its heartbeat goes on refreshing its place meanwhile. While the place
-// lasts (its deadline in Redis, by this client's count), it keeps it. If
-// the outage outlasts it, the waiter learns it was evicted at its first try
-// that reaches Redis, and re-joins at the tail (guarantee 4). Only its ctx
-// ends the wait then, with an error that says Redis was out of reach.
-func (q *queueWait) unreachable(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		q.qu.leave(ctx, q.entry)
-		return q.ended(ctx)
-	}
-	if !core.Transient(err) {
-		q.qu.leave(ctx, q.entry)
-		return core.Step("waiting in the queue", err)
-	}
-	clk := q.qu.h.Config.Clock
-	now := clk.Now()
-	began, pause := q.outage.Failed(now, err)
-	if began {
-		q.qu.h.Info("Redis cannot be reached; the waiter keeps its place while it lasts, and tries again", "error", err)
-	}
-	if place := q.place(); now.Before(place) {
-		pause = min(pause, place.Sub(now)) // one last try before it runs out
-	}
-	if q.retry != nil {
-		q.retry.Stop()
-	}
-	q.retry = q.w.After(clk, pause, inbox.Retry)
-	return nil
-}
-
-// ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
-// was out of reach, one that also says so and wraps the outage's cause.
-func (q *queueWait) ended(ctx context.Context) error {
-	return q.outage.Ended(q.qu.h.Config.Clock.Now(), "waiting in the queue", ctx.Err())
-}
-
 // place is when the entry's place in Redis runs out, as this client counts
 // it: its last refresh plus its wait timeout, less the safety margin.
 func (q *queueWait) place() time.Time {
@@ -317,24 +236,24 @@ func (q *queueWait) place() time.Time {
 }
 
 // onMessage handles a hub message: a note for this entry, or for another
-// entry of this client (ignored), or "" (look again).
-func (q *queueWait) onMessage(ctx context.Context, payload string) (outcome, bool, error) {
+// entry of this client (ignored), or "" (look again). It returns done (the
+// wait's outcome is q.out) or err, or whether to try again at once.
+func (q *queueWait) onMessage(ctx context.Context, payload string) (done, try bool, err error) {
 	if payload == "" {
-		return outcome{}, true, nil
+		return false, true, nil
 	}
 	n, mine := wire.ParseNote(payload, q.entry)
 	if !mine {
-		return outcome{}, false, nil
+		return false, false, nil
 	}
 	if n == nil {
-		return outcome{}, true, nil // a note this client cannot read: look again
+		return false, true, nil // a note this client cannot read: look again
 	}
 	return q.onNote(ctx, n)
 }
 
-// onNote handles news for this entry. It returns the outcome that ends the
-// wait, or whether to try again at once.
-func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
+// onNote handles news for this entry, as onMessage does.
+func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err error) {
 	switch n := n.(type) {
 	case wire.HeadNotice:
 		q.headUntil(n.Expiry)
@@ -347,7 +266,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 		}
 		return q.onNote(ctx, n.HandOff)
 	case beatHead:
-		if q.fallback != nil {
+		if q.w.FallingBack() {
 			break // it knew
 		}
 		p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note)
@@ -356,15 +275,19 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 		}
 		q.headUntil(n.expiry)
 		if found { // "": look again
-			return outcome{}, true, nil
+			return false, true, nil
 		}
 	case wire.HandOff:
 		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
 		g, err := q.handedOff(ctx, r)
-		return outcome{held: g}, g == nil && err == nil, err
+		if g == nil && err == nil {
+			return false, true, nil // claimed too late: the next attempt tells where it stands
+		}
+		q.out = outcome{held: g}
+		return true, false, err
 	case wire.Served:
 		if q.ps == nil {
-			return outcome{}, true, nil // nobody serves this waiter permits: look again
+			return false, true, nil // nobody serves this waiter permits: look again
 		}
 		// Served after the last request answered "queued": both bound the
 		// grant's time from below.
@@ -372,20 +295,25 @@ func (q *queueWait) onNote(ctx context.Context, n any) (outcome, bool, error) {
 		if queued := q.mem.lastQueued(); queued.After(since) {
 			since = queued
 		}
-		return outcome{served: &core.Grant{Token: n.Token, Since: since,
-			First: time.Duration(n.Expiry-n.GrantedAt) * time.Millisecond, Handoff: true}}, false, nil
+		q.out = outcome{served: &core.Grant{Token: n.Token, Since: since,
+			First: time.Duration(n.Expiry-n.GrantedAt) * time.Millisecond, Handoff: true}}
+		return true, false, nil
 	case wire.Freed:
-		return outcome{}, true, nil // look again
+		return false, true, nil // look again
 	case evicted:
 		out, err := q.rejoin(ctx, true)
-		return out, !out.done() && err == nil, err
+		if out.done() || err != nil {
+			q.out = out
+			return true, false, err
+		}
+		return false, true, nil
 	case unreachable:
-		if !q.outage.Active() {
-			return outcome{}, false, q.unreachable(ctx, n.err)
+		if !q.w.OutOfReach() {
+			return false, false, q.w.Failed(ctx, n.err)
 		}
 		// Already riding it out: its own backoff timer tries again.
 	}
-	return outcome{}, false, nil
+	return false, false, nil
 }
 
 // handedOff is the hold a hand-off (its message, the heartbeat's notice of
@@ -409,22 +337,14 @@ func (q *queueWait) queued(r reply) {
 	if r.Head {
 		q.headUntil(r.holdEnds())
 	} else {
-		q.stopFallback()
+		q.w.StopFallback()
 	}
 }
 
 // headUntil arms the fallback timer: the entry is the head, and the hold
 // expires at Redis time expiry (ms).
 func (q *queueWait) headUntil(expiry int64) {
-	q.stopFallback()
-	q.fallback = q.w.At(q.qu.h.Config.Clock, q.rc.notEarlier(expiry).Add(time.Millisecond), inbox.Retry)
-}
-
-func (q *queueWait) stopFallback() {
-	if q.fallback != nil {
-		q.fallback.Stop()
-		q.fallback = nil
-	}
+	q.w.FallBackAt(q.rc.notEarlier(expiry).Add(time.Millisecond))
 }
 
 // rejoin gives the call a new entry, for the next attempt to join at the

@@ -72,10 +72,10 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 
 // Acquire tries once; if the lock is taken and the caller may wait, it
 // subscribes to the lock's channel, tries again once the subscription is
-// confirmed (so a release in between is not missed), then sleeps until a
-// release message, or until the current hold's lease would run out. When the
-// channel is already subscribed (a busy lock), the waiter listens before its
-// first try and needs no second one.
+// confirmed (so a release in between is not missed), then waits (core.Wait)
+// for a release's wake-up, or until the current hold's lease would run out.
+// When the channel is already subscribed (a busy lock), the waiter listens
+// before its first try and needs no second one.
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
 	// On a busy lock the channel is already subscribed: listen before the
 	// first try, and no release can slip between the try and the wait.
@@ -88,95 +88,69 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	clk := k.h.Config.Clock
-	w := inbox.NewSleeper()
+	w := core.NewWait(k.h, a, "waiting for the lock", clk.Now().Add(a.Wait))
 	defer w.Close()
-	if !a.Forever {
-		t := w.After(clk, a.Wait, inbox.Timeout)
-		defer t.Stop()
-	}
-	var n nap // the latest sleep
 	if sub == nil {
 		sub, err = core.Inbox(k.h.Shared).Subscribe(ctx, k.h.Channel, "")
 		if err != nil {
 			return nil, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
-		switch w.WaitReady(ctx, sub) {
-		case inbox.Timeout:
-			return nil, nil
-		case inbox.Cancelled:
-			return nil, ctx.Err()
-		}
-	} else {
-		// Subscribed before the first try: nothing was missed. Sleep first.
-		if n = k.sleep(ctx, w, sub, ttl); n.done {
-			return nil, n.err
-		}
+		// Subscribed only now: the confirmation's wake tries again.
 	}
-	var o core.Outage
-	ended := func(err error) error { return o.Ended(clk.Now(), "waiting for the lock", err) }
-	for {
-		actx, cancel := ctx, context.CancelFunc(nil)
-		if o.Active() {
-			// Bound the try: go-redis's own retries take seconds.
-			actx, cancel = context.WithTimeout(ctx, core.MaxPause)
-		}
-		g, ttl, freed, err := k.attempt(actx, a, n.fellBack)
-		if cancel != nil {
-			cancel()
-		}
-		if err != nil && ctx.Err() == nil && core.Transient(err) {
-			// Redis is out of reach for a moment: ride it out, trying
-			// again after a jittered backoff, until ctx or the wait ends.
-			began, pause := o.Failed(clk.Now(), err)
-			if began {
-				k.h.Info("Redis cannot be reached; the waiter tries again", "error", err)
-			}
-			if n = k.sleep(ctx, w, sub, pause); n.done {
-				return nil, ended(n.err)
-			}
-			continue
-		}
-		if g != nil && freed && n.fellBack {
+	w.Listen(sub)
+	kw := &waiter{k: k, a: a, w: w, sub: sub}
+	kw.sleep(ttl)
+	err = w.Run(ctx, kw, false)
+	return kw.g, err
+}
+
+// waiter is one Acquire waiting for a release (core.Waiter).
+type waiter struct {
+	k     *kind
+	a     core.Attempt
+	w     *core.Wait
+	sub   *inbox.Sub
+	wakes uint64 // the wake-ups its channel had read when it last fell asleep (Sub.Wakes)
+	g     *core.Grant
+}
+
+// sleep arms the fallback: a try when the current hold's lease (ttl) would
+// run out, since a lease that runs out sends no wake-up.
+func (kw *waiter) sleep(ttl time.Duration) {
+	kw.w.FallBackAt(kw.k.h.Config.Clock.Now().Add(ttl + time.Millisecond))
+	kw.wakes = kw.sub.Wakes()
+}
+
+// Try makes one attempt, asking whether the lock was freed by its holder
+// when a timer, not a wake-up, prompted it.
+func (kw *waiter) Try(ctx context.Context) (bool, error) {
+	actx, cancel := kw.w.Bound(ctx)
+	fellBack := kw.w.FellBack()
+	g, ttl, freed, err := kw.k.attempt(actx, kw.a, fellBack)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	if g != nil {
+		if freed && fellBack {
 			// Its timer found the lock released: the release's wake-up
 			// should have come, to it or to another waiter of this client.
-			k.h.Delivered(ctx, a, sub, "the lock released", func(string) bool { return sub.Wakes() > n.wakes })
+			wakes := kw.wakes
+			kw.k.h.Delivered(ctx, kw.a, kw.sub, "the lock released", func(string) bool { return kw.sub.Wakes() > wakes })
 		}
-		if err != nil || g != nil {
-			return g, ended(err)
-		}
-		o.End()
-		if n = k.sleep(ctx, w, sub, ttl); n.done {
-			return nil, n.err
-		}
+		kw.g = g
+		return true, nil
 	}
+	kw.sleep(ttl)
+	return false, nil
 }
 
-// nap is how one sleep of a waiter ended.
-type nap struct {
-	done     bool   // the wait is over without the lock: it elapsed (err nil), or ctx ended
-	err      error  // ctx's error, when done
-	fellBack bool   // its timer woke it, not a wake-up message
-	wakes    uint64 // the wake-ups its channel had read when it fell asleep (Sub.Wakes)
+// News is a wake-up: the lock was released (or the connection came back),
+// so try again.
+func (kw *waiter) News(context.Context, inbox.Wake) (done, try bool, err error) {
+	return false, true, nil
 }
 
-// timerWake is the Notice of a sleep's own timer.
-type timerWake struct{}
-
-// sleep waits for a wake-up, with a fallback timer at ttl (the current
-// hold's remaining lease, or the outage's backoff).
-func (k *kind) sleep(ctx context.Context, w *inbox.Sleeper, sub *inbox.Sub, ttl time.Duration) nap {
-	n := nap{wakes: sub.Wakes()}
-	fallback := k.h.Config.Clock.AfterFunc(ttl+time.Millisecond, func() { w.Fire(inbox.Notice, timerWake{}) })
-	wk := w.Next(ctx, sub)
-	fallback.Stop()
-	switch wk.Reason {
-	case inbox.Timeout:
-		n.done = true
-	case inbox.Cancelled:
-		n.done, n.err = true, ctx.Err()
-	case inbox.Notice:
-		n.fellBack = true
-	}
-	return n
-}
+// Leave: a waiter of the reentrant lock leaves nothing in Redis.
+func (kw *waiter) Leave(context.Context) {}

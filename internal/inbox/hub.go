@@ -71,8 +71,13 @@ type Sub struct {
 	ch *channel
 	id string // guarded by h.mu
 
+	// anyone: the waiter has no id (the reentrant lock's), and takes the
+	// channel's wake-ups, "", which for a waiter with an id only a
+	// reconnect sends ("look again"). Set at the start.
+	anyone bool
+
 	// readyTold: the waiter needs no Ready wake, having been told of the
-	// confirmation (Sleeper.Next, WaitReady) or having registered, or made
+	// confirmation (Sleeper.Next) or having registered, or made
 	// an attempt (Settle), with the channel already confirmed. Only the
 	// waiter's goroutine reads and writes it.
 	readyTold bool
@@ -103,7 +108,7 @@ func (hs *Hubs) Subscribe(ctx context.Context, name, id string) (*Sub, error) {
 	}
 	defer h.cmdMu.Unlock()
 
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == ""}
 	h.mu.Lock()
 	ch := h.chans[name]
 	first := ch == nil
@@ -182,7 +187,7 @@ func (hs *Hubs) SubscribeIfLive(name, id string) *Sub {
 	}
 	// Registered on a confirmed channel before the caller's first attempt:
 	// that attempt sees all that was published before, so no Ready wake.
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, readyTold: true}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", readyTold: true}
 	h.attachLocked(ch, s)
 	return s
 }

@@ -31,9 +31,9 @@ type Reason int
 
 // Reasons to wake.
 const (
-	Retry     Reason = iota // look again: a fallback timer, a reconnect, a wake-up message
+	Retry     Reason = iota // look again: a timer, or a reconnect for a waiter with an id
 	Timeout                 // the wait elapsed
-	Message                 // a hub message with a payload
+	Message                 // a hub message: its payload (a wake-up, "", for a waiter with no id)
 	Ready                   // the subscription is confirmed
 	Cancelled               // the call's context ended
 	Notice                  // news from the kind's own machinery, in Notice
@@ -100,7 +100,8 @@ func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 		return wk
 	case p := <-msgs:
 		probeUnread(-1)
-		if p == "" {
+		if p == "" && !sub.anyone {
+			// Not a note for it: a reconnect's "look again".
 			return Wake{Reason: Retry}
 		}
 		return Wake{Reason: Message, Payload: p}
@@ -109,23 +110,6 @@ func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 		return Wake{Reason: Ready}
 	case <-ctx.Done():
 		return Wake{Reason: Cancelled}
-	}
-}
-
-// WaitReady waits until sub is confirmed. It returns Ready, or the Timeout or
-// Cancelled wake that ended the wait first.
-func (w *Sleeper) WaitReady(ctx context.Context, sub *Sub) Reason {
-	for {
-		select {
-		case <-sub.Ready():
-			sub.readyTold = true
-			return Ready
-		default:
-		}
-		switch wk := w.Next(ctx, sub); wk.Reason {
-		case Ready, Timeout, Cancelled:
-			return wk.Reason
-		}
 	}
 }
 

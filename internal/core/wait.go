@@ -1,0 +1,220 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/inbox"
+)
+
+// Waiter is what one kind of wait tells the loop (Wait): what to try, what
+// news means, and how to undo its wait. The loop calls it from the waiting
+// goroutine only.
+type Waiter interface {
+	// Try makes an attempt (or several: a reply may ask for another at
+	// once). It returns done when the wait is over, with the error that
+	// ends it (nil with a grant, which the waiter keeps). Not done, err is
+	// the error of an attempt that failed, for the loop to ride out while
+	// Redis cannot be reached (Wait.Failed), or nil: sleep on.
+	Try(ctx context.Context) (done bool, err error)
+	// News handles a wake that is not the loop's own: a hub message for
+	// the waiter (inbox.Message) or news of its own machinery
+	// (inbox.Notice). It returns done, or err (final: the wait is over), or
+	// whether to try again at once.
+	News(ctx context.Context, wk inbox.Wake) (done, try bool, err error)
+	// Leave undoes what the wait left in Redis (its queue entry) when it
+	// ends without a grant: it elapsed, ctx ended, or an error ended it.
+	Leave(ctx context.Context)
+}
+
+// Wait is the one way every primitive waits: it sleeps until something may
+// have changed (a message of its subscription, its fallback timer, the
+// confirmation of its subscription, a notice of the primitive's own), tries
+// again, rides out spells without Redis with a jittered backoff (Outage),
+// and ends when the Waiter says it is done, the wait elapses or ctx ends.
+// The primitive says what to try and what its news means (Waiter); the
+// loop owns the timers, the backoff and the order of wakes.
+type Wait struct {
+	h    Agent
+	a    Attempt
+	what string // what the waiter does, for errors: "waiting in the queue"
+
+	w   *inbox.Sleeper
+	sub *inbox.Sub
+	k   Waiter
+
+	timeout  clock.Timer // the wait's end; nil: it waits forever
+	fallback clock.Timer // the primitive's own timer (FallBackAt)
+	retry    clock.Timer // the next try after one that failed
+	outage   Outage
+	fellBack bool // the wake before this try was a timer's, not a message's
+
+	// place, if set, is when the waiter's place in Redis runs out: a try
+	// while Redis is out of reach is bounded by it (Bound), and the backoff
+	// makes one last try before it.
+	place func() time.Time
+}
+
+// NewWait starts a wait of a, for what ("waiting in the queue"), that
+// elapses at end unless a waits forever. Close it when the call returns.
+func NewWait(h Agent, a Attempt, what string, end time.Time) *Wait {
+	w := &Wait{h: h, a: a, what: what, w: inbox.NewSleeper()}
+	if !a.Forever {
+		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
+	}
+	return w
+}
+
+// Listen makes sub the subscription whose messages wake the wait.
+func (w *Wait) Listen(sub *inbox.Sub) { w.sub = sub }
+
+// KeepPlace says when the waiter's place in Redis runs out (place): see
+// Wait.place.
+func (w *Wait) KeepPlace(place func() time.Time) { w.place = place }
+
+// Sleeper is what the primitive's own machinery fires its notices on.
+func (w *Wait) Sleeper() *inbox.Sleeper { return w.w }
+
+// Close stops the wait's timers, and makes later notices return at once.
+func (w *Wait) Close() {
+	for _, t := range []clock.Timer{w.timeout, w.fallback, w.retry} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	w.w.Close()
+}
+
+// Run waits until k is done, the wait elapses (nil) or ctx ends; try says
+// to try first. It returns k's error, the error of a try that Redis
+// answered with a refusal, or ctx's (wrapped with the outage's cause while
+// Redis was out of reach); every way out without a grant has left (Leave).
+func (w *Wait) Run(ctx context.Context, k Waiter, try bool) error {
+	w.k = k
+	for {
+		if try {
+			if w.sub != nil {
+				w.sub.Settle() // confirmed already: this try covers what came before
+			}
+			done, err := k.Try(ctx)
+			w.fellBack = false
+			if done {
+				return err
+			}
+			if err != nil {
+				if err = w.Failed(ctx, err); err != nil {
+					return err
+				}
+			} else {
+				w.outage.End()
+			}
+		}
+		var done bool
+		var err error
+		wk := w.w.Next(ctx, w.sub)
+		switch wk.Reason {
+		case inbox.Ready:
+			try = true
+		case inbox.Retry:
+			try, w.fellBack = true, true
+		case inbox.Message, inbox.Notice:
+			done, try, err = k.News(ctx, wk)
+		case inbox.Timeout:
+			k.Leave(ctx)
+			return nil
+		case inbox.Cancelled:
+			k.Leave(ctx)
+			return w.Ended(ctx)
+		}
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// FellBack reports whether the try under way follows a timer's wake (a
+// fallback, the backoff, a reconnect's "look again"), not a message or the
+// subscription's confirmation: news it finds may be a rescue (Delivered).
+func (w *Wait) FellBack() bool { return w.fellBack }
+
+// FallBackAt arms the primitive's fallback timer for t, replacing the one
+// armed before: a try then, for news that sends no message (a lease that
+// runs out). Its time is set, not a duration: news handled late still
+// wakes the waiter on time.
+func (w *Wait) FallBackAt(t time.Time) {
+	w.StopFallback()
+	w.fallback = w.w.At(w.h.Config.Clock, t, inbox.Retry)
+}
+
+// FallingBack reports whether the fallback timer is armed.
+func (w *Wait) FallingBack() bool { return w.fallback != nil }
+
+// StopFallback disarms the fallback timer.
+func (w *Wait) StopFallback() {
+	if w.fallback != nil {
+		w.fallback.Stop()
+		w.fallback = nil
+	}
+}
+
+// OutOfReach reports whether Redis is out of reach: the last try failed.
+func (w *Wait) OutOfReach() bool { return w.outage.Active() }
+
+// Bound is ctx for one try: while Redis is out of reach, bounded (go-redis's
+// own retries take seconds) by MaxPause, or by the end of the waiter's place
+// while that lasts longer.
+func (w *Wait) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !w.outage.Active() {
+		return ctx, func() {}
+	}
+	d := MaxPause
+	if w.place != nil {
+		d = max(w.place().Sub(w.h.Config.Clock.Now()), MaxPause)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Failed handles a try (or news) that failed with err. An error that is not
+// about reaching Redis ends the wait, having left; so does ctx's end.
+// Otherwise the waiter rides the outage out: it tries again after a
+// jittered backoff (one last try before its place runs out), and nil is
+// returned. Only its ctx or its wait's end stops it then.
+func (w *Wait) Failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		w.k.Leave(ctx)
+		return w.Ended(ctx)
+	}
+	if !Transient(err) {
+		w.k.Leave(ctx)
+		if w.outage.Active() {
+			return w.outage.Ended(w.h.Config.Clock.Now(), w.what, err)
+		}
+		return Step(w.what, err)
+	}
+	clk := w.h.Config.Clock
+	now := clk.Now()
+	began, pause := w.outage.Failed(now, err)
+	if began {
+		w.h.Info("Redis cannot be reached; the waiter tries again", "while", w.what, "error", err)
+	}
+	if w.place != nil {
+		if place := w.place(); now.Before(place) {
+			pause = min(pause, place.Sub(now)) // one last try before it runs out
+		}
+	}
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+	w.retry = w.w.After(clk, pause, inbox.Retry)
+	return nil
+}
+
+// Ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
+// was out of reach, one that also says so and wraps the outage's cause.
+func (w *Wait) Ended(ctx context.Context) error {
+	return w.outage.Ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
+}
+
+// Subscription is the subscription whose messages wake the wait (Listen).
+func (w *Wait) Subscription() *inbox.Sub { return w.sub }
