@@ -25,7 +25,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -164,11 +163,11 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	}
 	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
 	opts := func(label string) []fair.Option {
-		return []fair.Option{config.WithClock(s.clk), config.WithScripts(scripts), fair.WithLabel(label),
+		return []fair.Option{fair.WithLabel(label),
 			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
 	}
 	var err error
-	if s.admin, err = fair.NewSemaphore(redistest.Owner(s.probe), semName, 3, opts("admin")...); err != nil {
+	if s.admin, err = fair.NewSemaphore(redistest.OwnerOn(s.probe, s.clk, scripts), semName, 3, opts("admin")...); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < processes; i++ {
@@ -179,9 +178,9 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 		p := &semProc{label: label, client: c, cut: cut}
 		var err error
 		if rw {
-			p.rw, err = fair.NewRWMutex(redistest.Owner(c), semName, opts(label)...)
+			p.rw, err = fair.NewRWMutex(redistest.OwnerOn(c, s.clk, scripts), semName, opts(label)...)
 		} else {
-			p.s, err = fair.NewSemaphore(redistest.Owner(c), semName, 3, opts(label)...)
+			p.s, err = fair.NewSemaphore(redistest.OwnerOn(c, s.clk, scripts), semName, 3, opts(label)...)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -24,7 +24,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -72,7 +71,7 @@ func newSharedSpec(t *rapid.T) *sharedSpec {
 	handle := func(label string) *fair.Mutex {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		s.clients = append(s.clients, c)
-		m, err := fair.New(redistest.Owner(c), lockName, config.WithClock(s.clk), fair.WithLabel(label))
+		m, err := fair.New(redistest.OwnerOn(c, s.clk, nil), lockName, fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}

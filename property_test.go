@@ -38,7 +38,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
@@ -169,7 +168,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	s.ledger = newQueueLedger(t, s.probe, "the lock", lockKey, "")
 	s.ledger.replies = newHeadReplies(scripts.FairAcquire)
-	admin, err := fair.New(redistest.Owner(s.probe), lockName, config.WithClock(s.clk), config.WithScripts(scripts), fair.WithLabel("admin"))
+	admin, err := fair.New(redistest.OwnerOn(s.probe, s.clk, scripts), lockName, fair.WithLabel("admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +181,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c.AddHook(rl)
 		c.AddHook(s.ledger.replies)
 		rec := &redistest.Recorder{}
-		m, err := fair.New(redistest.Owner(c), lockName, config.WithClock(s.clk), config.WithScripts(scripts),
+		m, err := fair.New(redistest.OwnerOn(c, s.clk, scripts), lockName,
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease),
 			fair.WithObserver(rec))
 		if err != nil {

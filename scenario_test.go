@@ -16,7 +16,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -77,13 +76,13 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []fair.MutexOption{config.WithClock(clk), config.WithScripts(scripts), fair.WithWaitTimeout(wait)}
-	a, err := fair.New(redistest.Owner(ca), name, opts...)
+	opts := []fair.MutexOption{fair.WithWaitTimeout(wait)}
+	a, err := fair.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	var rescues redistest.Rescues
-	b, err := fair.New(redistest.Owner(cb), name, append(opts, fair.WithObserver(&rescues))...)
+	b, err := fair.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, fair.WithObserver(&rescues))...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -167,7 +166,7 @@ func reentryNeverShortensAHold(t tb, scripts *lua.Scripts) {
 	clk, newClient, stop := fakeRedis(t)
 	defer stop()
 	client := newClient()
-	m, err := reentrant.New(redistest.Owner(client), "reentry", config.WithClock(clk), config.WithScripts(scripts))
+	m, err := reentrant.New(redistest.OwnerOn(client, clk, scripts), "reentry")
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -216,8 +215,8 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 	client := newClient()
 	ctx := context.Background()
 	semaphore := func(name string) *fair.Semaphore {
-		sem, err := fair.NewSemaphore(redistest.Owner(client), name, 1,
-			config.WithClock(clk), config.WithScripts(scripts), fair.WithLease(2*time.Minute))
+		sem, err := fair.NewSemaphore(redistest.OwnerOn(client, clk, scripts), name, 1,
+			fair.WithLease(2*time.Minute))
 		if err != nil {
 			t.Fatalf("NewSemaphore: %v", err)
 		}
@@ -278,11 +277,11 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, cc, probe := client(), client(), client(), client()
-	opts := []fair.MutexOption{config.WithClock(clk), config.WithScripts(scripts), fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{fair.WithWaitTimeout(wait)}
 	var rescues redistest.Rescues
-	a, errA := fair.New(redistest.Owner(ca), name, opts...)
-	b, errB := fair.New(redistest.Owner(cb), name, opts...)
-	c, errC := fair.New(redistest.Owner(cc), name, append(opts, fair.WithObserver(&rescues))...)
+	a, errA := fair.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
+	b, errB := fair.New(redistest.OwnerOn(cb, clk, scripts), name, opts...)
+	c, errC := fair.New(redistest.OwnerOn(cc, clk, scripts), name, append(opts, fair.WithObserver(&rescues))...)
 	if err := errors.Join(errA, errB, errC); err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -365,7 +364,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []reentrant.Option{config.WithClock(clk), config.WithScripts(scripts)}
+	var opts []reentrant.Option
 	var calls sync.WaitGroup // ended before it returns, as in lostHeadNoticeFoundByTheHeartbeat
 	ctx, cancel := context.WithCancel(context.Background())
 	defer calls.Wait()
@@ -373,8 +372,8 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 	for _, released := range []bool{true, false} {
 		name := map[bool]string{true: "lost-wake-up", false: "lease-runs-out"}[released]
 		var rescues redistest.Rescues
-		a, errA := reentrant.New(redistest.Owner(ca), name, opts...)
-		b, errB := reentrant.New(redistest.Owner(cb), name, append(opts, reentrant.WithObserver(&rescues))...)
+		a, errA := reentrant.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
+		b, errB := reentrant.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, reentrant.WithObserver(&rescues))...)
 		if err := errors.Join(errA, errB); err != nil {
 			t.Fatalf("New: %v", err)
 		}

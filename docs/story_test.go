@@ -15,7 +15,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,7 +56,7 @@ func TestQueueSemanticsDocumentMatchesRedis(t *testing.T) {
 	open := func(label string) *handle {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close() })
-		m, err := fair.New(redistest.Owner(c), name, config.WithClock(clk), fair.WithLabel(label))
+		m, err := fair.New(redistest.OwnerOn(c, clk, nil), name, fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 )
@@ -20,14 +19,14 @@ import (
 func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	closing, err := fairlock.NewOwner(e.process())
+	closing, err := redistest.NewOwner(e.process(), e.clk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := fairlock.NewOwner(e.process())
+	other, _ := redistest.NewOwner(e.process(), e.clk)
 	defer func() { _ = other.Close(ctx) }()
 	handle := func(o *fairlock.Owner, name string) *fair.Mutex {
-		m, err := fair.New(o, name, config.WithClock(e.clk))
+		m, err := fair.New(o, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +48,7 @@ func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	mustLock(t, blocker)
 	waiting := tryLockAsync(handle(closing, "other"), ctx, time.Hour, 0)
 	redistest.Quiet(t, "the waiters are asleep", func() bool { return redistest.Asleep() == 2 })
-	rh, _ := reentrant.New(closing, "plain", config.WithClock(e.clk))
+	rh, _ := reentrant.New(closing, "plain")
 	if err := rh.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +120,8 @@ func TestOwnerRefusesBadInput(t *testing.T) {
 func TestCloseDuringABusyPool(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	closing, _ := fairlock.NewOwner(e.process())
-	other, _ := fairlock.NewOwner(e.process())
+	closing, _ := redistest.NewOwner(e.process(), e.clk)
+	other, _ := redistest.NewOwner(e.process(), e.clk)
 	defer func() { _ = other.Close(ctx) }()
 	shared, _ := fair.New(closing, lockName)
 	done := make(chan error, 16)
@@ -169,8 +168,8 @@ func TestCloseDuringABusyPool(t *testing.T) {
 func TestCloseEndsPermitsAndReadHolds(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	closing, _ := fairlock.NewOwner(e.process())
-	other, _ := fairlock.NewOwner(e.process())
+	closing, _ := redistest.NewOwner(e.process(), e.clk)
+	other, _ := redistest.NewOwner(e.process(), e.clk)
 	defer func() { _ = other.Close(ctx) }()
 
 	sem, _ := fair.NewSemaphore(closing, "encoders", 2)

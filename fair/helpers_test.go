@@ -9,7 +9,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
@@ -44,7 +43,7 @@ func (e *env) process() *redis.Client {
 
 func (e *env) handleOn(c *redis.Client, opts ...fair.MutexOption) *fair.Mutex {
 	e.t.Helper()
-	m, err := fair.New(redistest.Owner(c), lockName, append([]fair.MutexOption{config.WithClock(e.clk)}, opts...)...)
+	m, err := fair.New(redistest.OwnerOn(c, e.clk, nil), lockName, opts...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

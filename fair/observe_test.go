@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -216,7 +215,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
 	ctx := context.Background()
-	s, err := fair.NewSemaphore(redistest.Owner(e.client), "pool", 1, config.WithClock(e.clk), fair.WithObserver(rec))
+	s, err := fair.NewSemaphore(redistest.OwnerOn(e.client, e.clk, nil), "pool", 1, fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +245,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	_ = q.Release(ctx)
 	_ = (<-done).Release(ctx)
 
-	rw, err := fair.NewRWMutex(redistest.Owner(e.client), "rw", config.WithClock(e.clk), fair.WithObserver(rec))
+	rw, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), "rw", fair.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +24,7 @@ func (e *env) rw(label string) *fair.RWMutex {
 // rwOn is a read-write lock handle on client.
 func (e *env) rwOn(client *redis.Client, label string) *fair.RWMutex {
 	e.t.Helper()
-	m, err := fair.NewRWMutex(redistest.Owner(client), lockName, config.WithClock(e.clk), fair.WithLabel(label))
+	m, err := fair.NewRWMutex(redistest.OwnerOn(client, e.clk, nil), lockName, fair.WithLabel(label))
 	if err != nil {
 		e.t.Fatalf("NewRWMutex: %v", err)
 	}
@@ -308,7 +307,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 func TestRWMutexLoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	m, err := fair.NewRWMutex(redistest.Owner(e.client), lockName, config.WithClock(e.clk), fair.WithLease(time.Second))
+	m, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), lockName, fair.WithLease(time.Second))
 	ok(t, err, "NewRWMutex")
 	ok(t, m.Lock(ctx), "Lock")
 	e.mr.Del("fairlock:rw:{jobs}")

@@ -86,6 +86,7 @@ func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Opti
 	if err := core.CheckOwner(owner); err != nil {
 		return nil, err
 	}
+	core.Equip(owner, &cfg)
 	client := owner.Client()
 	if err := core.CheckName(name); err != nil {
 		return nil, err

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,7 +22,7 @@ func (e *env) semaphore(k int, opts ...fair.Option) *fair.Semaphore {
 
 func (e *env) semaphoreOn(c *redis.Client, k int, opts ...fair.Option) *fair.Semaphore {
 	e.t.Helper()
-	s, err := fair.NewSemaphore(redistest.Owner(c), lockName, k, append([]fair.Option{config.WithClock(e.clk)}, opts...)...)
+	s, err := fair.NewSemaphore(redistest.OwnerOn(c, e.clk, nil), lockName, k, opts...)
 	if err != nil {
 		e.t.Fatalf("NewSemaphore: %v", err)
 	}

@@ -25,7 +25,7 @@ func redlockOn(t *testing.T, servers []*Server, name string, lease time.Duration
 		t.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
 	}
-	r, err := multi.NewRedLock(redistest.Owners(clients), name, reentrant.WithLease(lease))
+	r, err := multi.NewRedLock(redistest.Owners(clients, nil), name, reentrant.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestRedLockWithTwoMastersDownKeepsItsBounds(t *testing.T) {
 		clients = append(clients, c)
 	}
 	lease := 2 * time.Second
-	r, err := multi.NewRedLock(redistest.Owners(clients), lockName(t), reentrant.WithLease(lease))
+	r, err := multi.NewRedLock(redistest.Owners(clients, nil), lockName(t), reentrant.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,6 +100,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 		}
 		r.members = append(r.members, m)
 	}
+	core.Equip(owners[0], &r.cfg) // its own timers run on the first owner's clock
 	return r, nil
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
@@ -49,7 +48,7 @@ func newMasters(t *testing.T) *masters {
 
 func (m *masters) redlock(opts ...reentrant.Option) *multi.RedLock {
 	m.t.Helper()
-	r, err := multi.NewRedLock(redistest.Owners(m.clients), "orders", append([]reentrant.Option{config.WithClock(m.clk)}, opts...)...)
+	r, err := multi.NewRedLock(redistest.Owners(m.clients, m.clk), "orders", opts...)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -74,11 +73,11 @@ func TestRedLockRefusesBadInput(t *testing.T) {
 		"nil client": {m.clients[0], nil},
 		"twice":      {m.clients[0], m.clients[0]},
 	} {
-		if _, err := multi.NewRedLock(redistest.Owners(clients), "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
+		if _, err := multi.NewRedLock(redistest.Owners(clients, nil), "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	if _, err := multi.NewRedLock(redistest.Owners(m.clients), "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
+	if _, err := multi.NewRedLock(redistest.Owners(m.clients, m.clk), "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
 		t.Errorf("bad name: %v", err)
 	}
 	r := m.redlock()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
@@ -37,7 +36,7 @@ func newEnv(t *testing.T) *env {
 // handle returns a new handle on "jobs" driven by the fake clock.
 func (e *env) handle(opts ...reentrant.Option) *reentrant.Mutex {
 	e.t.Helper()
-	m, err := reentrant.New(redistest.Owner(e.client), "jobs", append([]reentrant.Option{config.WithClock(e.clk)}, opts...)...)
+	m, err := reentrant.New(redistest.OwnerOn(e.client, e.clk, nil), "jobs", opts...)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
@@ -591,7 +590,7 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	c.AddHook(cut)
-	a, err := reentrant.New(redistest.Owner(c), "jobs", config.WithClock(e.clk))
+	a, err := reentrant.New(redistest.OwnerOn(c, e.clk, nil), "jobs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -225,7 +224,6 @@ func TestBadInput(t *testing.T) {
 			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLogger((*slog.Logger)(nil)))
 			return err
 		},
-		"nil clock": func() error { _, err := reentrant.New(redistest.Owner(client), "x", config.WithClock(nil)); return err },
 		"zero cleanup": func() error {
 			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithCleanupTimeout(0))
 			return err

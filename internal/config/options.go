@@ -3,9 +3,6 @@ package config
 import (
 	"log/slog"
 	"time"
-
-	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/lua"
 )
 
 // Setting sets one field of a Config, or says why it cannot.
@@ -122,30 +119,6 @@ func WithLogger(l *slog.Logger) Everywhere {
 			return Invalid("logger must not be nil")
 		}
 		c.Logger = l
-		return nil
-	}
-}
-
-// WithClock sets the clock that drives the library's timers. Not part of the
-// public API (its type is internal): this module's tests pass it to New.
-func WithClock(clk clock.Clock) Everywhere {
-	return func(c *Config) error {
-		if clk == nil {
-			return Invalid("clock must not be nil")
-		}
-		c.Clock = clk
-		return nil
-	}
-}
-
-// WithScripts replaces the script set. Not part of the public API: this
-// module's tests (the mutation test, say) pass it to New.
-func WithScripts(s *lua.Scripts) Everywhere {
-	return func(c *Config) error {
-		if s == nil {
-			return Invalid("scripts must not be nil")
-		}
-		c.Scripts = s
 		return nil
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/fairlock/fairlock/internal/inbox"
 )
 
 // Grace is how long a call waits, once its ctx has ended, for the Redis
@@ -36,10 +34,10 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
 	b := &bounded{done: make(chan struct{})}
-	inbox.ProbeBackground(1)
+	h.Shared.hubs.ProbeBackground(1)
 	h.Shared.cleanups.add(nil) // Close waits for it
 	go func() {
-		defer inbox.ProbeBackground(-1)
+		defer h.Shared.hubs.ProbeBackground(-1)
 		defer h.Shared.cleanups.done()
 		defer cancel()
 		err := call(bg)

@@ -73,6 +73,7 @@ func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, 
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
+	Equip(o, &cfg)
 	client := o.client
 	m := &Mutex{}
 	m.h = Agent{Client: client, Shared: o, Name: name, Config: &cfg,

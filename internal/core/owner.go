@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -27,6 +29,8 @@ type Owner struct {
 	ids     *wire.IDs // its client id (its inbox of each lock), and its handles' ids
 	publish string    // PUBLISH, or SPUBLISH on Cluster
 	mode    lua.Mode
+	clock   clock.Clock  // what drives every timer of its handles and hubs
+	scripts *lua.Scripts // what its handles run
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
 	// acquisitions in flight give up, and leave their queues.
@@ -48,14 +52,43 @@ type Owner struct {
 
 // NewOwner checks client and makes an owner of handles on it.
 func NewOwner(client redis.UniversalClient) (*Owner, error) {
+	return NewOwnerWith(client, Rig{})
+}
+
+// Rig is what an owner's handles run on besides their client: the clock
+// that drives every timer (the handles', their waits' and the hubs'), the
+// scripts, and a probe that counts sleeping waiters. Tests make owners with
+// a fake clock, seeded scripts and their probe (internal/redistest);
+// NewOwner's is the real clock, the library's scripts, and no probe. A
+// zero field is the default.
+type Rig struct {
+	Clock   clock.Clock
+	Scripts *lua.Scripts
+	Probe   inbox.Probe
+}
+
+// NewOwnerWith is NewOwner with rig.
+func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
 	}
+	if rig.Clock == nil {
+		rig.Clock = clock.Real{}
+	}
+	if rig.Scripts == nil {
+		rig.Scripts = lua.Default()
+	}
 	o := &Owner{client: client, ids: wire.NewIDs(), publish: PublishCommand(client),
-		done: make(chan struct{}), hubs: inbox.NewHubs(client), services: map[any]any{},
+		clock: rig.Clock, scripts: rig.Scripts,
+		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
 	return o, nil
+}
+
+// Equip gives cfg, a handle's of o, o's clock and scripts.
+func Equip(o *Owner, cfg *config.Config) {
+	cfg.Clock, cfg.Scripts = o.clock, o.scripts
 }
 
 // CheckOwner rejects a nil or closed owner.

@@ -59,7 +59,7 @@ type Wait struct {
 // NewWait starts a wait of a, for what ("waiting in the queue"), that
 // elapses at end unless a waits forever. Close it when the call returns.
 func NewWait(h Agent, a Attempt, what string, end time.Time) *Wait {
-	w := &Wait{h: h, a: a, what: what, w: inbox.NewSleeper()}
+	w := &Wait{h: h, a: a, what: what, w: h.Shared.hubs.NewSleeper()}
 	if !a.Forever {
 		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
 	}

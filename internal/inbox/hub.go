@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,7 +40,7 @@ type hub struct {
 	client  redis.UniversalClient // whose hub it is (sharded: to find a moved channel's new master)
 	done    chan struct{}         // closed when receive has returned
 	closing chan struct{}
-	sweep   *time.Timer
+	sweep   clock.Timer
 
 	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
 	mu      sync.Mutex
@@ -70,6 +71,8 @@ type Sub struct {
 	h  *hub
 	ch *channel
 	id string // guarded by h.mu
+
+	probe Probe // the owner's, if any (NewHubs)
 
 	// anyone: the waiter has no id (the reentrant lock's), and takes the
 	// channel's wake-ups, "", which for a waiter with an id only a
@@ -108,7 +111,7 @@ func (hs *Hubs) Subscribe(ctx context.Context, name, id string) (*Sub, error) {
 	}
 	defer h.cmdMu.Unlock()
 
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == ""}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", probe: hs.probe}
 	h.mu.Lock()
 	ch := h.chans[name]
 	first := ch == nil
@@ -187,7 +190,7 @@ func (hs *Hubs) SubscribeIfLive(name, id string) *Sub {
 	}
 	// Registered on a confirmed channel before the caller's first attempt:
 	// that attempt sees all that was published before, so no Ready wake.
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", readyTold: true}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", probe: hs.probe, readyTold: true}
 	h.attachLocked(ch, s)
 	return s
 }
@@ -223,7 +226,7 @@ func (s *Sub) Settle() {
 func (s *Sub) Take() (string, bool) {
 	select {
 	case p := <-s.C:
-		probeUnread(-1)
+		probeUnread(s.probe, -1)
 		return p, true
 	default:
 		return "", false
@@ -247,6 +250,12 @@ func (s *Sub) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
+	return h.flush(ctx, s.channel)
+}
+
+// flush publishes a marker on channel, one of h's, and returns once h has
+// read it back (Sub.Flush).
+func (h *hub) flush(ctx context.Context, channel string) error {
 	marker := FlushMarker + uuid.NewString() // other hubs of this process may read it too
 	read := make(chan struct{})
 	h.mu.Lock()
@@ -259,9 +268,9 @@ func (s *Sub) Flush(ctx context.Context) error {
 	}()
 	var err error
 	if h.sharded {
-		err = h.client.SPublish(ctx, s.channel, marker).Err()
+		err = h.client.SPublish(ctx, channel, marker).Err()
 	} else {
-		err = h.client.Publish(ctx, s.channel, marker).Err()
+		err = h.client.Publish(ctx, channel, marker).Err()
 	}
 	if err != nil {
 		return err
@@ -294,16 +303,16 @@ func (s *Sub) Close() {
 	}
 	select {
 	case p := <-s.C:
-		probeUnread(-1)
+		probeUnread(s.probe, -1)
 		if p == "" {
 			h.deliverLocked(ch, "")
 		}
 	default:
 	}
 	if len(ch.subs) == 0 {
-		ch.idleSince = time.Now()
+		ch.idleSince = h.set.clk.Now()
 		if h.sweep == nil {
-			h.sweep = time.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
+			h.sweep = h.set.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
 }

@@ -31,7 +31,7 @@ func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 		}
 		select {
 		case s.C <- payload:
-			probeUnread(1)
+			probeUnread(h.set.probe, 1)
 			return
 		default:
 			if target != "" {
@@ -41,11 +41,11 @@ func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 				// before the grant, never after).
 				select {
 				case <-s.C:
-					probeUnread(-1)
+					probeUnread(h.set.probe, -1)
 				default:
 				}
 				s.C <- payload
-				probeUnread(1)
+				probeUnread(h.set.probe, 1)
 				return
 			}
 		}
@@ -98,7 +98,6 @@ func (h *hub) receive() {
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()
-			probeRead(m.Channel, m.Payload)
 		}
 	}
 }
@@ -128,7 +127,7 @@ func (h *hub) confirmed(name string) {
 				for _, s := range ch.subs {
 					select {
 					case s.C <- "":
-						probeUnread(1)
+						probeUnread(h.set.probe, 1)
 					default:
 					}
 				}
@@ -141,7 +140,7 @@ func (h *hub) confirmed(name string) {
 	for _, s := range ch.subs {
 		select {
 		case s.C <- "":
-			probeUnread(1)
+			probeUnread(h.set.probe, 1)
 		default:
 		}
 	}

@@ -170,7 +170,7 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was never confirmed")
 	}
-	w := inbox.NewSleeper()
+	w := core.Inbox(redistest.Owner(client)).NewSleeper()
 	defer w.Close()
 	bounded, cancelBounded := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelBounded()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/fairlock/fairlock/internal/clock"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,15 +18,19 @@ var ErrClosed = errors.New("fairlock: owner closed")
 // subscribes there, closed when idle or by Close.
 type Hubs struct {
 	client redis.UniversalClient
+	clk    clock.Clock
 
 	mu     sync.Mutex
 	hubs   map[any]*hub // by node: the client itself, or a Cluster master's client
 	closed bool         // Close ran: no hub is made again
+
+	probe Probe // nil but in tests
 }
 
-// NewHubs returns the (not yet connected) hubs of client.
-func NewHubs(client redis.UniversalClient) *Hubs {
-	return &Hubs{client: client, hubs: map[any]*hub{}}
+// NewHubs returns the (not yet connected) hubs of client, whose idle
+// channels linger by clk, and which report to probe if not nil.
+func NewHubs(client redis.UniversalClient, clk clock.Clock, probe Probe) *Hubs {
+	return &Hubs{client: client, clk: clk, probe: probe, hubs: map[any]*hub{}}
 }
 
 // all returns the hubs there are now.

@@ -2,17 +2,15 @@ package inbox
 
 import (
 	"context"
-	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Probe is told of the moments a test must wait for before it moves a fake
 // clock: a waiter going to sleep, a wake-up put into or taken out of a
-// waiter's subscription, a message read by a hub. The library calls it and
-// keeps no count itself; internal/redistest, which only tests import,
-// installs the one implementation. Without one (every user's binary) each
-// call site costs one atomic load.
+// waiter's subscription, a call its caller may stop waiting for. The
+// library keeps no count itself; internal/redistest, which only tests
+// import, installs the one implementation on the owners it makes
+// (NewHubs). Every other owner has none: each call site costs a nil
+// check.
 type Probe interface {
 	// Asleep: a waiter went to sleep (+1) until a timer or a message wakes
 	// it, or woke (-1).
@@ -20,59 +18,32 @@ type Probe interface {
 	// Unread: a wake-up was put into (+1) or taken out of (-1) a waiter's
 	// subscription.
 	Unread(delta int)
-	// Read: a hub read payload on channel, and has delivered it.
-	Read(channel, payload string)
 	// Background: a call whose caller may stop waiting for it (Bounded)
 	// started (+1) or ended (-1).
 	Background(delta int)
 }
 
-var probe atomic.Pointer[Probe]
-
-// SetProbe installs p for the whole process (nil: none).
-func SetProbe(p Probe) {
-	if p == nil {
-		probe.Store(nil)
-		return
-	}
-	probe.Store(&p)
-}
-
-func probeAsleep(delta int) {
-	if p := probe.Load(); p != nil {
-		(*p).Asleep(delta)
+// ProbeBackground tells hs's probe, if any, of a call whose caller may stop
+// waiting for it (core.Bounded): started (+1) or ended (-1).
+func (hs *Hubs) ProbeBackground(delta int) {
+	if hs.probe != nil {
+		hs.probe.Background(delta)
 	}
 }
 
-func probeUnread(delta int) {
-	if p := probe.Load(); p != nil {
-		(*p).Unread(delta)
+func probeUnread(p Probe, delta int) {
+	if p != nil {
+		p.Unread(delta)
 	}
 }
 
-// ProbeBackground tells the probe of a call whose caller may stop waiting for
-// it (core.Bounded): started (+1) or ended (-1).
-func ProbeBackground(delta int) {
-	if p := probe.Load(); p != nil {
-		(*p).Background(delta)
-	}
-}
-
-func probeRead(channel, payload string) {
-	if p := probe.Load(); p != nil {
-		(*p).Read(channel, payload)
-	}
-}
-
-// Listening is one hub's confirmed channel, for a test that publishes a
-// marker on it and waits for the hub to read it back (Probe.Read): then
-// every message published before it has been delivered.
+// Listening is one hub's confirmed channel, for a test that waits until the
+// hub has delivered every message published before (Flush).
 type Listening struct {
 	Channel string
-	// Publish publishes payload on Channel with the hub's own client.
-	Publish func(ctx context.Context, payload string) error
-	// Done is closed when the hub has stopped reading.
-	Done <-chan struct{}
+	// Flush publishes a marker on Channel with the hub's own client, and
+	// returns once the hub has read it back, or stopped reading.
+	Flush func(ctx context.Context) error
 }
 
 // ListeningHubs returns one confirmed channel of every hub of s that has
@@ -93,16 +64,8 @@ func ListeningHubs(s *Hubs) []Listening {
 		if channel == "" {
 			continue // nothing subscribed, nothing in flight
 		}
-		// A hub's key is the client it serves, or on Cluster the shard's node.
-		client := h.key.(redis.UniversalClient)
-		sharded := h.sharded
-		out = append(out, Listening{Channel: channel, Done: h.done,
-			Publish: func(ctx context.Context, payload string) error {
-				if sharded {
-					return client.SPublish(ctx, channel, payload).Err()
-				}
-				return client.Publish(ctx, channel, payload).Err()
-			}})
+		out = append(out, Listening{Channel: channel,
+			Flush: func(ctx context.Context) error { return h.flush(ctx, channel) }})
 	}
 	return out
 }

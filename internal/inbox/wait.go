@@ -13,9 +13,10 @@ import (
 // returns with the waiter's reaction (a script call) done: tests of waiting
 // are deterministic.
 type Sleeper struct {
-	c    chan Wake
-	exit chan struct{}
-	cur  chan struct{} // done channel of the wake being handled
+	probe Probe // the owner's, if any
+	c     chan Wake
+	exit  chan struct{}
+	cur   chan struct{} // done channel of the wake being handled
 }
 
 // Wake is one reason to look again.
@@ -39,9 +40,10 @@ const (
 	Notice                  // news from the kind's own machinery, in Notice
 )
 
-// NewSleeper returns a waiter; Close it when the call returns.
-func NewSleeper() *Sleeper {
-	return &Sleeper{c: make(chan Wake), exit: make(chan struct{})}
+// NewSleeper returns a waiter of hs's owner; Close it when the call
+// returns.
+func (hs *Hubs) NewSleeper() *Sleeper {
+	return &Sleeper{probe: hs.probe, c: make(chan Wake), exit: make(chan struct{})}
 }
 
 // Fire delivers a wake for reason, carrying notice, and returns once the
@@ -91,15 +93,17 @@ func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 		}
 	}
 	if ready == nil { // only a timer or a message can wake it now
-		probeAsleep(1)
-		defer probeAsleep(-1)
+		if w.probe != nil {
+			w.probe.Asleep(1)
+			defer w.probe.Asleep(-1)
+		}
 	}
 	select {
 	case wk := <-w.c:
 		w.cur = wk.done
 		return wk
 	case p := <-msgs:
-		probeUnread(-1)
+		probeUnread(w.probe, -1)
 		if p == "" && !sub.anyone {
 			// Not a note for it: a reconnect's "look again".
 			return Wake{Reason: Retry}

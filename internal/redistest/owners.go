@@ -5,53 +5,95 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-// owners are the tests' owners, one per client, as a process would keep
-// one per client: Owner makes them, SyncHubs reads their hubs, NoLeaks and
-// CloseOwners close them. A test-only registry: the library has none.
+// owners are the tests' owners, one per client and rig, as a process
+// would keep one per client: Owner makes them, SyncHubs reads their hubs,
+// NoLeaks and CloseOwners close them. A test-only registry: the library
+// has none.
 var owners = struct {
 	sync.Mutex
-	m map[redis.UniversalClient]*core.Owner
-}{m: map[redis.UniversalClient]*core.Owner{}}
+	m    map[ownerKey]*core.Owner
+	more []*core.Owner // NewOwner's
+}{m: map[ownerKey]*core.Owner{}}
+
+type ownerKey struct {
+	client  redis.UniversalClient
+	clk     clock.Clock
+	scripts *lua.Scripts
+}
 
 // Owner returns the owner of client's handles in tests, made at the first
 // call: every handle a test makes on one client shares it, as handles made
 // on one owner do. A client NewOwner refuses (nil, say) gets nil, which
 // the constructors refuse in turn.
 func Owner(client redis.UniversalClient) *core.Owner {
+	return OwnerOn(client, nil, nil)
+}
+
+// OwnerOn is Owner for handles whose timers run on clk and that run
+// scripts (nil: the real clock, the library's scripts): one owner per
+// client, clock and scripts.
+func OwnerOn(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) *core.Owner {
 	owners.Lock()
 	defer owners.Unlock()
-	o := owners.m[client]
+	k := ownerKey{client, clk, scripts}
+	o := owners.m[k]
 	if o == nil {
 		var err error
-		if o, err = core.NewOwner(client); err != nil {
+		if o, err = newOwner(client, clk, scripts); err != nil {
 			return nil
 		}
-		owners.m[client] = o
+		owners.m[k] = o
 	}
 	return o
+}
+
+// NewOwner returns a new owner of client, as fairlock.NewOwner does, whose
+// timers run on clk (nil: the real clock), and that the tests' probe
+// watches (Asleep, Unread, Background, SyncHubs): a test that makes and
+// closes owners of its own makes them here. CloseOwners closes it too, if
+// the test did not.
+func NewOwner(client redis.UniversalClient, clk clock.Clock) (*core.Owner, error) {
+	o, err := newOwner(client, clk, nil)
+	if err != nil {
+		return nil, err
+	}
+	owners.Lock()
+	owners.more = append(owners.more, o)
+	owners.Unlock()
+	return o, nil
+}
+
+// newOwner makes an owner with the tests' probe installed.
+func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*core.Owner, error) {
+	return core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe})
 }
 
 // allOwners returns every owner Owner made and CloseOwners has not closed.
 func allOwners() []*core.Owner {
 	owners.Lock()
 	defer owners.Unlock()
-	out := make([]*core.Owner, 0, len(owners.m))
+	out := make([]*core.Owner, 0, len(owners.m)+len(owners.more))
 	for _, o := range owners.m {
 		out = append(out, o)
 	}
-	return out
+	return append(out, owners.more...)
 }
 
 // CloseOwners closes every owner Owner made (their clients may be closed
 // already: a release that fails then is not reported) and forgets them.
 func CloseOwners() {
 	owners.Lock()
-	all := owners.m
-	owners.m = map[redis.UniversalClient]*core.Owner{}
+	all := owners.more
+	for _, o := range owners.m {
+		all = append(all, o)
+	}
+	owners.m, owners.more = map[ownerKey]*core.Owner{}, nil
 	owners.Unlock()
 	for _, o := range all {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -60,12 +102,12 @@ func CloseOwners() {
 	}
 }
 
-// Owners returns the Owner of each client; nil for a nil one.
-func Owners(clients []redis.UniversalClient) []*core.Owner {
+// Owners returns the OwnerOn of each client with clk; nil for a nil one.
+func Owners(clients []redis.UniversalClient, clk clock.Clock) []*core.Owner {
 	out := make([]*core.Owner, len(clients))
 	for i, c := range clients {
 		if c != nil {
-			out[i] = Owner(c)
+			out[i] = OwnerOn(c, clk, nil)
 		}
 	}
 	return out

@@ -7,8 +7,6 @@ package redistest
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -24,35 +22,16 @@ const SyncMarker = inbox.FlushMarker
 
 type probe struct {
 	asleep, unread, background atomic.Int64
-
-	mu      sync.Mutex
-	markers map[string]chan struct{} // SyncHubs markers not yet read back
 }
 
-func (p *probe) Asleep(delta int) { p.asleep.Add(int64(delta)) }
-func (p *probe) Unread(delta int) { p.unread.Add(int64(delta)) }
-
+func (p *probe) Asleep(delta int)     { p.asleep.Add(int64(delta)) }
+func (p *probe) Unread(delta int)     { p.unread.Add(int64(delta)) }
 func (p *probe) Background(delta int) { p.background.Add(int64(delta)) }
 
-func (p *probe) Read(_, payload string) {
-	if !strings.HasPrefix(payload, SyncMarker) {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.markers[payload]; c != nil {
-		delete(p.markers, payload)
-		close(c)
-	}
-}
-
-// theProbe is installed before any test runs: it must see every waiter go
-// to sleep to count those asleep.
-var theProbe = func() *probe {
-	p := &probe{markers: map[string]chan struct{}{}}
-	inbox.SetProbe(p)
-	return p
-}()
+// theProbe is installed on every owner this package makes (Owner,
+// NewOwner), before it is used: it must see every waiter go to sleep to
+// count those asleep. A test-only variable: the library has none.
+var theProbe = &probe{}
 
 // Asleep returns how many waiters, in this process, are asleep until a
 // timer or a message wakes them.
@@ -67,44 +46,24 @@ func Unread() int { return int(theProbe.unread.Load()) }
 // for.
 func Background() int { return int(theProbe.background.Load()) }
 
-var syncSeq atomic.Int64
-
-// SyncHubs returns once every hub has read all that was published to it
-// before the call. Each hub gets a marker on one of its channels, published
-// with its own client, and SyncHubs waits until the hub reads it back: a
-// subscriber gets a channel's messages in the order they were published, on
-// Redis and on miniredis alike (a PING would not do: miniredis may answer
-// it before a message it is still writing). Tests use it with Unread and
-// Asleep to know that no message is on its way to a waiter before they move
-// a fake clock. All hubs publish at once; a hub that cannot publish (its
-// client closed or cut off, say) is skipped.
+// SyncHubs returns once every hub of the tests' owners has read all that
+// was published to it before the call. Each hub gets a marker on one of its
+// channels, published with its own client, and SyncHubs waits until the hub
+// reads it back (the library's own Flush): a subscriber gets a channel's
+// messages in the order they were published, on Redis and on miniredis
+// alike (a PING would not do: miniredis may answer it before a message it
+// is still writing). Tests use it with Unread and Asleep to know that no
+// message is on its way to a waiter before they move a fake clock. All
+// hubs flush at once; one that cannot (its client closed or cut off, say)
+// is skipped.
 func SyncHubs(ctx context.Context) {
-	type marker struct {
-		payload string
-		read    chan struct{}
-		done    <-chan struct{}
-	}
-	var markers []marker
 	var hubs []inbox.Listening
 	for _, o := range allOwners() {
 		hubs = append(hubs, inbox.ListeningHubs(core.Inbox(o))...)
 	}
+	var wg sync.WaitGroup
 	for _, l := range hubs {
-		m := marker{SyncMarker + "sync-" + strconv.FormatInt(syncSeq.Add(1), 10), make(chan struct{}), l.Done}
-		theProbe.mu.Lock()
-		theProbe.markers[m.payload] = m.read
-		theProbe.mu.Unlock()
-		markers = append(markers, m)
-		if err := l.Publish(ctx, m.payload); err != nil {
-			theProbe.Read(l.Channel, m.payload) // nothing will come back
-		}
+		wg.Go(func() { _ = l.Flush(ctx) })
 	}
-	for _, m := range markers {
-		select {
-		case <-m.read:
-		case <-m.done:
-		case <-ctx.Done():
-		}
-		theProbe.Read("", m.payload) // forget it, if it is still awaited
-	}
+	wg.Wait()
 }
