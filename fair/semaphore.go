@@ -14,6 +14,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/waiting"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
@@ -590,7 +591,7 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 	return r.served(), nil
 }
 
-// waitPermits is the gate's holder waiting for permits (core.Wait): it
+// waitPermits is the gate's holder waiting for permits (waiting.Loop): it
 // tries, then waits for a release to serve it (a note on the gate's
 // channel, addressed to its gate owner id), and tries again when the first
 // permit hold expires (a lease that runs out sends no message), every wait
@@ -604,7 +605,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 		return nil, false, err
 	}
 	defer sub.Close()
-	w := core.NewWait(k.h, a, "waiting for permits", end)
+	w := waiting.New(k.h, a, "waiting for permits", end)
 	defer w.Close()
 	w.Listen(sub)
 	// The gate's watchdog keeps the gate while it can; its loss wakes the
@@ -616,12 +617,12 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	return pw.g, pw.again, err
 }
 
-// permitWait is the gate's holder waiting for permits (core.Waiter).
+// permitWait is the gate's holder waiting for permits (waiting.Waiter).
 type permitWait struct {
 	k    *semKind
 	a    core.Attempt
 	gate *core.Mutex
-	w    *core.Wait
+	w    *waiting.Loop
 
 	last     semReply  // the latest "not now", after which any serving came
 	lastSent time.Time // when its request was sent
@@ -643,7 +644,7 @@ func (pw *permitWait) Try(ctx context.Context) (bool, error) {
 	}
 	if pw.w.FellBack() && r.held && r.grantedAt != 0 {
 		// Served while it slept: the reply says all the note would have.
-		k.h.Delivered(ctx, a, pw.w.Subscription(), "permits served", pw.servedNote)
+		pw.w.Delivered(ctx, "permits served", pw.servedNote)
 	}
 	if g, done, err := k.outcome(a, r, nil, sent); done {
 		pw.g = g

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/waiting"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -65,7 +66,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 
 	// Queued. From here on every way out that is not a hold leaves the queue.
-	w := core.NewWait(qu.h, a, "waiting in the queue", clk.Now().Add(a.Wait))
+	w := waiting.New(qu.h, a, "waiting in the queue", clk.Now().Add(a.Wait))
 	defer w.Close()
 	if sub == nil {
 		// Subscribed only now: a hand-off sent before the subscription took
@@ -94,11 +95,11 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 }
 
 // queueWait is one queued Lock or TryLock call waiting for its turn
-// (core.Waiter). It sleeps until a wake: its hand-off message, a head
+// (waiting.Waiter). It sleeps until a wake: its hand-off message, a head
 // notice, the heartbeat's news (the heartbeat keeps its place and is its
 // fallback), its fallback timer, the end of its wait, or its ctx ending.
 //
-// Its fallback timer (core.Wait.FallBackAt) is armed, by one rule, while
+// Its fallback timer (waiting.Loop.FallBackAt) is armed, by one rule, while
 // the entry is the head of a held lock: it fires 1 ms after that hold
 // would expire (a lease that runs out sends no message). The expiry is
 // placed on this client's clock no earlier than it is.
@@ -109,7 +110,7 @@ type queueWait struct {
 	entry string // the entry's id in the queue: new after an eviction
 	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
 	sub   *inbox.Sub
-	w     *core.Wait
+	w     *waiting.Loop
 	hb    *heartbeat
 	mem   *member // this call in the heartbeat
 
@@ -153,7 +154,7 @@ func (q *queueWait) end(out outcome, err error) (bool, error) {
 }
 
 // Try makes attempts until one either ends the wait or leaves the entry
-// waiting (core.Waiter).
+// waiting (waiting.Waiter).
 func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	fellBack := q.w.FellBack()
 	for {
@@ -169,7 +170,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 		case r.Held && r.Handoff:
 			if fellBack {
 				// The reply says all that the message would have.
-				q.qu.h.Delivered(ctx, q.a, q.sub, "a hand-off", q.handOffNote)
+				q.w.Delivered(ctx, "a hand-off", q.handOffNote)
 			}
 			g, err := q.handedOff(ctx, r)
 			if g != nil || err != nil {
@@ -189,7 +190,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 		q.queued(r)
 		q.qu.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
 		if fellBack && r.Head && !wasHead {
-			if p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note); found {
+			if p, found := q.w.Delivered(ctx, "becoming the head", q.note); found {
 				done, again, err := q.onMessage(ctx, p)
 				if again && !done && err == nil {
 					continue
@@ -201,7 +202,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	}
 }
 
-// News handles a hub message or the heartbeat's news (core.Waiter).
+// News handles a hub message or the heartbeat's news (waiting.Waiter).
 func (q *queueWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
 	if wk.Reason == inbox.Notice {
 		return q.onNote(ctx, wk.Notice)
@@ -209,7 +210,7 @@ func (q *queueWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, er
 	return q.onMessage(ctx, wk.Payload)
 }
 
-// Leave takes the entry out of the queue (core.Waiter).
+// Leave takes the entry out of the queue (waiting.Waiter).
 func (q *queueWait) Leave(ctx context.Context) { q.qu.leave(ctx, q.entry) }
 
 // note reports whether payload is a note for this entry.
@@ -260,7 +261,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 	case beatGrant:
 		if !n.byBeat {
 			// A release granted it: its message should have come first.
-			if p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "a hand-off", q.handOffNote); found && q.handOffNote(p) {
+			if p, found := q.w.Delivered(ctx, "a hand-off", q.handOffNote); found && q.handOffNote(p) {
 				return q.onMessage(ctx, p)
 			}
 		}
@@ -269,7 +270,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 		if q.w.FallingBack() {
 			break // it knew
 		}
-		p, found := q.qu.h.Delivered(ctx, q.a, q.sub, "becoming the head", q.note)
+		p, found := q.w.Delivered(ctx, "becoming the head", q.note)
 		if found && q.note(p) {
 			return q.onMessage(ctx, p)
 		}
@@ -359,7 +360,7 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 		g, err := q.ps.served(ctx)
 		if err != nil || g != nil {
 			if g != nil && fellBack {
-				q.qu.h.Delivered(ctx, q.a, q.sub, "permits served", q.servedNote)
+				q.w.Delivered(ctx, "permits served", q.servedNote)
 			}
 			return outcome{served: g}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/waiting"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
@@ -72,7 +73,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 
 // Acquire tries once; if the lock is taken and the caller may wait, it
 // subscribes to the lock's channel, tries again once the subscription is
-// confirmed (so a release in between is not missed), then waits (core.Wait)
+// confirmed (so a release in between is not missed), then waits (waiting.Loop)
 // for a release's wake-up, or until the current hold's lease would run out.
 // When the channel is already subscribed (a busy lock), the waiter listens
 // before its first try and needs no second one.
@@ -88,7 +89,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	clk := k.h.Config.Clock
-	w := core.NewWait(k.h, a, "waiting for the lock", clk.Now().Add(a.Wait))
+	w := waiting.New(k.h, a, "waiting for the lock", clk.Now().Add(a.Wait))
 	defer w.Close()
 	if sub == nil {
 		sub, err = core.Inbox(k.h.Shared).Subscribe(ctx, k.h.Channel, "")
@@ -105,11 +106,11 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	return kw.g, err
 }
 
-// waiter is one Acquire waiting for a release (core.Waiter).
+// waiter is one Acquire waiting for a release (waiting.Waiter).
 type waiter struct {
 	k     *kind
 	a     core.Attempt
-	w     *core.Wait
+	w     *waiting.Loop
 	sub   *inbox.Sub
 	wakes uint64 // the wake-ups its channel had read when it last fell asleep (Sub.Wakes)
 	g     *core.Grant
@@ -137,7 +138,7 @@ func (kw *waiter) Try(ctx context.Context) (bool, error) {
 			// Its timer found the lock released: the release's wake-up
 			// should have come, to it or to another waiter of this client.
 			wakes := kw.wakes
-			kw.k.h.Delivered(ctx, kw.a, kw.sub, "the lock released", func(string) bool { return kw.sub.Wakes() > wakes })
+			kw.w.Delivered(ctx, "the lock released", func(string) bool { return kw.sub.Wakes() > wakes })
 		}
 		kw.g = g
 		return true, nil

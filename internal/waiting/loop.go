@@ -1,14 +1,19 @@
-package core
+// Package waiting is the one way every primitive waits for its turn: a
+// loop (Loop) that sleeps until something may have changed, tries again,
+// and rides out spells without Redis, told by the primitive what to try and
+// what its news means (Waiter).
+package waiting
 
 import (
 	"context"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 )
 
-// Waiter is what one kind of wait tells the loop (Wait): what to try, what
+// Waiter is what one kind of wait tells the loop (Loop): what to try, what
 // news means, and how to undo its wait. The loop calls it from the waiting
 // goroutine only.
 type Waiter interface {
@@ -16,7 +21,7 @@ type Waiter interface {
 	// once). It returns done when the wait is over, with the error that
 	// ends it (nil with a grant, which the waiter keeps). Not done, err is
 	// the error of an attempt that failed, for the loop to ride out while
-	// Redis cannot be reached (Wait.Failed), or nil: sleep on.
+	// Redis cannot be reached (Loop.Failed), or nil: sleep on.
 	Try(ctx context.Context) (done bool, err error)
 	// News handles a wake that is not the loop's own: a hub message for
 	// the waiter (inbox.Message) or news of its own machinery
@@ -28,16 +33,16 @@ type Waiter interface {
 	Leave(ctx context.Context)
 }
 
-// Wait is the one way every primitive waits: it sleeps until something may
+// Loop is the one way every primitive waits: it sleeps until something may
 // have changed (a message of its subscription, its fallback timer, the
 // confirmation of its subscription, a notice of the primitive's own), tries
 // again, rides out spells without Redis with a jittered backoff (Outage),
 // and ends when the Waiter says it is done, the wait elapses or ctx ends.
 // The primitive says what to try and what its news means (Waiter); the
 // loop owns the timers, the backoff and the order of wakes.
-type Wait struct {
-	h    Agent
-	a    Attempt
+type Loop struct {
+	h    core.Agent
+	a    core.Attempt
 	what string // what the waiter does, for errors: "waiting in the queue"
 
 	w   *inbox.Sleeper
@@ -56,10 +61,10 @@ type Wait struct {
 	place func() time.Time
 }
 
-// NewWait starts a wait of a, for what ("waiting in the queue"), that
+// New starts a wait of a, by h, for what ("waiting in the queue"), that
 // elapses at end unless a waits forever. Close it when the call returns.
-func NewWait(h Agent, a Attempt, what string, end time.Time) *Wait {
-	w := &Wait{h: h, a: a, what: what, w: h.Shared.hubs.NewSleeper()}
+func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
+	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Shared).NewSleeper()}
 	if !a.Forever {
 		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
 	}
@@ -67,17 +72,17 @@ func NewWait(h Agent, a Attempt, what string, end time.Time) *Wait {
 }
 
 // Listen makes sub the subscription whose messages wake the wait.
-func (w *Wait) Listen(sub *inbox.Sub) { w.sub = sub }
+func (w *Loop) Listen(sub *inbox.Sub) { w.sub = sub }
 
 // KeepPlace says when the waiter's place in Redis runs out (place): see
-// Wait.place.
-func (w *Wait) KeepPlace(place func() time.Time) { w.place = place }
+// Loop.place.
+func (w *Loop) KeepPlace(place func() time.Time) { w.place = place }
 
 // Sleeper is what the primitive's own machinery fires its notices on.
-func (w *Wait) Sleeper() *inbox.Sleeper { return w.w }
+func (w *Loop) Sleeper() *inbox.Sleeper { return w.w }
 
 // Close stops the wait's timers, and makes later notices return at once.
-func (w *Wait) Close() {
+func (w *Loop) Close() {
 	for _, t := range []clock.Timer{w.timeout, w.fallback, w.retry} {
 		if t != nil {
 			t.Stop()
@@ -90,7 +95,7 @@ func (w *Wait) Close() {
 // to try first. It returns k's error, the error of a try that Redis
 // answered with a refusal, or ctx's (wrapped with the outage's cause while
 // Redis was out of reach); every way out without a grant has left (Leave).
-func (w *Wait) Run(ctx context.Context, k Waiter, try bool) error {
+func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 	w.k = k
 	for {
 		if try {
@@ -136,22 +141,22 @@ func (w *Wait) Run(ctx context.Context, k Waiter, try bool) error {
 // FellBack reports whether the try under way follows a timer's wake (a
 // fallback, the backoff, a reconnect's "look again"), not a message or the
 // subscription's confirmation: news it finds may be a rescue (Delivered).
-func (w *Wait) FellBack() bool { return w.fellBack }
+func (w *Loop) FellBack() bool { return w.fellBack }
 
 // FallBackAt arms the primitive's fallback timer for t, replacing the one
 // armed before: a try then, for news that sends no message (a lease that
 // runs out). Its time is set, not a duration: news handled late still
 // wakes the waiter on time.
-func (w *Wait) FallBackAt(t time.Time) {
+func (w *Loop) FallBackAt(t time.Time) {
 	w.StopFallback()
 	w.fallback = w.w.At(w.h.Config.Clock, t, inbox.Retry)
 }
 
 // FallingBack reports whether the fallback timer is armed.
-func (w *Wait) FallingBack() bool { return w.fallback != nil }
+func (w *Loop) FallingBack() bool { return w.fallback != nil }
 
 // StopFallback disarms the fallback timer.
-func (w *Wait) StopFallback() {
+func (w *Loop) StopFallback() {
 	if w.fallback != nil {
 		w.fallback.Stop()
 		w.fallback = nil
@@ -159,12 +164,12 @@ func (w *Wait) StopFallback() {
 }
 
 // OutOfReach reports whether Redis is out of reach: the last try failed.
-func (w *Wait) OutOfReach() bool { return w.outage.Active() }
+func (w *Loop) OutOfReach() bool { return w.outage.Active() }
 
 // Bound is ctx for one try: while Redis is out of reach, bounded (go-redis's
 // own retries take seconds) by MaxPause, or by the end of the waiter's place
 // while that lasts longer.
-func (w *Wait) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if !w.outage.Active() {
 		return ctx, func() {}
 	}
@@ -180,7 +185,7 @@ func (w *Wait) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 // Otherwise the waiter rides the outage out: it tries again after a
 // jittered backoff (one last try before its place runs out), and nil is
 // returned. Only its ctx or its wait's end stops it then.
-func (w *Wait) Failed(ctx context.Context, err error) error {
+func (w *Loop) Failed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		w.k.Leave(ctx)
 		return w.Ended(ctx)
@@ -190,7 +195,7 @@ func (w *Wait) Failed(ctx context.Context, err error) error {
 		if w.outage.Active() {
 			return w.outage.Ended(w.h.Config.Clock.Now(), w.what, err)
 		}
-		return Step(w.what, err)
+		return core.Step(w.what, err)
 	}
 	clk := w.h.Config.Clock
 	now := clk.Now()
@@ -212,9 +217,6 @@ func (w *Wait) Failed(ctx context.Context, err error) error {
 
 // Ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
 // was out of reach, one that also says so and wraps the outage's cause.
-func (w *Wait) Ended(ctx context.Context) error {
+func (w *Loop) Ended(ctx context.Context) error {
 	return w.outage.Ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
 }
-
-// Subscription is the subscription whose messages wake the wait (Listen).
-func (w *Wait) Subscription() *inbox.Sub { return w.sub }

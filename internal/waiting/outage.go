@@ -1,4 +1,4 @@
-package core
+package waiting
 
 import (
 	"context"

@@ -1,10 +1,9 @@
-package core
+package waiting
 
 import (
 	"context"
 	"log/slog"
 
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -18,16 +17,18 @@ import (
 // third of its wait timeout) instead. Each is reported to the observer
 // (observe.Rescued) and logged.
 
-// Delivered tells whether the message of news a waiter learned elsewhere
+// Delivered tells whether the message of news the waiter learned elsewhere
 // reached it after all, only later: it waits (bounded by MaxPause, as a
-// try in an outage is, and not cut short by ctx) until sub's hub has read
-// everything published before the call (Sub.Flush), then takes the wake-up
-// waiting for the waiter, if any, and returns it (found). Redis publishes a
+// try in an outage is, and not cut short by ctx) until the hub of its
+// subscription has read everything published before the call (Sub.Flush),
+// then takes the wake-up waiting for the waiter, if any, and returns it
+// (found). Redis publishes a
 // waiter's message before any reply that reports the news it carries, so
 // in a run without faults the message is found. Unless mine says the
 // wake-up found is that message, the news was a rescue, and is reported.
 // The caller handles a wake-up found either way.
-func (h Agent) Delivered(ctx context.Context, a Attempt, sub *inbox.Sub, news string, mine func(string) bool) (payload string, found bool) {
+func (w *Loop) Delivered(ctx context.Context, news string, mine func(string) bool) (payload string, found bool) {
+	sub := w.sub
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxPause) // a wait that ends now is no rescue
 	err := sub.Flush(fctx)
 	cancel()
@@ -35,14 +36,15 @@ func (h Agent) Delivered(ctx context.Context, a Attempt, sub *inbox.Sub, news st
 		payload, found = sub.Take()
 	}
 	if !found || !mine(payload) {
-		h.Rescued(a, news)
+		w.rescued(news)
 	}
 	return payload, found
 }
 
-// Rescued reports a rescue: a waiter learned news (what it learned) by
+// rescued reports a rescue: the waiter learned news (what it learned) by
 // another way than its message.
-func (h Agent) Rescued(a Attempt, news string) {
+func (w *Loop) rescued(news string) {
+	h, a := w.h, w.a
 	h.QueueNews(a, observe.Rescued, 0)
 	if l := h.Config.Logger; l != nil {
 		l.Warn("fairlock: a waiter learned of its turn from its fallback, not from its message (a message was lost)",
