@@ -82,7 +82,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		defer sub.Close()
 	}
 	w.Listen(sub)
-	q := &queueWait{qu: qu, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
+	q := &queueWait{qu: qu, h: qu.h, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
 	w.KeepPlace(q.place)
 	q.hb, q.mem = joinHeartbeat(qu, entry, w.Sleeper())
 	defer q.hb.leave(q.mem)
@@ -105,6 +105,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 // placed on this client's clock no earlier than it is.
 type queueWait struct {
 	qu    *queue
+	h     core.Agent // qu's
 	ps    permitSource // nil: the caller waits for the queue's lock alone
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
@@ -158,7 +159,7 @@ func (q *queueWait) end(out outcome, err error) (bool, error) {
 func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	fellBack := q.w.FellBack()
 	for {
-		sent := q.qu.h.Config.Clock.Now()
+		sent := q.h.Config.Clock.Now()
 		actx, cancel := q.w.Bound(ctx) // by the place's end while it lasts
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
 		cancel()
@@ -188,7 +189,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 		q.mem.queuedAt(sent)
 		wasHead := q.w.FallingBack()
 		q.queued(r)
-		q.qu.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
+		q.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
 		if fellBack && r.Head && !wasHead {
 			if p, found := q.w.Delivered(ctx, "becoming the head", q.note); found {
 				done, again, err := q.onMessage(ctx, p)
@@ -232,7 +233,7 @@ func (q *queueWait) handOffNote(payload string) bool {
 // place is when the entry's place in Redis runs out, as this client counts
 // it: its last refresh plus its wait timeout, less the safety margin.
 func (q *queueWait) place() time.Time {
-	cfg := q.qu.h.Config
+	cfg := q.h.Config
 	return q.mem.lastQueued().Add(cfg.WaitTimeout - cfg.Margin(cfg.WaitTimeout))
 }
 
@@ -366,8 +367,8 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 		}
 	}
 	entry := q.qu.newEntry()
-	q.qu.h.QueueNews(q.a, observe.Evicted, 0)
-	q.qu.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
+	q.h.QueueNews(q.a, observe.Evicted, 0)
+	q.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 		"entry", q.entry, "new_entry", entry)
 	q.sub.SetID(entry)
 	q.mem.rename(entry)

@@ -119,7 +119,7 @@ type waiter struct {
 // sleep arms the fallback: a try when the current hold's lease (ttl) would
 // run out, since a lease that runs out sends no wake-up.
 func (kw *waiter) sleep(ttl time.Duration) {
-	kw.w.FallBackAt(kw.k.h.Config.Clock.Now().Add(ttl + time.Millisecond))
+	kw.w.FallBackAt(kw.w.Clock().Now().Add(ttl + time.Millisecond))
 	kw.wakes = kw.sub.Wakes()
 }
 

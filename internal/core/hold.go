@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
@@ -31,7 +32,9 @@ type Grant struct {
 type hold struct {
 	End
 	m     *Mutex
-	s     *slot // the owner id it was granted to
+	s     *slot          // the owner id it was granted to
+	agent *Agent         // s's: what the hold does in Redis
+	cfg   *config.Config // the handle's
 	token int64
 	// releasing: an Unlock's release of it is in flight; that Unlock ends
 	// it, even when the lock it hands on reaches another owner id of the
@@ -48,7 +51,7 @@ type hold struct {
 const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
-	h := &hold{m: m, s: s, token: g.Token, fixed: fixed, lease: lease}
+	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease}
 	m.h.Shared.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
@@ -77,7 +80,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 // extendLocked moves the local deadline to since+d minus the safety margin,
 // never backwards, and re-arms the loss timer.
 func (h *hold) extendLocked(since time.Time, d time.Duration) {
-	dl := since.Add(d - h.m.h.Config.Margin(d))
+	dl := since.Add(d - h.cfg.Margin(d))
 	if !dl.After(h.deadline) {
 		return
 	}
@@ -87,7 +90,7 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	}
 	// At the deadline itself, not after a duration read from the clock
 	// first: nothing can move the clock in between.
-	h.expiry = clock.AtFunc(h.m.h.Config.Clock, dl, func() { h.end(ErrLockLost, leaseRanOut) })
+	h.expiry = clock.AtFunc(h.cfg.Clock, dl, func() { h.end(ErrLockLost, leaseRanOut) })
 }
 
 // bornLost reports whether the hold's deadline had passed by the time it
@@ -95,14 +98,14 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 func (h *hold) bornLost() bool {
 	h.Lock()
 	defer h.Unlock()
-	return !h.deadline.After(h.m.h.Config.Clock.Now())
+	return !h.deadline.After(h.cfg.Clock.Now())
 }
 
 // claim turns a handed-off grant into a full hold, then hands over to the
 // watchdog (or, for a fixed lease, to the loss timer alone).
 func (h *hold) claim(g Grant) {
 	h.round(func(ctx context.Context) (time.Time, bool, error) {
-		return h.s.h.Claim(ctx, g, h.lease, h.fixed)
+		return h.agent.Claim(ctx, g, h.lease, h.fixed)
 	}, func() { h.claim(g) }, "claiming a handed-off lock", "the lock was gone when its hand-off was claimed")
 }
 
@@ -111,8 +114,8 @@ func (h *hold) claim(g Grant) {
 // sooner; if none succeeds, the loss timer ends the hold.
 func (h *hold) watchdog() {
 	h.round(func(ctx context.Context) (time.Time, bool, error) {
-		since := h.m.h.Config.Clock.Now()
-		ok, err := h.s.h.renew(ctx, h.token, h.lease, false)
+		since := h.cfg.Clock.Now()
+		ok, err := h.agent.renew(ctx, h.token, h.lease, false)
 		return since, ok, err
 	}, h.watchdog, "renewing the lease", "the lock was deleted or taken by another owner")
 }
@@ -124,7 +127,7 @@ func (h *hold) watchdog() {
 // call returns, and the watchdog goes on every lease/RenewEvery unless the
 // lease is fixed.
 func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) {
-	cfg := h.m.h.Config
+	cfg := h.cfg
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTimeout)
 	defer cancel()
 	since, ok, err := call(ctx)
@@ -138,7 +141,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 		return
 	}
 	if err != nil {
-		h.s.h.logWarn(what+" failed; retrying", err)
+		h.agent.logWarn(what+" failed; retrying", err)
 		h.renewalFailed(err)
 		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, again)
 		return
@@ -182,14 +185,14 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	if !ended {
 		return false
 	}
-	h.m.h.Shared.untrack(h)
+	h.agent.Shared.untrack(h)
 	h.Lock()
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
 	h.Unlock()
 	if cause == ErrLockLost {
-		h.s.h.logError("lock lost: "+why, h.token)
+		h.agent.logError("lock lost: "+why, h.token)
 	}
 	h.ended(cause, why, reuse)
 	if reuse {
@@ -207,7 +210,7 @@ func (h *hold) closeOut() error {
 	if !h.end(ErrClosed, "") {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.m.h.Config.CleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CleanupTimeout)
 	defer cancel()
 	for range maxReleases {
 		status, err := h.m.release(ctx, h.s, h.token)

@@ -310,7 +310,7 @@ func (m *Mutex) extend(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	since := m.h.Config.Clock.Now()
-	ok, err := h.s.h.renew(ctx, h.token, d, false)
+	ok, err := h.agent.renew(ctx, h.token, d, false)
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 		return 0, m.h.Wrap(ctx, CheckContext(ctx))
 	}
 	s, err := m.state(ctx)
-	if err != nil || s.Owner != h.s.h.Owner {
+	if err != nil || s.Owner != h.agent.Owner {
 		return 0, m.h.Wrap(ctx, err)
 	}
 	return s.Count, nil

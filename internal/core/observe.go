@@ -82,12 +82,12 @@ func (m *Mutex) call(op string, script *lua.Script) observe.Call {
 // ended reports the end of hold h: cause and why as hold.finish was
 // given them; reuse false for a release whose outcome is unknown.
 func (h *hold) ended(cause error, why string, reuse bool) {
-	o := h.m.h.Config.Observer
+	o := h.cfg.Observer
 	if o == nil || o.Observer() == nil {
 		return
 	}
-	ev := observe.Hold{Primitive: h.m.h.Primitive, Lock: h.m.h.Name,
-		Held: max(h.m.h.Config.Clock.Now().Sub(h.s.acquired), 0), End: observe.Released}
+	ev := observe.Hold{Primitive: h.agent.Primitive, Lock: h.agent.Name,
+		Held: max(h.cfg.Clock.Now().Sub(h.s.acquired), 0), End: observe.Released}
 	switch {
 	case cause == ErrLockLost && h.fixed && why == leaseRanOut:
 		ev.End = observe.LeaseRanOut
@@ -101,8 +101,8 @@ func (h *hold) ended(cause error, why string, reuse bool) {
 
 // renewalFailed reports a failed renewal (or claim) of h.
 func (h *hold) renewalFailed(err error) {
-	if o := h.m.h.Config.Observer; o != nil && o.Renewal() != nil {
-		o.Renewal().ObserveRenewalFailure(observe.RenewalFailure{Primitive: h.m.h.Primitive, Lock: h.m.h.Name, Err: err})
+	if o := h.cfg.Observer; o != nil && o.Renewal() != nil {
+		o.Renewal().ObserveRenewalFailure(observe.RenewalFailure{Primitive: h.agent.Primitive, Lock: h.agent.Name, Err: err})
 	}
 }
 

@@ -33,7 +33,8 @@ import (
 const hubLinger = 30 * time.Second
 
 type hub struct {
-	set     *Hubs // whose hub it is: it is in set.hubs under key
+	set     *Hubs       // whose hub it is: it is in set.hubs under key
+	clk     clock.Clock // set's: its idle channels linger by it
 	key     any
 	ps      *redis.PubSub
 	sharded bool
@@ -153,7 +154,7 @@ func (hs *Hubs) hubAt(key any, sharded bool) *hub {
 		} else {
 			ps = client.Subscribe(context.Background())
 		}
-		h = &hub{set: hs, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
+		h = &hub{set: hs, clk: hs.clk, key: key, ps: ps, sharded: sharded, client: client, done: make(chan struct{}), closing: make(chan struct{}),
 			chans: map[string]*channel{}, pending: map[string]int{}, leaving: map[string]int{},
 			flushes: map[string]chan struct{}{}}
 		hs.hubs[key] = h
@@ -310,9 +311,9 @@ func (s *Sub) Close() {
 	default:
 	}
 	if len(ch.subs) == 0 {
-		ch.idleSince = h.set.clk.Now()
+		ch.idleSince = h.clk.Now()
 		if h.sweep == nil {
-			h.sweep = h.set.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
+			h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
 }

@@ -44,7 +44,7 @@ func (h *hub) closeIdle(linger time.Duration) {
 		if len(ch.subs) > 0 {
 			continue
 		}
-		if h.set.clk.Now().Sub(ch.idleSince) >= linger {
+		if h.clk.Now().Sub(ch.idleSince) >= linger {
 			idle = append(idle, name)
 			delete(h.chans, name)
 			if h.sharded {
@@ -56,7 +56,7 @@ func (h *hub) closeIdle(linger time.Duration) {
 	}
 	empty := len(h.chans) == 0
 	if waitMore {
-		h.sweep = h.set.clk.AfterFunc(linger, func() { h.closeIdle(hubLinger) })
+		h.sweep = h.clk.AfterFunc(linger, func() { h.closeIdle(hubLinger) })
 	}
 	h.mu.Unlock()
 	if empty {

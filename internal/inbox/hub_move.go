@@ -34,7 +34,7 @@ func (h *hub) dropped(name string) {
 	subs := append([]*Sub(nil), ch.subs...)
 	if len(h.chans) == 0 && h.sweep == nil {
 		// Nothing left here: the sweep closes the connection.
-		h.sweep = h.set.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
+		h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 	}
 	h.mu.Unlock()
 	// Not on the receive goroutine: moving subscribes on another hub, and

@@ -138,6 +138,9 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 	}
 }
 
+// Clock is the clock the loop's timers run on: its agent's.
+func (w *Loop) Clock() clock.Clock { return w.h.Config.Clock }
+
 // FellBack reports whether the try under way follows a timer's wake (a
 // fallback, the backoff, a reconnect's "look again"), not a message or the
 // subscription's confirmation: news it finds may be a rescue (Delivered).
