@@ -105,7 +105,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 // placed on this client's clock no earlier than it is.
 type queueWait struct {
 	qu    *queue
-	h     core.Agent // qu's
+	h     core.Agent   // qu's
 	ps    permitSource // nil: the caller waits for the queue's lock alone
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
