@@ -87,13 +87,21 @@ func NewRWMutex(owner *fairlock.Owner, name string, opts ...Option) (*RWMutex, e
 }
 
 // Name returns the lock's name.
-func (m *RWMutex) Name() string { return m.s.name }
+func (m *RWMutex) Name() string {
+	if !m.made() {
+		return ""
+	}
+	return m.s.name
+}
 
 // RLock waits in the queue until the read lock is this call's, or re-enters
 // the hold its ctx carries (a read hold, or a write hold) at once. The
 // watchdog keeps the lease until the last RUnlock. ctx bounds only the
 // wait.
 func (m *RWMutex) RLock(ctx context.Context) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	_, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
 	return err
 }
@@ -101,6 +109,9 @@ func (m *RWMutex) RLock(ctx context.Context) error {
 // RLockContext is RLock, and returns the context to do the work in, as
 // Mutex.LockContext does: RUnlock given it releases exactly this hold.
 func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
+	if !m.made() {
+		return nil, core.Unmade()
+	}
 	h, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
 	if err != nil {
 		return nil, err
@@ -113,6 +124,9 @@ func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
 // the wait elapsed. A re-entry returns true at once and keeps the hold's
 // lease as it is.
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if !m.made() {
+		return false, core.Unmade()
+	}
 	a, err := core.TryAttempt(&m.s.cfg, wait, lease)
 	if err != nil {
 		return false, m.s.named(ctx, err)
@@ -125,6 +139,9 @@ func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool
 // re-enters the write hold its ctx carries at once. Given a read hold's
 // context, it returns ErrUpgrade.
 func (m *RWMutex) Lock(ctx context.Context) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	_, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
 	return err
 }
@@ -133,6 +150,9 @@ func (m *RWMutex) Lock(ctx context.Context) error {
 // Mutex.LockContext does: Unlock given it releases exactly this hold, and
 // RLock given it takes the read lock inside the write hold.
 func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
+	if !m.made() {
+		return nil, core.Unmade()
+	}
 	h, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
 	if err != nil {
 		return nil, err
@@ -144,6 +164,9 @@ func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
 // fixed lease if lease > 0. It returns false, nil when the wait elapsed. A
 // re-entry returns true at once and keeps the hold's lease as it is.
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if !m.made() {
+		return false, core.Unmade()
+	}
 	a, err := core.TryAttempt(&m.s.cfg, wait, lease)
 	if err != nil {
 		return false, m.s.named(ctx, err)
@@ -154,11 +177,17 @@ func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 
 // Do runs fn holding the write lock, as Mutex.Do does.
 func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	return m.s.named(ctx, m.do(ctx, m.LockContext, m.Unlock, fn))
 }
 
 // RDo runs fn holding the read lock, as Mutex.Do does.
 func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	return m.s.named(ctx, m.do(ctx, m.RLockContext, m.RUnlock, fn))
 }
 
@@ -258,6 +287,9 @@ func (m *RWMutex) dropEndedLocked() {
 // takes it if it can), unless it is inside a write hold. A handle without
 // the read lock gets ErrNotHeld; a lost hold gets ErrLockLost.
 func (m *RWMutex) RUnlock(ctx context.Context) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckContext(ctx); err != nil {
 		return m.s.named(ctx, err)
 	}
@@ -308,6 +340,9 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 // handle without the write lock gets ErrNotHeld (which says to use RUnlock
 // if it holds the read lock); a lost hold gets ErrLockLost.
 func (m *RWMutex) Unlock(ctx context.Context) error {
+	if !m.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckContext(ctx); err != nil {
 		return m.s.named(ctx, err)
 	}
@@ -365,6 +400,9 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 // its latest read hold; 0 if it holds neither. A downgraded hold keeps its
 // token.
 func (m *RWMutex) Token() int64 {
+	if !m.made() {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.write != nil {
@@ -381,6 +419,10 @@ func (m *RWMutex) Token() int64 {
 // Lost returns a channel closed if the most recent hold is lost. Before the
 // first hold it returns a channel that is never closed.
 func (m *RWMutex) Lost() <-chan struct{} {
+	if !m.made() {
+		lost, _ := core.Unheld()
+		return lost
+	}
 	m.mu.Lock()
 	h := m.latest
 	m.mu.Unlock()
@@ -395,6 +437,10 @@ func (m *RWMutex) Lost() <-chan struct{} {
 // as LockContext's does: call it only from the call chain that holds it.
 // Before the first hold it is already cancelled with cause ErrNotHeld.
 func (m *RWMutex) HoldContext() context.Context {
+	if !m.made() {
+		_, ctx := core.Unheld()
+		return ctx
+	}
 	m.mu.Lock()
 	h := m.latest
 	m.mu.Unlock()
@@ -419,3 +465,8 @@ func InspectRWMutex(ctx context.Context, client redis.UniversalClient, name stri
 	}
 	return inspectSemaphore(ctx, client, name, "fairlock:rw:{"+name+"}", lua.Default())
 }
+
+// made reports whether m was made by NewRWMutex: not nil, not a zero value. Its
+// methods with an error refuse otherwise (core.Unmade), and the others
+// return zero values.
+func (m *RWMutex) made() bool { return m != nil && m.s != nil && m.s.owner != nil }

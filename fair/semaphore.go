@@ -125,7 +125,12 @@ func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 }
 
 // Name returns the semaphore's name, as given to NewSemaphore.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string {
+	if !s.made() {
+		return ""
+	}
+	return s.name
+}
 
 // named wraps err with the primitive and the name (core.Named).
 func (s *Semaphore) named(ctx context.Context, err error) error {
@@ -139,6 +144,9 @@ func (s *Semaphore) named(ctx context.Context, err error) error {
 // has it (Permits): more (now, or once SetPermits lowered it while the
 // caller waited) gets an error wrapping ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
+	if !s.made() {
+		return nil, core.Unmade()
+	}
 	return s.acquire(ctx, n, core.LockAttempt(&s.cfg))
 }
 
@@ -149,6 +157,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 // that long, without renewal. When the wait elapsed, it returns an error
 // wrapping ErrNotAcquired: a nil Permit always comes with an error.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+	if !s.made() {
+		return nil, core.Unmade()
+	}
 	a, err := core.TryAttempt(&s.cfg, wait, lease)
 	if err != nil {
 		return nil, s.named(ctx, err)
@@ -170,6 +181,9 @@ var ErrNotAcquired = errors.New("fairlock: not acquired within the wait")
 // cleanup timeout. It returns fn's error, joined with the release's if that
 // failed (ErrLockLost when the hold was lost while fn ran).
 func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
+	if !s.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckFunc(fn); err != nil {
 		return s.named(ctx, err)
 	}
@@ -185,6 +199,9 @@ func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) 
 // semaphore is unused (nothing recorded), it is this handle's, which its
 // first Acquire will record.
 func (s *Semaphore) Permits(ctx context.Context) (int, error) {
+	if !s.made() {
+		return 0, core.Unmade()
+	}
 	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
 	if err != nil {
 		return 0, s.named(ctx, err)
@@ -228,7 +245,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 // gets ErrLockLost. If ctx has already ended, Release still runs, bounded by
 // the cleanup timeout. If the call fails, the watchdog stops: the permits
 // come back when the lease runs out.
-func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+func (p *Permit) Release(ctx context.Context) error {
+	if !p.made() {
+		return core.Unmade()
+	}
+	return p.m.Unlock(ctx)
+}
 
 // resize changes how many permits the hold has (an RWMutex's downgrade);
 // false if the hold is gone.
@@ -250,10 +272,18 @@ func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 // and in this Permit's belief, as Mutex.Extend does: ErrNotHeld once it was
 // released, ErrLockLost (ending the hold as lost) if Redis no longer has
 // it. d must be positive.
-func (p *Permit) Extend(ctx context.Context, d time.Duration) error { return p.m.Extend(ctx, d) }
+func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
+	if !p.made() {
+		return core.Unmade()
+	}
+	return p.m.Extend(ctx, d)
+}
 
 // TTL returns the hold's remaining lease as Redis has it; 0 once it ended.
 func (p *Permit) TTL(ctx context.Context) (time.Duration, error) {
+	if !p.made() {
+		return 0, core.Unmade()
+	}
 	s := p.s
 	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
 	if err != nil {
@@ -268,25 +298,50 @@ func (p *Permit) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // N returns the number of permits held.
-func (p *Permit) N() int { return p.n }
+func (p *Permit) N() int {
+	if !p.made() {
+		return 0
+	}
+	return p.n
+}
 
 // Token returns the hold's fencing token, 0 once it ended. Tokens rise from
 // one permit hold to the next of the same semaphore.
-func (p *Permit) Token() int64 { return p.m.Token() }
+func (p *Permit) Token() int64 {
+	if !p.made() {
+		return 0
+	}
+	return p.m.Token()
+}
 
 // Lost returns a channel closed if the hold is lost: a renewal found it gone,
 // or its lease ran out without a successful renewal. Release never closes it.
-func (p *Permit) Lost() <-chan struct{} { return p.end.Lost() }
+func (p *Permit) Lost() <-chan struct{} {
+	if !p.made() {
+		lost, _ := core.Unheld()
+		return lost
+	}
+	return p.end.Lost()
+}
 
 // HoldContext returns a context cancelled when the hold ends for any reason;
 // context.Cause tells ErrLockLost from ErrReleased.
-func (p *Permit) HoldContext() context.Context { return p.end.Context() }
+func (p *Permit) HoldContext() context.Context {
+	if !p.made() {
+		_, ctx := core.Unheld()
+		return ctx
+	}
+	return p.end.Context()
+}
 
 // SetPermits changes the number of permits of the semaphore in Redis, for
 // every handle, and returns the number it had (0 if it had none recorded).
 // Holds in force keep their permits: after lowering, more than k may be in
 // use until enough are released. Raising wakes the first waiter.
 func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
+	if !s.made() {
+		return 0, core.Unmade()
+	}
 	if err := core.CheckContext(ctx); err != nil {
 		return 0, s.named(ctx, err)
 	}
@@ -304,6 +359,9 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 // Available returns how many permits are free now (0 when more than the
 // number of permits are in use, after SetPermits lowered it).
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	if !s.made() {
+		return 0, core.Unmade()
+	}
 	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
 	if err != nil {
 		return 0, err
@@ -701,3 +759,13 @@ func (pw *permitWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, 
 // Leave: the gate's holder leaves nothing to undo here; the caller gives
 // back what may have been served and hands the gate on.
 func (pw *permitWait) Leave(context.Context) {}
+
+// made reports whether s was made by NewSemaphore: not nil, not a zero value. Its
+// methods with an error refuse otherwise (core.Unmade), and the others
+// return zero values.
+func (s *Semaphore) made() bool { return s != nil && s.owner != nil }
+
+// made reports whether p was made by an Acquire: not nil, not a zero value. Its
+// methods with an error refuse otherwise (core.Unmade), and the others
+// return zero values.
+func (p *Permit) made() bool { return p != nil && p.m != nil }

@@ -170,6 +170,9 @@ func orderKey(m Locker) string { return kindOf(m) + "\x00" + m.Name() }
 
 // Names returns the members' names in the order they are taken.
 func (l *Lock) Names() []string {
+	if !l.made() {
+		return nil
+	}
 	names := make([]string, len(l.members))
 	for i, m := range l.members {
 		names[i] = m.Name()
@@ -183,6 +186,9 @@ func (l *Lock) Names() []string {
 // hold, it re-enters every member (see Unlock); that hold lost, it returns
 // ErrLockLost.
 func (l *Lock) Lock(ctx context.Context) error {
+	if !l.made() {
+		return core.Unmade()
+	}
 	_, err := l.acquire(ctx, lockMember)
 	return err
 }
@@ -198,6 +204,9 @@ func lockMember(ctx context.Context, m Locker) (bool, error) {
 // or the last Unlock), and carrying the hold, so that Lock given it
 // re-enters and Unlock given it releases exactly this hold.
 func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
+	if !l.made() {
+		return nil, core.Unmade()
+	}
 	h, err := l.acquire(ctx, lockMember)
 	if err != nil {
 		return nil, err
@@ -210,6 +219,9 @@ func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
 // released when fn returns, on a context of its own bounded by 5 s. It
 // returns fn's error, joined with the release's if that failed.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !l.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckFunc(fn); err != nil {
 		return err
 	}
@@ -226,6 +238,9 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 // could not be taken in time. A fixed lease counts from each member's own
 // acquisition, so the first member's runs out first.
 func (l *Lock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if !l.made() {
+		return false, core.Unmade()
+	}
 	if wait < 0 || lease < 0 {
 		return false, fmt.Errorf("%w: wait and lease must not be negative, got %v and %v", ErrInvalidArgument, wait, lease)
 	}
@@ -334,6 +349,9 @@ func (l *Lock) watch(proofs []context.Context) *hold {
 // members' errors joined: ErrLockLost among them if a member's hold had
 // been lost.
 func (l *Lock) Unlock(ctx context.Context) error {
+	if !l.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckContext(ctx); err != nil {
 		return err
 	}
@@ -372,6 +390,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // Tokens returns each member's fencing token, in the order of Names; 0 for
 // a member not held.
 func (l *Lock) Tokens() []int64 {
+	if !l.made() {
+		return nil
+	}
 	tokens := make([]int64, len(l.members))
 	for i, m := range l.members {
 		tokens[i] = m.Token()
@@ -381,7 +402,13 @@ func (l *Lock) Tokens() []int64 {
 
 // Lost returns a channel closed when any member's hold of the current (or
 // most recent) hold is lost. Before the first hold it is never closed.
-func (l *Lock) Lost() <-chan struct{} { return l.latest.Lost() }
+func (l *Lock) Lost() <-chan struct{} {
+	if !l.made() {
+		lost, _ := core.Unheld()
+		return lost
+	}
+	return l.latest.Lost()
+}
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: by Unlock (cause fair.ErrReleased) or by the loss of any
@@ -389,6 +416,10 @@ func (l *Lock) Lost() <-chan struct{} { return l.latest.Lost() }
 // does: call it only from the call chain that holds the Lock. Before the
 // first hold it is already cancelled with cause ErrNotHeld.
 func (l *Lock) HoldContext() context.Context {
+	if !l.made() {
+		_, ctx := core.Unheld()
+		return ctx
+	}
 	l.mu.Lock()
 	h := l.hold
 	l.mu.Unlock()
@@ -397,3 +428,8 @@ func (l *Lock) HoldContext() context.Context {
 	}
 	return context.WithValue(h.Context(), key{l}, h)
 }
+
+// made reports whether l was made by New: not nil, not a zero value. Its
+// methods with an error refuse otherwise (core.Unmade), and the others
+// return zero values.
+func (l *Lock) made() bool { return l != nil && len(l.members) > 0 }

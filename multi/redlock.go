@@ -105,7 +105,12 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 }
 
 // Quorum returns how many masters must hold the lock: a majority.
-func (r *RedLock) Quorum() int { return r.quorum }
+func (r *RedLock) Quorum() int {
+	if !r.made() {
+		return 0
+	}
+	return r.quorum
+}
 
 // retryDelay bounds the random pause between two attempts of Lock.
 const retryDelay = 50 * time.Millisecond
@@ -114,6 +119,9 @@ const retryDelay = 50 * time.Millisecond
 // leases alive with the watchdog until Unlock. Given a ctx that carries
 // the hold, it counts a re-entry.
 func (r *RedLock) Lock(ctx context.Context) error {
+	if !r.made() {
+		return core.Unmade()
+	}
 	_, err := r.acquire(ctx, -1, 0)
 	return err
 }
@@ -123,6 +131,9 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // hold, so that Lock given it re-enters and Unlock given it releases
 // exactly this hold.
 func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
+	if !r.made() {
+		return nil, core.Unmade()
+	}
 	if _, err := r.acquire(ctx, -1, 0); err != nil {
 		return nil, err
 	}
@@ -139,6 +150,9 @@ func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 // cancelled when the hold is lost or ctx ends, and the hold is released
 // when fn returns, on a context of its own bounded by the cleanup timeout.
 func (r *RedLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if !r.made() {
+		return core.Unmade()
+	}
 	if err := core.CheckFunc(fn); err != nil {
 		return err
 	}
@@ -157,6 +171,9 @@ type redKey struct{ r *RedLock }
 // Validity says how much of it the caller can count on. It returns false,
 // nil when no attempt won a majority in time.
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if !r.made() {
+		return false, core.Unmade()
+	}
 	if _, err := core.TryAttempt(&r.cfg, wait, lease); err != nil {
 		return false, err
 	}
@@ -405,6 +422,9 @@ func isLost(m *reentrant.Mutex) bool {
 // gets ErrLockLost (its members are released all the same). Members that no
 // longer held it are not an error while a majority did.
 func (r *RedLock) Unlock(ctx context.Context) error {
+	if !r.made() {
+		return core.Unmade()
+	}
 	if t := r.cfg.Observer.Tracer(); t != nil {
 		ctx, end := t.StartCall(ctx, observe.Call{Primitive: observe.RedLock, Lock: r.name, Operation: "release",
 			Script: r.cfg.Scripts.ReentrantRelease.Function()})
@@ -456,6 +476,9 @@ func (r *RedLock) unlock(ctx context.Context) error {
 // allowance. With the watchdog (lease 0) the hold lasts beyond it while
 // renewals succeed. 0 when not held.
 func (r *RedLock) Validity() time.Duration {
+	if !r.made() {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.hold == nil {
@@ -468,6 +491,9 @@ func (r *RedLock) Validity() time.Duration {
 // this handle, in the order of the clients given to NewRedLock, 0 for a
 // member that does not.
 func (r *RedLock) Tokens() []int64 {
+	if !r.made() {
+		return nil
+	}
 	out := make([]int64, len(r.members))
 	for i, m := range r.members {
 		out[i] = m.Token()
@@ -483,6 +509,9 @@ func (r *RedLock) Tokens() []int64 {
 // better than the time between the holds: use it as a fence only with that
 // caveat (docs/redlock.md).
 func (r *RedLock) Token() int64 {
+	if !r.made() {
+		return 0
+	}
 	r.mu.Lock()
 	held := r.hold != nil
 	r.mu.Unlock()
@@ -502,7 +531,13 @@ func maxOf(v []int64) int64 {
 
 // Lost returns a channel closed when the current (or most recent) hold is
 // lost: fewer than a majority of its members still hold it.
-func (r *RedLock) Lost() <-chan struct{} { return r.latest.Lost() }
+func (r *RedLock) Lost() <-chan struct{} {
+	if !r.made() {
+		lost, _ := core.Unheld()
+		return lost
+	}
+	return r.latest.Lost()
+}
 
 // HoldContext returns a context cancelled when the current (or most recent)
 // hold ends: cause ErrLockLost or ErrReleased.
@@ -510,6 +545,10 @@ func (r *RedLock) Lost() <-chan struct{} { return r.latest.Lost() }
 // It carries the hold, as LockContext's does: call it only from the call
 // chain that holds the lock.
 func (r *RedLock) HoldContext() context.Context {
+	if !r.made() {
+		_, ctx := core.Unheld()
+		return ctx
+	}
 	r.mu.Lock()
 	h := r.hold
 	r.mu.Unlock()
@@ -518,3 +557,8 @@ func (r *RedLock) HoldContext() context.Context {
 	}
 	return context.WithValue(h.Context(), redKey{r}, h)
 }
+
+// made reports whether r was made by NewRedLock: not nil, not a zero value. Its
+// methods with an error refuse otherwise (core.Unmade), and the others
+// return zero values.
+func (r *RedLock) made() bool { return r != nil && len(r.members) > 0 }

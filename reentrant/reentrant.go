@@ -117,7 +117,7 @@ func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
 // When ctx ends first, Lock returns ctx.Err() and holds nothing. A nil ctx
 // gets an error wrapping ErrInvalidArgument.
 func (m *Mutex) Lock(ctx context.Context) error {
-	_, err := m.acquire(ctx, core.LockAttempt(m.m.Config()))
+	_, err := m.acquire(ctx, core.LockAttempt(m.core().Config()))
 	return err
 }
 
@@ -133,7 +133,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 //	}
 //	defer m.Unlock(ctx) // runs even though ctx may have ended
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
-	e, err := m.acquire(ctx, core.LockAttempt(m.m.Config()))
+	e, err := m.acquire(ctx, core.LockAttempt(m.core().Config()))
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 	if err != nil {
 		return err
 	}
-	return core.Held(hctx, m.Unlock, m.m.Config().CleanupTimeout, fn)
+	return core.Held(hctx, m.Unlock, m.core().Config().CleanupTimeout, fn)
 }
 
 // TryLock tries to take the lock for up to wait, or re-enters the hold its
@@ -167,9 +167,9 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // ended first, and (false, err) when Redis failed. Negative durations wrap
 // ErrInvalidArgument.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	a, err := core.TryAttempt(m.m.Config(), wait, lease)
+	a, err := core.TryAttempt(m.core().Config(), wait, lease)
 	if err != nil {
-		return false, m.m.Wrap(ctx, err)
+		return false, m.core().Wrap(ctx, err)
 	}
 	e, err := m.acquire(ctx, a)
 	return e != nil, err
@@ -178,12 +178,12 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 // acquire is one Lock or TryLock: a turn of the handle (core.Turn), which
 // this package waits out, and whose grant the handle keeps.
 func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) {
-	t, err := m.m.Begin(ctx, a)
+	t, err := m.core().Begin(ctx, a)
 	if err != nil {
 		return nil, err
 	}
 	g, err := kindOf(t).Acquire(t.Context(), t.Attempt())
-	return m.m.Keep(t, g, err)
+	return m.core().Keep(t, g, err)
 }
 
 // Unlock undoes one Lock or successful TryLock; the last one releases the
@@ -199,7 +199,7 @@ func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) 
 // bounded by the cleanup timeout, and Unlock returns an error wrapping
 // ErrPending. If the release fails, the handle stops renewing: the lock is
 // freed when its lease runs out.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error { return m.core().Unlock(ctx) }
 
 // Extend makes the current hold's lease d from now, never shortening it, in
 // Redis and in this handle's belief: for a hold taken with a fixed lease
@@ -208,7 +208,7 @@ func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 // is not renewed after this. It returns ErrNotHeld if the handle holds
 // nothing, and ErrLockLost (ending the hold as lost) if Redis no longer has
 // it. d must be positive.
-func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.m.Extend(ctx, d) }
+func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.core().Extend(ctx, d) }
 
 // ForceUnlock ends whoever holds the lock, at any hold count, and wakes a
 // waiter. It reports whether the lock was held. It is for an operator
@@ -217,35 +217,44 @@ func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.m.
 // for a fixed one), when its Lost closes and its Unlock returns
 // ErrLockLost; until then it still believes it holds the lock. On the
 // holding handle itself, it ends the hold as released.
-func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.core().ForceUnlock(ctx) }
 
 // Name returns the lock's name, as given to New.
-func (m *Mutex) Name() string { return m.m.Name() }
+func (m *Mutex) Name() string { return m.core().Name() }
 
 // IsLocked reports whether any handle holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.core().IsLocked(ctx) }
 
 // HoldCount returns how many times this handle holds the lock: 0 if not.
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.m.HoldCount(ctx) }
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.core().HoldCount(ctx) }
 
 // TTL returns the remaining lease of the current hold, whoever holds it;
 // 0 when the lock is free.
-func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) { return m.m.TTL(ctx) }
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) { return m.core().TTL(ctx) }
 
 // Token returns the fencing token of this handle's current hold, 0 if it
 // holds none. Tokens only grow from one fresh acquisition to the next.
-func (m *Mutex) Token() int64 { return m.m.Token() }
+func (m *Mutex) Token() int64 { return m.core().Token() }
 
 // Lost returns a channel closed if the current hold is lost: a renewal found
 // the lock gone or taken, or its lease ran out without a successful renewal
 // (a fixed lease included). It is never closed by Unlock. Before the first
 // hold it returns a channel that is never closed; after a hold ended it
 // returns that hold's channel.
-func (m *Mutex) Lost() <-chan struct{} { return m.m.Lost() }
+func (m *Mutex) Lost() <-chan struct{} { return m.core().Lost() }
 
 // HoldContext returns a context cancelled when the current hold ends for any
 // reason; context.Cause tells ErrLockLost from ErrReleased. It carries the
 // hold, as LockContext's does: call it only from the call chain that holds
 // the lock. Before the first hold it returns a context already cancelled
 // with cause ErrNotHeld.
-func (m *Mutex) HoldContext() context.Context { return m.m.HoldContext() }
+func (m *Mutex) HoldContext() context.Context { return m.core().HoldContext() }
+
+// core is the handle's core, nil for a zero or nil Mutex: its methods then
+// return errors wrapping ErrInvalidArgument, or zero values.
+func (m *Mutex) core() *core.Mutex {
+	if m == nil {
+		return nil
+	}
+	return m.m
+}

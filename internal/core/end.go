@@ -254,3 +254,8 @@ func (l *Latest) Context() context.Context {
 	}
 	return notHeldCtx
 }
+
+// Unheld returns what a handle's Lost and HoldContext give before its first
+// hold: a channel never closed, and a context already cancelled with cause
+// ErrNotHeld. A zero or nil handle gives them too.
+func Unheld() (<-chan struct{}, context.Context) { return neverClosed, notHeldCtx }

@@ -125,8 +125,25 @@ func (m *Mutex) put(s *slot) {
 	m.mu.Unlock()
 }
 
-// Name returns the lock's name.
-func (m *Mutex) Name() string { return m.h.Name }
+// errUnmade is returned by every call with an error of a handle that its
+// constructor did not make: a zero value, or a nil pointer. It wraps
+// ErrInvalidArgument.
+var errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
+
+// Unmade returns the error of a call on a handle its constructor did not
+// make (a zero value or a nil pointer).
+func Unmade() error { return errUnmade }
+
+// made reports whether m was made by NewMutex: not nil, not a zero value.
+func (m *Mutex) made() bool { return m != nil && m.first != nil }
+
+// Name returns the lock's name; "" for a zero or nil handle.
+func (m *Mutex) Name() string {
+	if !m.made() {
+		return ""
+	}
+	return m.h.Name
+}
 
 // Owner returns the owner id of the handle's first slot: the one a handle
 // made for a single hold (a permit hold, a semaphore's gate) acts as.
@@ -144,7 +161,12 @@ func (m *Mutex) carried(ctx context.Context) *hold {
 
 // LockAttempt is the Attempt of a Lock: no bound on the wait, and the
 // watchdog's lease.
-func LockAttempt(c *config.Config) Attempt { return Attempt{Forever: true, Lease: c.Lease} }
+func LockAttempt(c *config.Config) Attempt {
+	if c == nil { // a zero handle's: its Begin refuses it
+		return Attempt{Forever: true}
+	}
+	return Attempt{Forever: true, Lease: c.Lease}
+}
 
 // TryAttempt checks a TryLock's arguments and makes its Attempt: a fixed
 // lease if lease > 0, the watchdog's otherwise.
@@ -156,7 +178,7 @@ func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 		return Attempt{}, Invalid("lease must not be negative, got %v", lease)
 	}
 	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
-	if lease == 0 {
+	if lease == 0 && c != nil {
 		a.Lease = c.Lease
 	}
 	return a, nil
@@ -208,6 +230,9 @@ func (m *Mutex) target(ctx context.Context) (*hold, error) {
 
 // Unlock implements every mutex's Unlock (and a Permit's Release).
 func (m *Mutex) Unlock(ctx context.Context) error {
+	if !m.made() {
+		return errUnmade
+	}
 	if err := CheckContext(ctx); err != nil {
 		return m.h.Wrap(ctx, err)
 	}
@@ -274,6 +299,9 @@ func (m *Mutex) forget(h *hold) {
 
 // ForceUnlock implements both mutexes' ForceUnlock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if !m.made() {
+		return false, errUnmade
+	}
 	if err := CheckContext(ctx); err != nil {
 		return false, m.h.Wrap(ctx, err)
 	}
@@ -295,6 +323,9 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 // carries, or the current one) becomes d from now, never shorter, in Redis
 // and in the handle's belief.
 func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
+	if !m.made() {
+		return errUnmade
+	}
 	return m.h.Wrap(ctx, m.extend(ctx, d))
 }
 
@@ -332,12 +363,18 @@ func (m *Mutex) extend(ctx context.Context, d time.Duration) error {
 
 // IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if !m.made() {
+		return false, errUnmade
+	}
 	s, err := m.state(ctx)
 	return s.Owner != "", m.h.Wrap(ctx, err)
 }
 
 // HoldCount returns this handle's re-entry count, 0 if it does not hold it.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if !m.made() {
+		return 0, errUnmade
+	}
 	m.mu.Lock()
 	h := m.cur
 	m.mu.Unlock()
@@ -353,12 +390,18 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 
 // TTL returns the remaining lease, 0 when the lock is free.
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if !m.made() {
+		return 0, errUnmade
+	}
 	s, err := m.state(ctx)
 	return s.TTL, m.h.Wrap(ctx, err)
 }
 
 // Token returns the current hold's fencing token, 0 if none.
 func (m *Mutex) Token() int64 {
+	if !m.made() {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cur == nil || m.cur.IsLost() {
@@ -368,9 +411,19 @@ func (m *Mutex) Token() int64 {
 }
 
 // Lost returns the channel of the current (or most recent) hold.
-func (m *Mutex) Lost() <-chan struct{} { return m.latest.Lost() }
+func (m *Mutex) Lost() <-chan struct{} {
+	if !m.made() {
+		return neverClosed // as before a first hold
+	}
+	return m.latest.Lost()
+}
 
 // HoldContext returns the context of the current (or most recent) hold. It
 // carries the hold: a Lock given it, or a context derived from it,
 // re-enters the hold.
-func (m *Mutex) HoldContext() context.Context { return m.latest.Context() }
+func (m *Mutex) HoldContext() context.Context {
+	if !m.made() {
+		return notHeldCtx // as before a first hold
+	}
+	return m.latest.Context()
+}

@@ -103,7 +103,12 @@ func CheckOwner(o *Owner) error {
 }
 
 // Client returns the go-redis client the owner's handles use.
-func (o *Owner) Client() redis.UniversalClient { return o.client }
+func (o *Owner) Client() redis.UniversalClient {
+	if o == nil || o.client == nil {
+		return nil
+	}
+	return o.client
+}
 
 // Close ends everything of the owner, gracefully, so that nobody in other
 // processes waits for it: new calls of its handles get ErrClosed, its
@@ -117,6 +122,9 @@ func (o *Owner) Client() redis.UniversalClient { return o.client }
 // every call waits for the same work, while its own ctx lasts, and returns
 // its outcome. Close does not close the go-redis client.
 func (o *Owner) Close(ctx context.Context) error {
+	if o == nil || o.client == nil {
+		return Invalid("owner must not be nil; make one with fairlock.NewOwner")
+	}
 	if err := CheckContext(ctx); err != nil {
 		return err
 	}

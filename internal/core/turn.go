@@ -34,6 +34,9 @@ type Turn struct {
 // ctx, a hold that ended, a closed owner) is final, and reported as Keep
 // would report it.
 func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
+	if !m.made() {
+		return nil, errUnmade
+	}
 	if err := CheckContext(ctx); err != nil {
 		return nil, m.h.Wrap(ctx, err)
 	}
@@ -149,7 +152,17 @@ func (t *Turn) report(h *hold, err error) error {
 
 // Wrap names err with the handle's primitive and lock, as every call's
 // error is named.
-func (m *Mutex) Wrap(ctx context.Context, err error) error { return m.h.Wrap(ctx, err) }
+func (m *Mutex) Wrap(ctx context.Context, err error) error {
+	if !m.made() {
+		return err
+	}
+	return m.h.Wrap(ctx, err)
+}
 
 // Config is the handle's configuration, read only.
-func (m *Mutex) Config() *config.Config { return m.h.Config }
+func (m *Mutex) Config() *config.Config {
+	if !m.made() {
+		return nil
+	}
+	return m.h.Config
+}
