@@ -142,7 +142,9 @@ func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error
 // carries this handle's hold (LockContext, Do, HoldContext), it re-enters
 // that hold at once. ctx bounds only the wait: the hold lasts until Unlock,
 // ForceUnlock or loss. When ctx ends first, Lock leaves the queue and
-// returns ctx.Err(). A nil ctx gets an error wrapping ErrInvalidArgument.
+// returns ctx's error, wrapped with the lock's name and whether Redis was in
+// reach (test it with errors.Is, not ==). A nil ctx gets an error wrapping
+// ErrInvalidArgument.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, core.LockAttempt(m.core().Config()))
 	return err
@@ -193,8 +195,8 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // lease holds the lock for that long, without renewal. The fresh acquisition
 // fixes the lease mode; a re-entry may lengthen the lease but never shortens
 // it. It returns (true, nil) when held, (false, nil) when the wait elapsed,
-// (false, ctx.Err()) when ctx ended first, and (false, err) when Redis
-// failed. Negative durations wrap ErrInvalidArgument.
+// (false, err) with err wrapping ctx's error when ctx ended first, and
+// (false, err) when Redis failed. Negative durations wrap ErrInvalidArgument.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := core.TryAttempt(m.core().Config(), wait, lease)
 	if err != nil {

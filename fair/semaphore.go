@@ -140,7 +140,8 @@ func (s *Semaphore) named(ctx context.Context, err error) error {
 // Acquire waits in the queue until n permits are this caller's, and keeps
 // their lease alive with the watchdog until Release. ctx bounds only the
 // wait; when it ends first, Acquire leaves the queue at once and returns
-// ctx.Err(). n must be from 1 to the semaphore's number of permits as Redis
+// ctx's error, wrapped with the semaphore's name and whether Redis was in
+// reach (errors.Is finds it). n must be from 1 to the semaphore's number of permits as Redis
 // has it (Permits): more (now, or once SetPermits lowered it while the
 // caller waited) gets an error wrapping ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {

@@ -56,9 +56,10 @@ func (e *lockError) Unwrap() error { return e.err }
 
 // Named wraps err, if not nil, with the primitive (what: "fair lock") and
 // the lock's name; errors.Is and errors.As see through it. ctx's own error
-// is returned as it is, as the methods' docs promise.
+// too: errors.Is(err, context.DeadlineExceeded) holds, err == ctx.Err()
+// does not.
 func Named(ctx context.Context, what, name string, err error) error {
-	if err == nil || (ctx != nil && err == ctx.Err()) {
+	if err == nil {
 		return err
 	}
 	var le *lockError

@@ -6,6 +6,7 @@ package waiting
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -218,8 +219,13 @@ func (w *Loop) Failed(ctx context.Context, err error) error {
 	return nil
 }
 
-// Ended is the error of a wait whose ctx ended: ctx's own, or, while Redis
-// was out of reach, one that also says so and wraps the outage's cause.
+// Ended is the error of a wait whose ctx ended: ctx's own, wrapped with
+// what the waiter did and whether Redis was in reach: "waiting in the
+// queue, Redis reachable: context deadline exceeded", or, while Redis was
+// out of reach, since when and the outage's cause.
 func (w *Loop) Ended(ctx context.Context) error {
+	if !w.outage.Active() {
+		return fmt.Errorf("%s, Redis reachable: %w", w.what, ctx.Err())
+	}
 	return w.outage.Ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
 }
