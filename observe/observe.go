@@ -43,6 +43,15 @@ const (
 	RedLock   Primitive = "redlock"   // multi.RedLock
 )
 
+// Primitives returns every Primitive, a fresh slice: a metrics exporter
+// starts a counter at 0 for each, so that a rate over it shows 0, not
+// nothing, before the first event.
+func Primitives() []Primitive { return []Primitive{Fair, Reentrant, Semaphore, RWMutex, RedLock} }
+
+// Queued reports whether p's waiters queue (fair.Mutex, fair.Semaphore,
+// fair.RWMutex), and so may be evicted or rescued.
+func (p Primitive) Queued() bool { return p == Fair || p == Semaphore || p == RWMutex }
+
 // Outcome is how an acquisition (Lock, TryLock, LockContext, Do, Acquire,
 // RLock, ...) ended.
 type Outcome string
@@ -60,6 +69,9 @@ const (
 	// Failed: any other error (Redis out of reach, a bad argument, ...).
 	Failed Outcome = "error"
 )
+
+// Outcomes returns every Outcome, a fresh slice.
+func Outcomes() []Outcome { return []Outcome{Acquired, Reentered, TimedOut, Cancelled, Failed} }
 
 // Acquisition is the end of one acquisition.
 type Acquisition struct {

@@ -142,7 +142,29 @@ func New(opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if !c.names {
+		o.startAtZero()
+	}
 	return o, nil
+}
+
+// startAtZero records 0 on every counter for each attribute set known
+// before the first event (the primitive, and an acquisition's outcome), so
+// that a rate over them shows 0 rather than nothing. With WithLockNames a
+// lock's series start at its first event: its name is not known before.
+func (o *Observer) startAtZero() {
+	ctx := context.Background()
+	for _, p := range observe.Primitives() {
+		for _, out := range observe.Outcomes() {
+			o.acquisitions.Add(ctx, 0, o.attrs(p, "", OutcomeKey.String(string(out))))
+		}
+		o.lost.Add(ctx, 0, o.attrs(p, ""))
+		o.renewals.Add(ctx, 0, o.attrs(p, ""))
+		if p.Queued() {
+			o.evict.Add(ctx, 0, o.attrs(p, ""))
+			o.rescue.Add(ctx, 0, o.attrs(p, ""))
+		}
+	}
 }
 
 func (o *Observer) attrs(p observe.Primitive, name string, kv ...attribute.KeyValue) metric.MeasurementOption {

@@ -231,7 +231,38 @@ func TestRescuesAreCounted(t *testing.T) {
 	if n := sumOf(t, m["fairlock.queue.rescues"], attribute.String("fairlock.primitive", "reentrant")); n != 1 {
 		t.Errorf("reentrant rescues: %d, want 1", n)
 	}
-	if _, ok := m["fairlock.queue.evictions"]; ok {
-		t.Error("a rescue counted as an eviction")
+	if n := sumOf(t, m["fairlock.queue.evictions"]); n != 0 {
+		t.Errorf("evictions: %d, want 0: a rescue counted as an eviction", n)
+	}
+}
+
+// Before any event every counter has a data point at 0 for each attribute
+// set known at start; with WithLockNames a lock's start at its first event.
+func TestCountersStartAtZero(t *testing.T) {
+	m := newRig(t).collect()
+	primitives, outcomes := len(observe.Primitives()), len(observe.Outcomes())
+	for name, want := range map[string]int{
+		"fairlock.acquisitions":    primitives * outcomes,
+		"fairlock.holds.lost":      primitives,
+		"fairlock.renewals.failed": primitives,
+		"fairlock.queue.evictions": 3, // the primitives that queue
+		"fairlock.queue.rescues":   3,
+	} {
+		s, ok := m[name].(metricdata.Sum[int64])
+		if !ok {
+			t.Errorf("%s: no sum before any event", name)
+			continue
+		}
+		for _, p := range s.DataPoints {
+			if p.Value != 0 {
+				t.Errorf("%s %v = %d before any event", name, p.Attributes, p.Value)
+			}
+		}
+		if len(s.DataPoints) != want {
+			t.Errorf("%s: %d data points, want %d", name, len(s.DataPoints), want)
+		}
+	}
+	if _, ok := newRig(t, fairlockotel.WithLockNames()).collect()["fairlock.holds.lost"]; ok {
+		t.Error("with lock names, lost holds have data points before any event")
 	}
 }

@@ -43,7 +43,7 @@ func Example() {
 			if h := s.GetHistogram(); h != nil {
 				fmt.Printf("%s: %d\n", f.GetName(), h.GetSampleCount())
 			}
-			if c := s.GetCounter(); c != nil {
+			if c := s.GetCounter(); c != nil && c.GetValue() > 0 { // every counter starts at 0
 				fmt.Printf("%s: %v\n", f.GetName(), c.GetValue())
 			}
 		}

@@ -98,7 +98,7 @@ func New(opts ...Option) (*Collector, error) {
 			ConstLabels: c.constLabels}, labels(d.Labels...))
 	}
 	q := measures.QueueLength
-	return &Collector{
+	col := &Collector{
 		names:        c.names,
 		wait:         hist(measures.AcquireDuration),
 		hold:         hist(measures.HoldDuration),
@@ -109,7 +109,30 @@ func New(opts ...Option) (*Collector, error) {
 		evict:        count(measures.QueueEvictions),
 		rescue:       count(measures.QueueRescues),
 		queueLen:     prometheus.NewDesc(q.Prom, q.Help, labels(q.Labels...), c.constLabels),
-	}, nil
+	}
+	if !c.names {
+		col.startAtZero()
+	}
+	return col, nil
+}
+
+// startAtZero makes every counter's series whose labels are known before
+// the first event (the primitive, and an acquisition's outcome) exist at 0,
+// so that increase() and rate() over them show 0 rather than nothing. With
+// WithLockNames a lock's series start at its first event: its name is not
+// known before.
+func (c *Collector) startAtZero() {
+	for _, p := range observe.Primitives() {
+		for _, o := range observe.Outcomes() {
+			c.acquisitions.WithLabelValues(string(p), string(o))
+		}
+		c.lost.WithLabelValues(string(p))
+		c.renewals.WithLabelValues(string(p))
+		if p.Queued() {
+			c.evict.WithLabelValues(string(p))
+			c.rescue.WithLabelValues(string(p))
+		}
+	}
 }
 
 func (c *Collector) values(p observe.Primitive, lock string, v ...string) []string {

@@ -156,8 +156,8 @@ func TestCollectorOverHTTP(t *testing.T) {
 	if b := h.GetBucket(); len(b) < 17 || b[0].GetUpperBound() != 0.001 || b[16].GetUpperBound() != 300 {
 		t.Errorf("buckets: %v", b)
 	}
-	if _, ok := fams["fairlock_holds_lost_total"]; ok {
-		t.Error("a lost-holds series with none lost") // a CounterVec shows series once used
+	if got := value(fams["fairlock_holds_lost_total"], "primitive", "fair"); got != 0 {
+		t.Errorf("lost holds: %v with none lost", got) // present at 0 from the start
 	}
 }
 
@@ -219,7 +219,55 @@ func TestRescuesAreCounted(t *testing.T) {
 	if got := value(fams["fairlock_queue_rescues_total"], "primitive", "reentrant"); got != 1 {
 		t.Errorf("reentrant rescues: %v, want 1", got)
 	}
-	if _, ok := fams["fairlock_queue_evictions_total"]; ok {
-		t.Error("a rescue counted as an eviction")
+	if got := value(fams["fairlock_queue_evictions_total"]); got != 0 {
+		t.Errorf("evictions: %v, want 0: a rescue counted as an eviction", got)
+	}
+}
+
+// Before any event every counter has a sample at 0 for each label set
+// known at start, so that increase() shows 0 rather than nothing; with
+// WithLockNames a lock's series start at its first event.
+func TestCountersStartAtZero(t *testing.T) {
+	c, err := fairlockprom.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	fams := scrape(t, srv.URL)
+	samples := func(name string) int {
+		n := 0
+		for _, m := range fams[name].GetMetric() {
+			if m.GetCounter().GetValue() != 0 {
+				t.Errorf("%s%v = %v before any event", name, m.GetLabel(), m.GetCounter().GetValue())
+			}
+			n++
+		}
+		return n
+	}
+	primitives, outcomes := len(observe.Primitives()), len(observe.Outcomes())
+	for name, want := range map[string]int{
+		"fairlock_acquisitions_total":    primitives * outcomes,
+		"fairlock_holds_lost_total":      primitives,
+		"fairlock_renewals_failed_total": primitives,
+		"fairlock_queue_evictions_total": 3, // the primitives that queue
+		"fairlock_queue_rescues_total":   3,
+	} {
+		if got := samples(name); got != want {
+			t.Errorf("%s: %d samples at 0, want %d", name, got, want)
+		}
+	}
+	named, err := fairlockprom.New(fairlockprom.WithLockNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	regNamed := prometheus.NewPedanticRegistry()
+	regNamed.MustRegister(named)
+	srvNamed := httptest.NewServer(promhttp.HandlerFor(regNamed, promhttp.HandlerOpts{}))
+	defer srvNamed.Close()
+	if f, ok := scrape(t, srvNamed.URL)["fairlock_holds_lost_total"]; ok {
+		t.Errorf("with lock names, %d lost-hold series before any event, want none", len(f.GetMetric()))
 	}
 }
