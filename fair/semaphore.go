@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock"
@@ -51,6 +53,8 @@ type Semaphore struct {
 	cfg       config.Config
 	label     string
 	calls     *core.Calls // its scripts bound to its keys, for every permit hold's handle
+
+	compared atomic.Bool // its number was compared with Redis's (comparePermits)
 }
 
 // Permit is one permit hold: n permits, from one Acquire or TryAcquire. It
@@ -70,7 +74,10 @@ type Permit struct {
 // state in Redis: the first handle to use it sets it, SetPermits changes it,
 // and handles made with another number follow Redis's, both ways, until the
 // semaphore has been unused long enough for its keys to expire: a handle
-// made with 5 on a live semaphore of 2 hands out 2, and Permits says so. It takes the options
+// made with 5 on a live semaphore of 2 hands out 2, and Permits says so. So
+// a deploy that changes the number in the code changes nothing until it
+// calls SetPermits; the handle's first acquisition warns of the difference
+// on its logger (WithLogger), naming both numbers. It takes the options
 // of every fair primitive (Option): the lease of its permit holds, the wait
 // timeout of its waiters, the label Inspect shows, and so on; not
 // WithReplicas. Bad arguments get an error wrapping ErrInvalidArgument.
@@ -238,7 +245,29 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	if end == nil {
 		return nil, err
 	}
+	if !s.compared.Swap(true) {
+		s.comparePermits(ctx)
+	}
 	return &Permit{s: s, m: m, end: end, n: n}, nil
+}
+
+// comparePermits warns, once per handle (at its first acquisition), when
+// the semaphore's number in Redis is not the one the handle was made with:
+// a deploy that changed the number in the code changed nothing, since the
+// handle follows Redis's (NewSemaphore), until SetPermits changes it. The
+// warning goes to the handle's logger (WithLogger) and names both numbers.
+func (s *Semaphore) comparePermits(ctx context.Context) {
+	l := s.cfg.Logger
+	if l == nil || s.what != "semaphore" { // an RWMutex's number is fixed
+		return
+	}
+	st, err := inspectSemaphore(ctx, s.client, s.name, s.base, s.cfg.Scripts)
+	if err != nil || st.Permits == 0 || st.Permits == s.permits {
+		return
+	}
+	l.Warn("fairlock: the semaphore has another number of permits in Redis than this handle was made with; "+
+		"it hands out Redis's number until SetPermits changes it",
+		slog.String("lock", s.name), slog.Int("redis_permits", st.Permits), slog.Int("handle_permits", s.permits))
 }
 
 // Release gives the permits back; the first waiter takes them if they are
