@@ -25,7 +25,7 @@ func fromRedsync(ctx context.Context, owner *fairlock.Owner) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // instead of tries
 	defer cancel()
 	if err := m.Lock(ctx); err != nil {
-		return err // ctx.Err() if its turn did not come in time
+		return err // wraps context.DeadlineExceeded if its turn did not come in time
 	}
 	defer m.Unlock(context.Background())
 	return nil
