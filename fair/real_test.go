@@ -176,6 +176,39 @@ func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
 	benchUncontended(b, fair.WithObserver(observe.Nop{}))
 }
 
+// BenchmarkUncontendedLockUnlockWithDeadline is the pair with a ctx that
+// can end, as a request's is. On a client with go-redis's default options
+// each script call runs on a goroutine that the library bounds by ctx
+// (internal/lua/bound.go): its cost is the difference between the two
+// sub-benchmarks. With ContextTimeoutEnabled go-redis bounds the call
+// itself and no goroutine is added.
+func BenchmarkUncontendedLockUnlockWithDeadline(b *testing.B) {
+	for _, bounds := range []bool{false, true} {
+		b.Run(map[bool]string{false: "default-options", true: "ContextTimeoutEnabled"}[bounds], func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: redistest.Addrs(b, redistest.Single)[0], ContextTimeoutEnabled: bounds})
+			defer func() { _ = c.Close() }()
+			m, err := fair.New(redistest.Owner(c), redistest.Name(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				// A request's deadline: sooner than go-redis's own bound
+				// of a call with its default options, so the library
+				// bounds the call itself.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+			}
+		})
+	}
+}
+
 func benchUncontended(b *testing.B, opts ...fair.MutexOption) {
 	m, err := fair.New(redistest.Owner(redistest.Real(b)), redistest.Name(b), opts...)
 	if err != nil {

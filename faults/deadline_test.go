@@ -11,6 +11,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
 )
 
 // Scenario: every call keeps its deadline while Redis is stopped. The
@@ -262,4 +263,94 @@ func TestCloseKeepsItsDeadlineWhileRedisHangs(t *testing.T) {
 	if err := owner.Close(ctx); err != nil {
 		t.Errorf("a second Close, once Redis answered = %v, want nil", err)
 	}
+}
+
+// Scenario: a go-redis client with its default options (no
+// ContextTimeoutEnabled), as the README's first snippet makes it, and a
+// server that hangs (a proxy that forwards nothing, keeping connections
+// open). Without a bound of the library's own, every call took go-redis's
+// read timeout and retries: 5.0 s for a 200 ms deadline. Each call that
+// takes a ctx now returns at its deadline; an acquisition's call goes on in
+// the background, and what it may have taken is undone once Redis answers.
+func TestCallsKeepTheirDeadlinesWithDefaultOptionsWhileRedisHangs(t *testing.T) {
+	srv := ownServer(t)
+	proxy, err := NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	c := client(t, proxy.Addr()) // go-redis's defaults
+	owner, err := fairlock.NewOwner(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	name := lockName(t)
+	m, _ := fair.New(owner, name)
+	r, _ := reentrant.New(owner, name)
+	sem, _ := fair.NewSemaphore(owner, name, 2)
+	rw, _ := fair.NewRWMutex(owner, name)
+	// Warm up: each learns the server's script mode, the pool has conns.
+	ctx := context.Background()
+	if ok, err := m.IsLocked(ctx); ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	proxy.Hold()
+	const deadline = 200 * time.Millisecond
+	calls := map[string]func(context.Context) error{
+		"fair Lock": m.Lock,
+		"fair TryLock": func(ctx context.Context) error {
+			_, err := m.TryLock(ctx, time.Second, 0)
+			return err
+		},
+		"reentrant Lock": r.Lock,
+		"semaphore Acquire": func(ctx context.Context) error {
+			_, err := sem.Acquire(ctx, 1)
+			return err
+		},
+		"RWMutex RLock": rw.RLock,
+		"IsLocked": func(ctx context.Context) error {
+			_, err := m.IsLocked(ctx)
+			return err
+		},
+		"Inspect": func(ctx context.Context) error {
+			_, err := fair.Inspect(ctx, c, name)
+			return err
+		},
+	}
+	for what, call := range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		err := call(ctx)
+		took := time.Since(start)
+		cancel()
+		t.Logf("%s with a %v deadline, default go-redis options, Redis hung: returned after %v: %v", what, deadline, took.Round(time.Millisecond), err)
+		if !errors.Is(err, context.DeadlineExceeded) || took > deadline+grace {
+			t.Errorf("%s = %v after %v; want the deadline, within %v", what, err, took, deadline+grace)
+		}
+	}
+	// Once Redis answers again, what the abandoned acquisitions may have
+	// taken is given back: the lock is free and nobody is queued.
+	proxy.Release()
+	direct := client(t, srv.Addr)
+	released := time.Now()
+	eventually(t, 15*time.Second, "every lock free and nobody queued", func() bool {
+		bg := context.Background()
+		st, err := fair.Inspect(bg, direct, name)
+		sst, serr := fair.InspectSemaphore(bg, direct, name)
+		rst, rerr := fair.InspectRWMutex(bg, direct, name)
+		held, err2 := r.IsLocked(bg)
+		return err == nil && st.Holder == nil && len(st.Queue) == 0 &&
+			serr == nil && len(sst.Holders) == 0 && len(sst.Queue) == 0 &&
+			rerr == nil && len(rst.Holders) == 0 && len(rst.Queue) == 0 && err2 == nil && !held
+	})
+	t.Logf("every lock was free and nobody queued %v after Redis answered again", time.Since(released).Round(time.Millisecond))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock once Redis answers again: %v", err)
+	}
+	_ = m.Unlock(ctx)
 }

@@ -68,6 +68,9 @@ type Agent struct {
 	// it for a moment. The next acquiring request ends it there first, so
 	// it is neither taken for a re-entry nor left to run out. 0: none.
 	stale *atomic.Int64
+	// abandoned: the slot's latest acquiring call abandoned at its ctx's
+	// end, still running in the background until its Done closes.
+	abandoned *atomic.Pointer[lua.Abandoned]
 
 	args *args
 }
@@ -144,6 +147,13 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 		}
 		return
 	}
+	var a *lua.Abandoned
+	if errors.As(err, &a) && h.abandoned != nil {
+		// Still running: this owner id's clean-ups (this undo, leaving
+		// the queue, a release) wait for it (Bounded), or they could reach
+		// Redis before what they undo.
+		h.abandoned.Store(a)
+	}
 	if err := h.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
 		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
@@ -157,6 +167,16 @@ func (h Agent) Undo(ctx context.Context, undo string) error {
 	return h.Bounded(ctx, "undoing an acquisition", func(ctx context.Context) error {
 		return h.Release.Run(ctx, h.Client, h.Mode(), h.Keys, args...).Err()
 	})
+}
+
+// afterAbandoned waits, bounded by ctx, until this owner id's latest
+// acquiring call abandoned at its ctx's end has returned (lua.Abandoned).
+func (h Agent) afterAbandoned(ctx context.Context) {
+	if h.abandoned != nil {
+		if a := h.abandoned.Load(); a != nil {
+			lua.AfterAbandoned(ctx, a)
+		}
+	}
 }
 
 func (h Agent) requestID() string { return h.Shared.ids.Request(h.Owner) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fairlock/fairlock/internal/lua"
 )
 
 // Grace is how long a call waits, once its ctx has ended, for the Redis
@@ -30,9 +32,10 @@ var ErrPending = errors.New("fairlock: the call goes on in the background")
 // (context.Background), call runs in the caller's goroutine.
 func (h Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
 	if ctx.Done() == nil {
+		h.afterAbandoned(ctx)
 		return call(ctx)
 	}
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.Config.CleanupTimeout)
+	bg, cancel := context.WithTimeout(lua.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
 	b := &bounded{done: make(chan struct{})}
 	h.Shared.hubs.ProbeBackground(1)
 	h.Shared.cleanups.add(nil) // Close waits for it
@@ -40,6 +43,7 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		defer h.Shared.hubs.ProbeBackground(-1)
 		defer h.Shared.cleanups.done()
 		defer cancel()
+		h.afterAbandoned(bg) // what it cleans up reaches Redis first
 		err := call(bg)
 		b.mu.Lock()
 		b.err = err

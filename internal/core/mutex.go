@@ -54,6 +54,9 @@ type slot struct {
 	h     Agent
 	state any          // what the primitive keeps for this owner id (Turn.State)
 	stale atomic.Int64 // Agent.stale
+	// abandoned is the slot's latest acquiring call abandoned at its ctx's
+	// end (Agent.abandoned).
+	abandoned atomic.Pointer[lua.Abandoned]
 	// acquired is when the slot's hold was granted, for an observer (zero
 	// without one). A slot has one hold at a time, and is reused only once
 	// that hold has ended (and been reported).
@@ -96,6 +99,7 @@ func (m *Mutex) newSlot() *slot {
 	s.h = m.h
 	s.h.Owner = m.h.Shared.ids.Owner()
 	s.h.stale = &s.stale
+	s.h.abandoned = &s.abandoned
 	s.h.args = newArgs(s.h)
 	return s
 }
@@ -118,6 +122,16 @@ func (m *Mutex) take() *slot {
 // in Redis that a later acquisition could take for its own (a lost one is
 // recorded as its stale hold, which that acquisition ends first).
 func (m *Mutex) put(s *slot) {
+	if a := s.abandoned.Load(); a != nil {
+		select {
+		case <-a.Done:
+		default:
+			// An acquiring call of its owner id still runs (abandoned at
+			// its ctx's end): another turn as the same owner id could meet
+			// its grant in Redis and take it for a re-entry. Not reused.
+			return
+		}
+	}
 	m.mu.Lock()
 	if len(m.free) < maxFreeSlots {
 		m.free = append(m.free, s)

@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,6 +82,16 @@ func (m *Mode) set(v int32) {
 //
 // m is what the caller learnt of the server (Mode).
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, args ...any) *redis.Cmd {
+	if unbounded(ctx, c) {
+		keys, args := slices.Clone(keys), slices.Clone(args) // copies, so that the caller's do not escape
+		return bounded(ctx, func() *redis.Cmd { return s.run(ctx, c, m, keys, args...) },
+			func(a *Abandoned) *redis.Cmd { return failedCmd(ctx, a) })
+	}
+	return s.run(ctx, c, m, keys, args...)
+}
+
+// run is Run, in the caller's goroutine.
+func (s *Script) run(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	if ran, err := s.viaFunctions(ctx, c, m, keys, func() error {
 		cmd = c.FCall(ctx, s.fn, keys, args...)
@@ -149,10 +160,20 @@ func (s *Script) On(keys []string) *Call {
 
 // Run runs the script on c's keys with args, as Script.Run does.
 func (c *Call) Run(ctx context.Context, client redis.UniversalClient, m *Mode, args ...any) *redis.Cmd {
+	if unbounded(ctx, client) {
+		args := slices.Clone(args) // a copy, so that the caller's does not escape
+		return bounded(ctx, func() *redis.Cmd { return c.run(ctx, client, m, args...) },
+			func(a *Abandoned) *redis.Cmd { return failedCmd(ctx, a) })
+	}
+	return c.run(ctx, client, m, args...)
+}
+
+// run is Run, in the caller's goroutine.
+func (c *Call) run(ctx context.Context, client redis.UniversalClient, m *Mode, args ...any) *redis.Cmd {
 	if m.get(client) != modeFunctions {
 		// The first call on this client (which learns its mode), or no
 		// Functions: copied, so that args does not escape on the hot path.
-		return c.s.Run(ctx, client, m, c.keys, append([]any(nil), args...)...)
+		return c.s.run(ctx, client, m, c.keys, append([]any(nil), args...)...)
 	}
 	words := make([]any, 0, len(c.fixed)+len(args))
 	words = append(append(words, c.fixed...), args...)
@@ -160,8 +181,8 @@ func (c *Call) Run(ctx context.Context, client redis.UniversalClient, m *Mode, a
 	_ = client.Process(ctx, cmd)
 	if err := cmd.Err(); functionMissing(err) || unsupported(err) {
 		// Flushed or never loaded on this node (a restart, a moved slot),
-		// or Functions are gone: Run loads the library, or turns to EVALSHA.
-		return c.s.Run(ctx, client, m, c.keys, append([]any(nil), args...)...)
+		// or Functions are gone: run loads the library, or turns to EVALSHA.
+		return c.s.run(ctx, client, m, c.keys, append([]any(nil), args...)...)
 	}
 	return cmd
 }
@@ -174,6 +195,24 @@ func (c *Call) Run(ctx context.Context, client redis.UniversalClient, m *Mode, a
 // returns the script's reply and the number of replicas that acknowledged
 // (or the error of either).
 func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
+	if unbounded(ctx, c) {
+		type reply struct {
+			cmd *redis.Cmd
+			n   int64
+			err error
+		}
+		keys, args := slices.Clone(keys), slices.Clone(args)
+		r := bounded(ctx, func() reply {
+			cmd, n, err := s.runWait(ctx, c, m, keys, replicas, timeout, args...)
+			return reply{cmd, n, err}
+		}, func(a *Abandoned) reply { return reply{failedCmd(ctx, a), 0, a} })
+		return r.cmd, r.n, r.err
+	}
+	return s.runWait(ctx, c, m, keys, replicas, timeout, args...)
+}
+
+// runWait is RunWait, in the caller's goroutine.
+func (s *Script) runWait(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
 	conn := redis.Cmdable(c)
 	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
 		node, err := cc.MasterForKey(ctx, keys[0])
