@@ -257,3 +257,26 @@ func deleteLibrary(t *testing.T, c redis.UniversalClient, name string) {
 		t.Fatalf("deleting library %s: %v", name, err)
 	}
 }
+
+// The real server under test is the one the run asked for: redis-server,
+// or valkey-server in .ci/run's Valkey pass (FAIRLOCK_SERVER_BIN), which
+// must not quietly run against Redis.
+func TestRealServerIsTheOneAskedFor(t *testing.T) {
+	info, err := redistest.Real(t).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	valkey := strings.Contains(info, "valkey_version:")
+	version := "redis_version"
+	if valkey {
+		version = "valkey_version"
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if strings.HasPrefix(l, version+":") {
+			t.Logf("server under test: %s", strings.TrimSpace(l))
+		}
+	}
+	if want := strings.Contains(redistest.ServerBin(), "valkey"); want != valkey {
+		t.Errorf("the server under test is valkey: %v, want %v (%s=%q)", valkey, want, redistest.ServerBinEnv, redistest.ServerBin())
+	}
+}

@@ -195,12 +195,25 @@ func NewClusterGroup(t testing.TB) *ClusterGroup {
 	return g
 }
 
+// ServerBinEnv names the server the test binaries start when no running
+// deployment is named: redis-server unless it says otherwise
+// (valkey-server: .ci/run's Valkey pass).
+const ServerBinEnv = "FAIRLOCK_SERVER_BIN"
+
+// ServerBin is the server binary the test binaries start (ServerBinEnv).
+func ServerBin() string {
+	if b := os.Getenv(ServerBinEnv); b != "" {
+		return b
+	}
+	return "redis-server"
+}
+
 func serverBin(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := exec.LookPath(ServerBin())
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; CI must run real-Redis tests")
+			t.Fatalf("%s is not installed; CI must run real-server tests", ServerBin())
 		}
 		t.Skip("needs real Redis: install redis-server, or name running servers in FAIRLOCK_REDIS_ADDR and the other FAIRLOCK_*_ADDR(S) variables")
 	}

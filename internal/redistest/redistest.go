@@ -6,8 +6,8 @@
 //
 // Real deployments come from FAIRLOCK_REDIS_ADDR, FAIRLOCK_CLUSTER_ADDR,
 // FAIRLOCK_CLUSTER3_ADDRS and FAIRLOCK_SENTINEL_ADDRS (as .ci/run sets
-// them), or are started by the test binary, once, when redis-server is on
-// PATH. Without either a test that needs them is skipped, except under
+// them), or are started by the test binary, once, when redis-server (or
+// the server FAIRLOCK_SERVER_BIN names, valkey-server say) is on PATH. Without either a test that needs them is skipped, except under
 // CI=true, where it fails.
 package redistest
 
