@@ -40,6 +40,17 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 
 // value sums the counters, or the histograms' counts, of the series of f
 // that have every label given (name, value, name, value, ...).
+// serve registers c on a registry of its own, pedantic, and serves it over
+// HTTP until the test ends; it returns the URL to scrape.
+func serve(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 func value(f *dto.MetricFamily, labels ...string) float64 {
 	if f == nil {
 		return 0
@@ -84,10 +95,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
+	url := serve(t, c)
 
 	ctx := context.Background()
 	lock := func() *fair.Mutex {
@@ -104,7 +112,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- b.Lock(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for value(scrape(t, srv.URL)["fairlock_queue_length"], "primitive", "fair") != 1 {
+	for value(scrape(t, url)["fairlock_queue_length"], "primitive", "fair") != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the queue's length never showed 1")
 		}
@@ -133,7 +141,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fams := scrape(t, srv.URL)
+	fams := scrape(t, url)
 	for _, check := range []struct {
 		family string
 		labels []string
@@ -208,11 +216,7 @@ func TestRescuesAreCounted(t *testing.T) {
 	for _, p := range []observe.Primitive{observe.Fair, observe.Reentrant, observe.Fair} {
 		c.ObserveQueue(observe.QueueEvent{Primitive: p, Lock: "jobs", Kind: observe.Rescued})
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-	fams := scrape(t, srv.URL)
+	fams := scrape(t, serve(t, c))
 	if got := value(fams["fairlock_queue_rescues_total"], "primitive", "fair"); got != 2 {
 		t.Errorf("fair rescues: %v, want 2", got)
 	}
@@ -232,11 +236,7 @@ func TestCountersStartAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-	fams := scrape(t, srv.URL)
+	fams := scrape(t, serve(t, c))
 	samples := func(name string) int {
 		n := 0
 		for _, m := range fams[name].GetMetric() {
@@ -263,11 +263,7 @@ func TestCountersStartAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	regNamed := prometheus.NewPedanticRegistry()
-	regNamed.MustRegister(named)
-	srvNamed := httptest.NewServer(promhttp.HandlerFor(regNamed, promhttp.HandlerOpts{}))
-	defer srvNamed.Close()
-	if f, ok := scrape(t, srvNamed.URL)["fairlock_holds_lost_total"]; ok {
+	if f, ok := scrape(t, serve(t, named))["fairlock_holds_lost_total"]; ok {
 		t.Errorf("with lock names, %d lost-hold series before any event, want none", len(f.GetMetric()))
 	}
 }
