@@ -368,8 +368,17 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 	}
 	entry := q.qu.newEntry()
 	q.h.QueueNews(q.a, observe.Evicted, 0)
-	q.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
-		"entry", q.entry, "new_entry", entry)
+	cfg := q.h.Config
+	silent := cfg.Clock.Now().Sub(q.mem.lastQueued())
+	if silent < cfg.WaitTimeout-cfg.Margin(cfg.WaitTimeout) {
+		// Its place should have lasted: Redis lost it (a restart without
+		// persistence, a failover to a replica the entry had not reached).
+		q.h.Info("waiter's entry vanished from the queue before its wait timeout (Redis lost its data: a restart or a failover?); re-joining at the tail",
+			"entry", q.entry, "new_entry", entry, "silent", silent)
+	} else {
+		q.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
+			"entry", q.entry, "new_entry", entry, "silent", silent)
+	}
 	q.sub.SetID(entry)
 	q.mem.rename(entry)
 	q.entry, q.next = entry, wire.ModeJoin
