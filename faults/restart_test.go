@@ -1,14 +1,19 @@
 package faults
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -237,4 +242,73 @@ func TestRestartEmptyRecoversEveryone(t *testing.T) {
 	if !slices.IsSorted(tr.tokens) {
 		t.Errorf("tokens %v do not increase", tr.tokens)
 	}
+}
+
+// Redis killed and restarted empty on the same port 2 s later, under a
+// holder with the default 30 s lease, made as the README's first snippet
+// makes it (fairlock.NewOwner, go-redis's default options): the holder
+// learns within 1.5 s of Redis coming back that its keys are gone (its
+// owner reads the server's run_id every 500 ms while it holds anything),
+// Lost closes and the hold's context ends with cause ErrLockLost. Before,
+// it learned only at its next renewal, a third of the lease: 6.6-7.0 s.
+func TestAHolderLearnsOfARestartWithinASecondAndAHalf(t *testing.T) {
+	srv := ownServer(t)
+	owner, err := fairlock.NewOwner(client(t, srv.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
+	holder, err := fair.New(owner, lockName(t), fair.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := holder.LockContext(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the owner has read the run_id once
+	srv.Stop()
+	time.Sleep(2 * time.Second)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	select {
+	case <-holder.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder did not see Lost() within 10 s of the restart")
+	}
+	took := time.Since(up)
+	t.Logf("Redis restarted empty after 2 s down, default 30 s lease: the holder saw Lost() %v after Redis came back", took.Round(time.Millisecond))
+	if took > 1500*time.Millisecond+time.Second {
+		t.Errorf("Lost() %v after Redis came back, want within 1.5 s (plus 1 s slack)", took)
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, fair.ErrLockLost) {
+		t.Errorf("the hold's context ended with %v, want ErrLockLost", cause)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "Redis restarted") {
+		t.Errorf("the log does not say Redis restarted: %q", out)
+	}
+}
+
+// syncWriter is a log sink safe for the library's goroutines.
+type syncWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -42,6 +42,9 @@ type hold struct {
 	releasing atomic.Bool
 	fixed     bool
 	lease     time.Duration
+	// watched: its watchdog keeps it (under its lock): not a fixed lease,
+	// nor a hand-off not yet claimed.
+	watched bool
 
 	deadline time.Time
 	expiry   clock.Timer // fires at deadline: the hold is lost
@@ -72,6 +75,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 		half := h.deadline.Sub(clk.Now()) / 2
 		h.RenewLocked(clk, max(half, 0), func() { h.claim(g) })
 	} else if !fixed {
+		h.watched = true
 		h.RenewLocked(clk, lease/RenewEvery, h.watchdog)
 	}
 	return h
@@ -112,12 +116,27 @@ func (h *hold) claim(g Grant) {
 // watchdog renews a lease kept alive by the library, every lease/3; the
 // lease counts from when the renewal was sent. A failed call is retried
 // sooner; if none succeeds, the loss timer ends the hold.
-func (h *hold) watchdog() {
+func (h *hold) watchdog() { h.renewal("the lock was deleted or taken by another owner") }
+
+// renewal is one round of the watchdog; gone says why the hold ended if
+// Redis no longer has it.
+func (h *hold) renewal(gone string) {
 	h.round(func(ctx context.Context) (time.Time, bool, error) {
 		since := h.cfg.Clock.Now()
 		ok, err := h.agent.renew(ctx, h.token, h.lease, false)
 		return since, ok, err
-	}, h.watchdog, "renewing the lease", "the lock was deleted or taken by another owner")
+	}, h.watchdog, "renewing the lease", gone)
+}
+
+// recheck renews the hold at once, if its watchdog keeps it: Redis may have
+// lost it (a restart), and the renewal says so, ending it for gone.
+func (h *hold) recheck(gone string) {
+	h.Lock()
+	defer h.Unlock()
+	if h.EndedLocked() || !h.watched {
+		return
+	}
+	h.RenewLocked(h.cfg.Clock, 0, func() { h.renewal(gone) })
 }
 
 // round is one call of the hold's timer, a claim or a renewal (call): the
@@ -148,6 +167,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	}
 	h.extendLocked(since, h.lease)
 	if !h.fixed {
+		h.watched = true
 		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/config"
@@ -31,6 +32,13 @@ type Owner struct {
 	mode    lua.Mode
 	clock   clock.Clock  // what drives every timer of its handles and hubs
 	scripts *lua.Scripts // what its handles run
+
+	// The restart check (restart.go): its period (0: none), its timer
+	// while o holds anything (under mu), and the run_ids it last read
+	// (its goroutine's alone).
+	restartEvery time.Duration
+	restartTimer clock.Timer
+	runIDs       map[string]string
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
 	// acquisitions in flight give up, and leave their queues.
@@ -65,6 +73,10 @@ type Rig struct {
 	Clock   clock.Clock
 	Scripts *lua.Scripts
 	Probe   inbox.Probe
+	// RestartCheck is how often the owner, while it holds anything, reads
+	// its servers' run_id to learn of a restart (restart.go): 0 is
+	// DefaultRestartCheck, a negative value turns the check off.
+	RestartCheck time.Duration
 }
 
 // NewOwnerWith is NewOwner with rig.
@@ -78,8 +90,11 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	if rig.Scripts == nil {
 		rig.Scripts = lua.Default()
 	}
+	if rig.RestartCheck == 0 {
+		rig.RestartCheck = DefaultRestartCheck
+	}
 	o := &Owner{client: client, ids: wire.NewIDs(), publish: PublishCommand(client),
-		clock: rig.Clock, scripts: rig.Scripts,
+		clock: rig.Clock, scripts: rig.Scripts, restartEvery: max(rig.RestartCheck, 0),
 		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
@@ -128,12 +143,10 @@ func (o *Owner) Close(ctx context.Context) error {
 	if err := CheckContext(ctx); err != nil {
 		return err
 	}
-	if o == nil || o.client == nil {
-		return Invalid("owner must not be nil")
-	}
 	o.once.Do(func() {
 		o.closed.Store(true)
 		o.close(ErrClosed)
+		o.stopRestartCheck()
 		// The work goes on whatever ctx does: a go-redis client without
 		// ContextTimeoutEnabled does not end a call at ctx's deadline, and
 		// Close must not outlast it.
@@ -193,6 +206,7 @@ func (o *Owner) enter(ctx context.Context) (context.Context, func(), error) {
 func (o *Owner) track(h *hold) {
 	o.mu.Lock()
 	o.holds[h] = struct{}{}
+	o.watchRestartsLocked()
 	o.mu.Unlock()
 }
 

@@ -71,7 +71,7 @@ func NewOwner(client redis.UniversalClient, clk clock.Clock) (*core.Owner, error
 
 // newOwner makes an owner with the tests' probe installed.
 func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*core.Owner, error) {
-	return core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe})
+	return core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1})
 }
 
 // allOwners returns every owner Owner made and CloseOwners has not closed.
