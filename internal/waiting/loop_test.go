@@ -3,6 +3,7 @@ package waiting_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -227,4 +228,19 @@ func equal(a, b []bool) bool {
 		}
 	}
 	return true
+}
+
+// An acquisition the replicas did not acknowledge (WithReplicas) was
+// answered by Redis and undone: the wait ends with it, as with a refusal,
+// rather than riding it out as an outage.
+func TestLoopEndsWhenReplicasDidNotAcknowledge(t *testing.T) {
+	e := newLoopEnv(t)
+	s := &script{answers: []error{fmt.Errorf("%w: 0 of 1", core.ErrNotReplicated)}}
+	err := result(t, e.run(context.Background(), s, time.Minute))
+	if !errors.Is(err, core.ErrNotReplicated) {
+		t.Fatalf("Run = %v, want ErrNotReplicated", err)
+	}
+	if tries, leaves := s.count(); tries != 1 || leaves != 1 {
+		t.Errorf("%d tries, %d leaves; want 1 and 1", tries, leaves)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,8 +59,8 @@ func (o *Outage) Ended(now time.Time, what string, err error) error {
 // Transient reports whether err is about reaching Redis (the network, a
 // server loading or failing over), not an answer a retry would repeat.
 func Transient(err error) bool {
-	if err == nil {
-		return false
+	if err == nil || errors.Is(err, core.ErrNotReplicated) {
+		return false // Redis answered: the replicas did not, and the grant was undone
 	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
