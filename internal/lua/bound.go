@@ -46,9 +46,9 @@ func AfterAbandoned(ctx context.Context, err error) {
 	}
 }
 
-// BoundsCalls reports whether c ends its calls when their ctx ends
+// boundsCalls reports whether c ends its calls when their ctx ends
 // (go-redis's ContextTimeoutEnabled).
-func BoundsCalls(c redis.UniversalClient) bool {
+func boundsCalls(c redis.UniversalClient) bool {
 	switch c := c.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
@@ -86,7 +86,7 @@ func selfBound(c redis.UniversalClient) time.Duration {
 // has a deadline that go-redis would not keep by itself.
 func unbounded(ctx context.Context, c redis.UniversalClient) bool {
 	d, ok := ctx.Deadline()
-	if !ok || BoundsCalls(c) || ctx.Value(detachedKey{}) != nil {
+	if !ok || boundsCalls(c) || ctx.Value(detachedKey{}) != nil {
 		return false
 	}
 	limit := selfBound(c)

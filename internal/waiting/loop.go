@@ -37,7 +37,7 @@ type Waiter interface {
 // Loop is the one way every primitive waits: it sleeps until something may
 // have changed (a message of its subscription, its fallback timer, the
 // confirmation of its subscription, a notice of the primitive's own), tries
-// again, rides out spells without Redis with a jittered backoff (Outage),
+// again, rides out spells without Redis with a jittered backoff (outage),
 // and ends when the Waiter says it is done, the wait elapses or ctx ends.
 // The primitive says what to try and what its news means (Waiter); the
 // loop owns the timers, the backoff and the order of wakes.
@@ -53,7 +53,7 @@ type Loop struct {
 	timeout  clock.Timer // the wait's end; nil: it waits forever
 	fallback clock.Timer // the primitive's own timer (FallBackAt)
 	retry    clock.Timer // the next try after one that failed
-	outage   Outage
+	outage   outage
 	fellBack bool // the wake before this try was a timer's, not a message's
 
 	// place, if set, is when the waiter's place in Redis runs out: a try
@@ -113,7 +113,7 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 					return err
 				}
 			} else {
-				w.outage.End()
+				w.outage.end()
 			}
 		}
 		var done bool
@@ -131,7 +131,7 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 			return nil
 		case inbox.Cancelled:
 			k.Leave(ctx)
-			return w.Ended(ctx)
+			return w.ended(ctx)
 		}
 		if done || err != nil {
 			return err
@@ -168,13 +168,13 @@ func (w *Loop) StopFallback() {
 }
 
 // OutOfReach reports whether Redis is out of reach: the last try failed.
-func (w *Loop) OutOfReach() bool { return w.outage.Active() }
+func (w *Loop) OutOfReach() bool { return w.outage.active() }
 
 // Bound is ctx for one try: while Redis is out of reach, bounded (go-redis's
 // own retries take seconds) by MaxPause, or by the end of the waiter's place
 // while that lasts longer.
 func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if !w.outage.Active() {
+	if !w.outage.active() {
 		return ctx, func() {}
 	}
 	d := MaxPause
@@ -192,18 +192,18 @@ func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 func (w *Loop) Failed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		w.k.Leave(ctx)
-		return w.Ended(ctx)
+		return w.ended(ctx)
 	}
-	if !Transient(err) {
+	if !transient(err) {
 		w.k.Leave(ctx)
-		if w.outage.Active() {
-			return w.outage.Ended(w.h.Config.Clock.Now(), w.what, err)
+		if w.outage.active() {
+			return w.outage.ended(w.h.Config.Clock.Now(), w.what, err)
 		}
 		return core.Step(w.what, err)
 	}
 	clk := w.h.Config.Clock
 	now := clk.Now()
-	began, pause := w.outage.Failed(now, err)
+	began, pause := w.outage.failed(now, err)
 	if began {
 		w.h.Info("Redis cannot be reached; the waiter tries again", "while", w.what, "error", err)
 	}
@@ -219,13 +219,13 @@ func (w *Loop) Failed(ctx context.Context, err error) error {
 	return nil
 }
 
-// Ended is the error of a wait whose ctx ended: ctx's own, wrapped with
+// ended is the error of a wait whose ctx ended: ctx's own, wrapped with
 // what the waiter did and whether Redis was in reach: "waiting in the
 // queue, Redis reachable: context deadline exceeded", or, while Redis was
 // out of reach, since when and the outage's cause.
-func (w *Loop) Ended(ctx context.Context) error {
-	if !w.outage.Active() {
+func (w *Loop) ended(ctx context.Context) error {
+	if !w.outage.active() {
 		return fmt.Errorf("%s, Redis reachable: %w", w.what, ctx.Err())
 	}
-	return w.outage.Ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
+	return w.outage.ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
 }

@@ -12,28 +12,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The backoff of a waiter that cannot reach Redis (Outage): from MinPause,
+// The backoff of a waiter that cannot reach Redis (outage): from MinPause,
 // doubling up to MaxPause, each pause jittered by up to a half.
 const (
 	MinPause = 10 * time.Millisecond
 	MaxPause = time.Second
 )
 
-// Outage is a waiter's spell without Redis: since when, its cause, and
+// outage is a waiter's spell without Redis: since when, its cause, and
 // the level of its backoff. The zero value: Redis is in reach.
-type Outage struct {
+type outage struct {
 	since time.Time
 	cause error
 	level time.Duration
 }
 
-// Active reports whether the waiter is out of reach of Redis.
-func (o *Outage) Active() bool { return !o.since.IsZero() }
+// active reports whether the waiter is out of reach of Redis.
+func (o *outage) active() bool { return !o.since.IsZero() }
 
-// Failed records a try that failed at now with err: it reports whether the
+// failed records a try that failed at now with err: it reports whether the
 // outage began with it, and returns the jittered pause before the next try
 // (MinPause, doubling up to MaxPause).
-func (o *Outage) Failed(now time.Time, err error) (began bool, pause time.Duration) {
+func (o *outage) failed(now time.Time, err error) (began bool, pause time.Duration) {
 	began = o.since.IsZero()
 	if began {
 		o.since, o.cause = now, err
@@ -44,21 +44,21 @@ func (o *Outage) Failed(now time.Time, err error) (began bool, pause time.Durati
 	return began, o.level/2 + rand.N(o.level/2+1)
 }
 
-// End records that Redis answered again.
-func (o *Outage) End() { *o = Outage{} }
+// end records that Redis answered again.
+func (o *outage) end() { *o = outage{} }
 
-// Ended is the error (err) that ends a wait while doing what ("waiting in
+// ended is the error (err) that ends a wait while doing what ("waiting in
 // the queue"): during an outage, one that also says so and wraps its cause.
-func (o *Outage) Ended(now time.Time, what string, err error) error {
-	if err == nil || !o.Active() {
+func (o *outage) ended(now time.Time, what string, err error) error {
+	if err == nil || !o.active() {
 		return err
 	}
 	return fmt.Errorf("%s, Redis out of reach for %v (%w): %w", what, now.Sub(o.since).Round(time.Millisecond), o.cause, err)
 }
 
-// Transient reports whether err is about reaching Redis (the network, a
+// transient reports whether err is about reaching Redis (the network, a
 // server loading or failing over), not an answer a retry would repeat.
-func Transient(err error) bool {
+func transient(err error) bool {
 	if err == nil || errors.Is(err, core.ErrNotReplicated) {
 		return false // Redis answered: the replicas did not, and the grant was undone
 	}
