@@ -1,8 +1,12 @@
 package fair_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +70,47 @@ func TestLostAndHoldContextAskedForAfterTheHoldEnded(t *testing.T) {
 	if !errors.Is(context.Cause(hc), fair.ErrReleased) {
 		t.Fatalf("after ForceUnlock, HoldContext's cause is %v, want ErrReleased", context.Cause(hc))
 	}
+}
+
+// A lost hold's log line is written before Lost closes and the hold's
+// context ends: whoever reacts to them finds why in the log, even with a
+// slow log sink.
+func TestLossIsLoggedBeforeLostCloses(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	sink := &slowWriter{lockedWriter{w: &logs, mu: &mu}}
+	m := e.named("logged", fair.WithLogger(slog.New(slog.NewTextHandler(sink, nil))))
+	if ok, err := m.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	lost, hc := m.Lost(), m.HoldContext()
+	seen := make(chan [2]string)
+	go func() {
+		<-lost
+		mu.Lock()
+		atLost := logs.String()
+		mu.Unlock()
+		<-hc.Done()
+		mu.Lock()
+		atDone := logs.String()
+		mu.Unlock()
+		seen <- [2]string{atLost, atDone}
+	}()
+	e.clk.Advance(2 * time.Second) // the fixed lease runs out: the loss timer ends the hold
+	got := <-seen
+	for i, when := range []string{"Lost closed", "the hold's context ended"} {
+		if !strings.Contains(got[i], "lock lost") {
+			t.Errorf("when %s the log held %q, want the loss said", when, got[i])
+		}
+	}
+}
+
+// slowWriter is a log sink that takes its time.
+type slowWriter struct{ lockedWriter }
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.lockedWriter.Write(p)
 }

@@ -43,14 +43,15 @@ func (e *End) Unlock() { e.mu.Unlock() }
 // Finish ends the hold with cause, once: it stops the watchdog and the
 // watchers (OnEnd), cancels the context, and, for ErrLockLost, closes Lost.
 // It reports whether this call ended it.
-func (e *End) Finish(cause error) bool { return e.FinishAfter(cause, nil) }
+func (e *End) Finish(cause error) bool { return e.FinishAfter(cause, nil, nil) }
 
-// FinishAfter is Finish, running first (if not nil, and only if this call
-// ends the hold) before anything can tell that the hold ended: whatever it
-// records is in place for whoever reacts to the context or Lost, even one
-// that asks for them only now. first runs with End's lock held: it must be
-// quick and must not take that lock.
-func (e *End) FinishAfter(cause error, first func()) bool {
+// FinishAfter is Finish, running first and then say (each if not nil, and
+// only if this call ends the hold) before anything can tell that the hold
+// ended: whatever first records is in place, and whatever say logs is
+// written, for whoever reacts to the context or Lost, even one that asks
+// for them only now. first runs with End's lock held: it must be quick and
+// must not take that lock; say runs without it.
+func (e *End) FinishAfter(cause error, first, say func()) bool {
 	e.mu.Lock()
 	if e.ended {
 		e.mu.Unlock()
@@ -67,6 +68,9 @@ func (e *End) FinishAfter(cause error, first func()) bool {
 	e.stops = nil
 	lost, cancel := e.lost, e.cancel // those made later are made ended
 	e.mu.Unlock()
+	if say != nil {
+		say()
+	}
 	for _, stop := range stops {
 		stop()
 	}

@@ -202,6 +202,10 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 		if cause == ErrLockLost {
 			h.s.stale.Store(h.token)
 		}
+	}, func() {
+		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
+			h.agent.logError("lock lost: "+why, h.token)
+		}
 	})
 	if !ended {
 		return false
@@ -212,9 +216,6 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 		h.expiry.Stop()
 	}
 	h.Unlock()
-	if cause == ErrLockLost {
-		h.agent.logError("lock lost: "+why, h.token)
-	}
 	h.ended(cause, why, reuse)
 	if reuse {
 		h.m.put(h.s)
