@@ -217,22 +217,86 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
-		// A reentrant waiter whose timer finds the lock released (not run
-		// out) lost a wake-up: a rescue.
-		name:   "a reentrant acquire says a released lock's lease ran out",
+		// A reentrant waiter whose timer finds the lock free, the last
+		// wake-up sent to it, lost that wake-up: a rescue.
+		name:   "a reentrant acquire says a lock freed for this waiter was not",
 		file:   "reentrant_acquire.lua",
-		from:   "if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		from:   "if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end",
 		to:     "",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
 	},
 	{
-		name:   "a reentrant acquire says a lock whose lease ran out was released",
+		name:   "a reentrant acquire says a lock whose lease ran out was freed for this waiter",
 		file:   "reentrant_acquire.lua",
-		from:   "if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end",
+		from:   "if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end",
 		to:     "freed = 1",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
+	},
+	// The reentrant lock's waiters (reentrantSpecOf).
+	{
+		name: "a release wakes nobody",
+		file: "reentrant_release.lua",
+		from: "  wake_waiter(s, w, now, ARGV[4], ARGV[5])\n",
+		to:   "\n",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a new waiter joins ahead of those already waiting",
+		file: "reentrant_acquire.lua",
+		from: "redis.call('RPUSH', KEYS[2], waiter)",
+		to:   "redis.call('LPUSH', KEYS[2], waiter)",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a waiter that took the lock is still woken",
+		file: "reentrant_acquire.lua",
+		from: "if waiter then redis.call('ZREM', KEYS[3], waiter) end",
+		to:   "",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a waiter's try does not push its deadline forward",
+		file: "reentrant_acquire.lua",
+		from: "redis.call('ZADD', KEYS[3], int(now + wait), waiter) == 1",
+		to:   "redis.call('ZADD', KEYS[3], 'NX', int(now + wait), waiter) == 1",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "the waiters' keys made without a TTL",
+		file: "reentrant_acquire.lua",
+		from: "commit(s, w, now, added, {KEYS[2], KEYS[3]})",
+		to:   "commit(s, w, now, false, {KEYS[2], KEYS[3]})",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a woken waiter that leaves does not pass its wake-up on",
+		file: "reentrant_leave.lua",
+		from: "wake_waiter(s, w, now, ARGV[3], ARGV[4])",
+		to:   "",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a fresh hold does not forget which waiter the last wake-up went to",
+		file: "reentrant_acquire.lua",
+		from: "  s.n = nil\n",
+		to:   "\n",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "ForceUnlock wakes nobody",
+		file: "reentrant_force_unlock.lua",
+		from: "wake_waiter(s, w, now, ARGV[1], ARGV[2])",
+		to:   "",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a wake-up is published on the lock's channel, not in its waiter's inbox",
+		file: "queue.lua",
+		from: "publish_notes(publish, channel, {freed_note(head)})",
+		to:   "redis.call(publish, channel, freed_note(head))",
+		spec: reentrantSpecOf,
 	},
 	// Holes found by seeding bugs at sites of our own (TestSeededBugs),
 	// each with the check that now catches it.
@@ -522,7 +586,7 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // specifications against every candidate bug of a file and prints which
 // were caught. It runs only when FAIRLOCK_SEEDED names the file, a JSON
 // list of {"name", "file", "from", "to", "spec"} (spec: fair, semaphore,
-// rw or retry; fair if empty), with the checks that -rapid.checks says:
+// rw, retry or reentrant; fair if empty), with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
 //
@@ -548,6 +612,7 @@ func TestSeededBugs(t *testing.T) {
 		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),
 		"lost-head":     scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
 		"lost-wake-up":  scenarioSpec(reentrantLostWakeUp),
+		"reentrant":     reentrantSpecOf,
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0

@@ -354,10 +354,11 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 }
 
 // reentrantLostWakeUp: a reentrant lock's waiter sleeps until a release's
-// wake-up, or until the hold's lease would run out. When the wake-up is
-// lost, its timer finds the lock released: a rescue, reported. When the
-// lease runs out with nobody releasing, its timer takes the lock, and that
-// is no rescue.
+// wake-up (sent to the longest-waiting live waiter, in its client's inbox),
+// or until the hold's lease would run out. When the wake-up is lost, its
+// timer finds the lock free with the last wake-up sent to it: a rescue,
+// reported. When the lease runs out with nobody releasing, its timer takes
+// the lock, and that is no rescue.
 func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const lease = 2 * time.Second
@@ -385,8 +386,9 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 		redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })
 		clk.Advance(time.Second)
 		if released {
-			// a's release at 1 s publishes its wake-up where nobody listens.
+			// a's release at 1 s publishes b's wake-up where nobody listens.
 			key := "fairlock:r:{" + name + "}"
+			keys := []string{key, key + ":queue", key + ":deadlines"}
 			raw, err := probe.Get(ctx, key).Result()
 			var hold struct{ O string }
 			if err == nil {
@@ -395,7 +397,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 			if err != nil {
 				t.Fatalf("reading a's hold: %v", err)
 			}
-			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, []string{key}, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
+			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, keys, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
 			if err != nil || len(v) != 1 || v[0] != int64(1) {
 				t.Fatalf("releasing a's hold: %v, %v", v, err)
 			}

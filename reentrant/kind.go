@@ -17,14 +17,16 @@ type kind struct {
 	h core.Agent
 }
 
-// place is where a reentrant lock lives: one hash, and a wake-up channel.
+// place is where a reentrant lock lives: its hold, its waiters and their
+// deadlines, and the channel under which each client has its inbox.
 func place(name string, scripts *lua.Scripts) core.Place {
+	base := wire.ReentrantKey(name)
 	return core.Place{
 		What:        "reentrant lock",
 		Primitive:   observe.Reentrant,
 		Acquire:     scripts.ReentrantAcquire,
-		Keys:        []string{wire.ReentrantKey(name)},
-		Channel:     wire.Channel(wire.ReentrantKey(name)),
+		Keys:        wire.QueueKeys(base),
+		Channel:     wire.Channel(base),
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 	}
@@ -41,15 +43,17 @@ func kindOf(t *core.Turn) *kind {
 	return k
 }
 
-// attempt makes one try. It returns a grant, or how long the current hold
-// may last; with askFreed, freed says that a fresh grant's lock was
-// released by its last holder (not left to its lease's end).
-func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *core.Grant, ttl time.Duration, freed bool, err error) {
+// attempt makes one try, for waiter (its waiter id; "" for a try that never
+// waits). It returns a grant, or how long the current hold may last; with
+// askFreed, freed says that a fresh grant's lock was free because the last
+// wake-up went to this waiter.
+func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFreed bool) (g *core.Grant, ttl time.Duration, freed bool, err error) {
 	h := k.h
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{
-		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale, AskFreed: askFreed,
+		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
+		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
@@ -71,74 +75,94 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, askFreed bool) (g *c
 	return nil, time.Duration(r.HoldMs) * time.Millisecond, false, nil
 }
 
-// Acquire tries once; if the lock is taken and the caller may wait, it
-// subscribes to the lock's channel, tries again once the subscription is
-// confirmed (so a release in between is not missed), then waits (waiting.Loop)
-// for a release's wake-up, or until the current hold's lease would run out.
-// When the channel is already subscribed (a busy lock), the waiter listens
-// before its first try and needs no second one.
+// Acquire tries once. If the lock is taken and the caller may wait, that
+// try put it among the lock's waiters in Redis, and it waits (waiting.Loop)
+// in its client's inbox of the lock for the wake-up a release sends to the
+// longest-waiting live waiter, trying again when woken, when the current
+// hold's lease would run out, and every wait timeout / 3 (which keeps its
+// place: a waiter silent for a wait timeout is passed over). Subscribed
+// only after that first try, it tries once more when the subscription is
+// confirmed, so that a wake-up sent in between is not missed. When the
+// inbox is already subscribed (a busy lock), it listens before its first
+// try and needs no second one.
 func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
-	// On a busy lock the channel is already subscribed: listen before the
-	// first try, and no release can slip between the try and the wait.
-	sub := core.Inbox(k.h.Shared).SubscribeIfLive(k.h.Channel, "")
+	if a.Wait == 0 && !a.Forever {
+		g, _, _, err := k.attempt(ctx, a, "", false)
+		return g, err
+	}
+	id := k.h.NewEntry()
+	inboxes := core.Inbox(k.h.Shared)
+	channel := wire.Inbox(k.h.Channel, id)
+	sub := inboxes.SubscribeIfLive(channel, id)
 	if sub != nil {
 		defer sub.Close()
 	}
-	g, ttl, _, err := k.attempt(ctx, a, false)
-	if err != nil || g != nil || (a.Wait == 0 && !a.Forever) {
-		return g, err
+	kw := &waiter{k: k, a: a, id: id}
+	g, ttl, _, err := k.attempt(ctx, a, id, false)
+	if err != nil {
+		kw.Leave(ctx) // the try may have made it a waiter
+		return nil, err
+	}
+	if g != nil {
+		return g, nil
 	}
 	clk := k.h.Config.Clock
 	w := waiting.New(k.h, a, "waiting for the lock", clk.Now().Add(a.Wait))
 	defer w.Close()
 	if sub == nil {
-		sub, err = core.Inbox(k.h.Shared).Subscribe(ctx, k.h.Channel, "")
+		sub, err = inboxes.Subscribe(ctx, channel, id)
 		if err != nil {
+			kw.Leave(ctx)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, core.Step("subscribing to the lock's channel", err)
 		}
 		defer sub.Close()
 		// Subscribed only now: the confirmation's wake tries again.
 	}
 	w.Listen(sub)
-	kw := &waiter{k: k, a: a, w: w, sub: sub}
+	kw.w = w
 	kw.sleep(ttl)
 	err = w.Run(ctx, kw, false)
 	return kw.g, err
 }
 
-// waiter is one Acquire waiting for a release (waiting.Waiter).
+// waiter is one Acquire waiting for a wake-up (waiting.Waiter).
 type waiter struct {
-	k     *kind
-	a     core.Attempt
-	w     *waiting.Loop
-	sub   *inbox.Sub
-	wakes uint64 // the wake-ups its channel had read when it last fell asleep (Sub.Wakes)
-	g     *core.Grant
+	k  *kind
+	a  core.Attempt
+	id string // its waiter id in Redis
+	w  *waiting.Loop
+	g  *core.Grant
 }
 
 // sleep arms the fallback: a try when the current hold's lease (ttl) would
-// run out, since a lease that runs out sends no wake-up.
+// run out, since a lease that runs out sends no wake-up, or a wait timeout
+// / 3 from now, which keeps the waiter's place, whichever comes first.
 func (kw *waiter) sleep(ttl time.Duration) {
-	kw.w.FallBackAt(kw.w.Clock().Now().Add(ttl + time.Millisecond))
-	kw.wakes = kw.sub.Wakes()
+	kw.w.FallBackAt(kw.w.Clock().Now().Add(min(ttl+time.Millisecond, kw.k.h.Config.WaitTimeout/3)))
 }
 
-// Try makes one attempt, asking whether the lock was freed by its holder
-// when a timer, not a wake-up, prompted it.
+// Try makes one attempt, asking whether its wake-up was lost when a timer,
+// not a wake-up, prompted it.
 func (kw *waiter) Try(ctx context.Context) (bool, error) {
 	actx, cancel := kw.w.Bound(ctx)
 	fellBack := kw.w.FellBack()
-	g, ttl, freed, err := kw.k.attempt(actx, kw.a, fellBack)
+	g, ttl, freed, err := kw.k.attempt(actx, kw.a, kw.id, fellBack)
 	cancel()
 	if err != nil {
 		return false, err
 	}
 	if g != nil {
 		if freed && fellBack {
-			// Its timer found the lock released: the release's wake-up
-			// should have come, to it or to another waiter of this client.
-			wakes := kw.wakes
-			kw.w.Delivered(ctx, "the lock released", func(string) bool { return kw.sub.Wakes() > wakes })
+			// Its timer found the lock free, and the last wake-up had gone
+			// to it: that message should have come.
+			kw.w.Delivered(ctx, "the lock released", func(p string) bool {
+				n, mine := wire.ParseNote(p, kw.id)
+				_, freed := n.(wire.Freed)
+				return mine && freed
+			})
 		}
 		kw.g = g
 		return true, nil
@@ -147,11 +171,23 @@ func (kw *waiter) Try(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// News is a wake-up: the lock was released (or the connection came back),
-// so try again.
+// News is a wake-up: the lock was freed and this waiter is the
+// longest-waiting live one, so try again.
 func (kw *waiter) News(context.Context, inbox.Wake) (done, try bool, err error) {
 	return false, true, nil
 }
 
-// Leave: a waiter of the reentrant lock leaves nothing in Redis.
-func (kw *waiter) Leave(context.Context) {}
+// Leave takes the waiter out of the lock's waiters, passing on a wake-up
+// that went to it while the lock is still free. If Redis cannot be reached,
+// its deadline passes within a wait timeout, and wake-ups pass it over.
+func (kw *waiter) Leave(ctx context.Context) {
+	h := kw.k.h
+	_ = h.Bounded(ctx, "leaving the lock's waiters", func(ctx context.Context) error {
+		err := h.Config.Scripts.ReentrantLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
+			wire.Leave{Owner: h.OwnerArg(), Entry: kw.id, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+		if err != nil {
+			h.Info("leaving the lock's waiters failed; the waiter is passed over once its deadline passes", "waiter", kw.id, "error", err)
+		}
+		return err
+	})
+}

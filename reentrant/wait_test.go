@@ -40,11 +40,16 @@ func await(t *testing.T, c <-chan result) result {
 	}
 }
 
-// waitSubscribed blocks until n clients are subscribed to the lock's channel.
+// waitSubscribed blocks until n waiters are among the lock's waiters in
+// Redis and asleep in their inboxes.
 func waitSubscribed(t *testing.T, e *env, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(e.mr.PubSubChannels("fairlock:r:{jobs}:wake")) == 0 || e.mr.PubSubNumSub("fairlock:r:{jobs}:wake")["fairlock:r:{jobs}:wake"] < n {
+	for {
+		members, _ := e.mr.ZMembers("fairlock:r:{jobs}:deadlines")
+		if len(members) >= n && redistest.Asleep() >= n {
+			return
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never subscribed")
 		}
@@ -119,8 +124,10 @@ func TestFallbackTimerCoversAHolderThatDied(t *testing.T) {
 	got := tryLockAsync(b, context.Background(), time.Hour)
 	// a's loss deadline, b's wait bound and b's fallback timer.
 	waitTimers(t, e, 3)
-	// a "dies": it never unlocks, so nothing is published.
-	e.clk.Advance(4*time.Second + time.Millisecond)
+	// a "dies": it never unlocks, so nothing is published. b's timer keeps
+	// its place every wait timeout / 3 (3.33 s), and fires again 1 ms after
+	// the lease ends, as Redis's ms reckon it from b's last try.
+	e.clk.Advance(4*time.Second + 5*time.Millisecond)
 	if r := await(t, got); !r.ok {
 		t.Fatalf("waiter behind a dead holder: %v, %v; want the lock once the lease ran out", r.ok, r.err)
 	}

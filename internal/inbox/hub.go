@@ -17,12 +17,10 @@ import (
 // a hub with no channel left closes its connection.
 //
 // A message on a channel wakes one local waiter per note it carries (notes
-// are separated by ';'): the one whose id is the note's first word (the fair
-// lock's targeted hand-off and head notice), or, for an empty payload, the
-// longest-waiting one (the reentrant lock: one wake-up per owner, not the
-// herd). A fair queue's waiters subscribe to their owner's inbox of the
-// lock (wire.Inbox), where only notes for this client's waiters arrive; the
-// reentrant lock's, to the lock's channel. When the connection comes back
+// are separated by ';'): the one whose id is the note's first word (a
+// hand-off, a head notice, served permits, a reentrant lock's wake-up).
+// Waiters subscribe to their owner's inbox of the lock (wire.Inbox), where
+// only notes for this client's waiters arrive. When the connection comes back
 // after a failure, messages sent meanwhile are lost, so every waiter of
 // every re-confirmed channel is woken to try again. On Cluster, when a
 // lock's slot moves to another master, the old master drops the channel (a
@@ -54,8 +52,7 @@ type hub struct {
 type channel struct {
 	ready     chan struct{}
 	confirmed bool
-	wakes     uint64 // wake-ups ("" messages) read on it: Sub.Wakes
-	moved     bool   // its waiters came from another hub: wake them when confirmed
+	moved     bool // its waiters came from another hub: wake them when confirmed
 	subs      []*Sub
 	idleSince time.Time // when the last waiter left; zero while in use
 }
@@ -74,11 +71,6 @@ type Sub struct {
 	id string // guarded by h.mu
 
 	probe Probe // the owner's, if any (NewHubs)
-
-	// anyone: the waiter has no id (the reentrant lock's), and takes the
-	// channel's wake-ups, "", which for a waiter with an id only a
-	// reconnect sends ("look again"). Set at the start.
-	anyone bool
 
 	// readyTold: the waiter needs no Ready wake, having been told of the
 	// confirmation (Sleeper.Next) or having registered, or made
@@ -112,7 +104,7 @@ func (hs *Hubs) Subscribe(ctx context.Context, name, id string) (*Sub, error) {
 	}
 	defer h.cmdMu.Unlock()
 
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", probe: hs.probe}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, probe: hs.probe}
 	h.mu.Lock()
 	ch := h.chans[name]
 	first := ch == nil
@@ -191,7 +183,7 @@ func (hs *Hubs) SubscribeIfLive(name, id string) *Sub {
 	}
 	// Registered on a confirmed channel before the caller's first attempt:
 	// that attempt sees all that was published before, so no Ready wake.
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, anyone: id == "", probe: hs.probe, readyTold: true}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, probe: hs.probe, readyTold: true}
 	h.attachLocked(ch, s)
 	return s
 }
@@ -286,9 +278,8 @@ func (h *hub) flush(ctx context.Context, channel string) error {
 	}
 }
 
-// Close unregisters the waiter. A wake-up it did not consume is passed on to
-// the next waiter when it was meant for anyone. The channel stays subscribed
-// for hubLinger.
+// Close unregisters the waiter, dropping a wake-up it did not consume (a
+// note was for it alone). The channel stays subscribed for hubLinger.
 func (s *Sub) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,11 +294,8 @@ func (s *Sub) Close() {
 		}
 	}
 	select {
-	case p := <-s.C:
+	case <-s.C:
 		probeUnread(s.probe, -1)
-		if p == "" {
-			h.deliverLocked(ch, "")
-		}
 	default:
 	}
 	if len(ch.subs) == 0 {
@@ -316,16 +304,6 @@ func (s *Sub) Close() {
 			h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
-}
-
-// Wakes returns how many wake-ups ("" messages, the reentrant lock's
-// releases) the hub has read on s's channel, for any of its waiters.
-func (s *Sub) Wakes() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	return s.ch.wakes
 }
 
 // SetID changes the id that targeted messages must carry to reach s (a fair

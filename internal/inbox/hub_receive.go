@@ -21,8 +21,8 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 	}
 }
 
-// deliverNoteLocked wakes one waiter of ch for one note: the waiter it names,
-// or any waiter for "".
+// deliverNoteLocked wakes one waiter of ch for one note: the waiter it
+// names (any waiter for a note that names none).
 func (h *hub) deliverNoteLocked(ch *channel, payload string) {
 	target := wire.NoteTarget(payload)
 	for _, s := range ch.subs {
@@ -92,9 +92,6 @@ func (h *hub) receive() {
 					delete(h.flushes, m.Payload)
 				}
 			} else if ch := h.chans[m.Channel]; ch != nil {
-				if m.Payload == "" {
-					ch.wakes++
-				}
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()

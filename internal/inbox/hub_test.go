@@ -43,7 +43,7 @@ func received(s *inbox.Sub) (string, bool) {
 	}
 }
 
-func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
+func TestHubSharesOneConnectionAndWakesOnlyTheWaiterANoteNames(t *testing.T) {
 	redistest.NoLeaks(t)
 	ctx := context.Background()
 	admin := redistest.Real(t)
@@ -54,7 +54,7 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 
 	var subs []*inbox.Sub
 	for i := 0; i < 1000; i++ {
-		s, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "")
+		s, err := core.Inbox(redistest.Owner(client)).Subscribe(ctx, channel, "c.h/"+strconv.Itoa(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,32 +65,33 @@ func TestHubSharesOneConnectionAndWakesOneWaiterPerMessage(t *testing.T) {
 		t.Fatalf("1,000 waiters opened %d pub/sub connections, want 1", n)
 	}
 
-	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+	if err := admin.Publish(ctx, channel, "c.h/0 freed").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := received(subs[0]); !ok {
-		t.Fatal("the longest waiter was not woken")
+	if p, ok := received(subs[0]); !ok || p != "c.h/0 freed" {
+		t.Fatalf("the waiter a note names got %q, %v; want its note", p, ok)
 	}
 	for _, s := range subs[1:5] {
 		if _, ok := received(s); ok {
-			t.Fatal("one message woke more than one waiter")
+			t.Fatal("a note woke a waiter it does not name")
 		}
 	}
 
-	// A waiter that leaves with a wake-up it did not consume passes it on.
-	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+	// A note left unread by a waiter that leaves was for it alone: it goes
+	// with it, and wakes nobody else.
+	if err := admin.Publish(ctx, channel, "c.h/0 freed").Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	subs[0].Close()
-	if _, ok := received(subs[1]); !ok {
-		t.Fatal("a wake-up given to a waiter that left was not passed on")
+	if _, ok := received(subs[1]); ok {
+		t.Fatal("a note for a waiter that left woke another")
 	}
 	for _, s := range subs[1:] {
 		s.Close()
 	}
 	// The channel lingers for the next waiter, then goes with its connection.
-	if live := core.Inbox(redistest.Owner(client)).SubscribeIfLive(channel, ""); live == nil {
+	if live := core.Inbox(redistest.Owner(client)).SubscribeIfLive(channel, "c.h/x"); live == nil {
 		t.Fatal("the channel did not linger after its last waiter left")
 	} else {
 		live.Close()

@@ -32,9 +32,9 @@ type Reason int
 
 // Reasons to wake.
 const (
-	Retry     Reason = iota // look again: a timer, or a reconnect for a waiter with an id
+	Retry     Reason = iota // look again: a timer, or a reconnect
 	Timeout                 // the wait elapsed
-	Message                 // a hub message: its payload (a wake-up, "", for a waiter with no id)
+	Message                 // a hub message: its note for this waiter
 	Ready                   // the subscription is confirmed
 	Cancelled               // the call's context ended
 	Notice                  // news from the kind's own machinery, in Notice
@@ -104,8 +104,8 @@ func (w *Sleeper) Next(ctx context.Context, sub *Sub) Wake {
 		return wk
 	case p := <-msgs:
 		probeUnread(w.probe, -1)
-		if p == "" && !sub.anyone {
-			// Not a note for it: a reconnect's "look again".
+		if p == "" {
+			// Not a note: a reconnect's "look again".
 			return Wake{Reason: Retry}
 		}
 		return Wake{Reason: Message, Payload: p}

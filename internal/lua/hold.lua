@@ -30,13 +30,22 @@
 --          16-digit fields, newest first (retry safety of a release, see
 --          released_hold)
 --       k  time until which every key of the lock is kept (its TTL, in ms)
+--       h  the latest waiter deadline ever written (bounds the life of the
+--          queue of a fair lock, and of the waiters of a reentrant lock)
 --       fair lock only:
---       h  the latest waiter deadline ever written (bounds the queue's life)
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
 --       a semaphore's gate only: po, pn, pl  the permit request its holder
 --          waits for: the owner id of the permit hold, the permits, their
 --          lease (ms)
+--       reentrant lock only:
+--       n  the waiter the last wake-up went to (a release, ForceUnlock, or a
+--          woken waiter's leave), until a token is issued
+--   reentrant lock: KEYS[2] fairlock:r:{N}:queue, list, its waiters' ids in
+--       arrival order; KEYS[3] fairlock:r:{N}:deadlines, zset, waiter id ->
+--       deadline (Redis ms): as a fair lock's queue, but its elements are
+--       bare ids, and a waiter leaves the zset, not the list, when it takes
+--       the lock (a tombstone, popped by the next wake-up's cleanup)
 --   fair lock only:
 --   KEYS[2] fairlock:f:{N}:queue      list, the queue in join order; each
 --       element is "<entry id>|<lease ms>|<wait ms>|<request>|<label>"
@@ -78,7 +87,10 @@
 -- in the waiter's owner id: the elements have one field more. 6 publishes a
 -- fair queue's notes to each client's inbox (publish_notes in wire.lua), not
 -- on the lock's channel, where a layout-5 client would wait for them.
-local LAYOUT = '6'
+-- 7 keeps a reentrant lock's waiters in Redis and wakes one of them per
+-- release, in its inbox: a layout-6 client would wait on the lock's channel
+-- for a wake-up nobody sends.
+local LAYOUT = '7'
 -- How long keys outlive the last hold and the last deadline: long enough for
 -- a retried request to find it ran (q) and for the fence (f) to bridge
 -- quick re-locks.

@@ -36,6 +36,7 @@ type Scripts struct {
 	ReentrantAcquire     *Script
 	ReentrantRelease     *Script
 	ReentrantForceUnlock *Script
+	ReentrantLeave       *Script
 	Renew                *Script
 	State                *Script
 	FairAcquire          *Script
@@ -130,6 +131,7 @@ func MustBuild(src map[string]string) *Scripts {
 		ReentrantAcquire:     get("reentrant_acquire.lua"),
 		ReentrantRelease:     get("reentrant_release.lua"),
 		ReentrantForceUnlock: get("reentrant_force_unlock.lua"),
+		ReentrantLeave:       get("reentrant_leave.lua"),
 		Renew:                get("renew.lua"),
 		State:                get("state.lua"),
 		FairAcquire:          get("fair_acquire.lua"),

@@ -94,3 +94,19 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   publish_notes(publish, channel, message)
   return head
 end
+
+-- Reentrant lock: the lock was just freed (a release, ForceUnlock, or the
+-- leave of the waiter the last wake-up went to); wake its longest-waiting
+-- live waiter (KEYS[2..3]), dropping the dead and the tombstones ahead of
+-- it. One note (freed_note) goes to that waiter's client's inbox, never to
+-- every client, and n names the waiter (reentrant_acquire.lua's freed). The
+-- woken waiter stays first until it takes the lock: a caller that takes
+-- the free lock before it does not cost it its place. Nothing is read when
+-- no waiter can be live. Writes go to w (saved by the caller).
+local function wake_waiter(s, w, now, publish, channel)
+  if not may_have_waiters(s, w, now) then return end
+  local head = live_head(queue_keys(KEYS[1], KEYS[2], KEYS[3]), now)
+  if head == nil then return end
+  publish_notes(publish, channel, {freed_note(head)})
+  w.n = head
+end

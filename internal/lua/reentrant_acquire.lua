@@ -1,13 +1,18 @@
--- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock.
--- KEYS[1] the hold (see hold.lua).
+-- reentrant_acquire.lua: one attempt to take or re-enter a reentrant lock,
+-- and, for a caller that waits, its place among the lock's waiters.
+-- KEYS[1..3]: the hold, the waiters in arrival order (list), their deadlines
+-- (zset) (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
--- token of a hold this handle gave up for lost ("0": none), ARGV[5]
--- (optional) "1": say whether a free lock was released (freed).
--- Returns {1, token, freed} when held (freed: 1 if asked and the lock
--- was free because its last hold's owner released it, which published a
--- wake-up; 0 if that hold's lease ran out, for a re-entry, or not asked),
+-- token of a hold this handle gave up for lost ("0": none); a caller that
+-- waits adds ARGV[5] "1" to ask whether its wake-up was lost (freed, below)
+-- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
+-- timeout in ms.
+-- Returns {1, token, freed} when held (freed: 1 if asked and the lock was
+-- free because a release (or the leave of a woken waiter) woke this very
+-- waiter, whose message should have reached it; 0 otherwise),
 -- {0, ms until the current hold expires}.
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local waiter, wait = ARGV[6], tonumber(ARGV[7])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
@@ -25,24 +30,42 @@ if who == owner and token == tonumber(ARGV[4]) then
   clear_hold(s)
   who = nil
 end
+if who ~= nil and who ~= owner then
+  -- Held by another handle: tell the caller how long the hold can last.
+  if waiter == nil then return {0, expiry - now} end
+  -- A waiter joins the waiters at the tail, or, already there, pushes its
+  -- deadline forward (a sign of life): ZADD answers 1 only for a new member.
+  -- A release wakes the longest-waiting live one (reentrant_release.lua).
+  local w = {}
+  local added = redis.call('ZADD', KEYS[3], int(now + wait), waiter) == 1
+  if added then redis.call('RPUSH', KEYS[2], waiter) end
+  horizon(s, w, now + wait)
+  -- A new member may have made either waiters key: give it its TTL.
+  if next(w) ~= nil or added then commit(s, w, now, added, {KEYS[2], KEYS[3]}) end
+  return {0, expiry - now}
+end
+
 local w, answer = {}, nil
 if who == nil then
-  -- Free, or the last hold's lease ran out: take it with a fresh token. A
-  -- waiter whose fallback timer found it free asks whether its wake-up was
-  -- lost (a rescue): only a release sends one. Nobody else pays for that.
+  -- Free, or the last hold's lease ran out: take it with a fresh token. It
+  -- is not fair: a caller may take a free lock before the waiter a release
+  -- woke, which then waits for the next wake-up. A waiter whose fallback
+  -- timer found it free asks whether its wake-up was lost (a rescue): n
+  -- names the waiter the last wake-up went to, until a token is issued.
   local freed = 0
-  if ARGV[5] == '1' and s.f and released_hold(s, tonumber(s.f)) then freed = 1 end
+  if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end
+  s.n = nil
   token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
   answer = {1, token, freed}
-elseif who == owner then
+else
   -- Re-entry by the same handle: count it; the lease may grow, never shrink.
   w.c, w.x = int(count + 1), int(math.max(expiry, now + lease))
   answer = {1, token, 0}
-else
-  -- Held by another handle: tell the caller how long the hold can last.
-  return {0, expiry - now}
 end
+-- A waiter that got the lock leaves the waiters: its deadline goes, and its
+-- list element stays as a tombstone until a release's cleanup reaches it.
+if waiter then redis.call('ZREM', KEYS[3], waiter) end
 w.q, s.a = req, nil
-commit(s, w, now, false)
+commit(s, w, now, false, {KEYS[2], KEYS[3]})
 return answer

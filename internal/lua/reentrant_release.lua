@@ -1,6 +1,6 @@
 -- reentrant_release.lua: undo one level of a hold; the last level frees the
--- lock and publishes one wake-up on the lock's channel.
--- KEYS[1] the hold (see hold.lua).
+-- lock and wakes one waiter: the longest-waiting live one.
+-- KEYS[1..3]: the hold, the waiters, their deadlines (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
@@ -34,7 +34,7 @@ if count > 1 then
   answer = {2}
 else
   clear_hold(s)
-  redis.call(ARGV[4], ARGV[5], '')
+  wake_waiter(s, w, now, ARGV[4], ARGV[5])
   note_released(s, w, token)
   s.a = nil
   answer = {1}

@@ -16,11 +16,11 @@
 --                     "<entry> head <expiry ms>"                   head notice
 --                     "<id> permits <token> <grant ms> <expiry ms>" permits served
 --                     "<id> freed"                                 look again
---                   and the reentrant lock's release publishes "" (any one
---                   waiter) on the lock's channel
---   inbox           "<channel>:<client>": a fair queue's notes are published
---                   there, to the client whose waiter each names
---                   (publish_notes), never on the shared channel
+--                   ("freed" is also the reentrant lock's wake-up: the lock
+--                   was freed, and the waiter id is the longest-waiting)
+--   inbox           "<channel>:<client>": every note is published there, to
+--                   the client whose waiter it names (publish_notes), never
+--                   on the shared channel
 
 -- A permit request as a queue element holds it ("" for none).
 local function request_text(owner, n, lease)

@@ -81,17 +81,28 @@ type ReentrantAcquire struct {
 	Owner, Request any
 	Lease          any // ms
 	Stale          int64
-	// AskFreed: the reply says whether a free lock was released or ran out
-	// (a waiter's timer asks, to tell a rescue); other calls skip that work.
+	// Waiter, for a caller that waits: its waiter id, fresh for each call.
+	// A try that finds the lock held puts it among the lock's waiters (or
+	// pushes its deadline forward), with a deadline Wait (ms) away; one that
+	// takes the lock takes it out. Empty: a try that never waits.
+	Waiter string
+	Wait   any // ms
+	// AskFreed (a waiter's timer asks, to tell a rescue): the reply says
+	// whether the lock was free because the last wake-up went to this
+	// waiter.
 	AskFreed bool
 }
 
 // Args is a's ARGV.
 func (a ReentrantAcquire) Args() []any {
-	if a.AskFreed {
-		return []any{a.Owner, a.Request, a.Lease, a.Stale, "1"}
+	if a.Waiter == "" {
+		return []any{a.Owner, a.Request, a.Lease, a.Stale}
 	}
-	return []any{a.Owner, a.Request, a.Lease, a.Stale}
+	ask := "0"
+	if a.AskFreed {
+		ask = "1"
+	}
+	return []any{a.Owner, a.Request, a.Lease, a.Stale, ask, a.Waiter, a.Wait}
 }
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}
@@ -100,8 +111,8 @@ type ReentrantAcquireReply struct {
 	Held   bool
 	Token  int64
 	HoldMs int64
-	// Freed: a fresh hold of a lock that its last holder released (which
-	// published a wake-up), not one whose last lease ran out; asked for
+	// Freed: a fresh hold of a lock that was free because its last wake-up
+	// went to this waiter (whose message should have reached it); asked for
 	// with AskFreed, false otherwise.
 	Freed bool
 }
@@ -176,7 +187,8 @@ func DecodeRenew(v any) (bool, error) {
 	return r[0] == 1, nil
 }
 
-// Leave is fair_leave.lua's ARGV.
+// Leave is the ARGV of a waiter giving up: fair_leave.lua's, and
+// reentrant_leave.lua's with the waiter id for Entry.
 type Leave struct{ Owner, Entry, Publish, Channel any }
 
 // Args is l's ARGV.

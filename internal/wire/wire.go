@@ -60,8 +60,8 @@ func QueueKeys(base string) []string {
 	return []string{base, base + ":queue", base + ":deadlines"}
 }
 
-// Channel is the lock at base's channel: the reentrant lock publishes its
-// wake-ups there; a fair queue's notes go to the inboxes under it (Inbox).
+// Channel is the lock at base's channel: nothing is published on it; the
+// notes for its waiters go to the inboxes under it (Inbox).
 func Channel(base string) string { return base + ":wake" }
 
 // Inbox is where the notes for id (an owner id, or an entry id that extends

@@ -1,0 +1,385 @@
+package fairlock_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+)
+
+// The reentrant lock's waiters specification. The reentrant lock is not
+// fair: any caller may take a free lock. But its waiters are known to Redis
+// (reentrant_acquire.lua), and each time the lock is freed (the last
+// Unlock, ForceUnlock, or the leave of the waiter the last wake-up went to)
+// exactly one of them is woken, in its own client's inbox: the
+// longest-waiting live one. This property drives the scripts directly and
+// checks, after every step, against a model:
+//
+//   - the lock is held by the model's holder, or free (mutual exclusion;
+//     a lease that runs out frees it);
+//   - a step that frees the lock publishes one note, "<waiter> freed", to
+//     the inbox of that waiter's client ("<channel>:<client>"), for the
+//     longest-waiting waiter whose deadline has not passed, or nothing when
+//     no waiter is live; every other step publishes nothing;
+//   - a woken waiter that a barger beat to the lock stays first: the next
+//     wake-up is its again;
+//   - a waiter's try pushes its deadline forward; a waiter that took the
+//     lock or left is never woken;
+//   - a fresh hold reports freed (a lost wake-up: its timer should have
+//     been beaten by the message) exactly when the last wake-up went to the
+//     waiter that took it and no token was issued since;
+//   - every key of the lock has a TTL.
+//
+// A waiter whose deadline passed is taken for dead: the model never makes
+// it try again (a live client's tries keep its deadline ahead).
+
+const (
+	reentrantSpecLease = 2 * time.Second
+	reentrantSpecWait  = 3 * time.Second
+	reentrantSpecBase  = "fairlock:r:{spec}"
+)
+
+type reentrantHandle struct {
+	owner  string // "<client>.<handle>"
+	joins  int
+	waiter string // its waiter id while it waits, "" otherwise
+	count  int    // its hold's count (0: none)
+	token  int64
+	reqs   int
+}
+
+type reentrantSpec struct {
+	t       *rapid.T
+	mr      *miniredis.Miniredis
+	clk     *clock.Fake
+	c       *redis.Client
+	scripts *lua.Scripts
+	keys    []string
+	handles []*reentrantHandle
+	msgs    chan miniredis.PubsubPmessage
+	marks   int
+
+	holder  *reentrantHandle // the model's holder, nil if free
+	expires time.Time        // its hold's expiry
+	// The waiters in arrival order, and the deadline of each that has not
+	// taken the lock or left (a waiter without one is a tombstone).
+	order     []string
+	deadlines map[string]time.Time
+	woken     string // the waiter the last wake-up went to, until a token is issued
+}
+
+func (s *reentrantSpec) now() time.Time { return s.clk.Now() }
+
+// free drops a hold whose lease ran out: the lock is free, and its holder
+// (lost) holds nothing.
+func (s *reentrantSpec) free() {
+	if s.holder != nil && !s.expires.After(s.now()) {
+		s.holder.count = 0
+		s.holder = nil
+	}
+	for _, hd := range s.handles {
+		if d, ok := s.deadlines[hd.waiter]; ok && !d.After(s.now()) {
+			hd.waiter = "" // dead: it never tries again
+		}
+	}
+}
+
+// wake is the model's wake-up: the longest-waiting live waiter, dead ones
+// ahead of it dropped for good; "" if none.
+func (s *reentrantSpec) wake() string {
+	for len(s.order) > 0 {
+		id := s.order[0]
+		if d, ok := s.deadlines[id]; ok && d.After(s.now()) {
+			s.woken = id
+			return id
+		}
+		s.order = s.order[1:]
+		delete(s.deadlines, id)
+	}
+	return ""
+}
+
+func (s *reentrantSpec) call(sc *lua.Script, args ...any) []int64 {
+	res, err := sc.Run(context.Background(), s.c, nil, s.keys, args...).Result()
+	if err != nil {
+		s.t.Fatalf("%v", err)
+	}
+	v, ok := res.([]any)
+	if !ok {
+		v = []any{res} // a script that answers with one integer
+	}
+	out := make([]int64, len(v))
+	for i, e := range v {
+		out[i] = e.(int64)
+	}
+	return out
+}
+
+// published returns the notes published since the last call, as
+// "<channel> <payload>", in order: a marker published after them tells
+// when all have been read.
+func (s *reentrantSpec) published() []string {
+	s.marks++
+	mark := fmt.Sprintf("mark-%d", s.marks)
+	go s.mr.Publish(reentrantSpecBase+":wake:~", mark)
+	var got []string
+	for {
+		select {
+		case m := <-s.msgs:
+			if m.Message == mark {
+				return got
+			}
+			got = append(got, m.Channel+" "+m.Message)
+		case <-time.After(10 * time.Second):
+			s.t.Fatalf("the marker never came back")
+		}
+	}
+}
+
+// expectWake checks that the step published the wake-up of waiter ("":
+// nothing).
+func (s *reentrantSpec) expectWake(what, waiter string) {
+	got := s.published()
+	var want []string
+	if waiter != "" {
+		client, _, _ := strings.Cut(waiter, ".")
+		want = []string{reentrantSpecBase + ":wake:" + client + " " + waiter + " freed"}
+	}
+	if !slices.Equal(got, want) {
+		s.t.Fatalf("%s published %q, want %q (waiters in order: %v)", what, got, want, s.orderIDs())
+	}
+}
+
+func (s *reentrantSpec) orderIDs() []string {
+	var ids []string
+	for _, id := range s.order {
+		if d, ok := s.deadlines[id]; ok {
+			ids = append(ids, fmt.Sprintf("%s(until %v)", id, d.Sub(redistest.Epoch)))
+		} else {
+			ids = append(ids, id+"(gone)")
+		}
+	}
+	return ids
+}
+
+func (s *reentrantSpec) req(hd *reentrantHandle) string {
+	hd.reqs++
+	return fmt.Sprintf("%s#%d", hd.owner, hd.reqs)
+}
+
+// acquire is one try of hd: a TryLock that never waits (waiter ""), or a
+// waiter's try (its first, or one a wake-up or its timer prompted).
+func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
+	args := []any{hd.owner, s.req(hd), reentrantSpecLease.Milliseconds(), "0"}
+	ask := rapid.Bool().Draw(t, "ask freed")
+	if waits {
+		if hd.waiter == "" {
+			hd.joins++
+			hd.waiter = fmt.Sprintf("%s/%d", hd.owner, hd.joins)
+		}
+		a := "0"
+		if ask {
+			a = "1"
+		}
+		args = append(args, a, hd.waiter, reentrantSpecWait.Milliseconds())
+	}
+	r := s.call(s.scripts.ReentrantAcquire, args...)
+	switch {
+	case s.holder == nil:
+		if r[0] != 1 {
+			t.Fatalf("%s's try of a free lock: %v", hd.owner, r)
+		}
+		wantFreed := waits && ask && s.woken == hd.waiter
+		if got := len(r) >= 3 && r[2] == 1; got != wantFreed {
+			t.Fatalf("%s took the lock with freed=%v, want %v (last wake-up to %q)", hd.waiter, got, wantFreed, s.woken)
+		}
+		s.woken = ""
+		s.holder, hd.count, hd.token = hd, 1, r[1]
+		s.expires = s.now().Add(reentrantSpecLease)
+		s.leaveOrder(hd)
+	case s.holder == hd:
+		if r[0] != 1 || r[1] != hd.token {
+			t.Fatalf("%s's re-entry: %v, want its token %d", hd.owner, r, hd.token)
+		}
+		hd.count++
+		if e := s.now().Add(reentrantSpecLease); e.After(s.expires) {
+			s.expires = e
+		}
+		s.leaveOrder(hd)
+	default:
+		if r[0] != 0 {
+			t.Fatalf("%s took a lock %s holds: %v", hd.owner, s.holder.owner, r)
+		}
+		if waits {
+			if _, ok := s.deadlines[hd.waiter]; !ok {
+				s.order = append(s.order, hd.waiter)
+			}
+			s.deadlines[hd.waiter] = s.now().Add(reentrantSpecWait)
+		}
+	}
+	s.expectWake(hd.owner+"'s try", "")
+}
+
+// leaveOrder: hd took the lock or left; its waiter is a tombstone.
+func (s *reentrantSpec) leaveOrder(hd *reentrantHandle) {
+	delete(s.deadlines, hd.waiter)
+	hd.waiter = ""
+}
+
+func (s *reentrantSpec) pick(t *rapid.T, ok func(*reentrantHandle) bool) *reentrantHandle {
+	var cands []*reentrantHandle
+	for _, hd := range s.handles {
+		if ok(hd) {
+			cands = append(cands, hd)
+		}
+	}
+	if len(cands) == 0 {
+		t.Skip("no handle for this step")
+	}
+	return rapid.SampledFrom(cands).Draw(t, "handle")
+}
+
+func (s *reentrantSpec) tryLock(t *rapid.T) {
+	s.acquire(t, s.pick(t, func(hd *reentrantHandle) bool { return hd.waiter == "" }), false)
+}
+
+func (s *reentrantSpec) join(t *rapid.T) {
+	s.acquire(t, s.pick(t, func(hd *reentrantHandle) bool { return hd.waiter == "" }), true)
+}
+
+func (s *reentrantSpec) waiterTries(t *rapid.T) {
+	s.acquire(t, s.pick(t, func(hd *reentrantHandle) bool { return hd.waiter != "" }), true)
+}
+
+func (s *reentrantSpec) unlock(t *rapid.T) {
+	hd := s.pick(t, func(hd *reentrantHandle) bool { return hd.count > 0 })
+	r := s.call(s.scripts.ReentrantRelease, hd.owner, s.req(hd), hd.token, "PUBLISH", reentrantSpecBase+":wake")
+	hd.count--
+	if hd.count > 0 {
+		if r[0] != 2 {
+			t.Fatalf("%s's release of a re-entered hold: %v, want {2}", hd.owner, r)
+		}
+		s.expectWake(hd.owner+"'s inner release", "")
+		return
+	}
+	if r[0] != 1 {
+		t.Fatalf("%s's last release: %v, want {1}", hd.owner, r)
+	}
+	s.holder = nil
+	s.expectWake(hd.owner+"'s last release", s.wake())
+}
+
+func (s *reentrantSpec) forceUnlock(t *rapid.T) {
+	r := s.call(s.scripts.ReentrantForceUnlock, "PUBLISH", reentrantSpecBase+":wake")
+	if (r[0] == 1) != (s.holder != nil) {
+		t.Fatalf("ForceUnlock answered %v with the lock held by %v", r, s.holder)
+	}
+	if s.holder == nil {
+		s.expectWake("ForceUnlock of a free lock", "")
+		return
+	}
+	s.holder.count = 0
+	s.holder = nil
+	s.expectWake("ForceUnlock", s.wake())
+}
+
+func (s *reentrantSpec) leave(t *rapid.T) {
+	hd := s.pick(t, func(hd *reentrantHandle) bool { return hd.waiter != "" })
+	id := hd.waiter
+	r := s.call(s.scripts.ReentrantLeave, hd.owner, id, "PUBLISH", reentrantSpecBase+":wake")
+	s.leaveOrder(hd)
+	next := ""
+	if s.holder == nil && s.woken == id {
+		next = s.wake()
+		if next == "" {
+			s.woken = ""
+		}
+	}
+	if (r[0] == 1) != (next != "") {
+		t.Fatalf("%s's leave answered %v; the model passes its wake-up on to %q", id, r, next)
+	}
+	s.expectWake(id+"'s leave", next)
+}
+
+func (s *reentrantSpec) advance(t *rapid.T) {
+	s.clk.Advance(time.Duration(rapid.IntRange(1, 2500).Draw(t, "ms")) * time.Millisecond)
+	s.free()
+}
+
+func (s *reentrantSpec) check(t *rapid.T) {
+	v, err := s.scripts.State.Run(context.Background(), s.c, nil, s.keys[:1]).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case s.holder == nil && len(v) != 0:
+		t.Fatalf("Redis says %v holds the lock; the model says it is free", v)
+	case s.holder != nil && (len(v) == 0 || v[0] != s.holder.owner || v[1] != int64(s.holder.count)):
+		t.Fatalf("Redis says %v; the model says %s holds it %d times", v, s.holder.owner, s.holder.count)
+	}
+	for _, k := range s.keys {
+		if s.mr.Exists(k) && s.mr.TTL(k) <= 0 {
+			t.Fatalf("key %s has no TTL", k)
+		}
+	}
+}
+
+func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			t.Fatalf("miniredis: %v", err)
+		}
+		defer mr.Close()
+		mr.ClockTTL(true)
+		sub := mr.NewSubscriber()
+		defer sub.Close()
+		sub.Psubscribe(reentrantSpecBase + ":wake*")
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+		defer c.Close()
+		s := &reentrantSpec{t: t, mr: mr, c: c, scripts: scripts, msgs: make(chan miniredis.PubsubPmessage, 64),
+			deadlines: map[string]time.Time{},
+			keys:      []string{reentrantSpecBase, reentrantSpecBase + ":queue", reentrantSpecBase + ":deadlines"}}
+		s.clk = clock.NewFake(redistest.Epoch, mr.SetTime)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case m := <-sub.Pmessages():
+					s.msgs <- m
+				case <-stop:
+					return
+				}
+			}
+		}()
+		// Two clients with two handles each, and one with one: notes must
+		// reach the right client's inbox.
+		for _, o := range []string{"ca.h1", "ca.h2", "cb.h1", "cb.h2", "cc.h1"} {
+			s.handles = append(s.handles, &reentrantHandle{owner: o})
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"tryLock":     s.tryLock,
+			"join":        s.join,
+			"waiterTries": s.waiterTries,
+			"unlock":      s.unlock,
+			"forceUnlock": s.forceUnlock,
+			"leave":       s.leave,
+			"advance":     s.advance,
+			"":            s.check,
+		})
+	}
+}
+
+func TestReentrantWaitersSpecification(t *testing.T) {
+	rapid.Check(t, reentrantSpecOf(lua.Default()))
+}
