@@ -177,13 +177,12 @@ func printView(w io.Writer, v view) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintln(w)
-	if v.Kind == kindReentrant {
-		fmt.Fprintln(w, "queue: none (a reentrant lock's waiters do not queue)")
-		return
-	}
 	if len(v.Queue) == 0 {
 		fmt.Fprintln(w, "queue: empty")
 		return
+	}
+	if v.Kind == kindReentrant {
+		fmt.Fprintln(w, "waiters, woken one per release in this order (not a queue: any caller may take a free lock):")
 	}
 	asks := map[string]string{kindFair: "", kindSemaphore: "\tASKS", kindRW: "\tASKS"}[v.Kind]
 	fmt.Fprintf(tw, "#\tWAITER\tLABEL\tHOST\tPID%s\tDEADLINE\tSTATE\n", asks)

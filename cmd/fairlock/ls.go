@@ -77,9 +77,6 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(tw, "KIND\tNAME\tHOLDER\tQUEUE\tTTL")
 	for _, v := range views {
 		queue := fmt.Sprint(len(v.Queue))
-		if v.Kind == kindReentrant {
-			queue = "-"
-		}
 		ttl := "-"
 		if d := v.ttl(); d > 0 {
 			ttl = d.String()

@@ -101,9 +101,14 @@ func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Unlock(ctx)
+	// Its waiters are in Redis, in the order releases wake them.
+	r2, _ := reentrant.New(redistest.Owner(client), "nightly")
+	waiting := func() int { q, _ := reentrantWaiters(ctx, client, "nightly"); return len(q) }
+	defer queueUp(t, r2.Lock, 1, waiting)()
 	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "nightly")
-	if err != nil || !strings.Contains(out, `reentrant lock "nightly"`) || !strings.Contains(out, "COUNT") {
-		t.Fatalf("inspect of a reentrant lock: %v\n%s", err, out)
+	if err != nil || !strings.Contains(out, `reentrant lock "nightly"`) || !strings.Contains(out, "COUNT") ||
+		!strings.Contains(out, "woken one per release in this order") || !regexp.MustCompile(`(?m)^1\s+\S+/\S+\s.*waiting`).MatchString(out) {
+		t.Fatalf("inspect of a reentrant lock with a waiter: %v\n%s", err, out)
 	}
 
 	for _, args := range [][]string{{"catalgo"}, {"-kind", "fair", "encoders"}} {

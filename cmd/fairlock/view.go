@@ -42,7 +42,7 @@ func keysOf(kind, name string) []string {
 	case kindFair:
 		return wire.QueueKeys(wire.FairBase(name))
 	case kindReentrant:
-		return []string{wire.ReentrantKey(name)}
+		return wire.QueueKeys(wire.ReentrantKey(name))
 	case kindSemaphore:
 		return append([]string{wire.SemaphoreBase(name)}, wire.QueueKeys(wire.GateBase(wire.SemaphoreBase(name)))...)
 	}
@@ -143,6 +143,9 @@ func load(ctx context.Context, client redis.UniversalClient, kind, name string) 
 			v.Holders = append(v.Holders, holderView{Owner: st.Owner, Label: o.Label, Host: o.Host, PID: o.PID,
 				Count: st.Count, TTLMs: st.TTL.Milliseconds(), Token: st.Token})
 		}
+		if v.Queue, err = reentrantWaiters(ctx, client, name); err != nil {
+			return v, fmt.Errorf("inspecting reentrant lock %q: %w", name, err)
+		}
 	default:
 		inspect := fair.InspectSemaphore
 		if kind == kindRW {
@@ -175,6 +178,42 @@ func mode(n int) string {
 		return "write"
 	}
 	return "read"
+}
+
+// reentrantWaiters reads a reentrant lock's waiters in arrival order, the
+// order in which releases wake them: the list's ids that still have a
+// deadline (the others took the lock or left), with the time left to each
+// by Redis's clock. One round trip: the keys share the name's hash tag.
+func reentrantWaiters(ctx context.Context, client redis.UniversalClient, name string) ([]waiterView, error) {
+	keys := wire.QueueKeys(wire.ReentrantKey(name))
+	var (
+		now   *redis.TimeCmd
+		ids   *redis.StringSliceCmd
+		until *redis.ZSliceCmd
+	)
+	if _, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		ids = p.LRange(ctx, keys[1], 0, -1)
+		until = p.ZRangeWithScores(ctx, keys[2], 0, -1)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	deadlines := map[string]int64{}
+	for _, z := range until.Val() {
+		deadlines[fmt.Sprint(z.Member)] = int64(z.Score)
+	}
+	nowMs := now.Val().UnixMilli()
+	out := []waiterView{}
+	for _, id := range ids.Val() {
+		d, ok := deadlines[id]
+		if !ok {
+			continue
+		}
+		delete(deadlines, id) // listed once
+		out = append(out, waiterView{Entry: id, Owner: wire.OwnerOfEntry(id), DeadlineMs: d - nowMs, Expired: d <= nowMs})
+	}
+	return out, nil
 }
 
 func waiters(kind string, q []fair.Waiter) []waiterView {
