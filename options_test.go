@@ -77,14 +77,14 @@ func use(o *fairlock.Owner) {
 	_, _ = fair.NewSemaphore(o, "a", 2, opts...)
 	mutexOpts := []fair.MutexOption{fair.WithLease(time.Second), fair.WithReplicas(1, time.Second)}
 	_, _ = fair.New(o, "a", mutexOpts...)
-	_, _ = reentrant.New(o, "a", reentrant.WithLease(time.Second), reentrant.WithReplicas(1, time.Second))
+	_, _ = reentrant.New(o, "a", reentrant.WithLease(time.Second), reentrant.WithReplicas(1, time.Second), reentrant.WithWaitTimeout(time.Second))
 	_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", reentrant.WithLease(time.Second))`)
 	if err != nil {
 		t.Fatalf("a program that uses every option where it applies does not build: %v\n%s", err, out)
 	}
 
 	for _, c := range []struct{ what, body, want string }{
-		{"the fair lock's queue option on the reentrant lock",
+		{"the fair package's wait timeout on the reentrant lock",
 			`_, _ = reentrant.New(o, "a", fair.WithWaitTimeout(time.Second))`,
 			"does not implement reentrant.Option"},
 		{"the fair lock's label on RedLock",

@@ -20,9 +20,11 @@
 //
 // # Choosing between reentrant and fair
 //
-// This lock is not fair: when it is released, whichever waiter's attempt
+// This lock is not fair: when it is free, whichever caller's attempt
 // reaches Redis first gets it, and the releasing process often gets it back.
-// It costs no queue and its waiters hold no state in Redis. Choose
+// Its waiters are known to Redis, in arrival order, but only so that each
+// release wakes one of them: a caller that has not waited may take a free
+// lock before the waiter it woke. Choose
 // [github.com/fairlock/fairlock/fair] when waiters must be served in the
 // order they arrived, or when a busy lock must not starve anyone.
 //
@@ -44,31 +46,45 @@
 //
 // # Waiting
 //
-// Waiters do not poll. Unlock publishes a message; all waiters of one go-redis
-// client share one pub/sub connection and one message wakes one of them. A
-// fallback timer, set to the remaining lease of the current hold, covers a
-// hold that ends by its lease (a fixed lease, or a holder that died without
-// publishing): one waiter takes the lock within 1 ms and a round trip of the
-// lease's end. Every waiter has that timer, so then each makes one attempt
-// (one script call per waiter per lease that runs out); the fair lock wakes
-// only its head. The same timer is the fallback for a wake-up that a fault
-// lost (a connection cut): such a waiter waits up to the current hold's
-// lease, not a fair waiter's heartbeat, and finding the lock released by
-// its timer is a rescue, reported to the observer (observe.Rescued); a
-// hold that ran out is not. Without faults there are none. A lock's channel stays subscribed for
-// 30 s after its last waiter left; the owner's Close
-// ([github.com/fairlock/fairlock.Owner]) closes its connections at once.
+// Waiters do not poll. A Lock (or a TryLock with a wait) whose first try
+// finds the lock held is put among the lock's waiters in Redis, with a
+// deadline one wait timeout away ([WithWaitTimeout], default 10 s). Each
+// release wakes one waiter, the longest-waiting live one, with one message
+// to its client's inbox of the lock: all waiters of one go-redis client
+// share one pub/sub connection, and Redis's work per release does not grow
+// with the clients waiting. A woken waiter that a caller beat to the lock
+// stays first, for the next release. A waiter tries again every wait timeout
+// / 3, which keeps its place (one script call per waiter per beat); one that
+// falls silent for a wait timeout (its process paused or died) is passed
+// over. One that gives up leaves at once, and passes on a wake-up that came
+// to it while the lock is still free.
+//
+// A fallback timer, set to the remaining lease of the current hold, covers
+// a hold that ends by its lease (a fixed lease, or a holder that died
+// without releasing): one waiter takes the lock within 1 ms and a round
+// trip of the lease's end. Every waiter has that timer, so then each makes
+// one attempt; the fair lock wakes only its head. The beat is the fallback
+// for a wake-up that a fault lost (a connection cut): such a waiter waits
+// up to a wait timeout / 3, and finding the lock free with the last
+// wake-up sent to it is a rescue, reported to the observer
+// (observe.Rescued) and logged; a hold that ran out is not. Without faults
+// there are none. A lock's inbox stays subscribed for 30 s after its last
+// waiter left; the owner's Close ([github.com/fairlock/fairlock.Owner])
+// closes its connections at once.
 //
 // # Redis
 //
 // Redis 7.0 or newer; a single node, Sentinel (redis.NewFailoverClient) or
 // Cluster client. A *redis.Ring is refused: it may move a key to another
 // shard, which would let two clients hold one lock. The lock's keys are
-// fairlock:r:{name} (a string holding one JSON object) and the channel
-// fairlock:r:{name}:wake; a fair and a reentrant lock of the same name are
-// independent. Every key expires:
-// at most 40 s after the end of the last lease Redis granted (the lease as
-// acquired or last renewed, whenever the hold was released), nothing is left.
+// fairlock:r:{name} (a string holding one JSON object), its waiters
+// fairlock:r:{name}:queue (a list) and their deadlines
+// fairlock:r:{name}:deadlines (a sorted set), and each client's inbox is the
+// channel fairlock:r:{name}:wake:<client>; a fair and a reentrant lock of
+// the same name are independent. Every key expires: at most 40 s after the
+// later of the end of the last lease Redis granted (the lease as acquired or
+// last renewed, whenever the hold was released) and the last deadline a
+// waiter was given, nothing is left.
 //
 // go-redis retries a command after a timeout or connection error even when
 // the first try ran; every script here is safe to run twice. Recommended

@@ -72,6 +72,12 @@ func WithCleanupTimeout(d time.Duration) Option { return config.WithCleanupTimeo
 // waiting.
 func WithReplicas(n int, timeout time.Duration) Option { return config.WithReplicas(n, timeout) }
 
+// WithWaitTimeout sets how long a waiter may fall silent before it counts
+// as dead and is passed over by the wake-ups (default 10 s, at least 10 ms).
+// A waiter tries the lock again every wait timeout / 3, which keeps its
+// place among the waiters: one script call per waiter per beat.
+func WithWaitTimeout(d time.Duration) Option { return config.WithWaitTimeout(d) }
+
 // WithObserver reports every acquisition and hold of the handle to o, for
 // metrics and traces: how long each acquisition waited and how it ended,
 // how long each hold lasted and how it ended, and failed renewals

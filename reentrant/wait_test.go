@@ -134,6 +134,42 @@ func TestFallbackTimerCoversAHolderThatDied(t *testing.T) {
 	unlockAll(t, b)
 }
 
+// A waiter is known to Redis with a deadline one wait timeout away, which
+// its tries push forward every wait timeout / 3. (That one whose deadline
+// passed is passed over by the wake-ups is the specification's to check:
+// property_reentrant_test.go.)
+func TestWaitersKeepTheirPlaceByTheirWaitTimeout(t *testing.T) {
+	e := newEnv(t)
+	a := e.handle()
+	b := e.handle(reentrant.WithWaitTimeout(3 * time.Second))
+	mustLock(t, a)
+	got := tryLockAsync(b, context.Background(), time.Hour)
+	waitSubscribed(t, e, 1)
+	deadline := func() time.Duration {
+		members, err := e.mr.ZMembers("fairlock:r:{jobs}:deadlines")
+		if err != nil || len(members) != 1 {
+			t.Fatalf("waiters in Redis: %v, %v; want b alone", members, err)
+		}
+		score, _ := e.mr.ZScore("fairlock:r:{jobs}:deadlines", members[0])
+		return time.UnixMilli(int64(score)).Sub(e.clk.Now())
+	}
+	if d := deadline(); d != 3*time.Second {
+		t.Fatalf("b's deadline is %v away, want its wait timeout, 3 s", d)
+	}
+	e.clk.Advance(time.Second) // b's beat: a try that keeps its place
+	redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })
+	if d := deadline(); d != 3*time.Second {
+		t.Fatalf("after b's beat its deadline is %v away, want 3 s again", d)
+	}
+	if err := a.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := await(t, got); !r.ok || r.err != nil {
+		t.Fatalf("b after a's Unlock: %v, %v; want the lock", r.ok, r.err)
+	}
+	unlockAll(t, b)
+}
+
 func TestHoldOutlivesTheCallContext(t *testing.T) {
 	e := newEnv(t)
 	a := e.handle(reentrant.WithLease(3 * time.Second))
@@ -244,6 +280,10 @@ func TestBadInput(t *testing.T) {
 			return err
 		},
 		"nil option": func() error { _, err := reentrant.New(redistest.Owner(client), "x", nil); return err },
+		"zero wait timeout": func() error {
+			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithWaitTimeout(0))
+			return err
+		},
 		"negative wait": func() error {
 			m, _ := reentrant.New(redistest.Owner(client), "x")
 			_, err := m.TryLock(context.Background(), -1, 0)

@@ -33,12 +33,20 @@ func (o Everywhere) appliesToFairMutex() Setting          { return Setting(o) }
 func (o Everywhere) appliesToEveryFairPrimitive() Setting { return Setting(o) }
 func (o Everywhere) appliesToReentrant() Setting          { return Setting(o) }
 
-// FairOnly is an option of the fair primitives alone: their queue's wait
-// timeout, and the label Inspect shows.
+// FairOnly is an option of the fair primitives alone: the label Inspect
+// shows.
 type FairOnly Setting
 
 func (o FairOnly) appliesToFairMutex() Setting          { return Setting(o) }
 func (o FairOnly) appliesToEveryFairPrimitive() Setting { return Setting(o) }
+
+// Waiting is an option of every primitive whose waiters Redis knows (each
+// fair primitive and the reentrant lock): their wait timeout.
+type Waiting Setting
+
+func (o Waiting) appliesToFairMutex() Setting          { return Setting(o) }
+func (o Waiting) appliesToEveryFairPrimitive() Setting { return Setting(o) }
+func (o Waiting) appliesToReentrant() Setting          { return Setting(o) }
 
 // MutexesOnly is an option of the two mutexes alone (WithReplicas): the
 // semaphore and the RW lock do not support it yet.
@@ -141,8 +149,9 @@ func WithReplicas(n int, timeout time.Duration) MutexesOnly {
 	}
 }
 
-// WithWaitTimeout sets how long a queued fair waiter may be silent.
-func WithWaitTimeout(d time.Duration) FairOnly {
+// WithWaitTimeout sets how long a waiter may be silent before it is taken
+// for dead.
+func WithWaitTimeout(d time.Duration) Waiting {
 	return func(c *Config) error {
 		if err := PositiveDuration("wait timeout", d, MinLease); err != nil {
 			return err
