@@ -221,7 +221,7 @@ var mutations = []struct {
 		// wake-up sent to it, lost that wake-up: a rescue.
 		name:   "a reentrant acquire says a lock freed for this waiter was not",
 		file:   "reentrant_acquire.lua",
-		from:   "if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end",
+		from:   "if ARGV[5] == '1' and woken then freed = 1 end",
 		to:     "",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
@@ -229,7 +229,7 @@ var mutations = []struct {
 	{
 		name:   "a reentrant acquire says a lock whose lease ran out was freed for this waiter",
 		file:   "reentrant_acquire.lua",
-		from:   "if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end",
+		from:   "if ARGV[5] == '1' and woken then freed = 1 end",
 		to:     "freed = 1",
 		spec:   scenarioSpec(reentrantLostWakeUp),
 		checks: 1,
@@ -266,8 +266,22 @@ var mutations = []struct {
 	{
 		name: "the waiters' keys made without a TTL",
 		file: "reentrant_acquire.lua",
-		from: "commit(s, w, now, added, {KEYS[2], KEYS[3]})",
-		to:   "commit(s, w, now, false, {KEYS[2], KEYS[3]})",
+		from: "if next(w) ~= nil or created then commit(s, w, now, created, {KEYS[2], KEYS[3]}) end",
+		to:   "if next(w) ~= nil then commit(s, w, now, false, {KEYS[2], KEYS[3]}) end",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a waiters zset made anew beside a list of tombstones gets no TTL",
+		file: "reentrant_acquire.lua",
+		from: " or redis.call('ZCARD', KEYS[3]) == 1",
+		to:   "",
+		spec: reentrantSpecOf,
+	},
+	{
+		name: "a waiter that takes the lock unwoken pops the head",
+		file: "reentrant_acquire.lua",
+		from: "  if woken then\n",
+		to:   "  if waiter then\n",
 		spec: reentrantSpecOf,
 	},
 	{

@@ -82,9 +82,9 @@
 // fairlock:r:{name}:deadlines (a sorted set), and each client's inbox is the
 // channel fairlock:r:{name}:wake:<client>; a fair and a reentrant lock of
 // the same name are independent. Every key expires: at most 40 s after the
-// later of the end of the last lease Redis granted (the lease as acquired or
-// last renewed, whenever the hold was released) and the last deadline a
-// waiter was given, nothing is left.
+// end of the last lease Redis granted (the lease as acquired or last
+// renewed, whenever the hold was released), and 50 s after the last
+// deadline a waiter was given, nothing is left.
 //
 // go-redis retries a command after a timeout or connection error even when
 // the first try ran; every script here is safe to run twice. Recommended

@@ -37,11 +37,18 @@ if who ~= nil and who ~= owner then
   -- deadline forward (a sign of life): ZADD answers 1 only for a new member.
   -- A release wakes the longest-waiting live one (reentrant_release.lua).
   local w = {}
-  local added = redis.call('ZADD', KEYS[3], int(now + wait), waiter) == 1
-  if added then redis.call('RPUSH', KEYS[2], waiter) end
-  horizon(s, w, now + wait)
-  -- A new member may have made either waiters key: give it its TTL.
-  if next(w) ~= nil or added then commit(s, w, now, added, {KEYS[2], KEYS[3]}) end
+  local created = false
+  if redis.call('ZADD', KEYS[3], int(now + wait), waiter) == 1 then
+    -- A new member may have made either key, which then has no TTL yet: the
+    -- list, if it is the only element (and then the zset, whose members are
+    -- all in the list, was empty too); the zset, if it is its only member
+    -- (the list held only tombstones).
+    created = redis.call('RPUSH', KEYS[2], waiter) == 1 or redis.call('ZCARD', KEYS[3]) == 1
+  end
+  -- h bounds every deadline; it is pushed SLACK_MS further than needed, so
+  -- that most tries write nothing to the hold.
+  if now + wait > tonumber(s.h or '0') then w.h = int(now + wait + SLACK_MS) end
+  if next(w) ~= nil or created then commit(s, w, now, created, {KEYS[2], KEYS[3]}) end
   return {0, expiry - now}
 end
 
@@ -52,8 +59,15 @@ if who == nil then
   -- woke, which then waits for the next wake-up. A waiter whose fallback
   -- timer found it free asks whether its wake-up was lost (a rescue): n
   -- names the waiter the last wake-up went to, until a token is issued.
+  local woken = waiter ~= nil and s.n == waiter
   local freed = 0
-  if ARGV[5] == '1' and waiter and s.n == waiter then freed = 1 end
+  if ARGV[5] == '1' and woken then freed = 1 end
+  if woken then
+    -- The waiter the last wake-up went to is the list's head: wake_waiter
+    -- left it first, and nothing pops the list until a token is issued. It
+    -- goes now, rather than as a tombstone for the next wake-up to pop.
+    redis.call('LPOP', KEYS[2])
+  end
   s.n = nil
   token = next_token(s, w, now_us)
   w.o, w.c, w.x = owner, '1', int(now + lease)
