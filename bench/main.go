@@ -51,6 +51,7 @@ type config struct {
 	permits string
 	semHold time.Duration
 	fanout  string
+	scale   string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -66,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.permits, "permits", "1,4", "numbers of permits for the semaphore scenario (empty: skip it and the read-write one)")
 	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
+	fs.StringVar(&c.scale, "scale", "4,64,256", "numbers of clients, each with go-redis's default options, taking one lock in turn, for what N costs each lock (1000 too, say; empty: skip)")
 	fs.StringVar(&c.fanout, "fanout", "", "numbers of clients taking one lock in turn, for the bytes Redis sends per acquisition (2,4,16,64, say; empty: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stopServer()
 		addr = a
 	}
-	e := &env{addr: addr, opts: redis.Options{PoolSize: 16, MaxRetries: -1}}
+	e := &env{addr: addr} // go-redis's default options, for every implementation
 	probe := e.client()
 	defer func() { _ = probe.Close() }()
 	ver, err := probe.Info(ctx, "server").Result()
@@ -177,6 +179,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	var scaleNs []int
+	var scaled map[scaleKey][]scaleRun
+	if c.scale != "" {
+		for _, f := range strings.Split(c.scale, ",") {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 2 {
+				return fmt.Errorf("bad -scale entry %q: want a number of clients, at least 2", f)
+			}
+			scaleNs = append(scaleNs, n)
+		}
+		reps := max(c.reps, 1)
+		if scaled, err = e.runScale(ctx, scaleNs, reps, dur, stderr); err != nil {
+			return err
+		}
+	}
 	var sems []*semResult
 	if c.permits != "" {
 		for _, f := range strings.Split(c.permits, ",") {
@@ -219,6 +236,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	printQueue(stdout, queue)
 	printFanout(stdout, fan)
+	printScale(stdout, scaleNs, scaled)
 	printSemaphores(stdout, sems, c.semHold)
 	printRW(stdout, rws, c.semHold)
 	if c.plot != "" && c.reps > 0 {
@@ -256,7 +274,7 @@ func startRedis() (string, func(), error) {
 		return "", nil, err
 	}
 	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "log"))
+		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--maxclients", "10000")
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"sync"
 
 	"github.com/fairlock/fairlock"
@@ -27,4 +28,16 @@ func ownerOf(c redis.UniversalClient) *fairlock.Owner {
 		owners.m[c] = o
 	}
 	return o
+}
+
+// closeOwner closes c's owner, if it has one (its pub/sub connections with
+// it), and forgets it: a scenario that made c is done with it.
+func closeOwner(ctx context.Context, c redis.UniversalClient) {
+	owners.Lock()
+	o := owners.m[c]
+	delete(owners.m, c)
+	owners.Unlock()
+	if o != nil {
+		_ = o.Close(ctx)
+	}
 }
