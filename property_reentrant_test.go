@@ -193,8 +193,8 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		args = append(args, a, hd.waiter, reentrantSpecWait.Milliseconds())
 	}
 	r := s.call(s.scripts.ReentrantAcquire, args...)
-	switch {
-	case s.holder == nil:
+	switch s.holder {
+	case nil:
 		if r[0] != 1 {
 			t.Fatalf("%s's try of a free lock: %v", hd.owner, r)
 		}
@@ -206,7 +206,7 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		s.holder, hd.count, hd.token = hd, 1, r[1]
 		s.expires = s.now().Add(reentrantSpecLease)
 		s.leaveOrder(hd)
-	case s.holder == hd:
+	case hd:
 		if r[0] != 1 || r[1] != hd.token {
 			t.Fatalf("%s's re-entry: %v, want its token %d", hd.owner, r, hd.token)
 		}
