@@ -78,7 +78,8 @@ else
   answer = {1, token, 0}
 end
 -- A waiter that got the lock leaves the waiters: its deadline goes, and its
--- list element stays as a tombstone until a release's cleanup reaches it.
+-- list element (unless it went above) stays as a tombstone until a
+-- wake-up's cleanup reaches it.
 if waiter then redis.call('ZREM', KEYS[3], waiter) end
 w.q, s.a = req, nil
 commit(s, w, now, false, {KEYS[2], KEYS[3]})

@@ -14,8 +14,8 @@ redis.call('ZREM', KEYS[3], waiter)
 local now = clock()
 if s.n ~= waiter or holder(s, now) ~= nil then return 0 end
 local w = {}
-s.n, changed = nil, true
+s.n = nil
 wake_waiter(s, w, now, ARGV[3], ARGV[4])
-save_changes(s, w)
+save(s, w)
 if w.n then return 1 end
 return 0
