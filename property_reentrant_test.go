@@ -109,19 +109,7 @@ func (s *reentrantSpec) wake() string {
 }
 
 func (s *reentrantSpec) call(sc *lua.Script, args ...any) []int64 {
-	res, err := sc.Run(context.Background(), s.c, nil, s.keys, args...).Result()
-	if err != nil {
-		s.t.Fatalf("%v", err)
-	}
-	v, ok := res.([]any)
-	if !ok {
-		v = []any{res} // a script that answers with one integer
-	}
-	out := make([]int64, len(v))
-	for i, e := range v {
-		out[i] = e.(int64)
-	}
-	return out
+	return runInts(s.t, sc, s.c, s.keys, args...)
 }
 
 // published returns the notes published since the last call, as

@@ -71,9 +71,19 @@ type retrySpec struct {
 }
 
 func (s *retrySpec) call(sc *lua.Script, args ...any) []int64 {
-	v, err := sc.Run(context.Background(), s.c, nil, s.keys, args...).Slice()
+	return runInts(s.t, sc, s.c, s.keys, args...)
+}
+
+// runInts runs a script and returns its integer reply as a list (a script
+// that answers one integer gives a list of one).
+func runInts(t *rapid.T, sc *lua.Script, c *redis.Client, keys []string, args ...any) []int64 {
+	res, err := sc.Run(context.Background(), c, nil, keys, args...).Result()
 	if err != nil {
-		s.t.Fatalf("%v", err)
+		t.Fatalf("%v", err)
+	}
+	v, ok := res.([]any)
+	if !ok {
+		v = []any{res}
 	}
 	out := make([]int64, len(v))
 	for i, e := range v {
