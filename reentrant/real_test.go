@@ -2,11 +2,14 @@ package reentrant_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -171,6 +174,74 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 		if err := m.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkUncontendedSteps takes an uncontended Lock+Unlock pair apart, on
+// one client: the floor (two trivial scripts: SET NX PX, and a
+// compare-and-delete), the reentrant lock's own two scripts called directly
+// (their Redis time, arguments and replies, without the library around
+// them), TryLock with a fixed lease (no watchdog) with Unlock, and Lock with
+// Unlock. With -count, the four run in turn, count times:
+//
+//	go test -run '^$' -bench UncontendedSteps -benchtime 2s -count 5 ./reentrant/
+func BenchmarkUncontendedSteps(b *testing.B) {
+	client := redistest.Real(b)
+	ctx := context.Background()
+	name := redistest.Name(b)
+	b.Run("floor", func(b *testing.B) {
+		acquire := redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0`)
+		release := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+		keys := []string{"floor:{" + name + "}"}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := acquire.Run(ctx, client, keys, "token", 30000).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := release.Run(ctx, client, keys, "token").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("scripts", func(b *testing.B) {
+		scripts, mode := lua.Default(), &lua.Mode{}
+		base := wire.ReentrantKey(name + "-scripts")
+		keys, channel := wire.QueueKeys(base), wire.Channel(base)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			req := "c.h#" + strconv.Itoa(i)
+			v, err := scripts.ReentrantAcquire.Run(ctx, client, mode, keys, "c.h", req, 30000, 0).Slice()
+			if err != nil || len(v) < 2 {
+				b.Fatalf("acquire: %v, %v", v, err)
+			}
+			if err := scripts.ReentrantRelease.Run(ctx, client, mode, keys, "c.h", req+"r", v[1], "PUBLISH", channel).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, fixed := range []bool{true, false} {
+		sub := map[bool]string{true: "TryLock-fixed-lease", false: "Lock"}[fixed]
+		b.Run(sub, func(b *testing.B) {
+			m, err := reentrant.New(redistest.Owner(client), name+"-"+sub)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if fixed {
+					if ok, err := m.TryLock(ctx, 0, 30*time.Second); !ok || err != nil {
+						b.Fatalf("TryLock: %v, %v", ok, err)
+					}
+				} else if err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
