@@ -323,21 +323,16 @@ func (s *reentrantSpec) check(t *rapid.T) {
 
 func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			t.Fatalf("miniredis: %v", err)
-		}
+		mr, clk := fakeServer(t)
 		defer mr.Close()
-		mr.ClockTTL(true)
 		sub := mr.NewSubscriber()
 		defer sub.Close()
 		sub.Psubscribe(reentrantSpecBase + ":wake*")
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		defer c.Close()
-		s := &reentrantSpec{t: t, mr: mr, c: c, scripts: scripts, msgs: make(chan miniredis.PubsubPmessage, 64),
+		s := &reentrantSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, msgs: make(chan miniredis.PubsubPmessage, 64),
 			deadlines: map[string]time.Time{},
 			keys:      []string{reentrantSpecBase, reentrantSpecBase + ":queue", reentrantSpecBase + ":deadlines"}}
-		s.clk = clock.NewFake(redistest.Epoch, mr.SetTime)
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {

@@ -12,7 +12,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -258,16 +257,12 @@ func (s *retrySpec) retryRelease(t *rapid.T) {
 
 func retrySpecOf(scripts *lua.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			t.Fatalf("miniredis: %v", err)
-		}
+		mr, clk := fakeServer(t)
 		defer mr.Close()
-		mr.ClockTTL(true)
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		defer c.Close()
 		base := "fairlock:f:{retry}"
-		s := &retrySpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), c: c, scripts: scripts,
+		s := &retrySpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts,
 			keys: []string{base, base + ":queue", base + ":deadlines"}}
 		for i := 0; i < 3; i++ {
 			s.handles = append(s.handles, &retryHandle{owner: fmt.Sprintf("client.h%d", i)})

@@ -147,12 +147,8 @@ type semSpec struct {
 }
 
 func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
-	mr.ClockTTL(true)
-	s := &semSpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime), k: 3, k0: 3, rw: rw}
+	mr, clk := fakeServer(t)
+	s := &semSpec{t: t, mr: mr, clk: clk, k: 3, k0: 3, rw: rw}
 	if rw {
 		s.k, s.k0 = fair.MaxPermits, fair.MaxPermits
 	}

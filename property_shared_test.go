@@ -61,12 +61,8 @@ type sharedSpec struct {
 }
 
 func newSharedSpec(t *rapid.T) *sharedSpec {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
-	mr.ClockTTL(true)
-	s := &sharedSpec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
+	mr, clk := fakeServer(t)
+	s := &sharedSpec{t: t, mr: mr, clk: clk}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	handle := func(label string) *fair.Mutex {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})

@@ -159,12 +159,8 @@ type spec struct {
 }
 
 func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
-	mr.ClockTTL(true)
-	s := &spec{t: t, mr: mr, clk: clock.NewFake(redistest.Epoch, mr.SetTime)}
+	mr, clk := fakeServer(t)
+	s := &spec{t: t, mr: mr, clk: clk}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	s.ledger = newQueueLedger(t, s.probe, "the lock", lockKey, "")
 	s.ledger.replies = newHeadReplies(scripts.FairAcquire)

@@ -34,17 +34,25 @@ func scenarioSpec(play func(tb, *lua.Scripts)) func(*lua.Scripts) func(*rapid.T)
 	}
 }
 
+// fakeServer starts a miniredis whose keys expire by its own clock
+// (ClockTTL), and a fake clock that sets it: the specifications' Redis.
+// The caller closes it.
+func fakeServer(t tb) (*miniredis.Miniredis, *clock.Fake) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	mr.ClockTTL(true)
+	return mr, clock.NewFake(redistest.Epoch, mr.SetTime)
+}
+
 // fakeRedis starts a miniredis whose clock, TTLs included, a fake clock
 // drives, and returns that clock and a maker of clients; stop closes every
 // client made and the server. (redistest.Mini does the same for a
 // testing.TB, through Cleanup, which *rapid.T does not have.)
 func fakeRedis(t tb) (clk *clock.Fake, client func() *redis.Client, stop func()) {
 	t.Helper()
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		t.Fatalf("miniredis: %v", err)
-	}
-	mr.ClockTTL(true)
+	mr, clk := fakeServer(t)
 	var clients []*redis.Client
 	client = func() *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -57,7 +65,7 @@ func fakeRedis(t tb) (clk *clock.Fake, client func() *redis.Client, stop func())
 		}
 		mr.Close()
 	}
-	return clock.NewFake(redistest.Epoch, mr.SetTime), client, stop
+	return clk, client, stop
 }
 
 // lostHandOffFoundByTheHeartbeat: a hand-off whose message is lost is found
