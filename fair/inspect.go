@@ -97,6 +97,7 @@ func parseInspect(v []any) (State, error) {
 type queued struct {
 	Waiter
 	permitOwner string
+	value       string // an election candidate's value
 }
 
 // queueOf lists the entries of an inspected queue in order, tombstones left
@@ -112,7 +113,69 @@ func queueOf(in wire.Inspected) []queued {
 		if o, req, ok := wire.ParseElementInfo(e.Info); ok {
 			w.Origin, w.permitOwner, w.Permits = Origin(o), req.Owner, req.N
 		}
+		w.value, _ = wire.ElementValue(e.Info)
 		out = append(out, w)
 	}
 	return out
+}
+
+// ElectionState is a snapshot of an election, as InspectElection returns
+// it.
+type ElectionState struct {
+	// Leader is who leads, the zero Leadership when nobody does.
+	Leader Leadership
+	// Holder is the leader's hold (its owner id, remaining lease, a
+	// hand-over not yet claimed), nil when nobody leads.
+	Holder *Holder
+	// Candidates lists the candidates in the order they will lead, as
+	// State.Queue lists a fair lock's waiters.
+	Candidates []Candidate
+}
+
+// Candidate is one candidate queued in an election.
+type Candidate struct {
+	Waiter
+	// Value is what the candidate campaigns with.
+	Value string
+}
+
+// InspectElection reads the state of the election name without changing
+// it. The leader and the candidates are read by two calls to Redis: a
+// change between them may show in one and not the other.
+func InspectElection(ctx context.Context, client redis.UniversalClient, name string) (ElectionState, error) {
+	if err := core.CheckContext(ctx); err != nil {
+		return ElectionState{}, err
+	}
+	if err := core.CheckClient(client); err != nil {
+		return ElectionState{}, err
+	}
+	if err := core.CheckName(name); err != nil {
+		return ElectionState{}, err
+	}
+	keys := wire.QueueKeys(wire.ElectionBase(name))
+	text, err := lua.Default().ElectionLeader.Run(ctx, client, nil, keys[:1]).Text()
+	if err != nil {
+		return ElectionState{}, fmt.Errorf("fairlock: inspecting election %q: %w", name, err)
+	}
+	l, err := wire.ParseLeadership(text)
+	if err != nil {
+		return ElectionState{}, err
+	}
+	v, err := lua.Default().FairInspect.Run(ctx, client, nil, keys).Slice()
+	if err != nil {
+		return ElectionState{}, fmt.Errorf("fairlock: inspecting election %q: %w", name, err)
+	}
+	in, err := wire.DecodeInspect(v)
+	if err != nil {
+		return ElectionState{}, err
+	}
+	s := ElectionState{Leader: leadershipOf(l)}
+	if h := in.Holder; h != nil {
+		s.Holder = &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
+			Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
+	}
+	for _, w := range queueOf(in) {
+		s.Candidates = append(s.Candidates, Candidate{Waiter: w.Waiter, Value: w.value})
+	}
+	return s, nil
 }

@@ -27,6 +27,9 @@ type queue struct {
 	// permit is what a semaphore's waiter asks for, on its gate's queue
 	// (zero elsewhere): every attempt tells the gate.
 	permit wire.PermitRequest
+	// value is, in an election, the candidate's value (wire.EscapeValue),
+	// set by each Campaign before it waits; nil elsewhere.
+	value any
 
 	mu        sync.Mutex
 	abandoned []string // entries this handle could not take out of the queue
@@ -127,7 +130,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 		Owner: h.OwnerArg(), Entry: entry, Request: req.ID,
 		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
 		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
-		Permit: qu.permit,
+		Permit: qu.permit, Value: qu.value,
 	}.Args()...)
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {

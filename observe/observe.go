@@ -37,6 +37,7 @@ type Primitive string
 // The primitives.
 const (
 	Fair      Primitive = "fair"      // fair.Mutex
+	Election  Primitive = "election"  // fair.Election: a campaign, and a term as its hold
 	Reentrant Primitive = "reentrant" // reentrant.Mutex
 	Semaphore Primitive = "semaphore" // fair.Semaphore
 	RWMutex   Primitive = "rwmutex"   // fair.RWMutex, its read and write holds
@@ -46,11 +47,15 @@ const (
 // Primitives returns every Primitive, a fresh slice: a metrics exporter
 // starts a counter at 0 for each, so that a rate over it shows 0, not
 // nothing, before the first event.
-func Primitives() []Primitive { return []Primitive{Fair, Reentrant, Semaphore, RWMutex, RedLock} }
+func Primitives() []Primitive {
+	return []Primitive{Fair, Election, Reentrant, Semaphore, RWMutex, RedLock}
+}
 
 // Queued reports whether p's waiters queue (fair.Mutex, fair.Semaphore,
-// fair.RWMutex), and so may be evicted or rescued.
-func (p Primitive) Queued() bool { return p == Fair || p == Semaphore || p == RWMutex }
+// fair.RWMutex, fair.Election), and so may be evicted or rescued.
+func (p Primitive) Queued() bool {
+	return p == Fair || p == Election || p == Semaphore || p == RWMutex
+}
 
 // Outcome is how an acquisition (Lock, TryLock, LockContext, Do, Acquire,
 // RLock, ...) ended.

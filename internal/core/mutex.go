@@ -441,3 +441,43 @@ func (m *Mutex) HoldContext() context.Context {
 	}
 	return m.latest.Context()
 }
+
+// Carried returns the End of the hold of this handle that ctx carries
+// (ended or not), nil if it carries none.
+func (m *Mutex) Carried(ctx context.Context) *End {
+	if !m.made() || ctx == nil {
+		return nil
+	}
+	if h := m.carried(ctx); h != nil {
+		return &h.End
+	}
+	return nil
+}
+
+// OnHold runs call, a primitive's own script call on a hold (an election's
+// Proclaim), for the hold ctx carries, or else the handle's current one,
+// with the agent of its owner id and its token. call reports false when
+// Redis no longer has that hold: it is then ended as lost, and OnHold
+// returns ErrLockLost. A handle that holds nothing gets ErrNotHeld.
+func (m *Mutex) OnHold(ctx context.Context, call func(ctx context.Context, h Agent, token int64) (bool, error)) error {
+	if !m.made() {
+		return errUnmade
+	}
+	if err := CheckContext(ctx); err != nil {
+		return m.h.Wrap(ctx, err)
+	}
+	h, err := m.target(ctx)
+	if err != nil {
+		return m.h.Wrap(ctx, err)
+	}
+	ok, err := call(ctx, *h.agent, h.token)
+	switch {
+	case err != nil:
+		return m.h.Wrap(ctx, err)
+	case !ok && h.end(ErrLockLost, "Redis no longer has the hold"):
+		return m.h.Wrap(ctx, ErrLockLost)
+	case !ok:
+		return m.h.Wrap(ctx, h.EndedErr())
+	}
+	return nil
+}

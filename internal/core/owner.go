@@ -283,3 +283,8 @@ func (t *tracker) wait(ctx context.Context) error {
 // ClientID is o's client id: its handles' owner ids begin with it, and its
 // inbox of a lock (wire.Inbox) carries it.
 func ClientID(o *Owner) string { return o.ids.Client() }
+
+// Closing is cancelled, with cause ErrClosed, when o's Close begins: what
+// serves o's handles outside an acquisition (an election's observers) ends
+// with it.
+func Closing(o *Owner) context.Context { return o.closing }

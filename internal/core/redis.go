@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 
+	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,3 +49,27 @@ func (m *Mutex) state(ctx context.Context) (wire.HoldState, error) {
 	}
 	return wire.DecodeState(v)
 }
+
+// Read runs s, a read-only script of the handle's place (an election's
+// leader), on its first key with args, and returns its reply; what names
+// the step in an error.
+func (m *Mutex) Read(ctx context.Context, what string, s *lua.Script, args ...any) (any, error) {
+	if !m.made() {
+		return nil, errUnmade
+	}
+	if err := CheckContext(ctx); err != nil {
+		return nil, err
+	}
+	if m.h.Shared.closed.Load() {
+		return nil, ErrClosed
+	}
+	v, err := s.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1], args...).Result()
+	if err != nil {
+		return nil, Step(what, err)
+	}
+	return v, nil
+}
+
+// Agent is what the handle's first owner id may do: for the calls of a
+// primitive that act for no hold (an election's observers).
+func (m *Mutex) Agent() Agent { return m.h }

@@ -7,7 +7,9 @@
 -- handle gave up for lost ("0": none); on a semaphore's gate only, what the
 -- waiter asks for: ARGV[11] the owner id of its permit hold, ARGV[12] the
 -- permits, ARGV[13] their lease ms (kept in its queue element, and in the
--- gate's hold while it holds the gate: po, pn, pl).
+-- gate's hold while it holds the gate: po, pn, pl); in an election only,
+-- ARGV[14] the candidate's value, escaped (ARGV[11..13] are then "", 0, 0):
+-- kept in its queue element, and in the hold while it leads (l).
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
@@ -22,8 +24,9 @@
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local po, pn, pl = ARGV[11], ARGV[12], ARGV[13]
+local po, pn, pl, value = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local publish, channel = ARGV[8], ARGV[9]
+watch_leader(publish, channel)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end
@@ -80,7 +83,7 @@ if who == nil then
     w.e, w.g, s.e, s.g = nil, nil, nil, nil
     token = next_token(s, w, now_us)
     w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
-    s.po, s.pn, s.pl = po, pn, pl
+    s.po, s.pn, s.pl, s.l = po, pn, pl, value
     if head == entry then
       -- The head took the lock itself (the last hold's lease ran out): the
       -- waiter behind it is head now, and must hear when this lease ends.
@@ -121,7 +124,7 @@ local created = false
 if added then
   -- Step 7, enqueue at the tail with the caller's own deadline (its own wait
   -- timeout, so waiters with different timeouts never disturb each other).
-  redis.call('RPUSH', Q.list, element(entry, lease, wait, request_text(po, pn, pl), label))
+  redis.call('RPUSH', Q.list, element(entry, lease, wait, element_request_text(po, pn, pl, value), label))
   -- A queue key this call created has no TTL yet. With a live head ahead,
   -- both keys already existed (that head is in both), and every write that
   -- could create them set their TTL; with none, they may be new.

@@ -2,6 +2,7 @@
 -- to the live head. KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel. Returns 1 if the lock was held.
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
+watch_leader(ARGV[1], ARGV[2])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

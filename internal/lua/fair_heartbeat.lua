@@ -12,6 +12,7 @@
 -- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
 -- 0: free).
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
+watch_leader(ARGV[1], ARGV[2])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

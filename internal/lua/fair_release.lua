@@ -7,6 +7,7 @@
 -- Returns {1} released, {2} still held (a re-entry undone), {0} not held.
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+watch_leader(ARGV[4], ARGV[5])
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

@@ -41,6 +41,12 @@
 --       reentrant lock only:
 --       n  the waiter the last wake-up went to (a release, ForceUnlock, or a
 --          woken waiter's leave), until a token is issued
+--       election only (a fair lock under fairlock:e:, fair.Election):
+--       l  the leader's value, as the Go side escaped it (no '|', ' ', ';')
+--       s  when the leader's term began (Redis ms): when its token was issued
+--       w  the version of the leadership: bumped, to at least Redis's clock
+--          in µs, by every write that changes who leads, the term or the
+--          value (survives releases, so it only grows)
 --   reentrant lock: KEYS[2] fairlock:r:{N}:queue, list, its waiters' ids in
 --       arrival order; KEYS[3] fairlock:r:{N}:deadlines, zset, waiter id ->
 --       deadline (Redis ms): as a fair lock's queue, but its elements are
@@ -112,10 +118,33 @@ end
 
 -- missing: the hold key did not exist when load ran; changed: clear_hold
 -- changed the hold, so it must be saved even with nothing else to write.
--- Both are per call. As a plain script (EVALSHA) this file runs at every
+-- Both are per call (as announce, below, is). As a plain script (EVALSHA) this file runs at every
 -- call; in the Functions library it runs once, so lua.go resets both by
 -- these names at the start of every function: rename them there too.
 local missing, changed = false, false
+
+-- Elections. An election (fair.Election) is a fair lock whose hold also
+-- carries the leader's value (l), the start of its term (s) and a version
+-- (w). Every write of its hold that changes who leads, the term (the
+-- fencing token) or the value publishes the new leadership (leadership_text)
+-- on the election's leader channel, "<channel>:leader", in the call that
+-- makes the change: one PUBLISH, which reaches each observing client once
+-- (its owner's hub subscribes to it), however many observe. A lease that
+-- runs out changes nothing by itself: observers look again at the expiry
+-- they were told of.
+-- announce is per call, like missing and changed (lua.go resets it by this
+-- name): set by watch_leader in every script that may change an election's
+-- leadership, it holds where to publish and, once load has read the hold,
+-- who led, in which term, with which value.
+local announce = nil
+
+-- watch_leader is called first by the scripts that may change who holds a
+-- fair lock: if KEYS[1] is an election's hold, save publishes the changes.
+local function watch_leader(publish, channel)
+  if string.sub(KEYS[1], 1, 11) == 'fairlock:e:' then
+    announce = {publish = publish, channel = channel}
+  end
+end
 
 -- What load makes of a string that is not a hold fairlock wrote.
 local NOT_OURS = '\0not ours'
@@ -135,6 +164,7 @@ local function load(key)
   -- Every hold fairlock writes is a JSON object with a layout version.
   local ok, s = pcall(cjson.decode, raw)
   if not ok or type(s) ~= 'table' or s.v == nil then return {v = NOT_OURS} end
+  if key == nil and announce then announce.o, announce.f, announce.l = s.o, s.f, s.l end
   return s
 end
 
@@ -159,18 +189,48 @@ local function holder(s, now)
   return nil
 end
 
+-- Percent-escapes the bytes that would break a leadership's text: '%',
+-- ' ' and ';' (the separator of notes, which the hub splits on).
+local function escape(text)
+  return (string.gsub(text, '[%%; ]', function(c) return string.format('%%%02X', string.byte(c)) end))
+end
+
+-- An election's leadership, as its observers read it (Go: wire.ParseLeadership):
+--   "leader <version> <term> <since ms> <expiry ms> <now ms> <value> <origin>"
+-- term 0 (and since, expiry, value and origin empty or 0) when nobody leads.
+local function leadership_text(s, now)
+  local who, _, expiry, token = holder(s, now)
+  if who == nil then
+    return 'leader ' .. (s.w or '0') .. ' 0 0 0 ' .. int(now) .. '  '
+  end
+  return 'leader ' .. (s.w or '0') .. ' ' .. int(token) .. ' ' .. (s.s or '0') .. ' ' .. int(expiry) ..
+    ' ' .. int(now) .. ' ' .. (s.l or '') .. ' ' .. escape(s.b or '')
+end
+
 -- save writes the hold: s with the fields of w (name -> string) over it, in
 -- one SET. ttl (ms) sets the key's TTL; without it the key keeps its TTL, or,
 -- had it not existed, gets RETAIN_MS (callers without a ttl normally act on a
--- key that commit already made outlive every hold and deadline).
+-- key that commit already made outlive every hold and deadline). An
+-- election's hold whose leader, term or value changed is announced (see
+-- announce above).
 local function save(s, w, ttl)
   for name, value in pairs(w) do s[name] = value end
   s.v = LAYOUT
+  local now = nil
+  if announce and (s.o ~= announce.o or s.f ~= announce.f or s.l ~= announce.l) then
+    local now_us
+    now, now_us = clock()
+    if s.f ~= announce.f then s.s = int(now) end
+    s.w = int(math.max(tonumber(s.w or '0') + 1, now_us))
+  end
   if ttl == nil and missing then ttl = RETAIN_MS end
   if ttl then
     redis.call('SET', KEYS[1], cjson.encode(s), 'PX', int(ttl))
   else
     redis.call('SET', KEYS[1], cjson.encode(s), 'KEEPTTL')
+  end
+  if now then
+    redis.call(announce.publish, announce.channel .. ':leader', leadership_text(s, now))
   end
 end
 
@@ -178,7 +238,7 @@ end
 -- caller saves.
 local function clear_hold(s)
   s.o, s.c, s.x, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil
-  s.po, s.pn, s.pl = nil, nil, nil
+  s.po, s.pn, s.pl, s.l, s.s = nil, nil, nil, nil, nil
   changed = true
 end
 

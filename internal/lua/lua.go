@@ -51,6 +51,8 @@ type Scripts struct {
 	SemSet               *Script
 	SemState             *Script
 	SemResize            *Script
+	ElectionProclaim     *Script
+	ElectionLeader       *Script
 }
 
 var defaultScripts = MustBuild(Sources())
@@ -103,8 +105,9 @@ func MustBuild(src map[string]string) *Scripts {
 	// The function library: the helpers once, then each script as the body
 	// of a function. The helpers read KEYS and ARGV, which a function
 	// receives as arguments, so they are upvalues that each call sets first,
-	// together with the per-call flags, missing and changed (declared in
-	// hold.lua, reset here by name: rename them in both places). Its name
+	// together with the per-call state, missing, changed and announce
+	// (declared in hold.lua, reset here by name: rename them in both
+	// places). Its name
 	// carries a hash of its text, so
 	// that libraries of different fairlock versions (function names are
 	// global to a server) live side by side.
@@ -116,7 +119,7 @@ func MustBuild(src map[string]string) *Scripts {
 	scripts := map[string]*Script{}
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
-		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed = keys, args, false, false\n%s\nend)\n", fn, src[name])
+		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce = keys, args, false, false, nil\n%s\nend)\n", fn, src[name])
 		scripts[name] = &Script{lib: l, fn: fn, eval: redis.NewScript(lib + src[name]), src: lib + src[name]}
 	}
 	l.code = code.String()
@@ -146,6 +149,8 @@ func MustBuild(src map[string]string) *Scripts {
 		SemSet:               get("sem_set.lua"),
 		SemState:             get("sem_state.lua"),
 		SemResize:            get("sem_resize.lua"),
+		ElectionProclaim:     get("election_proclaim.lua"),
+		ElectionLeader:       get("election_leader.lua"),
 	}
 }
 

@@ -88,6 +88,8 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   -- On a semaphore's gate, what the new holder waits for (none elsewhere).
   local po, pn, pl = element_request(element)
   s.po, s.pn, s.pl = po, pn and int(pn), pl and int(pl)
+  -- In an election, the new leader's value (none elsewhere).
+  s.l = element_value(element)
   local message = {handoff_note(head, token, now)}
   local next_head = live_head(q, now)
   if next_head then message[2] = head_notice(next_head, expiry) end

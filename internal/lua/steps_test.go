@@ -99,7 +99,7 @@ func pairLoop(ctx context.Context, b *testing.B, client *redis.Client, src map[s
 	// Each body starts as lua.go's functions do (see MustBuild): it sets
 	// the per-call variables.
 	for _, f := range []struct{ name, body string }{{"acquire", src[kind+"_acquire.lua"]}, {"release", src[kind+"_release.lua"]}} {
-		fmt.Fprintf(&script, "local function %s(keys, args)\nKEYS, ARGV, missing, changed = keys, args, false, false\n%s\nend\n", f.name, f.body)
+		fmt.Fprintf(&script, "local function %s(keys, args)\nKEYS, ARGV, missing, changed, announce = keys, args, false, false, nil\n%s\nend\n", f.name, f.body)
 	}
 	fmt.Fprintf(&script, `local keys = %s
 local t0 = redis.call('TIME')

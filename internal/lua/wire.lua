@@ -5,8 +5,10 @@
 --   queue element   "<entry>|<lease ms>|<wait ms>|<request>|<origin>" (entry
 --                   ids have no '|'; request is "" or, on a semaphore's
 --                   gate, "<permit owner> <n> <lease ms>", what the waiter
---                   asks for; the origin, "<host>\t<pid>\t<label>", comes
---                   last and may hold anything)
+--                   asks for, or in an election "=<value>", the candidate's
+--                   value as the Go side escaped it (no '|', ' ' or ';');
+--                   the origin, "<host>\t<pid>\t<label>", comes last and
+--                   may hold anything)
 --   owner id        "<client>.<handle>", client a go-redis client's id
 --   entry id        "<owner>/<join number>"
 --   permit record   "<n>|<expiry ms>|<token>|<g>|<origin>"
@@ -56,6 +58,19 @@ local function element_request(element)
   local owner, n, lease = string.match(element, '^[^|]*|%d+|%d+|([^| ]+) (%d+) (%d+)|')
   if owner == nil then return nil end
   return owner, tonumber(n), tonumber(lease)
+end
+
+-- An election candidate's value in its queue element (escaped, as it came);
+-- nil if the element has none.
+local function element_value(element)
+  return string.match(element, '^[^|]*|%d+|%d+|=([^|]*)|')
+end
+
+-- The request field of a queue element: a permit request (request_text), or
+-- an election candidate's value.
+local function element_request_text(po, pn, pl, value)
+  if value then return '=' .. value end
+  return request_text(po, pn, pl)
 end
 
 -- The owner of a queue entry.

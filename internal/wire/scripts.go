@@ -21,6 +21,9 @@ type FairAcquire struct {
 	// On a semaphore's gate, what the waiter asks for: the owner id of its
 	// permit hold, the permits and their lease (ms). Empty elsewhere.
 	Permit PermitRequest
+	// In an election, the candidate's value, escaped (EscapeValue); nil
+	// elsewhere.
+	Value any
 }
 
 // PermitRequest is what a semaphore's waiter asks for as it queues on the
@@ -33,6 +36,10 @@ type PermitRequest struct {
 
 // Args is a's ARGV.
 func (a FairAcquire) Args() []any {
+	if a.Value != nil {
+		return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale,
+			"", 0, 0, a.Value}
+	}
 	if a.Permit.Owner == "" {
 		return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale}
 	}
@@ -193,6 +200,17 @@ type Leave struct{ Owner, Entry, Publish, Channel any }
 
 // Args is l's ARGV.
 func (l Leave) Args() []any { return []any{l.Owner, l.Entry, l.Publish, l.Channel} }
+
+// Proclaim is election_proclaim.lua's ARGV.
+type Proclaim struct {
+	Owner            any
+	Token            int64
+	Value            string // escaped (EscapeValue)
+	Publish, Channel any
+}
+
+// Args is p's ARGV.
+func (p Proclaim) Args() []any { return []any{p.Owner, p.Token, p.Value, p.Publish, p.Channel} }
 
 // Heartbeat is fair_heartbeat.lua's ARGV: the publish command and channel,
 // then an entry id and its wait timeout (ms) per waiter.

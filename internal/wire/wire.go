@@ -17,6 +17,10 @@
 //	                                                 Lua (wire.lua element); Go ParseElementInfo (Inspect)
 //	permit request "<permit owner> <n> <lease ms>"   Lua (request_text), in a gate's queue element,
 //	                                                 from FairAcquire's arguments
+//	candidate value "=<escaped value>"               Go (EscapeValue), in an election's queue
+//	                                                 element; Lua element_value; Go ElementValue
+//	leadership   "leader <version> <term> ..."       Lua (leadership_text) on LeaderChannel and
+//	                                                 from election_leader.lua; Go ParseLeadership
 //	notes        hand-off, head notice, permits, freed, ';' between notes
 //	                                                 Lua (wire.lua); Go ParseNote, NoteTarget
 //	inbox        "<channel>:<client>"                Go (Inbox); Lua publish_notes: every note goes
@@ -31,6 +35,7 @@ package wire
 import (
 	"encoding/base64"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,6 +59,10 @@ func RWBase(name string) string { return "fairlock:rw:{" + name + "}" }
 // GateBase is where the gate of the semaphore at base keeps its keys.
 func GateBase(base string) string { return base + ":gate" }
 
+// ElectionBase is where an election's keys start: a fair queue's keys
+// (QueueKeys), whose hold also names the leader's value.
+func ElectionBase(name string) string { return "fairlock:e:{" + name + "}" }
+
 // QueueKeys are a fair queue's keys at base: the hold, the queue list, the
 // deadlines zset.
 func QueueKeys(base string) []string {
@@ -70,6 +79,13 @@ func Channel(base string) string { return base + ":wake" }
 // one client whose waiter it names, however many clients wait. The inbox
 // shares the channel's hash tag: on Cluster it lives in the lock's slot.
 func Inbox(channel, id string) string { return channel + ":" + ClientOf(id) }
+
+// LeaderChannel is where an election's scripts publish every change of
+// its leadership (ParseLeadership), one message for all observers: each
+// observing client subscribes to it once. channel is the election's
+// Channel. It shares the hash tag, and differs from every inbox (a client id
+// is 22 characters).
+func LeaderChannel(channel string) string { return channel + ":leader" }
 
 // ReentrantKey is a reentrant lock's one key.
 func ReentrantKey(name string) string { return "fairlock:r:{" + name + "}" }
@@ -160,7 +176,76 @@ func ParseElementInfo(info string) (origin Origin, req PermitRequest, ok bool) {
 	if len(parts) != 4 {
 		return Origin{}, PermitRequest{}, false
 	}
+	if strings.HasPrefix(parts[2], "=") { // an election candidate's value
+		return ParseOrigin(parts[3]), PermitRequest{}, true
+	}
 	return ParseOrigin(parts[3]), ParseRequest(parts[2]), true
+}
+
+// EscapeValue is an election candidate's value as the scripts keep it: in
+// its queue element's request field, "=<value>", in the hold while it leads,
+// and in the leadership's text. It has no '|', ' ' or ';' (every byte but
+// the unreserved ones of a URL path segment is percent-escaped).
+func EscapeValue(v string) string { return url.PathEscape(v) }
+
+// UnescapeValue undoes EscapeValue (and the scripts' escaping of an
+// origin); text it cannot read is returned as it is.
+func UnescapeValue(text string) string {
+	v, err := url.PathUnescape(text)
+	if err != nil {
+		return text
+	}
+	return v
+}
+
+// ElementValue is the candidate's value in what follows the entry id of an
+// election's queue element (ParseElementInfo's info); ok is false for an
+// element of any other queue.
+func ElementValue(info string) (value string, ok bool) {
+	parts := strings.SplitN(info, "|", 4)
+	if len(parts) != 4 || !strings.HasPrefix(parts[2], "=") {
+		return "", false
+	}
+	return UnescapeValue(parts[2][1:]), true
+}
+
+// Leadership is an election's leadership as the scripts tell it
+// (hold.lua's leadership_text): "leader <version> <term> <since ms>
+// <expiry ms> <now ms> <value> <origin>", term 0 when nobody leads.
+type Leadership struct {
+	Version int64 // grows with every change of leader, term or value
+	Term    int64 // the leader's fencing token; 0: no leader
+	Since   int64 // Redis ms: when the term began
+	Expiry  int64 // Redis ms: when the leader's lease runs out, unless renewed
+	Now     int64 // Redis ms: when the text was made
+	Value   string
+	Origin  Origin
+}
+
+// LeadershipNote is the first word of a leadership's text: the id of the
+// one subscription (an observing owner's) that reads an election's leader
+// channel.
+const LeadershipNote = "leader"
+
+// ParseLeadership reads a leadership's text.
+func ParseLeadership(text string) (Leadership, error) {
+	f := strings.SplitN(text, " ", 8)
+	if len(f) != 8 || f[0] != LeadershipNote {
+		return Leadership{}, fmt.Errorf("fairlock: unexpected leadership %q", text)
+	}
+	var n [5]int64
+	for i := range n {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return Leadership{}, fmt.Errorf("fairlock: unexpected leadership %q", text)
+		}
+		n[i] = v
+	}
+	l := Leadership{Version: n[0], Term: n[1], Since: n[2], Expiry: n[3], Now: n[4]}
+	if l.Term != 0 {
+		l.Value, l.Origin = UnescapeValue(f[6]), ParseOrigin(UnescapeValue(f[7]))
+	}
+	return l, nil
 }
 
 // ParseRequest reads a permit request as wire.lua's request_text writes

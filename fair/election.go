@@ -1,0 +1,242 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
+)
+
+// Errors of an election. Compare with errors.Is.
+var (
+	// ErrNoLeader is returned by Leader when nobody leads the election.
+	ErrNoLeader = errors.New("fairlock: the election has no leader")
+	// ErrResigned is the cause of a leadership's context that Resign ended.
+	// It is the same value as ErrReleased: a term is a hold of the
+	// election's fair lock.
+	ErrResigned = core.ErrReleased
+)
+
+// MaxValueLen bounds a candidate's value, in bytes.
+const MaxValueLen = 4096
+
+// Election is one handle on a leader election: candidates queue on a fair
+// lock in the order they campaign, and the one that holds it leads. Its
+// methods are safe for concurrent use.
+//
+//	lead, err := e.Campaign(ctx, "host-a:8080") // waits its turn
+//	if err != nil {
+//		return err // ctx ended first
+//	}
+//	defer e.Resign(lead)     // hands over at once
+//	runScheduler(lead)       // lead ends when leadership does
+//
+// A leadership is a term: a hold of the election's lock, with its guarantees
+// (the package's doc): one leader at a time, a leader stops believing it
+// leads before Redis lets another lead, candidates lead in campaign order,
+// and none starves. Its Term, the hold's fencing token, grows from term to
+// term: fence the work a leader does with it, as a paused leader cannot
+// know it was paused (docs/election.md shows how).
+type Election struct {
+	m *core.Mutex
+}
+
+// Leadership is who leads an election: the zero Leadership means nobody.
+type Leadership struct {
+	// Value is what the leader campaigned with, or proclaimed since.
+	Value string
+	// Term is the term's fencing token: it grows from one term to the next,
+	// and is 0 when nobody leads.
+	Term int64
+	// Since is when the term began, by Redis's clock.
+	Since time.Time
+	// Origin is where the leader runs, and its handle's label.
+	Origin Origin
+}
+
+// NewElection returns a handle on the election name, made on owner. It takes
+// the fair lock's options: WithLease is how long a leader that crashed
+// keeps its leadership (the watchdog renews it every lease/3 while the
+// process lives), WithWaitTimeout how long a silent candidate keeps its
+// place, WithLabel what Leadership.Origin and Inspect show. It talks to
+// Redis only when used. Bad arguments get an error wrapping
+// ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
+// invalid option; a closed owner gets ErrClosed.
+func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election, error) {
+	cfg, err := config.ApplyFair(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := core.NewMutex(owner, name, cfg, electionPlace)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{m: m}, nil
+}
+
+// electionPlace is where an election lives: a fair lock's keys under
+// fairlock:e:, whose hold also names the leader's value.
+func electionPlace(name string, scripts *lua.Scripts) core.Place {
+	p := placeAt(wire.ElectionBase(name), scripts)
+	p.What, p.Primitive = "election", observe.Election
+	return p
+}
+
+// Campaign joins the election's queue of candidates with value and waits
+// until it leads; it returns the leadership's context. lead has ctx's values
+// and deadline, and ends when the leadership ends, for any reason:
+// context.Cause(lead) is ErrResigned after Resign, ErrLockLost when the
+// leadership was lost (a renewal failed, Redis lost the keys), ErrClosed
+// when the owner closed, or ctx's own cause once ctx ends. The leadership
+// lasts until then: when ctx ends, the leader resigns (in the background,
+// within the cleanup timeout), so a candidate's ctx bounds both its wait and
+// its term.
+//
+// When ctx ends before it leads, Campaign leaves the queue and returns an
+// error wrapping ctx's error. With a ctx that carries a leadership of this
+// handle that still lasts (lead, or a context derived from it), it returns
+// at once, with no call to Redis and value unchanged (Proclaim changes
+// it); any other ctx is a new candidacy, which queues behind the others.
+// value is at most MaxValueLen bytes; a nil ctx or a longer value gets an
+// error wrapping ErrInvalidArgument.
+func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
+	m := e.core()
+	if len(value) > MaxValueLen {
+		return nil, m.Wrap(ctx, core.Invalid("a candidate's value is at most %d bytes, got %d", MaxValueLen, len(value)))
+	}
+	if end := m.Carried(ctx); end != nil && !end.IsEnded() {
+		return core.Bind(ctx, end), nil
+	}
+	t, err := m.Begin(ctx, core.LockAttempt(m.Config()))
+	if err != nil {
+		return nil, err
+	}
+	q := turnQueue(t)
+	q.value = wire.EscapeValue(value)
+	g, err := q.Acquire(t.Context(), t.Attempt())
+	end, err := m.Keep(t, g, err)
+	if err != nil {
+		return nil, err
+	}
+	lead := core.Bind(ctx, end)
+	// The leadership ends with ctx: its end resigns.
+	stop := context.AfterFunc(ctx, func() {
+		c, cancel := context.WithTimeout(context.Background(), m.Config().CleanupTimeout)
+		defer cancel()
+		_ = m.Unlock(core.Bind(c, end))
+	})
+	end.OnEnd(func() bool { stop(); return true })
+	return lead, nil
+}
+
+// Proclaim changes the leader's value to value, for every observer, without
+// a new term. lead is the leadership's context, from Campaign; bound the
+// call with context.WithTimeout(lead, d). It returns an error wrapping
+// ErrNotHeld when lead carries no leadership of this handle, ErrLockLost
+// (ending the leadership as lost) when Redis says the term is over, and an
+// error wrapping ErrInvalidArgument for a value longer than MaxValueLen.
+func (e *Election) Proclaim(lead context.Context, value string) error {
+	m := e.core()
+	if len(value) > MaxValueLen {
+		return m.Wrap(lead, core.Invalid("a candidate's value is at most %d bytes, got %d", MaxValueLen, len(value)))
+	}
+	if err := e.carries(lead); err != nil {
+		return err
+	}
+	escaped := wire.EscapeValue(value)
+	return m.OnHold(lead, func(ctx context.Context, h core.Agent, token int64) (bool, error) {
+		n, err := h.Config.Scripts.ElectionProclaim.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Proclaim{
+			Owner: h.OwnerArg(), Token: token, Value: escaped, Publish: h.PublishArg(), Channel: h.ChannelArg(),
+		}.Args()...).Int()
+		if err != nil {
+			return false, core.Step("proclaiming", err)
+		}
+		return n == 1, nil
+	})
+}
+
+// Resign ends the leadership lead carries and hands it to the next live
+// candidate at once, in the same call to Redis; lead ends with cause
+// ErrResigned before Resign returns. As Unlock does, it keeps lead's
+// deadline, and when lead has already ended (as under defer) it still
+// resigns within a short grace, going on in the background after that.
+// It returns an error wrapping ErrNotHeld when lead carries no leadership
+// of this handle or it had already ended, and ErrLockLost when it was lost.
+func (e *Election) Resign(lead context.Context) error {
+	if err := e.carries(lead); err != nil {
+		return err
+	}
+	return e.core().Unlock(lead)
+}
+
+// carries rejects a context that carries no leadership of this handle.
+func (e *Election) carries(lead context.Context) error {
+	m := e.core()
+	if m.Config() == nil {
+		return core.Unmade()
+	}
+	if err := core.CheckContext(lead); err != nil {
+		return m.Wrap(lead, err)
+	}
+	if m.Carried(lead) == nil {
+		return m.Wrap(lead, fmt.Errorf("%w: the context carries no leadership of this election (pass the one Campaign returned)", ErrNotHeld))
+	}
+	return nil
+}
+
+// Leader returns who leads the election now, from Redis; ErrNoLeader when
+// nobody does.
+func (e *Election) Leader(ctx context.Context) (Leadership, error) {
+	l, err := e.read(ctx)
+	if err != nil {
+		return Leadership{}, err
+	}
+	if l.Term == 0 {
+		return Leadership{}, e.core().Wrap(ctx, ErrNoLeader)
+	}
+	return leadershipOf(l), nil
+}
+
+// read is the election's leadership as Redis has it now.
+func (e *Election) read(ctx context.Context) (wire.Leadership, error) {
+	m := e.core()
+	if m.Config() == nil {
+		return wire.Leadership{}, core.Unmade()
+	}
+	v, err := m.Read(ctx, "reading the leader", m.Config().Scripts.ElectionLeader)
+	if err != nil {
+		return wire.Leadership{}, m.Wrap(ctx, err)
+	}
+	text, ok := v.(string)
+	if !ok {
+		return wire.Leadership{}, m.Wrap(ctx, fmt.Errorf("fairlock: unexpected leadership reply %v", v))
+	}
+	l, err := wire.ParseLeadership(text)
+	return l, m.Wrap(ctx, err)
+}
+
+func leadershipOf(l wire.Leadership) Leadership {
+	if l.Term == 0 {
+		return Leadership{}
+	}
+	return Leadership{Value: l.Value, Term: l.Term, Since: time.UnixMilli(l.Since), Origin: Origin(l.Origin)}
+}
+
+// Name returns the election's name, as given to NewElection.
+func (e *Election) Name() string { return e.core().Name() }
+
+// core is the handle's core, nil for a zero or nil Election: its methods
+// then return errors wrapping ErrInvalidArgument.
+func (e *Election) core() *core.Mutex {
+	if e == nil {
+		return nil
+	}
+	return e.m
+}

@@ -1,0 +1,263 @@
+package fair
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
+)
+
+// Observers. Every write that changes an election's leadership publishes
+// it on the election's leader channel (wire.LeaderChannel), once, whoever
+// observes. Each owner with observers of an election reads that channel on
+// its own hub: one subscription and one message per client, however many
+// Observe calls it serves, and one goroutine (a watch) that hands each
+// leadership to all of them. A watch also reads the leadership from Redis
+// (election_leader.lua) when a message may have been lost, or when a lease
+// may have run out with nobody to take over (which publishes nothing):
+//   - when its subscription is confirmed, and again after every reconnect;
+//   - at the expiry of the leader's lease, as the last news told it
+//     (placed on this client's clock), and observeGrace after, so that a
+//     candidate behind a leader that died, which takes over within 1 ms and
+//     a round trip of that expiry, is seen without a moment of no leader
+//     between;
+//   - once per lease of the handle that observes (WithLease) while nobody
+//     leads, and after a failed read, within a second.
+// So an observer learns of every change within a round trip of the script
+// that made it, and of a leader that died with nobody behind it within one
+// lease and a round trip.
+
+// observeGrace is how long after a lease's expiry a watch reads who leads.
+const observeGrace = 50 * time.Millisecond
+
+// watches is the service (core.LockServices) of an owner's watches, one per
+// election with observers.
+type watches map[watchKey]*watch
+
+type watchesKey struct{}
+
+// watchKey names a watch among its owner's.
+type watchKey struct {
+	hold    string
+	scripts *lua.Scripts
+	clock   clock.Clock
+}
+
+type watch struct {
+	key   watchKey
+	owner *core.Owner
+	e     *Election // the handle whose first Observe started it: its keys, scripts, lease
+	stop  context.CancelFunc
+	ctx   context.Context
+
+	mu     sync.Mutex
+	outs   map[chan Leadership]struct{}
+	latest wire.Leadership
+	known  bool // latest was read or told
+}
+
+// Observe returns a channel that receives who leads the election: the
+// current leadership at once (the zero Leadership when nobody leads, or
+// once it is known), then every change (a new leader, a new term, a value
+// proclaimed). A reader slower than the changes may miss some, but the last
+// value it receives is always the latest: each send replaces a value not
+// yet received. The channel is closed when ctx ends or the owner closes.
+//
+// Changes arrive by message: one per observing client however many
+// Observe calls it serves, within a round trip of the change. A message
+// lost with a connection is made good when the subscription is confirmed
+// again; a leader that dies with no candidate behind it (a lease that runs
+// out publishes nothing) is seen within its lease and a round trip.
+// A nil ctx, a zero handle or a closed owner gets a closed channel.
+func (e *Election) Observe(ctx context.Context) <-chan Leadership {
+	out := make(chan Leadership, 1)
+	m := e.core()
+	if ctx == nil || m == nil || core.CheckOwner(m.Agent().Shared) != nil || ctx.Err() != nil {
+		close(out)
+		return out
+	}
+	w := e.watchFor(out)
+	context.AfterFunc(ctx, func() { w.leave(out) })
+	return out
+}
+
+// watchFor adds out to the owner's watch of the election, starting it for
+// the first observer.
+func (e *Election) watchFor(out chan Leadership) *watch {
+	h := e.m.Agent()
+	key := watchKey{hold: h.Keys[0], scripts: h.Config.Scripts, clock: h.Config.Clock}
+	services := core.LockServices(h.Shared)
+	defer core.UnlockServices(h.Shared)
+	all, _ := services[watchesKey{}].(watches)
+	if all == nil {
+		all = watches{}
+		services[watchesKey{}] = all
+	}
+	w := all[key]
+	if w == nil {
+		w = &watch{key: key, owner: h.Shared, e: e, outs: map[chan Leadership]struct{}{}}
+		// It ends with its last observer, or when the owner closes.
+		w.ctx, w.stop = context.WithCancel(core.Closing(h.Shared))
+		all[key] = w
+		go w.run()
+	}
+	w.mu.Lock()
+	w.outs[out] = struct{}{}
+	if w.known {
+		offer(out, leadershipOf(w.latest))
+	}
+	w.mu.Unlock()
+	return w
+}
+
+// leave removes out and closes it; the last one stops the watch.
+func (w *watch) leave(out chan Leadership) {
+	services := core.LockServices(w.owner)
+	defer core.UnlockServices(w.owner)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.outs[out]; !ok {
+		return
+	}
+	delete(w.outs, out)
+	close(out)
+	if len(w.outs) == 0 {
+		w.stop()
+		if all, _ := services[watchesKey{}].(watches); all[w.key] == w {
+			delete(all, w.key)
+		}
+	}
+}
+
+// offer puts l in out, replacing a value not yet received. Only the watch
+// sends on out, under its lock, so there is room after the drain.
+func offer(out chan Leadership, l Leadership) {
+	select {
+	case <-out:
+	default:
+	}
+	out <- l
+}
+
+// tell hands l to every observer if it is news: a version at least the
+// latest's (a read made after the message of that version, or the message
+// itself) replaces it.
+func (w *watch) tell(l wire.Leadership) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.known && l.Version < w.latest.Version {
+		return // older than what a message already told
+	}
+	changed := !w.known || leadershipOf(l) != leadershipOf(w.latest)
+	w.latest, w.known = l, true
+	if changed {
+		for out := range w.outs {
+			offer(out, leadershipOf(l))
+		}
+	}
+}
+
+// run reads the election's leader channel and Redis until the watch stops,
+// then closes the observers that are left (the owner closed).
+func (w *watch) run() {
+	defer w.closeAll()
+	h := w.e.m.Agent()
+	clk := h.Config.Clock
+	hubs := core.Inbox(w.owner)
+	sleeper := hubs.NewSleeper()
+	defer sleeper.Close()
+	var sub *inbox.Sub
+	for sub == nil {
+		s, err := hubs.Subscribe(w.ctx, wire.LeaderChannel(h.Channel), wire.LeadershipNote)
+		if err == nil {
+			sub = s
+			break
+		}
+		if err == inbox.ErrClosed || !sleepOn(w.ctx, clk, time.Second) {
+			return
+		}
+	}
+	defer sub.Close()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	arm := func(at time.Time) {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = sleeper.At(clk, at, inbox.Retry)
+	}
+	for {
+		wk := sleeper.Next(w.ctx, sub)
+		switch wk.Reason {
+		case inbox.Cancelled:
+			return
+		case inbox.Message:
+			l, err := wire.ParseLeadership(wk.Payload)
+			if err != nil {
+				continue
+			}
+			w.tell(l)
+			arm(w.fallback(l, clk.Now()))
+		default: // confirmed, reconnected, or a fallback timer
+			l, err := w.e.read(w.ctx)
+			if err != nil {
+				if w.ctx.Err() != nil {
+					return
+				}
+				arm(clk.Now().Add(min(time.Second, h.Config.Lease)))
+				continue
+			}
+			w.tell(l)
+			arm(w.fallback(l, clk.Now()))
+		}
+	}
+}
+
+// fallback is when to read the leadership again after learning l at now:
+// observeGrace after the leader's lease runs out (Redis's clock placed on
+// ours by the text's own now, so a message read late errs early, never
+// late), or one lease from now while nobody leads.
+func (w *watch) fallback(l wire.Leadership, now time.Time) time.Time {
+	if l.Term == 0 {
+		return now.Add(w.e.m.Config().Lease)
+	}
+	return now.Add(time.Duration(l.Expiry-l.Now)*time.Millisecond + observeGrace)
+}
+
+// closeAll closes the observers left when the watch ends (its owner
+// closed; the last observer's leave stops it otherwise).
+func (w *watch) closeAll() {
+	services := core.LockServices(w.owner)
+	defer core.UnlockServices(w.owner)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for out := range w.outs {
+		close(out)
+		delete(w.outs, out)
+	}
+	if all, _ := services[watchesKey{}].(watches); all[w.key] == w {
+		delete(all, w.key)
+	}
+}
+
+// sleepOn waits d on clk, or until ctx ends (false).
+func sleepOn(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	done := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(done) })
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
