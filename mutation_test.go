@@ -535,6 +535,69 @@ var mutations = []struct {
 		to:   "if used + n > k and n == k then",
 		spec: rwMutexSpec,
 	},
+	{
+		name: "a change of leader is not published",
+		file: "hold.lua",
+		from: "redis.call(announce.publish, announce.channel .. ':leader', leadership_text(s, now))",
+		to:   "-- (not published)",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a release does not watch the leadership: its hand-over is not published",
+		file: "fair_release.lua",
+		from: "watch_leader(ARGV[4], ARGV[5])\n",
+		to:   "",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a hand-over keeps the last leader's value",
+		file: "queue.lua",
+		from: "s.l = element_value(element)",
+		to:   "s.l = s.l",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a candidate that takes a free election keeps the last leader's value",
+		file: "fair_acquire.lua",
+		from: "s.po, s.pn, s.pl, s.l = po, pn, pl, value",
+		to:   "s.po, s.pn, s.pl = po, pn, pl",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a candidate's value is read with its marker",
+		file: "wire.lua",
+		from: "'^[^|]*|%d+|%d+|=([^|]*)|'",
+		to:   "'^[^|]*|%d+|%d+|([^|]*)|'",
+		spec: electionSpecOf,
+	},
+	{
+		name: "the leadership's version does not grow",
+		file: "hold.lua",
+		from: "s.w = int(math.max(tonumber(s.w or '0') + 1, now_us))",
+		to:   "s.w = s.w or '1'",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a new term keeps the last term's start",
+		file: "hold.lua",
+		from: "if s.f ~= announce.f then s.s = int(now) end",
+		to:   "if s.s == nil then s.s = int(now) end",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a leader's origin is published unescaped",
+		file: "hold.lua",
+		from: "' ' .. escape(s.b or '')",
+		to:   "' ' .. (s.b or '')",
+		spec: electionSpecOf,
+	},
+	{
+		name: "a leader whose term ended can still proclaim",
+		file: "election_proclaim.lua",
+		from: "if who ~= ARGV[1] or token ~= tonumber(ARGV[2]) then return 0 end",
+		to:   "if who == nil then return 0 end",
+		spec: electionSpecOf,
+	},
 }
 
 func TestSpecificationCatchesBrokenScripts(t *testing.T) {
@@ -600,7 +663,7 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // specifications against every candidate bug of a file and prints which
 // were caught. It runs only when FAIRLOCK_SEEDED names the file, a JSON
 // list of {"name", "file", "from", "to", "spec"} (spec: fair, semaphore,
-// rw, retry or reentrant; fair if empty), with the checks that -rapid.checks says:
+// rw, retry, reentrant or election; fair if empty), with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
 //
@@ -627,6 +690,7 @@ func TestSeededBugs(t *testing.T) {
 		"lost-head":     scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
 		"lost-wake-up":  scenarioSpec(reentrantLostWakeUp),
 		"reentrant":     reentrantSpecOf,
+		"election":      electionSpecOf,
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0

@@ -191,6 +191,12 @@ func (e *Election) carries(lead context.Context) error {
 	return nil
 }
 
+// Term returns the term of the leadership lead carries (from Campaign),
+// whether or not it lasts still: the fencing token to pass with the work
+// the leader does, which a store refuses once it has seen a higher one. It
+// returns 0 when lead carries no leadership of this handle.
+func (e *Election) Term(lead context.Context) int64 { return e.core().TokenOf(lead) }
+
 // Leader returns who leads the election now, from Redis; ErrNoLeader when
 // nobody does.
 func (e *Election) Leader(ctx context.Context) (Leadership, error) {

@@ -143,8 +143,17 @@ func TestElectionCandidatesLeadInCampaignOrderWithGrowingTerms(t *testing.T) {
 	if first.Value != "host-a:8080" || first.Origin.Label != "a" || first.Term == 0 || !first.Since.Equal(e.clk.Now().Truncate(time.Millisecond)) {
 		t.Fatalf("Leader = %+v, want a's value, label and a term since now", first)
 	}
+	if got := a.Term(leadA); got != first.Term {
+		t.Fatalf("Term(lead) = %d, Leader says term %d", got, first.Term)
+	}
+	if got := a.Term(ctx); got != 0 {
+		t.Fatalf("Term of a context with no leadership = %d, want 0", got)
+	}
 	if err := a.Resign(leadA); err != nil {
 		t.Fatalf("Resign: %v", err)
+	}
+	if got := a.Term(leadA); got != first.Term {
+		t.Fatalf("Term(lead) after Resign = %d, want the term it had, %d", got, first.Term)
 	}
 	if !errors.Is(context.Cause(leadA), fair.ErrResigned) {
 		t.Fatalf("cause of a resigned leadership: %v", context.Cause(leadA))

@@ -22,13 +22,15 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	var at target
 	at.register(fs)
-	kind := fs.String("kind", "auto", "what NAME is: auto (find it), fair (a fair.Mutex), reentrant, semaphore or rw (a fair.RWMutex)")
+	kind := fs.String("kind", "auto", "what NAME is: auto (find it), fair (a fair.Mutex), reentrant, semaphore, rw (a fair.RWMutex) or election (a fair.Election)")
 	watch := fs.Duration("watch", 0, "refresh every `interval` (1s, say) in place, until interrupted")
 	asJSON := fs.Bool("json", false, "print JSON, for scripts (with -watch, one object per line)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: fairlock inspect [-redis URL|-cluster ...|-sentinel ...] [-kind K] [-watch D] [-json] NAME\n\n"+
 			"Prints who holds the lock NAME and who waits for it, in order, with what each asks\n"+
-			"for; it finds what kind of lock NAME is. The Redis URL may also come from $"+envURL+".")
+			"for (for an election: its leader, term and value, and its candidates in the order\n"+
+			"they will lead); it finds what kind of lock NAME is. The Redis URL may also come\n"+
+			"from $"+envURL+".")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -109,7 +111,7 @@ func inspectOnce(ctx context.Context, client redis.UniversalClient, name, kind s
 		found = []string{kind}
 	}
 	if len(found) == 0 {
-		return fmt.Errorf("%w: no fair lock, reentrant lock, semaphore or read-write lock %q has keys in Redis (a lock unused for a while has none)", errNoSuchLock, name)
+		return fmt.Errorf("%w: no fair lock, reentrant lock, semaphore, read-write lock or election %q has keys in Redis (a lock unused for a while has none)", errNoSuchLock, name)
 	}
 	for i, k := range found {
 		v, err := load(ctx, client, k, name)
@@ -144,10 +146,14 @@ func printView(w io.Writer, v view) {
 			state = fmt.Sprintf("held by %d reader(s)", n)
 		}
 		fmt.Fprintf(w, "read-write lock %q: %s\n\n", v.Name, state)
+	case kindElection:
+		fmt.Fprintf(w, "election %q\n\n", v.Name)
 	default:
 		fmt.Fprintf(w, "%s %q\n\n", what(v.Kind), v.Name)
 	}
-	if len(v.Holders) == 0 {
+	if len(v.Holders) == 0 && v.Kind == kindElection {
+		fmt.Fprintln(w, "leader: none")
+	} else if len(v.Holders) == 0 {
 		fmt.Fprintln(w, "holder: none (free)")
 	} else {
 		switch v.Kind {
@@ -157,6 +163,8 @@ func printView(w io.Writer, v view) {
 			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tMODE\tTTL\tTOKEN")
 		case kindReentrant:
 			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN")
+		case kindElection:
+			fmt.Fprintln(tw, "LEADER\tLABEL\tHOST\tPID\tTERM\tSINCE\tTTL\tVALUE")
 		default:
 			fmt.Fprintln(tw, "HOLDER\tLABEL\tHOST\tPID\tCOUNT\tTTL\tTOKEN\tCLAIMED")
 		}
@@ -170,6 +178,8 @@ func printView(w io.Writer, v view) {
 				fmt.Fprintf(tw, "%s\t%v\t%d\n", h.Mode, ttl, h.Token)
 			case kindReentrant:
 				fmt.Fprintf(tw, "%d\t%v\t%d\n", h.Count, ttl, h.Token)
+			case kindElection:
+				fmt.Fprintf(tw, "%d\t%s\t%v\t%q\n", h.Token, time.UnixMilli(h.SinceMs).UTC().Format(time.RFC3339Nano), ttl, h.Value)
 			default:
 				fmt.Fprintf(tw, "%d\t%v\t%d\t%v\n", h.Count, ttl, h.Token, !h.Pending)
 			}
@@ -177,14 +187,21 @@ func printView(w io.Writer, v view) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintln(w)
+	if len(v.Queue) == 0 && v.Kind == kindElection {
+		fmt.Fprintln(w, "candidates: none")
+		return
+	}
 	if len(v.Queue) == 0 {
 		fmt.Fprintln(w, "queue: empty")
 		return
 	}
+	if v.Kind == kindElection {
+		fmt.Fprintln(w, "candidates, in the order they will lead:")
+	}
 	if v.Kind == kindReentrant {
 		fmt.Fprintln(w, "waiters, woken one per release in this order (not a queue: any caller may take a free lock):")
 	}
-	asks := map[string]string{kindFair: "", kindSemaphore: "\tASKS", kindRW: "\tASKS"}[v.Kind]
+	asks := map[string]string{kindSemaphore: "\tASKS", kindRW: "\tASKS", kindElection: "\tVALUE"}[v.Kind]
 	fmt.Fprintf(tw, "#\tWAITER\tLABEL\tHOST\tPID%s\tDEADLINE\tSTATE\n", asks)
 	for i, q := range v.Queue {
 		state := "waiting"
@@ -197,6 +214,8 @@ func printView(w io.Writer, v view) {
 			ask = fmt.Sprintf("\t%d permit(s)", q.Permits)
 		case kindRW:
 			ask = "\t" + q.Mode
+		case kindElection:
+			ask = fmt.Sprintf("\t%q", q.Value)
 		}
 		waiter := q.Entry
 		if waiter == "" {

@@ -25,8 +25,9 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print JSON, one object per lock per line, for scripts")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: fairlock ls [-redis URL|-cluster ...|-sentinel ...] [-match PATTERN] [-json]\n\n"+
-			"Lists the live locks of every kind (fair, reentrant, semaphore, rw), with their\n"+
-			"holder, queue length and lease left. On a cluster it scans every master. The\n"+
+			"Lists the live locks of every kind (fair, reentrant, semaphore, rw) and the\n"+
+			"elections, with their holder (an election's leader, term and value), queue\n"+
+			"length (candidates) and lease left. On a cluster it scans every master. The\n"+
 			"Redis URL may also come from $"+envURL+".")
 		fs.PrintDefaults()
 	}
@@ -135,7 +136,7 @@ func scanLocks(ctx context.Context, client redis.UniversalClient, match string) 
 }
 
 // parseKey reads the kind and name of one of fairlock's keys,
-// "fairlock:<f|r|s|rw>:{name}[...]".
+// "fairlock:<f|r|s|rw|e>:{name}[...]".
 func parseKey(key string) (lockID, bool) {
 	rest, ok := strings.CutPrefix(key, "fairlock:")
 	if !ok {
@@ -149,7 +150,7 @@ func parseKey(key string) (lockID, bool) {
 	if !ok || name == "" {
 		return lockID{}, false
 	}
-	kind := map[string]string{"f": kindFair, "r": kindReentrant, "s": kindSemaphore, "rw": kindRW}[tag]
+	kind := map[string]string{"f": kindFair, "r": kindReentrant, "s": kindSemaphore, "rw": kindRW, "e": kindElection}[tag]
 	if kind == "" {
 		return lockID{}, false
 	}

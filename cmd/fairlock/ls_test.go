@@ -348,3 +348,57 @@ func TestRedissURLSpeaksTLS(t *testing.T) {
 		t.Fatal("plain redis:// reached a TLS-only server")
 	}
 }
+
+// ls and inspect show an election: its leader, term and value, and its
+// candidates in the order they will lead, with their values.
+func TestLsAndInspectShowElections(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	leader, _ := fair.NewElection(redistest.Owner(client), "scheduler", fair.WithLabel("host-a"))
+	lead, err := leader.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Resign(lead)
+	term := leader.Term(lead)
+	candidates := func() int { st, _ := fair.InspectElection(ctx, client, "scheduler"); return len(st.Candidates) }
+	b, _ := fair.NewElection(redistest.Owner(client), "scheduler", fair.WithLabel("host-b"))
+	defer queueUp(t, func(ctx context.Context) error { _, err := b.Campaign(ctx, "host-b:8080"); return err }, 1, candidates)()
+
+	out, _, err := runCLI(t, "inspect", "-redis", mr.Addr(), "scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`election "scheduler"`, "LEADER", "TERM", `"host-a:8080"`, fmt.Sprint(term),
+		"candidates, in the order they will lead:", "VALUE"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^1\s+\S+\s+host-b\s.*"host-b:8080"`).MatchString(out) {
+		t.Fatalf("the candidates do not show host-b with its value:\n%s", out)
+	}
+	out, _, err = runCLI(t, "ls", "-redis", mr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^election\s+scheduler\s+leader host-a .*term \d+: host-a:8080\s+1\s`).MatchString(out) {
+		t.Fatalf("ls does not show the election's leader and candidate:\n%s", out)
+	}
+	out, _, err = runCLI(t, "inspect", "-redis", mr.Addr(), "-json", "-kind", "election", "scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind != "election" || len(v.Holders) != 1 || v.Holders[0].Value != "host-a:8080" || v.Holders[0].Token != term ||
+		len(v.Queue) != 1 || v.Queue[0].Value != "host-b:8080" {
+		t.Fatalf("inspect -json: %+v", v)
+	}
+}

@@ -18,9 +18,10 @@ const (
 	kindReentrant = "reentrant"
 	kindSemaphore = "semaphore"
 	kindRW        = "rw"
+	kindElection  = "election"
 )
 
-var kinds = []string{kindFair, kindReentrant, kindSemaphore, kindRW}
+var kinds = []string{kindFair, kindReentrant, kindSemaphore, kindRW, kindElection}
 
 // what is a kind as a sentence names it.
 func what(kind string) string {
@@ -31,6 +32,8 @@ func what(kind string) string {
 		return "reentrant lock"
 	case kindSemaphore:
 		return "semaphore"
+	case kindElection:
+		return "election"
 	}
 	return "read-write lock"
 }
@@ -43,6 +46,8 @@ func keysOf(kind, name string) []string {
 		return wire.QueueKeys(wire.FairBase(name))
 	case kindReentrant:
 		return wire.QueueKeys(wire.ReentrantKey(name))
+	case kindElection:
+		return wire.QueueKeys(wire.ElectionBase(name))
 	case kindSemaphore:
 		return append([]string{wire.SemaphoreBase(name)}, wire.QueueKeys(wire.GateBase(wire.SemaphoreBase(name)))...)
 	}
@@ -76,7 +81,7 @@ func kindsOf(ctx context.Context, client redis.UniversalClient, name string) ([]
 
 // view is one lock as inspect and ls show it, and as -json writes it.
 type view struct {
-	Kind string `json:"kind"` // fair, reentrant, semaphore or rw
+	Kind string `json:"kind"` // fair, reentrant, semaphore, rw or election
 	Name string `json:"name"`
 	// Permits and InUse: a semaphore's number of permits and those held.
 	Permits int          `json:"permits,omitempty"`
@@ -99,6 +104,10 @@ type holderView struct {
 	Token   int64  `json:"token"`
 	// Pending: a fair lock handed to a waiter that has not claimed it yet.
 	Pending bool `json:"pending,omitempty"`
+	// Value is an election's leader's value; its Token is the term.
+	Value string `json:"value,omitempty"`
+	// SinceMs is when an election's term began, Redis's clock in Unix ms.
+	SinceMs int64 `json:"since_ms,omitempty"`
 }
 
 type waiterView struct {
@@ -113,6 +122,8 @@ type waiterView struct {
 	Mode       string `json:"mode,omitempty"`
 	DeadlineMs int64  `json:"deadline_ms"`
 	Expired    bool   `json:"expired,omitempty"`
+	// Value is what an election's candidate campaigns with.
+	Value string `json:"value,omitempty"`
 }
 
 // load reads the lock name of kind.
@@ -129,6 +140,21 @@ func load(ctx context.Context, client redis.UniversalClient, kind, name string) 
 				Count: h.Count, TTLMs: h.TTL.Milliseconds(), Token: h.Token, Pending: h.Pending})
 		}
 		v.Queue = waiters(kind, st.Queue)
+	case kindElection:
+		st, err := fair.InspectElection(ctx, client, name)
+		if err != nil {
+			return v, err
+		}
+		if h := st.Holder; h != nil && st.Leader.Term != 0 {
+			v.Holders = append(v.Holders, holderView{Owner: h.Owner, Label: h.Label, Host: h.Host, PID: h.PID,
+				Count: h.Count, TTLMs: h.TTL.Milliseconds(), Token: st.Leader.Term, Pending: h.Pending,
+				Value: st.Leader.Value, SinceMs: st.Leader.Since.UnixMilli()})
+		}
+		for _, c := range st.Candidates {
+			wv := waiters(kind, []fair.Waiter{c.Waiter})[0]
+			wv.Value = c.Value
+			v.Queue = append(v.Queue, wv)
+		}
 	case kindReentrant:
 		raw, err := lua.Default().State.Run(ctx, client, nil, []string{wire.ReentrantKey(name)}).Result()
 		if err != nil {
@@ -235,6 +261,8 @@ func waiters(kind string, q []fair.Waiter) []waiterView {
 // holderSummary is the lock's holders in a few words, for ls.
 func (v view) holderSummary() string {
 	switch {
+	case len(v.Holders) == 0 && v.Kind == kindElection:
+		return "no leader"
 	case len(v.Holders) == 0:
 		return "free"
 	case v.Kind == kindSemaphore:
@@ -243,6 +271,8 @@ func (v view) holderSummary() string {
 		return "a writer: " + who(v.Holders[0])
 	case v.Kind == kindRW:
 		return fmt.Sprintf("%d reader(s)", len(v.Holders))
+	case v.Kind == kindElection:
+		return fmt.Sprintf("leader %s, term %d: %s", who(v.Holders[0]), v.Holders[0].Token, v.Holders[0].Value)
 	}
 	return who(v.Holders[0])
 }

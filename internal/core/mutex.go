@@ -481,3 +481,15 @@ func (m *Mutex) OnHold(ctx context.Context, call func(ctx context.Context, h Age
 	}
 	return nil
 }
+
+// TokenOf returns the fencing token of the hold of this handle that ctx
+// carries (ended or not), 0 if it carries none.
+func (m *Mutex) TokenOf(ctx context.Context) int64 {
+	if !m.made() || ctx == nil {
+		return 0
+	}
+	if h := m.carried(ctx); h != nil {
+		return h.token
+	}
+	return 0
+}
