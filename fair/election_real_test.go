@@ -1,0 +1,66 @@
+package fair_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// On every deployment (single node, Cluster, Sentinel): three candidates,
+// each on its own client, lead in the order they campaigned, each
+// resigning to the next; an observer on a fourth client sees every leader,
+// in order, with growing terms, and ends on "nobody".
+func TestRealElectionHandsOverInCampaignOrderAndObserversFollow(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			redistest.NoLeaks(t)
+			clients := redistest.Clients(t, kind, 4)
+			name := redistest.Name(t)
+			ctx := context.Background()
+			watcher, err := fair.NewElection(redistest.Owner(clients[3]), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := watcher.Observe(t.Context())
+			if l := next(t, seen); l != (fair.Leadership{}) {
+				t.Fatalf("first observed %+v, want nobody", l)
+			}
+			var els []*fair.Election
+			var got []<-chan campaigned
+			for i := range 3 {
+				el, err := fair.NewElection(redistest.Owner(clients[i]), name, fair.WithLabel(fmt.Sprint(i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				els = append(els, el)
+				got = append(got, campaignAsync(ctx, el, fmt.Sprintf("host-%d", i)))
+				// The next campaigns only once this one is leader or queued.
+				waitUntil(t, "the candidate is known", func() bool {
+					s, err := fair.InspectElection(ctx, clients[0], name)
+					return err == nil && (s.Leader.Term != 0) && len(s.Candidates) == i
+				})
+			}
+			var term int64
+			for i, el := range els {
+				lead := awaitLead(t, got[i])
+				l := until(t, seen, fmt.Sprintf("host-%d leads", i), func(l fair.Leadership) bool { return l.Term != 0 })
+				if l.Value != fmt.Sprintf("host-%d", i) || l.Term <= term || l.Term != el.Term(lead) {
+					t.Fatalf("observed %+v as leader %d (its term %d), after term %d", l, i, el.Term(lead), term)
+				}
+				term = l.Term
+				rctx, cancel := context.WithTimeout(lead, 5*time.Second)
+				if err := el.Resign(rctx); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+			}
+			if l := next(t, seen); l != (fair.Leadership{}) {
+				t.Fatalf("observed %+v once all resigned, want nobody", l)
+			}
+		})
+	}
+}
