@@ -32,6 +32,9 @@ import (
 )
 
 func main() {
+	if candidateMain() { // a child of the election benchmark
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -52,6 +55,7 @@ type config struct {
 	semHold time.Duration
 	fanout  string
 	scale   string
+	elect   int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -69,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
 	fs.StringVar(&c.scale, "scale", "4,64,256", "numbers of clients, each with go-redis's default options, taking one lock in turn, for what N costs each lock (1000 too, say; empty: skip)")
 	fs.StringVar(&c.fanout, "fanout", "", "numbers of clients taking one lock in turn, for the bytes Redis sends per acquisition (2,4,16,64, say; empty: skip)")
+	fs.IntVar(&c.elect, "election", 0, "measure only leader election's failover: this many changes for each way a leader goes, with fair.Election and with one built by hand on fair.Mutex (20, say; 0: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,6 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
 	}
 	fmt.Fprintf(stderr, "Redis %s at %s, %d cores, %s\n", field(ver, "redis_version"), addr, runtime.NumCPU(), runtime.Version())
+	if c.elect > 0 {
+		return electionBench(ctx, addr, c.elect, stdout, stderr)
+	}
 
 	r := newResults(c.reps)
 	dur := time.Duration(c.seconds * float64(time.Second))
