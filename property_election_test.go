@@ -140,10 +140,10 @@ func (s *electionSpec) acquire(c *candidate, mode string) {
 	r := s.call(s.scripts.FairAcquire, c.owner, c.entry, s.req(c), electionSpecLease.Milliseconds(),
 		electionSpecWait.Milliseconds(), mode, wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label), "PUBLISH", s.channel(), 0, "", 0, 0, wire.EscapeValue(c.value))
 	s.actor = c
-	switch {
-	case r[0] == 1:
+	switch r[0] {
+	case 1:
 		s.handoff = len(r) >= 3 && r[2] == 1
-	case r[0] == -1:
+	case -1:
 		s.dequeue(c) // it fell silent too long: the model let it die
 	default:
 		c.deadline = s.now().Add(electionSpecWait)

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -262,7 +263,9 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 		if err := spawn(); err != nil { // a new standby at the tail
 			return nil, nil, err
 		}
-		time.Sleep(200 * time.Millisecond)
+		// Queued before the next change, at a moment drawn at random, so
+		// that a poller's phase does not line up with the changes.
+		time.Sleep(200*time.Millisecond + rand.N(pollEvery))
 	}
 	return failover, notify, nil
 }
@@ -294,4 +297,6 @@ func pct(d []time.Duration, p int) time.Duration {
 	return s[max(0, min(len(s)-1, i-1))]
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64)
+}

@@ -219,4 +219,25 @@
 // than wait for itself. When a writer's
 // turn ends, one message wakes the whole run of readers at the head of the
 // queue: its release serves them all (guarantee 3 above).
+//
+// # Election
+//
+// An [Election] elects one leader among candidates: a fair lock on keys of
+// its own (fairlock:e:{N}...) whose hold also names the leader's value, so
+// the guarantees above are its own. At most one candidate leads at a time
+// (guarantee 1), candidates lead in the order they campaigned and none
+// starves (2), a dead candidate is skipped within its wait timeout (4), and
+// a leader that resigns or closes hands over in the same call (6). A term is
+// a hold: its fencing token, [Election.Term], grows from term to term.
+//
+//	e, err := fair.NewElection(owner, "scheduler")
+//	lead, err := e.Campaign(ctx, "host-a:8080") // waits its turn to lead
+//	defer e.Resign(lead)                        // hands over at once
+//	run(lead)                                   // lead ends when leadership does
+//
+// Every change of leader, term or value is published in the script that
+// makes it, once, on the election's leader channel
+// (fairlock:e:{N}:wake:leader); each client with observers ([Election.Observe])
+// reads it on one subscription. docs/election.md walks through a scheduler,
+// fencing, observers and failover.
 package fair

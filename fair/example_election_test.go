@@ -15,11 +15,12 @@ import (
 func ExampleElection_Campaign() {
 	mr, _ := miniredis.Run()
 	defer mr.Close()
-	newOwner := func() *fairlock.Owner { // one per process: two machines here
-		owner, _ := fairlock.NewOwner(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
-		return owner
-	}
-	a, b := newOwner(), newOwner()
+	ca := redis.NewClient(&redis.Options{Addr: mr.Addr()}) // two machines
+	cb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer ca.Close()
+	defer cb.Close()
+	a, _ := fairlock.NewOwner(ca) // one owner per client
+	b, _ := fairlock.NewOwner(cb)
 	defer a.Close(context.Background())
 	defer b.Close(context.Background())
 	ctx := context.Background()

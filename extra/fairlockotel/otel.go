@@ -38,7 +38,7 @@ const ScopeName = "github.com/fairlock/fairlock/extra/fairlockotel"
 
 // The attributes of fairlock's own.
 const (
-	PrimitiveKey = attribute.Key("fairlock.primitive")    // fair, reentrant, semaphore, rwmutex, redlock
+	PrimitiveKey = attribute.Key("fairlock.primitive")    // fair, election, reentrant, semaphore, rwmutex, redlock
 	OutcomeKey   = attribute.Key("fairlock.outcome")      // acquired, reentered, timed_out, cancelled, error
 	QueuedKey    = attribute.Key("fairlock.queued")       // whether the acquisition waited in a fair queue
 	HoldEndKey   = attribute.Key("fairlock.hold.end")     // released, lost, lease_ran_out, release_unknown

@@ -252,8 +252,8 @@ func TestCountersStartAtZero(t *testing.T) {
 		"fairlock_acquisitions_total":    primitives * outcomes,
 		"fairlock_holds_lost_total":      primitives,
 		"fairlock_renewals_failed_total": primitives,
-		"fairlock_queue_evictions_total": 3, // the primitives that queue
-		"fairlock_queue_rescues_total":   3,
+		"fairlock_queue_evictions_total": 4, // the primitives that queue: fair, election, semaphore, rwmutex
+		"fairlock_queue_rescues_total":   4,
 	} {
 		if got := samples(name); got != want {
 			t.Errorf("%s: %d samples at 0, want %d", name, got, want)
