@@ -196,7 +196,7 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 		}()
 	}
 
-	waitFor := func(c <-chan childEvent, ok func(childEvent) bool) (childEvent, error) {
+	waitFor := func(what string, c <-chan childEvent, ok func(childEvent) bool) (childEvent, error) {
 		deadline := time.After(4 * electionLease)
 		for {
 			select {
@@ -205,7 +205,7 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 					return ev, nil
 				}
 			case <-deadline:
-				return childEvent{}, fmt.Errorf("%s %s: timed out", impl, mode)
+				return childEvent{}, fmt.Errorf("%s %s: timed out waiting for %s", impl, mode, what)
 			case <-ctx.Done():
 				return childEvent{}, ctx.Err()
 			}
@@ -218,7 +218,7 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 			return nil, nil, err
 		}
 		if i == 0 {
-			ev, err := waitFor(events, func(ev childEvent) bool { return ev.kind == "lead" })
+			ev, err := waitFor("the first leader", events, func(ev childEvent) bool { return ev.kind == "lead" })
 			if err != nil {
 				return nil, nil, err
 			}
@@ -226,7 +226,7 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 		}
 		time.Sleep(200 * time.Millisecond) // queued before the next joins
 	}
-	if _, err := waitFor(seen, func(ev childEvent) bool { return ev.value == leader }); err != nil {
+	if _, err := waitFor("the observer to see the first leader", seen, func(ev childEvent) bool { return ev.value == leader }); err != nil {
 		return nil, nil, err
 	}
 	for range n {
@@ -241,19 +241,19 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 			if _, err := io.WriteString(old.stdin, mode+"\n"); err != nil {
 				return nil, nil, err
 			}
-			ev, err := waitFor(events, func(ev childEvent) bool { return ev.kind == "acting" && ev.value == old.value })
+			ev, err := waitFor("the leader to act", events, func(ev childEvent) bool { return ev.kind == "acting" && ev.value == old.value })
 			if err != nil {
 				return nil, nil, err
 			}
 			t0 = ev.at
 		}
-		ev, err := waitFor(events, func(ev childEvent) bool { return ev.kind == "lead" && ev.value != old.value })
+		ev, err := waitFor("the next leader", events, func(ev childEvent) bool { return ev.kind == "lead" && ev.value != old.value })
 		if err != nil {
 			return nil, nil, err
 		}
 		failover = append(failover, ev.at.Sub(t0))
 		leader = ev.value
-		obs, err := waitFor(seen, func(o childEvent) bool { return o.value == leader })
+		obs, err := waitFor("the observer to see the next leader", seen, func(o childEvent) bool { return o.value == leader })
 		if err != nil {
 			return nil, nil, err
 		}
