@@ -196,7 +196,18 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 		}()
 	}
 
+	// waitFor returns the first event of c, arrived or to come, that ok
+	// accepts; the others are kept for later calls. Events of two children
+	// may arrive out of order (the new leader's before the old one's
+	// "acting"), so nothing is dropped.
+	backlog := map[<-chan childEvent][]childEvent{}
 	waitFor := func(what string, c <-chan childEvent, ok func(childEvent) bool) (childEvent, error) {
+		for i, ev := range backlog[c] {
+			if ok(ev) {
+				backlog[c] = slices.Delete(backlog[c], i, i+1)
+				return ev, nil
+			}
+		}
 		deadline := time.After(4 * electionLease)
 		for {
 			select {
@@ -204,6 +215,7 @@ func electionRun(ctx context.Context, addr, impl, mode string, n int) (failover,
 				if ok(ev) {
 					return ev, nil
 				}
+				backlog[c] = append(backlog[c], ev)
 			case <-deadline:
 				return childEvent{}, fmt.Errorf("%s %s: timed out waiting for %s", impl, mode, what)
 			case <-ctx.Done():

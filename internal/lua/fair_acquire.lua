@@ -25,6 +25,7 @@ local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local po, pn, pl, value = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+if po == '' then po, pn, pl = nil, nil, nil end -- an election's candidate asks for no permits
 local publish, channel = ARGV[8], ARGV[9]
 watch_leader(publish, channel)
 local s = load()

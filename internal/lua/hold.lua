@@ -118,9 +118,10 @@ end
 
 -- missing: the hold key did not exist when load ran; changed: clear_hold
 -- changed the hold, so it must be saved even with nothing else to write.
--- Both are per call (as announce, below, is). As a plain script (EVALSHA) this file runs at every
--- call; in the Functions library it runs once, so lua.go resets both by
--- these names at the start of every function: rename them there too.
+-- Both are per call, as announce (below) is. As a plain script (EVALSHA)
+-- this file runs at every call; in the Functions library it runs once, so
+-- lua.go resets all three by these names at the start of every function:
+-- rename them there too.
 local missing, changed = false, false
 
 -- Elections. An election (fair.Election) is a fair lock whose hold also
