@@ -64,3 +64,50 @@ func TestRealElectionHandsOverInCampaignOrderAndObserversFollow(t *testing.T) {
 		})
 	}
 }
+
+// A change published while an observing client's connection is cut is
+// lost to it; when the connection comes back, its watch reads who leads,
+// and the observer ends on the latest value all the same.
+func TestRealElectionObserverMakesGoodAMessageLostWithItsConnection(t *testing.T) {
+	redistest.NoLeaks(t)
+	admin := redistest.Real(t)
+	name := redistest.Name(t)
+	ctx := context.Background()
+	cut := &redistest.Partition{}
+	watchers, watchersName := redistest.Named(t, admin)
+	watchers.AddHook(cut)
+
+	leader, err := fair.NewElection(redistest.Owner(admin), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := leader.Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Resign(lead)
+	w, err := fair.NewElection(redistest.Owner(watchers), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := w.Observe(t.Context())
+	until(t, seen, "v1", func(l fair.Leadership) bool { return l.Value == "v1" })
+
+	// The watchers' client loses its connections, and cannot dial, while
+	// the leader proclaims: the message reaches nobody there.
+	cut.On.Store(true)
+	killed, err := redistest.KillPubSub(ctx, admin, watchersName)
+	if err != nil || killed == 0 {
+		t.Fatalf("cutting the observer's connection: %d killed, %v", killed, err)
+	}
+	if err := leader.Proclaim(lead, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-seen:
+		t.Fatalf("observed %+v while cut off", l)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cut.On.Store(false)
+	until(t, seen, "v2 once reconnected", func(l fair.Leadership) bool { return l.Value == "v2" })
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -564,5 +565,30 @@ func TestElectionOneMessagePerChangeReachesEveryObservingClient(t *testing.T) {
 	}
 	if err := a.Resign(lead); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The observer hook sees a campaign as an acquisition and a term as a hold
+// of primitive election: leadership changes and term lengths.
+func TestElectionReportsCampaignsAndTermsToItsObserver(t *testing.T) {
+	e := newEnv(t)
+	var rec redistest.Recorder
+	a := e.candidate(e.process(), "a", fair.WithObserver(&rec))
+	lead, err := a.Campaign(context.Background(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(5 * time.Second)
+	if err := a.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.Snapshot()
+	if len(got.Acquisitions) != 1 || got.Acquisitions[0].Primitive != observe.Election ||
+		got.Acquisitions[0].Outcome != observe.Acquired || got.Acquisitions[0].Lock != electionName {
+		t.Fatalf("acquisitions reported: %+v", got.Acquisitions)
+	}
+	if len(got.Holds) != 1 || got.Holds[0].Primitive != observe.Election || got.Holds[0].End != observe.Released ||
+		got.Holds[0].Held != 5*time.Second {
+		t.Fatalf("terms reported: %+v, want one of 5s, released", got.Holds)
 	}
 }
