@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -34,6 +36,48 @@ type scaleRun struct {
 	acqPerSec float64
 	outBytes  float64 // per acquisition
 	redisUsec float64 // per acquisition
+	calls     string  // Redis's calls per acquisition, by command (the log's)
+}
+
+// allCalls is every command's call count so far (INFO commandstats).
+func allCalls(ctx context.Context, c *redis.Client) map[string]int64 {
+	out := map[string]int64{}
+	info, _ := c.Info(ctx, "commandstats").Result()
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+// callsPer is the calls made between before and after, per acquisition, by
+// command, the most frequent first.
+func callsPer(before, after map[string]int64, acq float64) string {
+	type kv struct {
+		cmd string
+		n   float64
+	}
+	var all []kv
+	for cmd, n := range after {
+		if d := float64(n - before[cmd]); d > 0 {
+			all = append(all, kv{cmd, d / acq})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+	var parts []string
+	for _, c := range all {
+		if c.n >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", c.cmd, c.n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scaleKey names one cell of the table.
@@ -75,7 +119,7 @@ func (e *env) scale(ctx context.Context, im impl, n int, dur time.Duration) (sca
 		wg    sync.WaitGroup
 	)
 	errs := make(chan error, n)
-	out0, cpu0 := netOut(ctx, admin), redisCPU(ctx, admin)
+	out0, cpu0, calls0 := netOut(ctx, admin), redisCPU(ctx, admin), allCalls(ctx, admin)
 	start := time.Now()
 	deadline := start.Add(dur)
 	for _, h := range handles {
@@ -106,6 +150,7 @@ func (e *env) scale(ctx context.Context, im impl, n int, dur time.Duration) (sca
 		acqPerSec: acq / elapsed.Seconds(),
 		outBytes:  float64(netOut(ctx, admin)-out0) / acq,
 		redisUsec: float64(redisCPU(ctx, admin)-cpu0) / float64(time.Microsecond) / acq,
+		calls:     callsPer(calls0, allCalls(ctx, admin), acq),
 	}, nil
 }
 
@@ -124,8 +169,8 @@ func (e *env) runScale(ctx context.Context, ns []int, reps int, dur time.Duratio
 				if err != nil {
 					return nil, err
 				}
-				fmt.Fprintf(log, "scale rep %d/%d: %-20s %5d clients %8.0f acq/s %6.0f B/acq %6.1f µs Redis CPU/acq\n",
-					rep+1, reps, name, n, r.acqPerSec, r.outBytes, r.redisUsec)
+				fmt.Fprintf(log, "scale rep %d/%d: %-20s %5d clients %8.0f acq/s %6.0f B/acq %6.1f µs Redis CPU/acq; calls/acq: %s\n",
+					rep+1, reps, name, n, r.acqPerSec, r.outBytes, r.redisUsec, r.calls)
 				k := scaleKey{name, n}
 				runs[k] = append(runs[k], r)
 			}
