@@ -62,9 +62,8 @@ type electionSpec struct {
 	scripts *lua.Scripts
 	keys    []string
 	cands   []*candidate
-	msgs    chan miniredis.PubsubMessage
+	log     *miniLog // the leader channel
 	reqs    int
-	marks   int
 
 	order   []*candidate // campaigning candidates, in campaign order
 	leader  *candidate   // the model's leader, nil if none
@@ -109,16 +108,7 @@ func (s *electionSpec) dequeue(c *candidate) {
 }
 
 func (s *electionSpec) pick(t *rapid.T, ok func(*candidate) bool) *candidate {
-	var cands []*candidate
-	for _, c := range s.cands {
-		if ok(c) {
-			cands = append(cands, c)
-		}
-	}
-	if len(cands) == 0 {
-		t.Skip("no candidate for this step")
-	}
-	return rapid.SampledFrom(cands).Draw(t, "candidate")
+	return pickWhere(t, s.cands, ok, "candidate")
 }
 
 func (s *electionSpec) req(c *candidate) string {
@@ -227,21 +217,11 @@ func (s *electionSpec) advance(t *rapid.T) {
 
 // published returns the leaderships published since the last call.
 func (s *electionSpec) published() []string {
-	s.marks++
-	mark := fmt.Sprintf("mark-%d", s.marks)
-	go s.mr.Publish(wire.LeaderChannel(s.channel()), mark)
 	var got []string
-	for {
-		select {
-		case m := <-s.msgs:
-			if m.Message == mark {
-				return got
-			}
-			got = append(got, m.Message)
-		case <-time.After(10 * time.Second):
-			s.t.Fatalf("the marker never came back")
-		}
+	for _, m := range s.log.take(s.t) {
+		got = append(got, m.Message)
 	}
+	return got
 }
 
 // check holds Redis and the messages of the step to the model.
@@ -342,25 +322,12 @@ func electionSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		mr, clk := fakeServer(t)
 		defer mr.Close()
-		sub := mr.NewSubscriber()
-		defer sub.Close()
-		sub.Subscribe(wire.LeaderChannel(wire.Channel(electionSpecBase)))
+		leader := wire.LeaderChannel(wire.Channel(electionSpecBase))
+		log := newMiniLog(mr, leader, leader)
+		defer log.close()
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		defer c.Close()
-		s := &electionSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, msgs: make(chan miniredis.PubsubMessage, 64),
-			keys: wire.QueueKeys(electionSpecBase)}
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case m := <-sub.Messages():
-					s.msgs <- m
-				case <-stop:
-					return
-				}
-			}
-		}()
+		s := &electionSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, log: log, keys: wire.QueueKeys(electionSpecBase)}
 		for _, o := range []string{"ca.h1", "ca.h2", "cb.h1", "cc.h1"} {
 			s.cands = append(s.cands, &candidate{owner: o})
 		}

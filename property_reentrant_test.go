@@ -65,8 +65,7 @@ type reentrantSpec struct {
 	scripts *lua.Scripts
 	keys    []string
 	handles []*reentrantHandle
-	msgs    chan miniredis.PubsubPmessage
-	marks   int
+	log     *miniLog // what the scripts publish
 
 	holder  *reentrantHandle // the model's holder, nil if free
 	expires time.Time        // its hold's expiry
@@ -113,24 +112,13 @@ func (s *reentrantSpec) call(sc *lua.Script, args ...any) []int64 {
 }
 
 // published returns the notes published since the last call, as
-// "<channel> <payload>", in order: a marker published after them tells
-// when all have been read.
+// "<channel> <payload>", in order.
 func (s *reentrantSpec) published() []string {
-	s.marks++
-	mark := fmt.Sprintf("mark-%d", s.marks)
-	go s.mr.Publish(reentrantSpecBase+":wake:~", mark)
 	var got []string
-	for {
-		select {
-		case m := <-s.msgs:
-			if m.Message == mark {
-				return got
-			}
-			got = append(got, m.Channel+" "+m.Message)
-		case <-time.After(10 * time.Second):
-			s.t.Fatalf("the marker never came back")
-		}
+	for _, m := range s.log.take(s.t) {
+		got = append(got, m.Channel+" "+m.Message)
 	}
+	return got
 }
 
 // expectWake checks that the step published the wake-up of waiter ("":
@@ -224,16 +212,7 @@ func (s *reentrantSpec) leaveOrder(hd *reentrantHandle) {
 }
 
 func (s *reentrantSpec) pick(t *rapid.T, ok func(*reentrantHandle) bool) *reentrantHandle {
-	var cands []*reentrantHandle
-	for _, hd := range s.handles {
-		if ok(hd) {
-			cands = append(cands, hd)
-		}
-	}
-	if len(cands) == 0 {
-		t.Skip("no handle for this step")
-	}
-	return rapid.SampledFrom(cands).Draw(t, "handle")
+	return pickWhere(t, s.handles, ok, "handle")
 }
 
 func (s *reentrantSpec) tryLock(t *rapid.T) {
@@ -325,26 +304,13 @@ func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		mr, clk := fakeServer(t)
 		defer mr.Close()
-		sub := mr.NewSubscriber()
-		defer sub.Close()
-		sub.Psubscribe(reentrantSpecBase + ":wake*")
+		log := newMiniLog(mr, reentrantSpecBase+":wake*", reentrantSpecBase+":wake:~")
+		defer log.close()
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		defer c.Close()
-		s := &reentrantSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, msgs: make(chan miniredis.PubsubPmessage, 64),
+		s := &reentrantSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, log: log,
 			deadlines: map[string]time.Time{},
 			keys:      []string{reentrantSpecBase, reentrantSpecBase + ":queue", reentrantSpecBase + ":deadlines"}}
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case m := <-sub.Pmessages():
-					s.msgs <- m
-				case <-stop:
-					return
-				}
-			}
-		}()
 		// Two clients with two handles each, and one with one: notes must
 		// reach the right client's inbox.
 		for _, o := range []string{"ca.h1", "ca.h2", "cb.h1", "cb.h2", "cc.h1"} {
