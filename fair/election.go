@@ -103,7 +103,9 @@ func electionPlace(name string, scripts *lua.Scripts) core.Place {
 // error wrapping ctx's error. With a ctx that carries a leadership of this
 // handle that still lasts (lead, or a context derived from it), it returns
 // at once, with no call to Redis and value unchanged (Proclaim changes
-// it); any other ctx is a new candidacy, which queues behind the others.
+// it); with one that carries a leadership that ended, it returns why it
+// ended (ErrLockLost, ErrClosed, ErrNotHeld); any other ctx is a new
+// candidacy, which queues behind the others.
 // value is at most MaxValueLen bytes; a nil ctx or a longer value gets an
 // error wrapping ErrInvalidArgument.
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {

@@ -283,6 +283,10 @@ func TestElectionCampaignWithTheLeadershipReturnsItAtOnce(t *testing.T) {
 	if lead.Err() == nil || again.Err() == nil {
 		t.Fatal("the leadership's contexts outlived it")
 	}
+	// Its context, once it ended, says why rather than campaign again.
+	if _, err := a.Campaign(lead, "v2"); !errors.Is(err, fair.ErrNotHeld) {
+		t.Fatalf("Campaign with the context of a resigned leadership: %v, want ErrNotHeld", err)
+	}
 }
 
 func TestElectionEndOfTheCampaignContextResigns(t *testing.T) {
