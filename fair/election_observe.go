@@ -2,13 +2,13 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
@@ -37,19 +37,12 @@ const observeGrace = 50 * time.Millisecond
 
 // watches is the service (core.LockServices) of an owner's watches, one per
 // election with observers.
-type watches map[watchKey]*watch
+type watches map[serviceKey]*watch
 
 type watchesKey struct{}
 
-// watchKey names a watch among its owner's.
-type watchKey struct {
-	hold    string
-	scripts *lua.Scripts
-	clock   clock.Clock
-}
-
 type watch struct {
-	key   watchKey
+	key   serviceKey
 	owner *core.Owner
 	e     *Election // the handle whose first Observe started it: its keys, scripts, lease
 	stop  context.CancelFunc
@@ -90,7 +83,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 // the first observer.
 func (e *Election) watchFor(out chan Leadership) *watch {
 	h := e.m.Agent()
-	key := watchKey{hold: h.Keys[0], scripts: h.Config.Scripts, clock: h.Config.Clock}
+	key := serviceKey{hold: h.Keys[0], scripts: h.Config.Scripts, clock: h.Config.Clock}
 	services := core.LockServices(h.Shared)
 	defer core.UnlockServices(h.Shared)
 	all, _ := services[watchesKey{}].(watches)
@@ -174,13 +167,19 @@ func (w *watch) run() {
 	var sub *inbox.Sub
 	for sub == nil {
 		s, err := hubs.Subscribe(w.ctx, wire.LeaderChannel(h.Channel), wire.LeadershipNote)
-		if err == nil {
-			sub = s
-			break
-		}
-		if err == inbox.ErrClosed || !sleepOn(w.ctx, clk, time.Second) {
+		if errors.Is(err, inbox.ErrClosed) {
 			return
 		}
+		if err != nil { // a Cluster client that cannot find the slot's master yet
+			again := sleeper.After(clk, time.Second, inbox.Retry)
+			wk := sleeper.Next(w.ctx, nil)
+			again.Stop()
+			if wk.Reason == inbox.Cancelled {
+				return
+			}
+			continue
+		}
+		sub = s
 	}
 	defer sub.Close()
 	var timer clock.Timer
@@ -246,18 +245,5 @@ func (w *watch) closeAll() {
 	}
 	if all, _ := services[watchesKey{}].(watches); all[w.key] == w {
 		delete(all, w.key)
-	}
-}
-
-// sleepOn waits d on clk, or until ctx ends (false).
-func sleepOn(ctx context.Context, clk clock.Clock, d time.Duration) bool {
-	done := make(chan struct{})
-	t := clk.AfterFunc(d, func() { close(done) })
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -23,12 +23,14 @@ import (
 // heartbeats is the service (core.LockServices) that keeps an owner's
 // heartbeats, one per lock with queued waiters: a typed map under one key of
 // no size, so that a look-up boxes nothing.
-type heartbeats map[heartbeatKey]*heartbeat
+type heartbeats map[serviceKey]*heartbeat
 
 type heartbeatsKey struct{}
 
-// heartbeatKey names a heartbeat among its client's heartbeats.
-type heartbeatKey struct {
+// serviceKey names one lock's service among its owner's (a heartbeat, an
+// election's watch): the lock's hold key, and the scripts and clock its
+// handles run on (a test's owner may serve handles on several).
+type serviceKey struct {
 	hold    string // the hold's key: a fair lock and a semaphore's gate may share a name
 	scripts *lua.Scripts
 	clock   clock.Clock
@@ -38,7 +40,7 @@ type heartbeatKey struct {
 const beatBatch = 1000
 
 type heartbeat struct {
-	key   heartbeatKey
+	key   serviceKey
 	owner *core.Owner
 	qu    *queue // any member's queue: same keys, channel and scripts
 
@@ -84,7 +86,7 @@ func (m *member) current() string {
 // shortest wait timeout among its waiters.
 func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *member) {
 	cfg := qu.h.Config
-	key := heartbeatKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
+	key := serviceKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
 	services := core.LockServices(qu.h.Shared)
 	defer core.UnlockServices(qu.h.Shared)

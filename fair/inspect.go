@@ -82,14 +82,20 @@ func parseInspect(v []any) (State, error) {
 		return State{}, err
 	}
 	var s State
-	if h := in.Holder; h != nil {
-		s.Holder = &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
-			Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
-	}
+	s.Holder = holderOf(in.Holder)
 	for _, w := range queueOf(in) {
 		s.Queue = append(s.Queue, w.Waiter)
 	}
 	return s, nil
+}
+
+// holderOf is an inspected hold as Inspect shows it, nil for none.
+func holderOf(h *wire.InspectedHolder) *Holder {
+	if h == nil {
+		return nil
+	}
+	return &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
+		Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
 }
 
 // queued is one live entry of a queue, with the owner id of the permit hold
@@ -140,8 +146,7 @@ type Candidate struct {
 }
 
 // InspectElection reads the state of the election name without changing
-// it. The leader and the candidates are read by two calls to Redis: a
-// change between them may show in one and not the other.
+// it, in one call to Redis.
 func InspectElection(ctx context.Context, client redis.UniversalClient, name string) (ElectionState, error) {
 	if err := core.CheckContext(ctx); err != nil {
 		return ElectionState{}, err
@@ -152,28 +157,16 @@ func InspectElection(ctx context.Context, client redis.UniversalClient, name str
 	if err := core.CheckName(name); err != nil {
 		return ElectionState{}, err
 	}
-	keys := wire.QueueKeys(wire.ElectionBase(name))
-	text, err := lua.Default().ElectionLeader.Run(ctx, client, nil, keys[:1]).Text()
+	v, err := lua.Default().ElectionInspect.Run(ctx, client, nil, wire.QueueKeys(wire.ElectionBase(name))).Slice()
 	if err != nil {
 		return ElectionState{}, fmt.Errorf("fairlock: inspecting election %q: %w", name, err)
 	}
-	l, err := wire.ParseLeadership(text)
-	if err != nil {
-		return ElectionState{}, err
-	}
-	v, err := lua.Default().FairInspect.Run(ctx, client, nil, keys).Slice()
-	if err != nil {
-		return ElectionState{}, fmt.Errorf("fairlock: inspecting election %q: %w", name, err)
-	}
-	in, err := wire.DecodeInspect(v)
+	l, in, err := wire.DecodeElectionInspect(v)
 	if err != nil {
 		return ElectionState{}, err
 	}
 	s := ElectionState{Leader: leadershipOf(l)}
-	if h := in.Holder; h != nil {
-		s.Holder = &Holder{Owner: h.Owner, Count: h.Count, TTL: h.TTL, Token: h.Token,
-			Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
-	}
+	s.Holder = holderOf(in.Holder)
 	for _, w := range queueOf(in) {
 		s.Candidates = append(s.Candidates, Candidate{Waiter: w.Waiter, Value: w.value})
 	}

@@ -53,6 +53,7 @@ type Scripts struct {
 	SemResize            *Script
 	ElectionProclaim     *Script
 	ElectionLeader       *Script
+	ElectionInspect      *Script
 }
 
 var defaultScripts = MustBuild(Sources())
@@ -151,6 +152,7 @@ func MustBuild(src map[string]string) *Scripts {
 		SemResize:            get("sem_resize.lua"),
 		ElectionProclaim:     get("election_proclaim.lua"),
 		ElectionLeader:       get("election_leader.lua"),
+		ElectionInspect:      get("election_inspect.lua"),
 	}
 }
 

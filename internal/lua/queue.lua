@@ -112,3 +112,22 @@ local function wake_waiter(s, w, now, publish, channel)
   publish_notes(publish, channel, {freed_note(head)})
   w.n = head
 end
+
+-- A read-only snapshot of the fair queue q and its hold s (Inspect): dead
+-- and given-up entries are reported, not removed. Returns {now ms, holder,
+-- count, ms left, token, label, granted entry, the holder's permit request,
+-- "<owner> <n> <lease>" (a semaphore's gate; "" elsewhere), then per list
+-- element: entry, deadline ms or -1, the element after its entry id,
+-- "<lease>|<wait>|<request>|<label>"}.
+local function inspect_queue(q, s, now)
+  local who, count, expiry, token = holder(s, now)
+  local out = {now, who or '', count or 0, who and (expiry - now) or 0, token or 0,
+    (who and s.b) or '', (who and s.e) or '', (who and request_text(s.po, s.pn, s.pl)) or ''}
+  for _, el in ipairs(redis.call('LRANGE', q.list, 0, -1)) do
+    local entry, info = element_entry(el), element_info(el)
+    out[#out + 1] = entry
+    out[#out + 1] = tonumber(redis.call('ZSCORE', q.deadlines, entry) or '-1')
+    out[#out + 1] = info
+  end
+  return out
+end

@@ -334,6 +334,22 @@ func DecodeInspect(v []any) (Inspected, error) {
 	return in, nil
 }
 
+// DecodeElectionInspect reads election_inspect.lua's reply: the
+// leadership's text and the queue's snapshot, as DecodeInspect reads it.
+func DecodeElectionInspect(v []any) (Leadership, Inspected, error) {
+	if len(v) != 2 {
+		return Leadership{}, Inspected{}, fmt.Errorf("fairlock: unexpected election inspect reply of %d elements", len(v))
+	}
+	text, _ := v[0].(string)
+	l, err := ParseLeadership(text)
+	if err != nil {
+		return Leadership{}, Inspected{}, err
+	}
+	q, _ := v[1].([]any)
+	in, err := DecodeInspect(q)
+	return l, in, err
+}
+
 // SemAcquire is sem_acquire.lua's ARGV.
 type SemAcquire struct {
 	Owner            string
