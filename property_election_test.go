@@ -348,5 +348,5 @@ func electionSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 }
 
 func TestElectionSpecification(t *testing.T) {
-	rapid.Check(t, electionSpecOf(lua.Default()))
+	checkWith(t, 1000, electionSpecOf(lua.Default()))
 }

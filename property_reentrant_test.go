@@ -330,5 +330,5 @@ func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 }
 
 func TestReentrantWaitersSpecification(t *testing.T) {
-	rapid.Check(t, reentrantSpecOf(lua.Default()))
+	checkWith(t, 1000, reentrantSpecOf(lua.Default()))
 }

@@ -279,5 +279,5 @@ func retrySpecOf(scripts *lua.Scripts) func(*rapid.T) {
 }
 
 func TestRetrySpecification(t *testing.T) {
-	rapid.Check(t, retrySpecOf(lua.Default()))
+	checkWith(t, 1000, retrySpecOf(lua.Default()))
 }

@@ -645,11 +645,10 @@ func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
 }
 
 // semaphoreChecks is how many checks the semaphore's specification runs
-// unless told otherwise: each takes about as long as 3 of the fair lock's
-// (its waits pass through two queues), and 300 keep the default test run
-// within a few minutes under -race. The mutation test gives it up to 1,000
-// per mutation.
-const semaphoreChecks = "300"
+// unless told otherwise (a quarter under -race, checkWith): each takes
+// about as long as 3 of the fair lock's (its waits pass through two
+// queues). The mutation test gives it up to 1,000 per mutation.
+const semaphoreChecks = 300
 
 func TestSemaphoreSpecification(t *testing.T) {
 	checkWith(t, semaphoreChecks, semaphoreSpec(lua.Default()))

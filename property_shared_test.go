@@ -26,7 +26,6 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 )
 
@@ -274,8 +273,7 @@ func (s *sharedSpec) close() {
 }
 
 func TestSharedHandleSpecification(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	rapid.Check(t, func(t *rapid.T) {
+	checkWith(t, 1000, func(t *rapid.T) {
 		s := newSharedSpec(t)
 		defer s.close()
 		t.Repeat(map[string]func(*rapid.T){
