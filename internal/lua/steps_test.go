@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,4 +122,128 @@ return tostring(((t1[1] - t0[1]) * 1e6 + (t1[2] - t0[2])) / %d)
 		b.Fatal(err)
 	}
 	return us
+}
+
+// BenchmarkScriptCalls is the other half of BenchmarkScriptSteps: what an
+// uncontended pair's two script calls cost Redis as real calls, FCALL by
+// FCALL, each timed by Redis itself (SLOWLOG, every call logged), beside
+// the floor (SET NX PX, and a compare-and-delete, by EVALSHA). For each
+// lock it times the scripts as they are, and the same calls with bodies
+// that return at once (a held answer, {1}), which leaves the call itself:
+// its words, the function's entry and its reply. It reports the µs per
+// call (the mean of the middle 90 % of calls) of each:
+//
+//	go test -run XXX -bench ScriptCalls -count 5 ./internal/lua/
+//
+// It sets slowlog-log-slower-than to 0 while it runs: give it a server of
+// its own.
+func BenchmarkScriptCalls(b *testing.B) {
+	client := redistest.Real(b)
+	ctx := context.Background()
+	old, err := client.ConfigGet(ctx, "slowlog-*").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for k, v := range old {
+			client.ConfigSet(ctx, k, v)
+		}
+	}()
+	client.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+	client.ConfigSet(ctx, "slowlog-max-len", "10000")
+	src := lua.Sources()
+	atOnce := map[string]string{}
+	for k, v := range src {
+		atOnce[k] = v
+	}
+	for file, answer := range map[string]string{
+		"reentrant_acquire.lua": "{1, 1, 0}", "reentrant_release.lua": "{1}",
+		"fair_acquire.lua": "{1, 1, 0}", "fair_release.lua": "{1}",
+	} {
+		atOnce[file] = "do return " + answer + " end\n" + atOnce[file]
+	}
+	full, bare := lua.Default(), lua.MustBuild(atOnce)
+	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1" // as long as a real one
+	floorAcquire := redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0`)
+	floorRelease := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	const pairs = 2000
+	// measure runs pairs pairs of pair and returns Redis's µs per call.
+	measure := func(pair func(i int)) float64 {
+		for i := range 100 {
+			pair(i)
+		}
+		client.SlowLogReset(ctx)
+		for i := range pairs {
+			pair(i)
+		}
+		logs, err := client.SlowLogGet(ctx, 2*pairs).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var us []float64
+		for _, l := range logs {
+			if len(l.Args) > 0 && (strings.EqualFold(l.Args[0], "fcall") || strings.EqualFold(l.Args[0], "evalsha")) {
+				us = append(us, float64(l.Duration.Nanoseconds())/1e3)
+			}
+		}
+		slices.Sort(us)
+		mid := us[len(us)/20 : len(us)-len(us)/20]
+		sum := 0.0
+		for _, x := range mid {
+			sum += x
+		}
+		return sum / float64(len(mid))
+	}
+	name := redistest.Name(b)
+	var mode lua.Mode
+	reentrant := func(s *lua.Scripts) func(i int) {
+		keys := []string{"fairlock:r:{" + name + "}", "fairlock:r:{" + name + "}:queue", "fairlock:r:{" + name + "}:deadlines"}
+		return func(i int) {
+			v, err := s.ReentrantAcquire.Run(ctx, client, &mode, keys, owner, owner+"#a"+strconv.Itoa(i), 30000, 0, "0", owner+"/"+strconv.Itoa(i), 10000).Slice()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.ReentrantRelease.Run(ctx, client, &mode, keys, owner, owner+"#r"+strconv.Itoa(i), v[1], "PUBLISH", keys[0]+":wake").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fair := func(s *lua.Scripts) func(i int) {
+		keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
+		return func(i int) {
+			v, err := s.FairAcquire.Run(ctx, client, &mode, keys, owner, owner+"/"+strconv.Itoa(i), owner+"#a"+strconv.Itoa(i), 30000, 10000, "join", "host\t1234\t", "PUBLISH", keys[0]+":wake", 0).Slice()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.FairRelease.Run(ctx, client, &mode, keys, owner, owner+"#r"+strconv.Itoa(i), v[1], "PUBLISH", keys[0]+":wake").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	floor := func(i int) {
+		key, token := []string{"floor:{" + name + "}"}, owner+strconv.Itoa(i)
+		if err := floorAcquire.Run(ctx, client, key, token, 30000).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := floorRelease.Run(ctx, client, key, token).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runs := []struct {
+		name string
+		pair func(int)
+	}{
+		{"floor", floor},
+		{"reentrant-call", reentrant(bare)}, {"reentrant", reentrant(full)},
+		{"fair-call", fair(bare)}, {"fair", fair(full)},
+	}
+	sums := make([]float64, len(runs))
+	for b.Loop() {
+		for i, r := range runs {
+			sums[i] += measure(r.pair)
+		}
+	}
+	for i, r := range runs {
+		b.ReportMetric(sums[i]/float64(b.N), r.name+"-µs/call")
+	}
 }
