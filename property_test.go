@@ -49,8 +49,8 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The fair lock's specification runs 1,000 checks unless told
-	// otherwise (the semaphore's, semaphoreChecks).
+	// 1,000 checks unless told otherwise: the mutation test's default;
+	// each specification sets its own count (checkWith).
 	checksGiven = os.Getenv("RAPID_CHECKS") != "" || flagSet("rapid.checks")
 	if !checksGiven {
 		_ = flag.Set("rapid.checks", "1000")
@@ -1180,9 +1180,9 @@ func TestFairLockSpecificationWithoutFaults(t *testing.T) {
 // outlived it.
 //
 // Under -race a specification runs a quarter of its checks. The race
-// detector looks for races in the library's Go code, which every check
-// runs through the same way; what the other three quarters add is more
-// histories of the scripts, and those run in Redis, where the detector
+// detector watches the library's Go code, whose paths a quarter of the
+// checks runs many times over; most of what the other three quarters add
+// is more histories of the scripts, which run in Redis, where the detector
 // sees nothing, at about 3 times the cost (the specifications took 11 to
 // 12 of the root package's minutes under -race on 2 cores). .ci/run runs
 // every specification in full without -race, beside the mutation test:
