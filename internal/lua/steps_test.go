@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,44 @@ import (
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// step is a variant of the helpers' text: from replaced by to.
+type step struct{ name, from, to string }
+
+// removals take out, one at a time, the steps of an uncontended pair that
+// keep a guarantee: the layout check (a client of another version fails
+// loudly), the release memory r (a retried final release answers as its
+// first run did) and the TTL bookkeeping (every key outlives every hold
+// and deadline, and no more).
+var removals = []step{
+	{"no layout check", "local function layout_error(s, key)", "local function layout_error(s, key) do return nil end"},
+	{"no release memory r", "local function note_released(s, w, token)", "local function note_released(s, w, token) do return end"},
+	{"no TTL bookkeeping", "local function commit(s, w, now, force, others)", "local function commit(s, w, now, force, others) do return save(s, w) end"},
+}
+
+// relocations are not removals but the alternative to the release memory r
+// that the lean release proposed: a key of its own, written only by a
+// final release, as the same 4 tokens (a GET and a SET) or as the newest
+// one alone (one SET).
+var relocations = []step{
+	{"r in its own key", "local function note_released(s, w, token)", "local function note_released(s, w, token) do " +
+		"local key = KEYS[1] .. ':released'; local old = redis.call('GET', key) or ''; " +
+		"redis.call('SET', key, string.format('%016d', token) .. string.sub(old, 1, 48), 'PX', 40000) return end"},
+	{"r in its own key, 1 token", "local function note_released(s, w, token)", "local function note_released(s, w, token) do " +
+		"redis.call('SET', KEYS[1] .. ':released', string.format('%016d', token), 'PX', 40000) return end"},
+}
+
+// vary returns the sources with the one file that holds st.from changed.
+func vary(src map[string]string, st step) map[string]string {
+	out := maps.Clone(src)
+	for name, text := range out {
+		if strings.Contains(text, st.from) {
+			out[name] = strings.Replace(text, st.from, st.to, 1)
+			return out
+		}
+	}
+	panic("no script has " + st.from)
+}
 
 // BenchmarkScriptSteps is where the Redis time of an uncontended
 // Lock+Unlock pair goes inside the scripts, without FCALL's own cost (the
@@ -39,21 +78,8 @@ func BenchmarkScriptSteps(b *testing.B) {
 	for _, name := range lua.HelperFiles() {
 		helpers.WriteString(src[name] + "\n")
 	}
-	type step struct{ name, from, to string }
-	steps := []step{
-		{"unchanged", "", ""},
-		{"no layout check", "local function layout_error(s, key)", "local function layout_error(s, key) do return nil end"},
-		{"no release memory r", "local function note_released(s, w, token)", "local function note_released(s, w, token) do return end"},
-		{"no TTL bookkeeping", "local function commit(s, w, now, force, others)", "local function commit(s, w, now, force, others) do return save(s, w) end"},
-		// Not removals: the release memory moved off the hold, to a key of
-		// its own written only by a final release, as the same 4 tokens (a
-		// GET and a SET) or as the newest one alone (one SET).
-		{"r in its own key", "local function note_released(s, w, token)", "local function note_released(s, w, token) do " +
-			"local key = KEYS[1] .. ':released'; local old = redis.call('GET', key) or ''; " +
-			"redis.call('SET', key, string.format('%016d', token) .. string.sub(old, 1, 48), 'PX', 40000) return end"},
-		{"r in its own key, 1 token", "local function note_released(s, w, token)", "local function note_released(s, w, token) do " +
-			"redis.call('SET', KEYS[1] .. ':released', string.format('%016d', token), 'PX', 40000) return end"},
-	}
+	steps := append([]step{{"unchanged", "", ""}}, removals...)
+	steps = append(steps, relocations...)
 	const pairs = 5000
 	for _, kind := range []string{"fair", "reentrant"} {
 		for _, st := range steps {
@@ -131,7 +157,9 @@ return tostring(((t1[1] - t0[1]) * 1e6 + (t1[2] - t0[2])) / %d)
 // lock it times the scripts as they are, and the same calls with bodies
 // that return at once (a held answer, {1}), which leaves the call itself:
 // its words, the function's entry and its reply. It reports the µs per
-// call (the mean of the middle 90 % of calls) of each:
+// call (the mean of the middle 90 % of calls) of each, and of the scripts
+// with each guarantee's steps removed (removals), as BenchmarkScriptSteps
+// removes them from its loop:
 //
 //	go test -run XXX -bench ScriptCalls -count 5 ./internal/lua/
 //
@@ -229,13 +257,25 @@ func BenchmarkScriptCalls(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	runs := []struct {
+	type run struct {
 		name string
 		pair func(int)
-	}{
+	}
+	runs := []run{
 		{"floor", floor},
 		{"reentrant-call", reentrant(bare)}, {"reentrant", reentrant(full)},
 		{"fair-call", fair(bare)}, {"fair", fair(full)},
+	}
+	// What each guarantee's steps cost in real calls (BenchmarkScriptSteps
+	// measures them in a hot loop), and the reentrant Lock's ZREM of a
+	// waiter that never waited.
+	for _, st := range slices.Concat(removals, []step{{"no ZREM", "if waiter then redis.call('ZREM', KEYS[3], waiter) end", ""}}) {
+		v := lua.MustBuild(vary(src, st))
+		tag := strings.ReplaceAll(st.name, " ", "-")
+		runs = append(runs, run{"reentrant-" + tag, reentrant(v)})
+		if st.name != "no ZREM" {
+			runs = append(runs, run{"fair-" + tag, fair(v)})
+		}
 	}
 	sums := make([]float64, len(runs))
 	for b.Loop() {
