@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// step is a variant of the helpers' text: from replaced by to.
+// step is a variant of a script's text: from replaced by to.
 type step struct{ name, from, to string }
 
 // removals take out, one at a time, the steps of an uncontended pair that
@@ -78,8 +78,7 @@ func BenchmarkScriptSteps(b *testing.B) {
 	for _, name := range lua.HelperFiles() {
 		helpers.WriteString(src[name] + "\n")
 	}
-	steps := append([]step{{"unchanged", "", ""}}, removals...)
-	steps = append(steps, relocations...)
+	steps := slices.Concat([]step{{"unchanged", "", ""}}, removals, relocations)
 	const pairs = 5000
 	for _, kind := range []string{"fair", "reentrant"} {
 		for _, st := range steps {
@@ -180,10 +179,7 @@ func BenchmarkScriptCalls(b *testing.B) {
 	client.ConfigSet(ctx, "slowlog-log-slower-than", "0")
 	client.ConfigSet(ctx, "slowlog-max-len", "10000")
 	src := lua.Sources()
-	atOnce := map[string]string{}
-	for k, v := range src {
-		atOnce[k] = v
-	}
+	atOnce := maps.Clone(src)
 	for file, answer := range map[string]string{
 		"reentrant_acquire.lua": "{1, 1, 0}", "reentrant_release.lua": "{1}",
 		"fair_acquire.lua": "{1, 1, 0}", "fair_release.lua": "{1}",
