@@ -30,7 +30,7 @@ var mutations = []struct {
 	// that needs a rare coincidence is found at once while the
 	// specification generates what it did then, not after hundreds of
 	// checks (the mutation test took 224 to 443 s without witnesses, about
-	// 45 with them). Once a change to a specification or a script makes a
+	// 20 with them). Once a change to a specification or a script makes a
 	// witness miss, it is an ordinary seed and the search goes on for its
 	// checks as before; "go test -run TestSpecificationCatchesBrokenScripts
 	// -v ." logs each catch's check and seed, to renew it. 0: a random seed
