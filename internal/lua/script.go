@@ -179,7 +179,7 @@ func (c *Call) run(ctx context.Context, client redis.UniversalClient, m *Mode, a
 	words = append(append(words, c.fixed...), args...)
 	cmd := redis.NewCmd(ctx, words...)
 	_ = client.Process(ctx, cmd)
-	if err := cmd.Err(); functionMissing(err) || unsupported(err) {
+	if err := cmd.Err(); err != nil && (functionMissing(err) || unsupported(err)) {
 		// Flushed or never loaded on this node (a restart, a moved slot),
 		// or Functions are gone: run loads the library, or turns to EVALSHA.
 		return c.s.run(ctx, client, m, c.keys, append([]any(nil), args...)...)
@@ -275,6 +275,9 @@ func (l *library) load(ctx context.Context, c redis.UniversalClient, keys []stri
 
 // redisError returns the text of an error Redis replied with, or "".
 func redisError(err error) string {
+	if err == nil {
+		return "" // before re, which escapes: no allocation for a call that succeeded
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		return re.Error()
