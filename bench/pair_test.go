@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -52,5 +59,186 @@ func BenchmarkPair(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The bench's functions: busy keeps Redis busy for ARGV[1] µs of its own
+// clock (TIME, read in a loop) and returns 1, a script call whose body
+// costs what the caller asks and little else; rw and json are the least a
+// script that keeps a lock's state in one string can do: read it, read the
+// clock, write it (rw, a short string), and json the same with the string
+// a JSON object as fairlock's hold is, decoded, changed as a Lock (ARGV[1]
+// "a") or an Unlock ("r") changes it, and encoded.
+const busyLibrary = `#!lua name=fairlock_bench_busy
+redis.register_function('fairlock_bench_busy', function(keys, args)
+  local us = tonumber(args[1])
+  if us <= 0 then return 1 end
+  local t = redis.call('TIME')
+  local start = t[1] * 1000000 + t[2]
+  repeat
+    t = redis.call('TIME')
+  until t[1] * 1000000 + t[2] - start >= us
+  return 1
+end)
+redis.register_function('fairlock_bench_rw', function(keys, args)
+  local v = redis.call('GET', keys[1])
+  local t = redis.call('TIME')
+  redis.call('SET', keys[1], args[2] .. t[2], 'PX', 60000)
+  return {1, 1, 0}
+end)
+redis.register_function('fairlock_bench_json', function(keys, args)
+  local raw = redis.call('GET', keys[1])
+  local s = {v = '7', f = '1', r = '', k = '0'}
+  if raw then s = cjson.decode(raw) end
+  local t = redis.call('TIME')
+  local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
+  if args[1] == 'a' then
+    s.f = string.format('%d', now_us)
+    s.o, s.c, s.x, s.b = args[2], '1', string.format('%d', now + 30000), 'bench-host\t12345\t'
+  else
+    s.r = string.format('%016d', tonumber(s.f)) .. string.sub(s.r, 1, 48)
+    s.o, s.c, s.x, s.b = nil, nil, nil, nil
+  end
+  s.q = args[3]
+  redis.call('SET', keys[1], cjson.encode(s), 'PX', 60000)
+  if args[1] == 'a' then return {1, tonumber(s.f), 0} end
+  return {1}
+end)`
+
+// BenchmarkPairParts takes an uncontended pair apart end to end, on one
+// client, as one goroutine makes it. Its variants run interleaved, in
+// blocks of 50 pairs:
+//
+//   - busy-N: two FCALLs of a function that keeps Redis busy N µs: what a
+//     µs of script time costs a caller, with nothing else changed;
+//   - rw and json: two FCALLs of the least a script that keeps a lock's
+//     state in one string can do (busyLibrary);
+//   - floor and redislock: the floor's and redislock's pairs;
+//   - fair-scripts: fair_acquire and fair_release called directly, with
+//     the arguments the library sends, without the library around them;
+//   - fair and reentrant: fair.Mutex's and reentrant.Mutex's Lock and
+//     Unlock.
+//
+// It reports each variant's median µs per pair and the mean of Redis's
+// time in its scripts per pair (INFO commandstats). Were a caller's time
+// its round trips plus Redis's time, every variant would sit on the line
+// through busy-0 with a slope of 1; where the client's and Redis's threads
+// sleep while they wait, longer calls cost more than that
+// (docs/performance.md):
+//
+//	cd bench && go test -run XXX -bench PairParts -benchtime 40x -count 3
+func BenchmarkPairParts(b *testing.B) {
+	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
+	if addr == "" {
+		a, stop, err := startRedis()
+		if err != nil {
+			b.Skip(err)
+		}
+		defer stop()
+		addr = a
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	if err := c.FunctionLoadReplace(ctx, busyLibrary).Err(); err != nil {
+		b.Skip("no Redis Functions: ", err)
+	}
+	type variant struct {
+		name string
+		pair func() error
+	}
+	lockPair := func(l locker) func() error {
+		return func() error {
+			if err := l.Lock(ctx); err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}
+	}
+	var variants []variant
+	for _, im := range impls {
+		if im.name == "floor" || im.name == "redislock" || strings.HasPrefix(im.name, "fairlock/") {
+			l, err := im.new(c, lockName("parts"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			variants = append(variants, variant{strings.TrimPrefix(im.name, "fairlock/"), lockPair(l)})
+		}
+	}
+	key := []string{"busy:{" + lockName("busy") + "}"}
+	for _, us := range []int{0, 4, 8, 16, 32} {
+		variants = append(variants, variant{fmt.Sprintf("busy-%d", us), func() error {
+			for range 2 {
+				if err := c.FCall(ctx, "fairlock_bench_busy", key, us).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	for _, fn := range []string{"rw", "json"} {
+		key := []string{"busy:{" + lockName(fn) + "}"}
+		n := 0
+		variants = append(variants, variant{fn, func() error {
+			n++
+			id := strconv.Itoa(n)
+			for _, step := range []string{"a", "r"} {
+				if err := c.FCall(ctx, "fairlock_bench_"+fn, key, step, "QhOrGB6RQrKo9uyIgFu7VQ.1", "QhOrGB6RQrKo9uyIgFu7VQ.1#"+step+id).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	scripts, mode := lua.Default(), &lua.Mode{}
+	base := wire.FairBase(lockName("parts-scripts"))
+	keys, channel := wire.QueueKeys(base), wire.Channel(base)
+	owner, origin, n := "QhOrGB6RQrKo9uyIgFu7VQ.1", wire.EncodeOrigin("bench-host", 12345, ""), 0
+	variants = append(variants, variant{"fair-scripts", func() error {
+		n++
+		id := owner + "#" + strconv.Itoa(n)
+		v, err := scripts.FairAcquire.Run(ctx, c, mode, keys, wire.FairAcquire{
+			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
+			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) < 3 || v[0] != int64(1) {
+			return fmt.Errorf("fair_acquire did not acquire: %v", v)
+		}
+		token, ok := v[1].(int64)
+		if !ok {
+			return fmt.Errorf("fair_acquire's token: %v", v)
+		}
+		return scripts.FairRelease.Run(ctx, c, mode, keys, wire.Release{
+			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Err()
+	}})
+	const block = 50
+	took := make([][]time.Duration, len(variants))
+	inRedis := make([]float64, len(variants))
+	for _, v := range variants { // warm up: scripts loaded, connections made
+		if err := v.pair(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		for i, v := range variants {
+			before := scriptUsec(ctx, c)
+			start := time.Now()
+			for range block {
+				if err := v.pair(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[i] = append(took[i], time.Since(start)/block)
+			inRedis[i] += (scriptUsec(ctx, c) - before) / block
+		}
+	}
+	for i, v := range variants {
+		slices.Sort(took[i])
+		b.ReportMetric(float64(took[i][len(took[i])/2].Nanoseconds())/1e3, v.name+"-µs/pair")
+		b.ReportMetric(inRedis[i]/float64(b.N), v.name+"-redis-µs/pair")
 	}
 }
