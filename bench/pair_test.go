@@ -114,6 +114,9 @@ end)`
 //   - rw and json: two FCALLs of the least a script that keeps a lock's
 //     state in one string can do (busyLibrary);
 //   - floor and redislock: the floor's and redislock's pairs;
+//   - floor+timers and floor+context: the floor's pair with one part of
+//     what the library does around its calls: a hold's two timers, and an
+//     acquisition's context;
 //   - fair-scripts: fair_acquire and fair_release called directly, with
 //     the arguments the library sends, without the library around them;
 //   - fair and reentrant: fair.Mutex's and reentrant.Mutex's Lock and
@@ -165,6 +168,38 @@ func BenchmarkPairParts(b *testing.B) {
 			variants = append(variants, variant{strings.TrimPrefix(im.name, "fairlock/"), lockPair(l)})
 		}
 	}
+	// The floor's pair with what the library's client side adds around
+	// its two calls, one part at a time: a hold's two timers (its
+	// watchdog's, at lease/3, and its loss deadline's), armed by Lock and
+	// stopped by Unlock; an acquisition's context, which also ends when
+	// its owner is closed (Owner.enter).
+	fl, err := newFloor(c, lockName("parts-floor"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	nothing := func() {}
+	closing, closeAll := context.WithCancel(ctx)
+	defer closeAll()
+	variants = append(variants, variant{"floor+timers", func() error {
+		if err := fl.Lock(ctx); err != nil {
+			return err
+		}
+		watchdog, loss := time.AfterFunc(10*time.Second, nothing), time.AfterFunc(29*time.Second, nothing)
+		err := fl.Unlock(ctx)
+		watchdog.Stop()
+		loss.Stop()
+		return err
+	}}, variant{"floor+context", func() error {
+		call, cancel := context.WithCancelCause(ctx)
+		stop := context.AfterFunc(closing, func() { cancel(context.Canceled) })
+		err := fl.Lock(call)
+		stop()
+		cancel(nil)
+		if err != nil {
+			return err
+		}
+		return fl.Unlock(ctx)
+	}})
 	key := []string{"busy:{" + lockName("busy") + "}"}
 	for _, us := range []int{0, 4, 8, 16, 32} {
 		variants = append(variants, variant{fmt.Sprintf("busy-%d", us), func() error {
