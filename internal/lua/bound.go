@@ -93,6 +93,21 @@ func unbounded(ctx context.Context, c redis.UniversalClient) bool {
 	return limit == 0 || time.Until(d) < limit
 }
 
+// EndsInTime reports whether go-redis ends a call on c, made now, by
+// itself before ctx's deadline, if ctx has one: its own bound of a call
+// (selfBound) is finite, and ctx has no deadline or a farther one. Such a
+// call, made on a context that does not carry ctx's cancellation, still
+// returns in time for ctx's deadline; a cancellation of ctx is seen when
+// it returns.
+func EndsInTime(ctx context.Context, c redis.UniversalClient) bool {
+	limit := selfBound(c)
+	if limit == 0 {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) >= limit
+}
+
 type detachedKey struct{}
 
 // Detached marks ctx as that of a call whose caller does not wait for it

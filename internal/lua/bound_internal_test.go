@@ -51,6 +51,43 @@ func TestWhichCallsAreBoundedHere(t *testing.T) {
 	}
 }
 
+// Which calls go-redis ends in time by itself (EndsInTime), so that a
+// clean-up may run in its caller's goroutine: a ctx without a deadline, or
+// with one farther than go-redis's own bound, on a client that has one.
+func TestWhichCallsEndInTimeByThemselves(t *testing.T) {
+	def := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	own := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	endless := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1})
+	for _, c := range []redis.UniversalClient{def, own, endless} {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	bg := context.Background()
+	soon, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	late, cancelLate := context.WithTimeout(bg, time.Hour)
+	defer cancelLate()
+	cancellable, cancelOnly := context.WithCancel(bg)
+	defer cancelOnly()
+	for _, tc := range []struct {
+		what string
+		ctx  context.Context
+		c    redis.UniversalClient
+		want bool
+	}{
+		{"no deadline, default options", cancellable, def, true},
+		{"a deadline an hour away, default options", late, def, true},
+		{"a 200 ms deadline, default options", soon, def, false},
+		// ContextTimeoutEnabled ends a call at its ctx's deadline, but a
+		// clean-up runs without it: go-redis's own bound is what counts.
+		{"a 200 ms deadline, ContextTimeoutEnabled", soon, own, false},
+		{"no deadline, no read timeout", cancellable, endless, false},
+	} {
+		if got := EndsInTime(tc.ctx, tc.c); got != tc.want {
+			t.Errorf("%s: ends in time = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}
+
 // A bounded call returns Abandoned, wrapping ctx's error, at ctx's end; its
 // Done closes once the call has returned.
 func TestBoundedCallIsAbandonedAtItsDeadline(t *testing.T) {
