@@ -201,11 +201,14 @@ func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) 
 // another goroutine took the lock since: pass the context to be exact. A
 // handle that does not hold the lock gets ErrNotHeld and changes nothing; a
 // hold that was lost gets ErrLockLost. Unlock keeps ctx's deadline: if
-// Redis has not answered when ctx ends (or within a short grace if it had
-// already ended, as under defer), the release goes on in the background,
-// bounded by the cleanup timeout, and Unlock returns an error wrapping
-// ErrPending. If the release fails, the handle stops renewing: the lock is
-// freed when its lease runs out.
+// Redis has not answered by ctx's deadline (or within a short grace if ctx
+// had already ended, as under defer), the release goes on in the
+// background, bounded by the cleanup timeout, and Unlock returns an error
+// wrapping ErrPending. A ctx with no deadline (or one farther than go-redis
+// bounds a call by itself) that is cancelled while the release is in
+// flight does not stop it: as with Lock's own calls, the cancellation is
+// seen once Redis has answered. If the release fails, the handle stops
+// renewing: the lock is freed when its lease runs out.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.core().Unlock(ctx) }
 
 // Extend makes the current hold's lease d from now, never shortening it, in

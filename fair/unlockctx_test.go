@@ -1,0 +1,107 @@
+package fair_test
+
+import (
+	"context"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// goroutinesCreated is how many goroutines the process has started so far.
+func goroutinesCreated(t *testing.T) uint64 {
+	t.Helper()
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		t.Skip("this Go reports no count of goroutines created")
+	}
+	return s[0].Value.Uint64()
+}
+
+// An Unlock whose ctx can end but has not (a request's context: no
+// deadline, or one farther than go-redis's own bound of a call) makes its
+// release in the caller's goroutine. A goroutine of its own for every
+// release, and the hand-offs between threads it took, cost an uncontended
+// pair more than its calls on a machine with idle cores
+// (docs/performance.md).
+func TestUnlockOnACancellableContextStartsNoGoroutine(t *testing.T) {
+	e := newEnv(t)
+	m := e.handleOn(e.process())
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	far, cancelFar := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelFar()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"cancellable", cancellable}, {"far-deadline", far}} {
+		mustLock(t, m) // the owner's first calls are behind it
+		mustUnlock(t, m)
+		before := goroutinesCreated(t)
+		const pairs = 50
+		for range pairs {
+			if err := m.Lock(tc.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Unlock(tc.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Only the runtime's and go-redis's own, if any: one per release
+		// would be 50.
+		if n := goroutinesCreated(t) - before; n > pairs/5 {
+			t.Errorf("%d pairs on a %s ctx started %d goroutines", pairs, tc.name, n)
+		}
+	}
+}
+
+// A ctx cancelled while the release is in flight does not stop it: the
+// release is made whole, Unlock reports it, and the lock is free.
+func TestUnlockWhoseContextIsCancelledMidCallReleases(t *testing.T) {
+	e := newEnv(t)
+	c := e.process()
+	m := e.handleOn(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	c.AddHook(cancelOnScript{armed: &armed, cancel: cancel})
+	armed.Store(true)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock, its ctx cancelled while the release ran = %v, want nil", err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the hook did not cancel the ctx: the test tested nothing")
+	}
+	if h := e.inspect().Holder; h != nil {
+		t.Errorf("the lock is still held by %s after the Unlock", h.Owner)
+	}
+}
+
+// cancelOnScript cancels a ctx as the next script call goes out, once
+// armed.
+type cancelOnScript struct {
+	armed  *atomic.Bool
+	cancel context.CancelFunc
+}
+
+func (cancelOnScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelOnScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); (strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall")) && h.armed.CompareAndSwap(true, false) {
+			h.cancel()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (cancelOnScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
