@@ -15,6 +15,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// benchRedis is the Redis at FAIRLOCK_REDIS_ADDR, or one it starts for b.
+func benchRedis(b *testing.B) string {
+	if addr := os.Getenv("FAIRLOCK_REDIS_ADDR"); addr != "" {
+		return addr
+	}
+	addr, stop, err := startRedis()
+	if err != nil {
+		b.Skip(err)
+	}
+	b.Cleanup(stop)
+	return addr
+}
+
 // BenchmarkPair times one uncontended Lock+Unlock pair of each
 // implementation, with its allocations: fairlock's allocation goal is set
 // against redislock's (docs/performance.md).
@@ -23,15 +36,7 @@ import (
 //
 // It uses the Redis at FAIRLOCK_REDIS_ADDR, or starts its own.
 func BenchmarkPair(b *testing.B) {
-	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
-	if addr == "" {
-		a, stop, err := startRedis()
-		if err != nil {
-			b.Skip(err)
-		}
-		defer stop()
-		addr = a
-	}
+	addr := benchRedis(b)
 	ctx := context.Background()
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
@@ -131,15 +136,7 @@ end)`
 //
 //	cd bench && go test -run XXX -bench PairParts -benchtime 40x -count 3
 func BenchmarkPairParts(b *testing.B) {
-	addr := os.Getenv("FAIRLOCK_REDIS_ADDR")
-	if addr == "" {
-		a, stop, err := startRedis()
-		if err != nil {
-			b.Skip(err)
-		}
-		defer stop()
-		addr = a
-	}
+	addr := benchRedis(b)
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = c.Close() }()

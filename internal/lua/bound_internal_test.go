@@ -8,9 +8,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Which calls this package bounds itself: only those whose deadline
-// go-redis would not keep, on a client that does not end calls at their
-// ctx's end; never a detached clean-up's.
+// Which calls this package bounds itself (unbounded): only those whose
+// deadline go-redis would not keep, on a client that does not end calls at
+// their ctx's end; never a detached clean-up's. And which go-redis ends in
+// time for their ctx by itself (EndsInTime), so that a clean-up, which runs
+// without its ctx's deadline, may run in its caller's goroutine: no
+// deadline, or one farther than go-redis's own bound, on a client that has
+// one, whether or not it ends calls at their ctx's deadline.
 func TestWhichCallsAreBoundedHere(t *testing.T) {
 	def := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	own := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
@@ -27,64 +31,32 @@ func TestWhichCallsAreBoundedHere(t *testing.T) {
 	cancelled, cancelOnly := context.WithCancel(bg)
 	defer cancelOnly()
 	for _, tc := range []struct {
-		what string
-		ctx  context.Context
-		c    redis.UniversalClient
-		want bool
+		what       string
+		ctx        context.Context
+		c          redis.UniversalClient
+		want, ends bool
 	}{
-		{"a 200 ms deadline, default options", soon, def, true},
-		{"a 200 ms deadline, default options, Cluster", soon, cluster, true},
-		{"a 200 ms deadline, ContextTimeoutEnabled", soon, own, false},
-		{"a deadline an hour away, default options", late, def, false},
-		{"a deadline an hour away, no read timeout", late, endless, true},
-		{"no deadline", cancelled, def, false},
-		{"a detached clean-up", Detached(soon), def, false},
+		{"a 200 ms deadline, default options", soon, def, true, false},
+		{"a 200 ms deadline, default options, Cluster", soon, cluster, true, false},
+		{"a 200 ms deadline, ContextTimeoutEnabled", soon, own, false, false},
+		{"a deadline an hour away, default options", late, def, false, true},
+		{"a deadline an hour away, no read timeout", late, endless, true, false},
+		{"no deadline", cancelled, def, false, true},
+		{"no deadline, ContextTimeoutEnabled", cancelled, own, false, true},
+		{"no deadline, no read timeout", cancelled, endless, false, false},
+		{"a detached clean-up", Detached(soon), def, false, false},
 	} {
 		if got := unbounded(tc.ctx, tc.c); got != tc.want {
 			t.Errorf("%s: bounded here = %v, want %v", tc.what, got, tc.want)
+		}
+		if got := EndsInTime(tc.ctx, tc.c); got != tc.ends {
+			t.Errorf("%s: ends in time = %v, want %v", tc.what, got, tc.ends)
 		}
 	}
 	if b := selfBound(def); b < 10*time.Second || b > 10*time.Minute {
 		t.Errorf("go-redis's own bound with default options = %v, want the order of its timeouts times its tries", b)
 	} else {
 		t.Logf("go-redis's own bound of a call with default options, with the margin: %v", b)
-	}
-}
-
-// Which calls go-redis ends in time by itself (EndsInTime), so that a
-// clean-up may run in its caller's goroutine: a ctx without a deadline, or
-// with one farther than go-redis's own bound, on a client that has one.
-func TestWhichCallsEndInTimeByThemselves(t *testing.T) {
-	def := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	own := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
-	endless := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1})
-	for _, c := range []redis.UniversalClient{def, own, endless} {
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	bg := context.Background()
-	soon, cancel := context.WithTimeout(bg, 200*time.Millisecond)
-	defer cancel()
-	late, cancelLate := context.WithTimeout(bg, time.Hour)
-	defer cancelLate()
-	cancellable, cancelOnly := context.WithCancel(bg)
-	defer cancelOnly()
-	for _, tc := range []struct {
-		what string
-		ctx  context.Context
-		c    redis.UniversalClient
-		want bool
-	}{
-		{"no deadline, default options", cancellable, def, true},
-		{"a deadline an hour away, default options", late, def, true},
-		{"a 200 ms deadline, default options", soon, def, false},
-		// ContextTimeoutEnabled ends a call at its ctx's deadline, but a
-		// clean-up runs without it: go-redis's own bound is what counts.
-		{"a 200 ms deadline, ContextTimeoutEnabled", soon, own, false},
-		{"no deadline, no read timeout", cancellable, endless, false},
-	} {
-		if got := EndsInTime(tc.ctx, tc.c); got != tc.want {
-			t.Errorf("%s: ends in time = %v, want %v", tc.what, got, tc.want)
-		}
 	}
 }
 
