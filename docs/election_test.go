@@ -3,6 +3,7 @@ package docs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,10 @@ func TestElectionSchedulerFencesAPausedLeader(t *testing.T) {
 	first := waitRouted(t, routed, func(a string) bool { return a != "" })
 	cancels[first]() // its machine shuts down: it resigns
 	second := waitRouted(t, routed, func(a string) bool { return a != "" && a != first })
+	// Observers may hear of a term before its leader's Campaign has
+	// returned, and the first leader may have resigned before it wrote:
+	// wait for the second's first tick.
+	waitTicked(t, store, second)
 	store.mu.Lock()
 	n := len(store.ticks)
 	term := store.term
@@ -155,6 +160,22 @@ func TestElectionSchedulerFencesAPausedLeader(t *testing.T) {
 	}
 	if changes > 1 {
 		t.Fatalf("the ticks changed hands %d times, want once", changes)
+	}
+}
+
+// waitTicked waits until the store holds a tick of addr.
+func waitTicked(t *testing.T, store *TickStore, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		store.mu.Lock()
+		ticked := slices.Contains(store.ticks, addr)
+		store.mu.Unlock()
+		if ticked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s leads but never wrote a tick", addr)
+		}
 	}
 }
 
