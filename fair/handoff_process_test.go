@@ -104,8 +104,8 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 	// keeps state in).
 	releasing := redis.NewClient(&redis.Options{Addr: opts.Addr})
 	defer func() { _ = releasing.Close() }()
-	var sent sentHook
-	releasing.AddHook(&sent)
+	var sent atomic.Int64 // when the release was handed to go-redis, Unix ns
+	releasing.AddHook(onScript(func() { sent.Store(time.Now().UnixNano()) }))
 	holder, err := fair.New(redistest.Owner(releasing), name)
 	if err != nil {
 		b.Fatal(err)
@@ -118,7 +118,7 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 		if err := holder.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
-		toSent = append(toSent, time.Unix(0, sent.at.Load()).Sub(start))
+		toSent = append(toSent, time.Unix(0, sent.Load()).Sub(start))
 		toLock = append(toLock, child.at(b).Sub(start))
 		toInbox = append(toInbox, listener.at(b).Sub(start))
 		child.unlock(b)
@@ -151,25 +151,6 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 var minimal = redis.NewScript(`redis.call('LPOP', KEYS[1])
 redis.call('SET', KEYS[2], 'x', 'PX', 60000)
 return redis.call('PUBLISH', ARGV[1], 'x')`)
-
-// sentHook notes when its client was last handed a script call (the
-// release's), in Unix ns.
-type sentHook struct{ at atomic.Int64 }
-
-func (*sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); strings.HasPrefix(name, "fcall") || strings.HasPrefix(name, "eval") {
-			h.at.Store(time.Now().UnixNano())
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (*sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // percentile is the p-th percentile of d.
 func percentile(d []time.Duration, p int) time.Duration {

@@ -228,3 +228,22 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// onScript is a go-redis hook that calls f as each script call (EVAL,
+// EVALSHA, FCALL) is handed to go-redis, before it goes out.
+type onScript func()
+
+func (onScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f onScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); strings.HasPrefix(name, "fcall") || strings.HasPrefix(name, "eval") {
+			f()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (onScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

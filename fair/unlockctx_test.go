@@ -3,12 +3,9 @@ package fair_test
 import (
 	"context"
 	"runtime/metrics"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // goroutinesCreated is how many goroutines the process has started so far.
@@ -70,8 +67,12 @@ func TestUnlockWhoseContextIsCancelledMidCallReleases(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var armed atomic.Bool
-	c.AddHook(cancelOnScript{armed: &armed, cancel: cancel})
+	var armed atomic.Bool // the next script call, the release's, cancels ctx
+	c.AddHook(onScript(func() {
+		if armed.CompareAndSwap(true, false) {
+			cancel()
+		}
+	}))
 	armed.Store(true)
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock, its ctx cancelled while the release ran = %v, want nil", err)
@@ -82,26 +83,4 @@ func TestUnlockWhoseContextIsCancelledMidCallReleases(t *testing.T) {
 	if h := e.inspect().Holder; h != nil {
 		t.Errorf("the lock is still held by %s after the Unlock", h.Owner)
 	}
-}
-
-// cancelOnScript cancels a ctx as the next script call goes out, once
-// armed.
-type cancelOnScript struct {
-	armed  *atomic.Bool
-	cancel context.CancelFunc
-}
-
-func (cancelOnScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h cancelOnScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); (strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall")) && h.armed.CompareAndSwap(true, false) {
-			h.cancel()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (cancelOnScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
