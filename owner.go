@@ -9,10 +9,13 @@ import (
 // what they share: one go-redis client, the inbox its waiters are told on
 // (one pub/sub connection, or one per Cluster master, opened when a handle
 // first waits), the fair queue's heartbeats (one script call per beat for
-// all its waiters on one lock), and what it learnt of how the server runs
-// scripts. Make one per client and process, at start, and share it; two
-// owners on one client are correct and independent, each with its own
-// inbox.
+// all its waiters on one lock), what it learnt of how the server runs
+// scripts, and, while it holds anything, one connection of its own per
+// server (per Cluster master) that it PINGs every 500 ms: a restart or
+// failover breaks it, and every hold is then renewed at once, so that a
+// holder learns within about half a second that Redis lost its keys. Make
+// one per client and process, at start, and share it; two owners on one
+// client are correct and independent, each with its own inbox.
 //
 // Its method Close(ctx) error is a graceful shutdown, for the end of the
 // process or of a test: new calls of its handles get ErrClosed; its waiters

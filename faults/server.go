@@ -3,9 +3,11 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,6 +17,9 @@ import (
 // and start again on the same port (empty: no persistence).
 type Server struct {
 	Addr string
+	// Args are more arguments for redis-server, given at every Start: an
+	// ACL user that a restart keeps ("--user", "name on >pw ..."), say.
+	Args []string
 	bin  string
 	dir  string
 	cmd  *exec.Cmd
@@ -26,12 +31,10 @@ func StartServer() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not installed: %w", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := restartablePort()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	dir, err := os.MkdirTemp("", "fairlock-faults-")
 	if err != nil {
 		return nil, err
@@ -40,11 +43,44 @@ func StartServer() (*Server, error) {
 	return s, s.Start()
 }
 
+// restartablePort returns a free loopback address whose port is below the
+// kernel's range of ephemeral ports. While a server is down, clients keep
+// dialing its port; one in that range may be given to a client as its own
+// local port, and a dial then connects to itself (TCP's simultaneous
+// open), holding the port the server is to start on again.
+func restartablePort() (string, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err == nil && lo > 2048 {
+			low = lo
+		}
+	}
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 1024+rand.IntN(low-1024))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free port below %d", low)
+}
+
 // Start starts the server on its port and waits until it answers.
 func (s *Server) Start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", s.dir)
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", s.dir}, s.Args...)
+	s.cmd = exec.Command(s.bin, args...)
+	logPath := filepath.Join(s.dir, "log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Close() }()
+	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
@@ -53,7 +89,8 @@ func (s *Server) Start() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer", s.Addr)
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("redis-server on %s did not answer; its log:\n%s", s.Addr, out)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

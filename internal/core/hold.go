@@ -43,6 +43,9 @@ type hold struct {
 	releasing atomic.Bool
 	fixed     bool
 	lease     time.Duration
+	// sent is when its acquisition was sent, at the latest (Grant.Since):
+	// a restart check's answer after it covers the hold (restart.go).
+	sent time.Time
 	// watched: its watchdog keeps it (under its lock): not a fixed lease,
 	// nor a hand-off not yet claimed.
 	watched bool
@@ -55,7 +58,7 @@ type hold struct {
 const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
-	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease}
+	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, sent: g.Since}
 	m.h.Shared.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it

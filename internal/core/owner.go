@@ -33,12 +33,15 @@ type Owner struct {
 	clock   clock.Clock  // what drives every timer of its handles and hubs
 	scripts *lua.Scripts // what its handles run
 
-	// The restart check (restart.go): its period (0: none), its timer
-	// while o holds anything (under mu), and the run_ids it last read
-	// (its goroutine's alone).
+	// The restart check (restart.go): its period (0: none), and, under
+	// mu, its timer while o holds anything or its links linger, the links
+	// by server address, and since when o holds nothing; warned: it told
+	// that it cannot run.
 	restartEvery time.Duration
 	restartTimer clock.Timer
-	runIDs       map[string]string
+	links        map[string]*link
+	idleSince    time.Time
+	warned       atomic.Bool
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
 	// acquisitions in flight give up, and leave their queues.
@@ -73,9 +76,10 @@ type Rig struct {
 	Clock   clock.Clock
 	Scripts *lua.Scripts
 	Probe   inbox.Probe
-	// RestartCheck is how often the owner, while it holds anything, reads
-	// its servers' run_id to learn of a restart (restart.go): 0 is
-	// DefaultRestartCheck, a negative value turns the check off.
+	// RestartCheck is how often the owner, while it holds anything, PINGs
+	// its servers on connections of its own to learn of a restart
+	// (restart.go): 0 is DefaultRestartCheck, a negative value turns the
+	// check off.
 	RestartCheck time.Duration
 }
 

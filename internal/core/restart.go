@@ -2,58 +2,140 @@ package core
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // A Redis restarted without persistence (or a failover to a replica that
-// had not received a write) loses every key: a holder's lock may be taken
-// at once by a waiter, while the holder, making no call until its next
-// renewal (a third of the lease), goes on believing it holds it. So while
-// an owner holds anything, it reads its servers' run_id (INFO server) every
-// RestartCheck; when one changed, each hold its watchdog keeps is renewed
-// at once, which finds the keys gone and ends the hold as lost
-// (ErrLockLost), with the restart as the log's reason. Fixed leases and
+// had not received a write) loses every key: a waiter may take a holder's
+// lock at once, while the holder, making no call until its next renewal (a
+// third of the lease), goes on believing it holds it. Either closes every
+// connection the server had. So while an owner holds anything it keeps a
+// connection of its own to each server (a link: one, or one per Cluster
+// master) and PINGs it every RestartCheck. A PING answered on a connection
+// made since the last answer, the link's first included, means that
+// whatever was held before it may be gone: each hold its watchdog keeps
+// whose acquisition was sent before that answer is renewed at once, which
+// finds the keys gone, if they are, and ends the hold as lost (ErrLockLost)
+// with the restart as the log's reason. A hold taken after a link answered
+// is covered by that link: a restart since breaks it. Fixed leases and
 // hand-offs not yet claimed are not renewed early: they end by their own
-// timers. The first run_id is read one period after the owner's first hold;
-// a restart before that is found by the watchdog alone.
+// timers. The links linger for linkLinger after the last hold ends, so
+// that the next hold needs no new connection nor a renewal of its own.
+//
+// PING is all the check sends (no INFO, which ACL users without
+// @dangerous may not run); a user that may not PING either is told once,
+// at Warn, and its holds learn of a restart at their next renewal.
 
-// DefaultRestartCheck is how often an owner that holds anything reads its
-// servers' run_id.
+// DefaultRestartCheck is how often an owner that holds anything PINGs its
+// servers.
 const DefaultRestartCheck = 500 * time.Millisecond
 
+// linkLinger is how long an owner keeps its links once it holds nothing.
+const linkLinger = 30 * time.Second
+
 // restartGone is why a hold ended when a restart's check found it gone.
-const restartGone = "Redis restarted (its run_id changed) and the lock's keys are gone"
+const restartGone = "Redis restarted or failed over (the owner's connection to it broke and came back) and the lock's keys are gone"
+
+// noPingWarning is what an owner whose user may not PING logs, once.
+const noPingWarning = "the restart check cannot run: this Redis user may not run PING, so a holder learns that Redis restarted " +
+	"empty (or failed over) only at its next renewal, a third of the lease; grant the user +ping to restore it"
+
+// link is an owner's connection of its own to one server, and how many
+// connections it has made: a PING answered after a new one means the last
+// one broke.
+type link struct {
+	c        *redis.Client
+	dials    atomic.Int64 // connections made (dialCount)
+	answered int64        // dials when a PING last succeeded; only the check reads it
+}
+
+// newLink returns a link to the server that opt reaches: a client of its
+// own, of one connection, that retries nothing (a broken connection must
+// show) and ends each PING at its ctx's deadline.
+func newLink(opt *redis.Options) *link {
+	o := *opt
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.ClientSideCache, o.ClientSideCacheConfig, o.AutoPipelineOptions, o.Limiter = nil, nil, nil, nil
+	l := &link{c: redis.NewClient(&o)}
+	l.c.AddHook(dialCount{&l.dials})
+	return l
+}
+
+// dialCount counts a link's connections.
+type dialCount struct{ n *atomic.Int64 }
+
+func (d dialCount) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err == nil {
+			d.n.Add(1)
+		}
+		return c, err
+	}
+}
+
+func (dialCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (dialCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
 
 // watchRestartsLocked starts the check, if it is not running; o.mu held.
 func (o *Owner) watchRestartsLocked() {
+	o.idleSince = time.Time{}
 	if o.restartEvery <= 0 || o.restartTimer != nil || o.closed.Load() {
 		return
 	}
 	o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
 }
 
-// checkRestart is one round of the check: it reads the run_ids, renews the
-// holds at once if one changed, and goes on while o holds anything.
+// checkRestart is one round of the check: it PINGs every link, renews at
+// once the holds a new connection's answer does not cover, and goes on
+// while o holds anything, then while its links linger.
 func (o *Owner) checkRestart() {
 	o.mu.Lock()
-	if len(o.holds) == 0 || o.closed.Load() {
+	if o.closed.Load() {
 		o.restartTimer = nil
+		o.mu.Unlock()
+		return
+	}
+	if len(o.holds) == 0 {
+		now := o.clock.Now()
+		if o.idleSince.IsZero() {
+			o.idleSince = now
+		}
+		if len(o.links) == 0 || now.Sub(o.idleSince) >= linkLinger {
+			o.restartTimer = nil
+			links := o.links
+			o.links = nil
+			o.mu.Unlock()
+			closeLinks(links)
+			return
+		}
+		o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
 		o.mu.Unlock()
 		return
 	}
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), o.restartEvery)
-	restarted := o.runIDsChanged(ctx)
+	answered := o.pingLinks(ctx)
 	cancel()
-	if restarted {
+	if !answered.IsZero() {
 		o.mu.Lock()
 		holds := make([]*hold, 0, len(o.holds))
 		for h := range o.holds {
-			holds = append(holds, h)
+			if h.sent.Before(answered) {
+				holds = append(holds, h)
+			}
 		}
 		o.mu.Unlock()
 		for _, h := range holds { // not under o.mu: a hold that ends untracks itself
@@ -61,7 +143,7 @@ func (o *Owner) checkRestart() {
 		}
 	}
 	o.mu.Lock()
-	if len(o.holds) == 0 || o.closed.Load() {
+	if o.closed.Load() {
 		o.restartTimer = nil
 	} else {
 		o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
@@ -69,58 +151,130 @@ func (o *Owner) checkRestart() {
 	o.mu.Unlock()
 }
 
-// stopRestartCheck stops the check (Close).
+// pingLinks PINGs o's server, or each Cluster master, on its link (made at
+// first need), and returns when the latest PING answered on a connection
+// made since its link's last answer: zero if none did. The link of a
+// server that does not answer is closed: a new one tries next round.
+func (o *Owner) pingLinks(ctx context.Context) (answered time.Time) {
+	var mu sync.Mutex
+	ping := func(ctx context.Context, addr string, opt *redis.Options) {
+		l := o.linkTo(addr, opt)
+		if l == nil {
+			return
+		}
+		if err := l.c.Ping(ctx).Err(); err != nil {
+			if isNoPerm(err) {
+				o.warnOnce(noPingWarning, err)
+				return
+			}
+			// A new client next round: go-redis's pool, after a dial
+			// failed, dials again only once a second.
+			o.dropLinks(func(a string) bool { return a == addr })
+			return
+		}
+		now := o.clock.Now()
+		if d := l.dials.Load(); d != l.answered {
+			l.answered = d
+			mu.Lock()
+			if now.After(answered) {
+				answered = now
+			}
+			mu.Unlock()
+		}
+	}
+	switch c := o.client.(type) {
+	case *redis.ClusterClient:
+		var masters sync.Map
+		err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			addr := node.Options().Addr
+			masters.Store(addr, true)
+			ping(ctx, addr, node.Options())
+			return nil
+		})
+		if err == nil {
+			o.dropLinks(func(addr string) bool { _, ok := masters.Load(addr); return !ok })
+		}
+	case interface{ Options() *redis.Options }: // a *redis.Client, Sentinel's included
+		ping(ctx, "", c.Options())
+	}
+	return answered
+}
+
+// linkTo returns o's link to addr, made from opt if there is none; nil once
+// o is closed.
+func (o *Owner) linkTo(addr string, opt *redis.Options) *link {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed.Load() {
+		return nil
+	}
+	l := o.links[addr]
+	if l == nil {
+		if o.links == nil {
+			o.links = map[string]*link{}
+		}
+		l = newLink(opt)
+		o.links[addr] = l
+	}
+	return l
+}
+
+// dropLinks closes the links whose address gone reports gone (a server
+// that did not answer, a Cluster master no longer).
+func (o *Owner) dropLinks(gone func(addr string) bool) {
+	o.mu.Lock()
+	var drop []*link
+	for addr, l := range o.links {
+		if gone(addr) {
+			drop = append(drop, l)
+			delete(o.links, addr)
+		}
+	}
+	o.mu.Unlock()
+	for _, l := range drop {
+		_ = l.c.Close()
+	}
+}
+
+// stopRestartCheck stops the check and closes the links (Close).
 func (o *Owner) stopRestartCheck() {
 	o.mu.Lock()
 	if o.restartTimer != nil {
 		o.restartTimer.Stop()
 		o.restartTimer = nil
 	}
+	links := o.links
+	o.links = nil
 	o.mu.Unlock()
+	closeLinks(links)
 }
 
-// runIDsChanged reads the run_id of o's server, or of each Cluster master,
-// and reports whether one it knew changed. A server that does not answer is
-// skipped: its run_id is compared when it answers again. Only the check's
-// goroutine calls it.
-func (o *Owner) runIDsChanged(ctx context.Context) bool {
-	ids := map[string]string{}
-	if cc, ok := o.client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			if id := runID(ctx, node); id != "" {
-				mu.Lock()
-				ids[node.Options().Addr] = id
-				mu.Unlock()
-			}
-			return nil
-		})
-	} else if id := runID(ctx, o.client); id != "" {
-		ids[""] = id
+func closeLinks(links map[string]*link) {
+	for _, l := range links {
+		_ = l.c.Close()
 	}
-	if o.runIDs == nil {
-		o.runIDs = map[string]string{}
-	}
-	changed := false
-	for node, id := range ids {
-		if old, ok := o.runIDs[node]; ok && old != id {
-			changed = true
-		}
-		o.runIDs[node] = id
-	}
-	return changed
 }
 
-// runID is the run_id in c's INFO server, "" if it cannot be read.
-func runID(ctx context.Context, c redis.Cmdable) string {
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return ""
+// warnOnce logs msg with err at Warn, on the logger of one of o's holds,
+// the first time only.
+func (o *Owner) warnOnce(msg string, err error) {
+	if !o.warned.CompareAndSwap(false, true) {
+		return
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if id, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(id)
-		}
+	o.mu.Lock()
+	var some *hold
+	for h := range o.holds {
+		some = h
+		break
 	}
-	return ""
+	o.mu.Unlock()
+	if some != nil {
+		some.agent.logWarn(msg, err)
+	}
+}
+
+// isNoPerm reports whether err is Redis refusing a command to this user.
+func isNoPerm(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
 }
