@@ -132,11 +132,14 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
 		Permit: qu.permit, Value: qu.value,
 	}.Args()...)
+	read := h.Config.Clock.Now()
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
+		if ctx.Err() != nil {
+			err = core.NoAnswer(sent, read, ctx.Err())
+		}
 		return reply{}, err // the caller leaves the queue, or rides the outage out
 	}
-	read := h.Config.Clock.Now()
 	r, err := wire.DecodeFairAcquire(v)
 	if err != nil {
 		return reply{}, err

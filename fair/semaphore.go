@@ -529,11 +529,14 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 		Owner: h.Owner, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
 		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
 	}.Args()...).Result()
+	read := clk.Now()
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
+		if ctx.Err() != nil {
+			err = core.NoAnswer(sent, read, ctx.Err())
+		}
 		return semReply{}, err
 	}
-	read := clk.Now()
 	r, err := wire.DecodeSemAcquire(v)
 	switch {
 	case err != nil:

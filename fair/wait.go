@@ -40,10 +40,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	if a.Wait == 0 && !a.Forever {
 		sent := clk.Now()
 		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
-		if err != nil && ctx.Err() == nil {
-			err = core.Step("trying to take the lock", err)
-		}
-		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, err
+		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, core.Step("trying to take the lock", err)
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
@@ -54,9 +51,8 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	sent := clk.Now()
 	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
 	if err != nil {
-		qu.leave(ctx, entry) // the join may have queued it
-		if ctx.Err() != nil {
-			return outcome{}, ctx.Err()
+		if !core.Refused(err) {
+			qu.leave(ctx, entry) // the join may have queued it
 		}
 		return outcome{}, core.Step("joining the queue", err)
 	}

@@ -354,3 +354,51 @@ func TestCallsKeepTheirDeadlinesWithDefaultOptionsWhileRedisHangs(t *testing.T) 
 	}
 	_ = m.Unlock(ctx)
 }
+
+// A Lock whose deadline passes while Redis is paused (SIGSTOP: connections
+// stay open, nothing answers) says what it knows, no more: that its call
+// had no answer, or when Redis last answered it; never that Redis was
+// reachable.
+func TestADeadlineWhileRedisIsPausedSaysWhatIsKnown(t *testing.T) {
+	for _, lock := range []string{"fair", "reentrant"} {
+		t.Run(lock, func(t *testing.T) {
+			srv := ownServer(t)
+			name := lockName(t)
+			holder := newHandle(t, lock, client(t, srv.Addr), name, 10*time.Second)
+			waiter := newHandle(t, lock, client(t, srv.Addr), name, 10*time.Second)
+			if err := holder.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			lockWithin := func(d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				err := waiter.Lock(ctx)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Lock with a %v deadline = %v, want its deadline's error", d, err)
+				}
+				if strings.Contains(err.Error(), "reachable") {
+					t.Errorf("Lock says Redis was reachable while it was paused: %v", err)
+				}
+				return err
+			}
+
+			// Paused before Lock: its first call has no answer.
+			srv.Pause()
+			err := lockWithin(300 * time.Millisecond)
+			srv.Resume()
+			t.Logf("%s, Redis paused before Lock: %v", lock, err)
+			if !strings.Contains(err.Error(), "no answer from Redis to a call sent") {
+				t.Errorf("Lock = %v, want it to say its call had no answer", err)
+			}
+
+			// Paused while it waits: it says when Redis last answered.
+			time.AfterFunc(200*time.Millisecond, srv.Pause)
+			err = lockWithin(600 * time.Millisecond)
+			srv.Resume()
+			t.Logf("%s, Redis paused 200 ms into the wait: %v", lock, err)
+			if !strings.Contains(err.Error(), "Redis last answered") {
+				t.Errorf("Lock = %v, want it to say when Redis last answered", err)
+			}
+		})
+	}
+}

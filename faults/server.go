@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -104,6 +105,21 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 		s.cmd = nil
+	}
+}
+
+// Pause stops the server's process (SIGSTOP): its connections stay open
+// and nothing answers, as on a server that hangs. Resume continues it.
+func (s *Server) Pause() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
 

@@ -55,10 +55,11 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
 		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
+	at := h.Config.Clock.Now()
 	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, false, ctx.Err()
+			err = core.NoAnswer(since, at, ctx.Err())
 		}
 		return nil, 0, false, core.Step("trying to take the lock", err)
 	}
@@ -100,7 +101,9 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	kw := &waiter{k: k, a: a, id: id}
 	g, ttl, _, err := k.attempt(ctx, a, id, false)
 	if err != nil {
-		kw.Leave(ctx) // the try may have made it a waiter
+		if !core.Refused(err) {
+			kw.Leave(ctx) // the try may have made it a waiter
+		}
 		return nil, err
 	}
 	if g != nil {

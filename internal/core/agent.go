@@ -139,12 +139,17 @@ func (h Agent) NewRequest() Request {
 // reply was lost (often ctx ended while the script ran), the script may
 // have run and granted the lock without the caller knowing it: that grant
 // is undone, even when ctx has ended (Bounded). Without this the lock would
-// stay held, and a fair lock's queue stalled, until the lease ran out.
+// stay held, and a fair lock's queue stalled, until the lease ran out. An
+// error Redis answered with (NOPERM, an unknown command, LOADING, ...) was
+// read: the script granted nothing, and nothing is undone.
 func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if err == nil {
 		if req.Stale != 0 {
 			h.stale.CompareAndSwap(req.Stale, 0)
 		}
+		return
+	}
+	if Refused(err) {
 		return
 	}
 	var a *lua.Abandoned
@@ -157,6 +162,14 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if err := h.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
 		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
+}
+
+// Refused reports whether err is an error Redis answered with (NOPERM, an
+// unknown command, LOADING, ...): the script did not run, or ran and
+// changed nothing, so there is nothing to undo or leave.
+func Refused(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // Undo releases this handle's grant that the acquiring request undo was

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fairlock/fairlock/internal/config"
 )
@@ -67,6 +68,14 @@ func Named(ctx context.Context, what, name string, err error) error {
 		return err
 	}
 	return &lockError{what: what, name: name, err: err}
+}
+
+// NoAnswer wraps err, ctx's error when a call to Redis sent at sent had no
+// answer at at, with what is known: "no answer from Redis to a call sent
+// 300ms earlier: context deadline exceeded". A call with no answer says
+// nothing of whether Redis can be reached.
+func NoAnswer(sent, at time.Time, err error) error {
+	return fmt.Errorf("no answer from Redis to a call sent %v earlier: %w", at.Sub(sent).Round(time.Millisecond), err)
 }
 
 // Step wraps err, if not nil, with what the caller was doing: "joining the

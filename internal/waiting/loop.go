@@ -55,6 +55,9 @@ type Loop struct {
 	retry    clock.Timer // the next try after one that failed
 	outage   outage
 	fellBack bool // the wake before this try was a timer's, not a message's
+	// answered is when Redis last answered this waiter: the reply before
+	// New, then each try's.
+	answered time.Time
 
 	// place, if set, is when the waiter's place in Redis runs out: a try
 	// while Redis is out of reach is bounded by it (Bound), and the backoff
@@ -63,9 +66,10 @@ type Loop struct {
 }
 
 // New starts a wait of a, by h, for what ("waiting in the queue"), that
-// elapses at end unless a waits forever. Close it when the call returns.
+// elapses at end unless a waits forever; the caller has just had a reply
+// from Redis (its first try). Close it when the call returns.
 func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
-	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Shared).NewSleeper()}
+	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Shared).NewSleeper(), answered: h.Config.Clock.Now()}
 	if !a.Forever {
 		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
 	}
@@ -103,16 +107,18 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 			if w.sub != nil {
 				w.sub.Settle() // confirmed already: this try covers what came before
 			}
+			sent := w.Clock().Now()
 			done, err := k.Try(ctx)
 			w.fellBack = false
 			if done {
 				return err
 			}
 			if err != nil {
-				if err = w.Failed(ctx, err); err != nil {
+				if err = w.failed(ctx, err, sent); err != nil {
 					return err
 				}
 			} else {
+				w.answered = w.Clock().Now()
 				w.outage.end()
 			}
 		}
@@ -130,8 +136,9 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 			k.Leave(ctx)
 			return nil
 		case inbox.Cancelled:
+			err := w.ended(ctx, time.Time{})
 			k.Leave(ctx)
-			return w.ended(ctx)
+			return err
 		}
 		if done || err != nil {
 			return err
@@ -184,15 +191,20 @@ func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, d)
 }
 
-// Failed handles a try (or news) that failed with err. An error that is not
-// about reaching Redis ends the wait, having left; so does ctx's end.
-// Otherwise the waiter rides the outage out: it tries again after a
-// jittered backoff (one last try before its place runs out), and nil is
-// returned. Only its ctx or its wait's end stops it then.
-func (w *Loop) Failed(ctx context.Context, err error) error {
+// Failed handles news that failed with err (a try's failure is the loop's
+// own). An error that is not about reaching Redis ends the wait, having
+// left; so does ctx's end. Otherwise the waiter rides the outage out: it
+// tries again after a jittered backoff (one last try before its place runs
+// out), and nil is returned. Only its ctx or its wait's end stops it then.
+func (w *Loop) Failed(ctx context.Context, err error) error { return w.failed(ctx, err, time.Time{}) }
+
+// failed is Failed for a try sent at sent (zero for news): a ctx that ended
+// while it had no answer says so.
+func (w *Loop) failed(ctx context.Context, err error, sent time.Time) error {
 	if ctx.Err() != nil {
+		err := w.ended(ctx, sent)
 		w.k.Leave(ctx)
-		return w.ended(ctx)
+		return err
 	}
 	if !transient(err) {
 		w.k.Leave(ctx)
@@ -220,12 +232,20 @@ func (w *Loop) Failed(ctx context.Context, err error) error {
 }
 
 // ended is the error of a wait whose ctx ended: ctx's own, wrapped with
-// what the waiter did and whether Redis was in reach: "waiting in the
-// queue, Redis reachable: context deadline exceeded", or, while Redis was
-// out of reach, since when and the outage's cause.
-func (w *Loop) ended(ctx context.Context) error {
-	if !w.outage.active() {
-		return fmt.Errorf("%s, Redis reachable: %w", w.what, ctx.Err())
+// what the waiter did and what it knows of Redis, no more: while Redis was
+// out of reach, since when and the outage's cause; with a try in flight
+// (sent, not zero), that it had no answer and when Redis last answered;
+// otherwise when Redis last answered: "waiting in the queue, Redis last
+// answered 1.2s earlier: context deadline exceeded".
+func (w *Loop) ended(ctx context.Context, sent time.Time) error {
+	now := w.Clock().Now()
+	if w.outage.active() {
+		return w.outage.ended(now, w.what, ctx.Err())
 	}
-	return w.outage.ended(w.h.Config.Clock.Now(), w.what, ctx.Err())
+	last := now.Sub(w.answered).Round(time.Millisecond)
+	if !sent.IsZero() {
+		return fmt.Errorf("%s, no answer from Redis to a call sent %v earlier (its last answer %v earlier): %w",
+			w.what, now.Sub(sent).Round(time.Millisecond), last, ctx.Err())
+	}
+	return fmt.Errorf("%s, Redis last answered %v earlier: %w", w.what, last, ctx.Err())
 }
