@@ -296,6 +296,36 @@ func TestURLsGiveThePasswordAndTheDatabase(t *testing.T) {
 	}
 }
 
+// A user without @scripting (ls reads every lock with a script) gets
+// Redis's NOPERM, printed after one "fairlock: ".
+func TestLsAsAUserWithoutScripting(t *testing.T) {
+	admin := redistest.Real(t)
+	bg := context.Background()
+	name := redistest.Name(t)
+	user := "noscripts-" + name
+	if err := admin.Do(bg, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(bg, "ACL", "DELUSER", user).Err() })
+	m, err := fair.NewElection(redistest.Owner(admin), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := m.Campaign(bg, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Resign(lead) }()
+	url := "redis://" + user + ":pw@" + admin.Options().Addr
+	_, _, err = runCLI(t, "ls", "-redis", url, "-match", name)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("ls as a user without scripting: %v, want NOPERM", err)
+	}
+	if line := errorLine(err); strings.Count(line, "fairlock: ") != 1 {
+		t.Errorf("ls prints %q: want one \"fairlock: \"", line)
+	}
+}
+
 // selfSigned returns a TLS certificate for 127.0.0.1, signed by itself.
 func selfSigned(t *testing.T) tls.Certificate {
 	t.Helper()

@@ -34,6 +34,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 )
 
 const usage = `fairlock: distributed locks on Redis, demonstrated and inspected.
@@ -55,9 +56,15 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h of a subcommand: its usage was asked for, and printed
 		}
-		fmt.Fprintln(os.Stderr, "fairlock:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(2)
 	}
+}
+
+// errorLine is how the command prints err: after "fairlock: ", once, though
+// the library's errors begin with it too.
+func errorLine(err error) string {
+	return "fairlock: " + strings.TrimPrefix(err.Error(), "fairlock: ")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -230,8 +230,13 @@ func TestCLIErrors(t *testing.T) {
 		"inspect watch":    {"inspect", "-redis", "127.0.0.1:1", "-watch", "1ms", "x"},
 	}
 	for name, args := range cases {
-		if _, _, err := runCLI(t, args...); err == nil {
+		_, _, err := runCLI(t, args...)
+		if err == nil {
 			t.Errorf("%s: no error", name)
+			continue
+		}
+		if line := errorLine(err); !strings.HasPrefix(line, "fairlock: ") || strings.HasPrefix(line, "fairlock: fairlock:") {
+			t.Errorf("%s prints %q: want one \"fairlock: \" in front", name, line)
 		}
 	}
 	for _, cmd := range []string{"demo", "inspect", "ls"} {
