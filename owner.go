@@ -32,6 +32,12 @@ import (
 // Its method Client() returns the go-redis client.
 type Owner = core.Owner
 
+// MaxNameLen bounds the name of a lock of any kind, in bytes (1,024): every
+// key and channel of the lock carries it. A longer name, a file path or a
+// URL say, can be hashed first. A constructor given a longer one returns an
+// error wrapping ErrInvalidArgument.
+const MaxNameLen = core.MaxNameLen
+
 // ErrInvalidArgument is wrapped by every error about bad input; the same
 // value as every primitive package's.
 var ErrInvalidArgument = core.ErrInvalidArgument

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -458,10 +459,13 @@ func TestFairBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	for _, name := range []string{"", "{x}", "a}"} {
+	for _, name := range []string{"", "{x}", "a}", strings.Repeat("x", fairlock.MaxNameLen+1)} {
 		if _, err := fair.New(redistest.Owner(client), name); !errors.Is(err, fair.ErrInvalidArgument) {
-			t.Errorf("name %q: %v, want ErrInvalidArgument", name, err)
+			t.Errorf("name %.20q (%d bytes): %v, want ErrInvalidArgument", name, len(name), err)
 		}
+	}
+	if _, err := fair.New(redistest.Owner(client), strings.Repeat("x", fairlock.MaxNameLen)); err != nil {
+		t.Errorf("a name of fairlock.MaxNameLen bytes: %v", err)
 	}
 	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
 		t.Errorf("nil client: %v", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,7 @@ func FuzzNew(f *testing.F) {
 			fair.WithLease(time.Duration(lease)), fair.WithDriftFactor(drift),
 			fair.WithWaitTimeout(time.Duration(wait)), fair.WithCleanupTimeout(time.Duration(cleanup)),
 			fair.WithLabel(label))
-		valid := name != "" && !strings.ContainsAny(name, "{}") &&
+		valid := name != "" && len(name) <= fairlock.MaxNameLen && !strings.ContainsAny(name, "{}") &&
 			time.Duration(lease) >= 10*time.Millisecond && drift >= 0 && drift < 0.5 &&
 			time.Duration(wait) >= 10*time.Millisecond && time.Duration(cleanup) >= time.Millisecond &&
 			len(label) <= 200

@@ -102,8 +102,9 @@ type Mutex struct {
 
 // New returns a handle on the lock name, made on owner, with its own owner
 // id. It talks to Redis only when used. Bad arguments get an error wrapping
-// ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
-// invalid option; a closed owner gets ErrClosed.
+// ErrInvalidArgument: a nil owner, an empty name, a name with { or } or
+// longer than fairlock.MaxNameLen, or an invalid option; a closed owner
+// gets ErrClosed.
 func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
 	cfg, err := config.ApplyReentrant(opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,6 +252,10 @@ func TestBadInput(t *testing.T) {
 		"empty name":       func() error { _, err := reentrant.New(redistest.Owner(client), ""); return err },
 		"name with {":      func() error { _, err := reentrant.New(redistest.Owner(client), "a{b"); return err },
 		"name with }":      func() error { _, err := reentrant.New(redistest.Owner(client), "a}b"); return err },
+		"name too long": func() error {
+			_, err := reentrant.New(redistest.Owner(client), strings.Repeat("x", fairlock.MaxNameLen+1))
+			return err
+		},
 		"negative lease": func() error {
 			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLease(-time.Second))
 			return err

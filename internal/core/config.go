@@ -29,13 +29,22 @@ func CheckClient(c redis.UniversalClient) error {
 	return nil
 }
 
-// CheckName rejects names that would break the keys' hash tag.
+// CheckName rejects names that would break the keys' hash tag, and names
+// longer than MaxNameLen.
 func CheckName(name string) error {
 	if name == "" {
 		return Invalid("lock name must not be empty")
+	}
+	if len(name) > MaxNameLen {
+		return Invalid("lock name is %d bytes, at most %d: every key and channel of the lock carries it (hash a longer one)", len(name), MaxNameLen)
 	}
 	if strings.ContainsAny(name, "{}") {
 		return Invalid("lock name %q must not contain { or }: it is put inside the keys' hash tag", name)
 	}
 	return nil
 }
+
+// MaxNameLen bounds a lock's name, in bytes: every key and channel of a
+// lock carries it, each script call sends its keys, and Redis's own advice
+// is against keys of a kilobyte.
+const MaxNameLen = 1024
