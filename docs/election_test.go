@@ -3,6 +3,7 @@ package docs_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -74,11 +75,14 @@ func runScheduler(ctx context.Context, owner *fairlock.Owner, addr string, store
 // sends it work: the current leader at once, then every change.
 func followLeader(ctx context.Context, e *fair.Election, route func(addr string)) {
 	for l := range e.Observe(ctx) { // closed when ctx ends
-		if l.Term == 0 {
+		switch {
+		case l.Err != nil:
+			slog.Warn("cannot see who leads", "error", l.Err) // the last route may still be right
+		case l.Term == 0:
 			route("") // nobody leads: hold the work back
-			continue
+		default:
+			route(l.Value)
 		}
-		route(l.Value)
 	}
 }
 

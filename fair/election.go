@@ -59,16 +59,22 @@ type Leadership struct {
 	Since time.Time
 	// Origin is where the leader runs, and its handle's label.
 	Origin Origin
+	// Err is set, by Observe alone, when the observer cannot see who leads
+	// (Redis cannot be reached, or refuses its script): the other fields
+	// are then zero and say nothing. The next value without Err is who
+	// leads again.
+	Err error
 }
 
-// NewElection returns a handle on the election name, made on owner. It takes
-// the fair lock's options: WithLease is how long a leader that crashed
-// keeps its leadership (the watchdog renews it every lease/3 while the
-// process lives), WithWaitTimeout how long a silent candidate keeps its
+// NewElection returns a handle on the election name, made on owner. It
+// takes the fair lock's options: WithLease is how long a leader that
+// crashed keeps its leadership (the watchdog renews it every lease/3 while
+// the process lives), WithWaitTimeout how long a silent candidate keeps its
 // place, WithLabel what Leadership.Origin and Inspect show. It talks to
 // Redis only when used. Bad arguments get an error wrapping
-// ErrInvalidArgument: a nil owner, an empty name, a name with { or }, or an
-// invalid option; a closed owner gets ErrClosed.
+// ErrInvalidArgument: a nil owner, an empty name, a name with { or } or
+// longer than fairlock.MaxNameLen, or an invalid option; a closed owner
+// gets ErrClosed.
 func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election, error) {
 	cfg, err := config.ApplyFair(opts)
 	if err != nil {

@@ -27,10 +27,13 @@ import (
 //     a round trip of that expiry, is seen without a moment of no leader
 //     between;
 //   - once per lease of the handle that observes (WithLease) while nobody
-//     leads, and after a failed read, within a second.
+//     leads, and after a failed read, within a second;
+//   - when its pub/sub connection fails (inbox.Sub.WakeOnLoss).
 // So an observer learns of every change within a round trip of the script
 // that made it, and of a leader that died with nobody behind it within one
-// lease and a round trip.
+// lease and a round trip. A read that fails (or a subscription that cannot
+// be made) is told to every observer once, as a Leadership with Err; the
+// next read that succeeds tells who leads, even if nothing changed.
 
 // observeGrace is how long after a lease's expiry a watch reads who leads.
 const observeGrace = 50 * time.Millisecond
@@ -51,15 +54,22 @@ type watch struct {
 	mu     sync.Mutex
 	outs   map[chan Leadership]struct{}
 	latest wire.Leadership
-	known  bool // latest was read or told
+	known  bool  // latest was read or told
+	blind  error // why the latest read failed, until one succeeds: what the observers were told
 }
 
 // Observe returns a channel that receives who leads the election: the
 // current leadership at once (the zero Leadership when nobody leads, or
 // once it is known), then every change (a new leader, a new term, a value
-// proclaimed). A reader slower than the changes may miss some, but the last
-// value it receives is always the latest: each send replaces a value not
-// yet received. The channel is closed when ctx ends or the owner closes.
+// proclaimed). A value with Err says that the observer cannot see who
+// leads (Redis cannot be reached, or refuses the script), which the zero
+// Leadership would not tell from "nobody leads"; it is sent once, when
+// seeing fails, and the next value without Err, within a second of Redis
+// answering again, is who leads then. A reader slower than the changes may
+// miss some, but the last value it receives is always the latest: each
+// send replaces a value not yet received. The channel is closed when ctx
+// ends or the owner closes: read it with range (a receive from the closed
+// channel gives the zero Leadership).
 //
 // Changes arrive by message: one per observing client however many
 // Observe calls it serves, within a round trip of the change. A message
@@ -101,7 +111,9 @@ func (e *Election) watchFor(out chan Leadership) *watch {
 	}
 	w.mu.Lock()
 	w.outs[out] = struct{}{}
-	if w.known {
+	if w.blind != nil {
+		offer(out, Leadership{Err: w.blind})
+	} else if w.known {
 		offer(out, leadershipOf(w.latest))
 	}
 	w.mu.Unlock()
@@ -143,15 +155,29 @@ func offer(out chan Leadership, l Leadership) {
 func (w *watch) tell(l wire.Leadership) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.known && l.Version < w.latest.Version {
+	if w.blind == nil && w.known && l.Version < w.latest.Version {
 		return // older than what a message already told
 	}
-	changed := !w.known || leadershipOf(l) != leadershipOf(w.latest)
-	w.latest, w.known = l, true
+	changed := !w.known || w.blind != nil || leadershipOf(l) != leadershipOf(w.latest)
+	w.latest, w.known, w.blind = l, true, nil
 	if changed {
 		for out := range w.outs {
 			offer(out, leadershipOf(l))
 		}
+	}
+}
+
+// fail tells every observer that the watch cannot see who leads (err), if
+// they have not been told since it last saw.
+func (w *watch) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.blind != nil {
+		return
+	}
+	w.blind = err
+	for out := range w.outs {
+		offer(out, Leadership{Err: err})
 	}
 }
 
@@ -171,6 +197,7 @@ func (w *watch) run() {
 			return
 		}
 		if err != nil { // a Cluster client that cannot find the slot's master yet
+			w.fail(err)
 			again := sleeper.After(clk, time.Second, inbox.Retry)
 			wk := sleeper.Next(w.ctx, nil)
 			again.Stop()
@@ -182,6 +209,7 @@ func (w *watch) run() {
 		sub = s
 	}
 	defer sub.Close()
+	sub.WakeOnLoss()
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {
@@ -212,6 +240,7 @@ func (w *watch) run() {
 				if w.ctx.Err() != nil {
 					return
 				}
+				w.fail(err)
 				arm(clk.Now().Add(min(time.Second, h.Config.Lease)))
 				continue
 			}

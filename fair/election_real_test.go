@@ -66,8 +66,9 @@ func TestRealElectionHandsOverInCampaignOrderAndObserversFollow(t *testing.T) {
 }
 
 // A change published while an observing client's connection is cut is
-// lost to it; when the connection comes back, its watch reads who leads,
-// and the observer ends on the latest value all the same.
+// lost to it: the observer is told that it cannot see; when the connection
+// comes back, its watch reads who leads, and the observer ends on the
+// latest value all the same.
 func TestRealElectionObserverMakesGoodAMessageLostWithItsConnection(t *testing.T) {
 	redistest.NoLeaks(t)
 	admin := redistest.Real(t)
@@ -103,9 +104,18 @@ func TestRealElectionObserverMakesGoodAMessageLostWithItsConnection(t *testing.T
 	if err := leader.Proclaim(lead, "v2"); err != nil {
 		t.Fatal(err)
 	}
+	// It is told it cannot see (Leadership.Err), and nothing else.
 	select {
 	case l := <-seen:
-		t.Fatalf("observed %+v while cut off", l)
+		if l.Err == nil {
+			t.Fatalf("observed %+v while cut off, want only that it cannot see", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the observer was not told that it cannot see while cut off")
+	}
+	select {
+	case l := <-seen:
+		t.Fatalf("observed %+v while cut off, after it was told it cannot see", l)
 	case <-time.After(300 * time.Millisecond):
 	}
 	cut.On.Store(false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -594,5 +595,167 @@ func TestElectionReportsCampaignsAndTermsToItsObserver(t *testing.T) {
 	if len(got.Holds) != 1 || got.Holds[0].Primitive != observe.Election || got.Holds[0].End != observe.Released ||
 		got.Holds[0].Held != 5*time.Second {
 		t.Fatalf("terms reported: %+v, want one of 5s, released", got.Holds)
+	}
+}
+
+// failScripts is a go-redis hook that, while on, answers every script call
+// (FCALL, EVALSHA, EVAL) with the error of a server that has none, as one
+// where an operator renamed them away.
+type failScripts struct{ on *atomic.Bool }
+
+func (failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); f.on.Load() && (name == "fcall" || strings.HasPrefix(name, "eval")) {
+			err := serverError("ERR unknown command '" + name + "'")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// serverError is an error as Redis answers one (a redis.Error).
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// An observer that cannot read who leads (no script can run) is told so,
+// once, by a Leadership with Err, not by the zero Leadership that means
+// "nobody leads"; once scripts run again it is told who leads, within a
+// second.
+func TestElectionObserverIsToldWhenItCannotSee(t *testing.T) {
+	e := newEnv(t)
+	a := e.candidate(e.process(), "a")
+	lead, err := a.Campaign(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Resign(lead) }()
+	c := e.process()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c.AddHook(failScripts{&refuse})
+	w := e.candidate(c, "w")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := w.Observe(ctx)
+	first := next(t, ch)
+	if first.Err == nil || !strings.Contains(first.Err.Error(), "unknown command") {
+		t.Fatalf("first value with no script able to run: %+v, want one with the server's error", first)
+	}
+	if first.Value != "" || first.Term != 0 {
+		t.Errorf("a value that cannot see carries a leadership: %+v", first)
+	}
+	e.clk.Advance(time.Second) // the next read fails too: nothing more is sent
+	redistest.Quiet(t, "the watch read again", func() bool { return redistest.Asleep() == 1 })
+	select {
+	case l := <-ch:
+		t.Fatalf("a second failed read was sent: %+v", l)
+	default:
+	}
+	refuse.Store(false)
+	e.clk.Advance(time.Second)
+	if l := next(t, ch); l.Err != nil || l.Value != "a" {
+		t.Fatalf("after scripts run again: %+v, want a leading", l)
+	}
+}
+
+// An observer whose connection fails is told at once that it cannot see,
+// not only at the leader's lease end; when Redis is back it is told who
+// leads.
+func TestElectionObserverIsToldWhenItsConnectionFails(t *testing.T) {
+	e := newEnv(t)
+	a := e.candidate(e.process(), "a")
+	lead, err := a.Campaign(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.candidate(e.process(), "w")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := w.Observe(ctx)
+	if l := next(t, ch); l.Value != "a" {
+		t.Fatalf("first value: %+v, want a", l)
+	}
+	e.mr.Close()
+	if l := next(t, ch); l.Err == nil {
+		t.Fatalf("after the server went away: %+v, want one with Err", l)
+	}
+	if err := e.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var l fair.Leadership
+	for l.Err != nil || l.Value == "" {
+		select {
+		case l = <-ch:
+		case <-time.After(50 * time.Millisecond):
+			e.clk.Advance(time.Second) // the watch reads a second after a failed read
+		}
+	}
+	if l.Value != "a" {
+		t.Fatalf("after the server came back: %+v, want a", l)
+	}
+	if err := a.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The leader and every candidate stop at once (one ctx, as a SIGTERM to
+// each process cancels): the leader's resign may hand the leadership to a
+// candidate whose own leave has not reached Redis yet. That candidate's
+// Campaign still returns its ctx's error, never a leadership, and its leave
+// ends the term it was granted at once; observers may see such terms
+// (docs/election.md, "Candidates that leave together"), with growing terms,
+// and then nobody leading.
+func TestElectionCandidatesThatLeaveTogetherLeaveNobodyLeading(t *testing.T) {
+	e := newEnv(t)
+	ctx, stop := context.WithCancel(context.Background())
+	a := e.candidate(e.process(), "a")
+	lead, err := a.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.candidate(e.process(), "w")
+	octx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := w.Observe(octx)
+	if l := next(t, ch); l.Value != "a" {
+		t.Fatalf("first value: %+v, want a", l)
+	}
+	gotB := campaignAsync(ctx, e.candidate(e.process(), "b"), "b")
+	gotC := campaignAsync(ctx, e.candidate(e.process(), "c"), "c")
+	e.candidates(2, 1)
+	stop()
+	for _, got := range []<-chan campaigned{gotB, gotC} {
+		if r := <-got; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("a candidate whose ctx ended: Campaign = %v, %v; want its ctx's error", r.lead, r.err)
+		}
+	}
+	<-lead.Done()
+	seen := []string{"a"}
+	term := int64(0)
+	l := until(t, ch, "nobody leading", func(l fair.Leadership) bool {
+		if l.Err != nil {
+			t.Fatalf("observer: %v", l.Err)
+		}
+		if l.Term != 0 {
+			if l.Term <= term {
+				t.Fatalf("term %d observed after %d", l.Term, term)
+			}
+			term = l.Term
+			seen = append(seen, l.Value)
+		}
+		return l.Term == 0
+	})
+	t.Logf("observed %v, then %+v", seen, l)
+	if _, err := w.Leader(context.Background()); !errors.Is(err, fair.ErrNoLeader) {
+		t.Fatalf("Leader after every candidate left: %v, want ErrNoLeader", err)
 	}
 }

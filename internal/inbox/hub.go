@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -41,7 +42,8 @@ type hub struct {
 	closing chan struct{}
 	sweep   clock.Timer
 
-	cmdMu   sync.Mutex // orders SUBSCRIBE and UNSUBSCRIBE writes
+	cmdMu   sync.Mutex  // orders SUBSCRIBE and UNSUBSCRIBE writes
+	down    atomic.Bool // the connection failed and nothing was read since
 	mu      sync.Mutex
 	chans   map[string]*channel
 	pending map[string]int           // subscribe confirmations still to come
@@ -71,6 +73,10 @@ type Sub struct {
 	id string // guarded by h.mu
 
 	probe Probe // the owner's, if any (NewHubs)
+
+	// wakeOnLoss: the waiter is woken ("" in C) when the connection fails
+	// (WakeOnLoss); guarded by h.mu.
+	wakeOnLoss bool
 
 	// readyTold: the waiter needs no Ready wake, having been told of the
 	// confirmation (Sleeper.Next) or having registered, or made
@@ -304,6 +310,18 @@ func (s *Sub) Close() {
 			h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
 	}
+}
+
+// WakeOnLoss asks for a wake ("" in C, as after a reconnect) when the hub's
+// connection fails, once per failure: a reader that must know at once that
+// it cannot see (an election's observers) looks for itself then. Waiters do
+// not ask: their own calls tell them.
+func (s *Sub) WakeOnLoss() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	s.wakeOnLoss = true
+	s.h.mu.Unlock()
 }
 
 // SetID changes the id that targeted messages must carry to reach s (a fair

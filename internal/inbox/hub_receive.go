@@ -68,6 +68,7 @@ func (h *hub) receive() {
 				_ = h.ps.Ping(ctx)
 				continue
 			}
+			h.lost()
 			// go-redis reconnects and re-subscribes on the next receive.
 			select {
 			case <-time.After(100 * time.Millisecond):
@@ -76,6 +77,7 @@ func (h *hub) receive() {
 			}
 			continue
 		}
+		h.down.Store(false)
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
@@ -95,6 +97,28 @@ func (h *hub) receive() {
 				h.deliverLocked(ch, m.Payload)
 			}
 			h.mu.Unlock()
+		}
+	}
+}
+
+// lost wakes the waiters that asked (Sub.WakeOnLoss) when the connection
+// fails, the first time since something was read.
+func (h *hub) lost() {
+	if !h.down.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ch := range h.chans {
+		for _, s := range ch.subs {
+			if !s.wakeOnLoss {
+				continue
+			}
+			select {
+			case s.C <- "":
+				probeUnread(h.set.probe, 1)
+			default:
+			}
 		}
 	}
 }
