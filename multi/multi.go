@@ -182,9 +182,14 @@ func (l *Lock) Names() []string {
 
 // Lock takes every member, in order, each with its watchdog keeping its
 // lease. If ctx ends or a member fails, it releases the members it took and
-// returns the error: all or nothing. Given a ctx that carries this Lock's
-// hold, it re-enters every member (see Unlock); that hold lost, it returns
-// ErrLockLost.
+// returns the error: all or nothing. Those releases are Unlocks on ctx: once
+// ctx has ended (the usual way a member fails, waiting on a server that
+// hangs), they wait only for what is left of its 50 ms grace, which the
+// failed member's own clean-up may have used, and go on in the background,
+// within each member's cleanup timeout; so a member taken may be held for a
+// moment after Lock returned, and its owner's Close waits for it. Given a
+// ctx that carries this Lock's hold, it re-enters every member (see
+// Unlock); that hold lost, it returns ErrLockLost.
 func (l *Lock) Lock(ctx context.Context) error {
 	if !l.made() {
 		return core.Unmade()
@@ -234,8 +239,8 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 
 // TryLock takes every member within wait in all (0: one attempt each, never
 // queueing), with a fixed lease when lease > 0, as the members' TryLock
-// does. It returns false, having released whatever it took, when a member
-// could not be taken in time. A fixed lease counts from each member's own
+// does. It returns false, having released whatever it took (as Lock
+// releases it), when a member could not be taken in time. A fixed lease counts from each member's own
 // acquisition, so the first member's runs out first.
 func (l *Lock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if !l.made() {

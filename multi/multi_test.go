@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
@@ -307,4 +310,98 @@ func TestGoroutinesSharingALockExcludeEachOther(t *testing.T) {
 	if n := overlaps.Load(); n != 0 {
 		t.Fatalf("%d times two goroutines sharing a multi.Lock were inside it at once", n)
 	}
+}
+
+// hungServer is an address that accepts connections and never answers, as
+// a Redis that hangs; closed when the test ends.
+func hungServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// A Lock whose ctx's deadline passes while a member's server hangs rolls
+// back the members it took; that roll-back may finish after Lock returned
+// (the failed member's own clean-up used the deadline's grace), within the
+// members' cleanup timeout, and Close of their owner waits for it.
+func TestRollBackAfterADeadlineFinishesWithinTheCleanupTimeout(t *testing.T) {
+	live := redistest.Real(t)
+	owner, err := redistest.NewOwner(live, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := redis.NewClient(&redis.Options{Addr: hungServer(t)})
+	t.Cleanup(func() { _ = hung.Close() })
+	base := redistest.Name(t)
+	first, err := fair.New(owner, base+"-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := multi.New(first, fairOn(t, hung, base+"-b")) // taken in that order
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := l.Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a member's server hung: %v, want the deadline's error", err)
+	}
+	returned := time.Now()
+	other := fairOn(t, live, base+"-a")
+	var free time.Duration
+	for {
+		ok, err := other.TryLock(context.Background(), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			free = time.Since(returned)
+			_ = other.Unlock(context.Background())
+			break
+		}
+		if time.Since(returned) > config.DefaultCleanupTimeout {
+			t.Fatalf("the member Lock took was still held %v after Lock returned", config.DefaultCleanupTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("the member taken first was free %v after Lock returned", free.Round(time.Millisecond))
+
+	// Again; Close of the member's owner waits for the roll-back.
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = l.Lock(ctx)
+	cctx, ccancel := context.WithTimeout(context.Background(), config.DefaultCleanupTimeout)
+	defer ccancel()
+	if err := owner.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if ok, err := other.TryLock(context.Background(), 0, 0); !ok || err != nil {
+		t.Fatalf("the member was held after its owner's Close returned: %v, %v", ok, err)
+	}
+	_ = other.Unlock(context.Background())
 }
