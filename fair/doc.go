@@ -53,9 +53,13 @@
 //     lasts in Redis, and its error, if ctx ends first, says Redis was out of
 //     reach and wraps why.
 //  5. Giving up: when Lock or TryLock returns without the lock (ctx ended,
-//     wait elapsed, an error), its queue entry is already gone; if Redis was
-//     unreachable then, it is evicted within one wait timeout. Whoever that
-//     makes first, while the lock is free, gets it.
+//     wait elapsed, an error), its queue entry is already gone, unless its
+//     ctx had ended and Redis did not answer its leave within a grace of
+//     50 ms: the leave then goes on in the background, and the entry is
+//     gone once it ends, within the cleanup timeout ([WithCleanupTimeout],
+//     5 s by default) of the return; the owner's Close waits for it. If
+//     Redis was unreachable then, the entry is evicted within one wait
+//     timeout. Whoever that makes first, while the lock is free, gets it.
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue and publishes exactly one message, to

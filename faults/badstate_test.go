@@ -1,9 +1,11 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -11,6 +13,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -258,7 +263,9 @@ func TestMaxmemoryEvictionDeletesAHeldLock(t *testing.T) {
 	}
 }
 
-// An ACL user that may not run scripts gets Redis's NOPERM error.
+// An ACL user that may not run scripts gets Redis's NOPERM error, and
+// nothing else: no script ran, so nothing was taken, and no undo nor leave
+// is tried (or logged as failed).
 func TestACLUserWithoutScripting(t *testing.T) {
 	srv := ownServer(t)
 	admin := client(t, srv.Addr)
@@ -266,15 +273,43 @@ func TestACLUserWithoutScripting(t *testing.T) {
 	must(t, admin.Do(bg, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
 	for _, lock := range []string{"fair", "reentrant"} {
-		m := newHandle(t, lock, c, lockName(t), time.Second)
+		var m handle
+		var err error
+		if lock == "fair" {
+			m, err = fair.New(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+		} else {
+			m, err = reentrant.New(redistest.Owner(c), lockName(t), reentrant.WithLogger(logger))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		wantErr(t, lock+" Lock by a user without scripting", m.Lock(within(t, 5*time.Second)), "NOPERM")
+		ok, err := m.TryLock(within(t, 5*time.Second), 0, 0)
+		if ok {
+			t.Fatalf("%s TryLock by a user without scripting took the lock", lock)
+		}
+		wantErr(t, lock+" TryLock by a user without scripting", err, "NOPERM")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if out := logs.String(); strings.Contains(out, "undoing") || strings.Contains(out, "leaving") {
+		t.Errorf("an acquisition that Redis refused was undone or left, as if it may have taken something: %s", out)
 	}
 }
 
-// Contexts that end at every point of Lock: after all of them returned, no
-// queue entry and no hold of theirs is left, and the lock is free the
-// moment its holder unlocks.
+// Contexts that end at every point of Lock, while the lock is held. What
+// the library promises (fair/doc.go, guarantee 5; reentrant/doc.go,
+// Waiting): a Lock whose ctx ended returns within its grace, and what it
+// left in Redis (its queue entry, a grant whose reply it never read) is
+// gone once its clean-up ends, which goes on in the background after the
+// grace, within the cleanup timeout of the return. So, within that timeout
+// of the last return, no queue entry of theirs is left and the lock is
+// free the moment its holder unlocks. (Checked at once, on a loaded
+// machine, this failed: the clean-ups were still running.)
 func TestContextsEndingAtEveryStep(t *testing.T) {
 	srv := sharedServer(t)
 	for _, lock := range []string{"fair", "reentrant"} {
@@ -305,18 +340,36 @@ func TestContextsEndingAtEveryStep(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			returned := time.Now()
+			// The handles' cleanup timeout: the library's default.
+			bound := config.DefaultCleanupTimeout
 			if lock == "fair" {
-				if q := queueOf(t, c, name); len(q) != 0 {
-					t.Fatalf("entries left by Lock calls whose ctx ended: %v", q)
+				eventually(t, bound, "no entry left by Lock calls whose ctx ended, within the cleanup timeout", func() bool {
+					return len(queueOf(t, c, name)) == 0
+				})
+				t.Logf("fair: the last entry left %v after the last Lock returned", time.Since(returned).Round(time.Millisecond))
+				if err := holder.Unlock(bg); err != nil {
+					t.Fatal(err)
 				}
+				next := newHandle(t, lock, c, name, time.Second)
+				if ok, err := next.TryLock(bg, 0, 0); !ok || err != nil {
+					t.Fatalf("TryLock(0) right after the holder unlocked, the queue empty: %v, %v; want the lock (nothing left behind)", ok, err)
+				}
+				_ = next.Unlock(bg)
+				return
 			}
 			if err := holder.Unlock(bg); err != nil {
 				t.Fatal(err)
 			}
 			next := newHandle(t, lock, c, name, time.Second)
-			if ok, err := next.TryLock(bg, 0, 0); !ok || err != nil {
-				t.Fatalf("TryLock(0) right after the holder unlocked: %v, %v; want the lock (nothing left behind)", ok, err)
-			}
+			eventually(t, bound-time.Since(returned), "the lock free to TryLock(0), nothing left by Lock calls whose ctx ended, within the cleanup timeout", func() bool {
+				ok, err := next.TryLock(bg, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			})
+			t.Logf("reentrant: TryLock(0) took the lock %v after the last Lock returned", time.Since(returned).Round(time.Millisecond))
 			_ = next.Unlock(bg)
 		})
 	}
@@ -333,4 +386,48 @@ func atoi(s string) int {
 	n := 0
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// A server where no script can run (FUNCTION and EVALSHA renamed away, as
+// some hardened configurations do): an election's observer is told that
+// it cannot see (Leadership.Err), not shown "nobody leads", and a Lock
+// fails with the server's error, leaving and undoing nothing.
+func TestServerWhereNoScriptCanRun(t *testing.T) {
+	srv := ownServer(t)
+	srv.Args = []string{"--rename-command", "FUNCTION", "", "--rename-command", "EVALSHA", ""}
+	srv.Stop()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, srv.Addr)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
+	e, err := fair.NewElection(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := e.Observe(ctx)
+	select {
+	case l := <-ch:
+		if l.Err == nil {
+			t.Errorf("an observer that cannot run its script was shown %+v, want a value with Err", l)
+		} else if !strings.Contains(l.Err.Error(), "unknown command") {
+			t.Errorf("the observer's Err %v does not carry the server's error", l.Err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the observer was told nothing")
+	}
+	m, err := fair.New(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "Lock on a server without scripts", m.Lock(within(t, 5*time.Second)), "unknown command")
+	mu.Lock()
+	defer mu.Unlock()
+	if out := logs.String(); strings.Contains(out, "undoing") || strings.Contains(out, "leaving") {
+		t.Errorf("a Lock that no script answered was undone or left: %s", out)
+	}
 }

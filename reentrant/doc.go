@@ -56,8 +56,10 @@
 // stays first, for the next release. A waiter tries again every wait timeout
 // / 3, which keeps its place (one script call per waiter per beat); one that
 // falls silent for a wait timeout (its process paused or died) is passed
-// over. One that gives up leaves at once, and passes on a wake-up that came
-// to it while the lock is still free.
+// over. One that gives up leaves at once (when its ctx had ended and Redis
+// did not answer within a grace of 50 ms, in the background, within the
+// cleanup timeout of its return: [WithCleanupTimeout]), and passes on a
+// wake-up that came to it while the lock is still free.
 //
 // A fallback timer, set to the remaining lease of the current hold, covers
 // a hold that ends by its lease (a fixed lease, or a holder that died
