@@ -64,7 +64,9 @@ func newLink(opt *redis.Options) *link {
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
+	// What the user's client made for itself is not shared.
 	o.ClientSideCache, o.ClientSideCacheConfig, o.AutoPipelineOptions, o.Limiter = nil, nil, nil, nil
+	o.PushNotificationProcessor = nil
 	l := &link{c: redis.NewClient(&o)}
 	l.c.AddHook(dialCount{&l.dials})
 	return l
