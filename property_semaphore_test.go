@@ -13,12 +13,24 @@ package fairlock_test
 // notices) counted, and its queue's tidiness. An RWMutex is a semaphore of
 // MaxPermits permits where a reader takes 1 and a writer all: the same
 // accounting check is "no reader beside a writer, never two writers".
+//
+// Two rules are checked at the call that must keep them, not only at the
+// settled steps, where the waiters' own retries would hide a breach:
+//   - serving is work-conserving: a release, a raise of the number of
+//     permits or a downgrade leaves no free permits that the first waiter
+//     not yet served fits (checked with every other handle's client held
+//     still, so that no retry of theirs can make up for it);
+//   - a call about what is not held is answered as such, and changes
+//     nothing: a renewal, release or resize with a stale token or an owner
+//     id that holds nothing, and a gate holder's request with the wrong
+//     gate owner id or token (staleCall).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +39,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -41,6 +54,7 @@ type semProc struct {
 	s         *fair.Semaphore
 	rw        *fair.RWMutex
 	cut       *redistest.Partition
+	still     *stillHook // held: its client's commands wait
 	phase     phase
 	n         int           // permits asked for or held
 	fixed     time.Duration // fixed lease; 0: the watchdog's
@@ -128,16 +142,18 @@ func (p *semProc) acquire(ctx context.Context, n int, forever bool, wait, fixed 
 }
 
 type semSpec struct {
-	t     *rapid.T
-	mr    *miniredis.Miniredis
-	clk   *clock.Fake
-	probe *redis.Client
-	admin *fair.Semaphore // SetPermits
-	procs []*semProc
-	k     int // the number of permits, as last set
-	k0    int // the number the handles were made with
-	rw    bool
-	joins int
+	t       *rapid.T
+	scripts *lua.Scripts
+	base    string // the semaphore's (or RW lock's) key
+	mr      *miniredis.Miniredis
+	clk     *clock.Fake
+	probe   *redis.Client
+	admin   *fair.Semaphore // SetPermits
+	procs   []*semProc
+	k       int // the number of permits, as last set
+	k0      int // the number the handles were made with
+	rw      bool
+	joins   int
 
 	lastToken  int64
 	ledger     *queueLedger // the gate's messages and queue, as Redis shows them
@@ -148,7 +164,7 @@ type semSpec struct {
 
 func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	mr, clk := fakeServer(t)
-	s := &semSpec{t: t, mr: mr, clk: clk, k: 3, k0: 3, rw: rw}
+	s := &semSpec{t: t, scripts: scripts, mr: mr, clk: clk, k: 3, k0: 3, rw: rw}
 	if rw {
 		s.k, s.k0 = fair.MaxPermits, fair.MaxPermits
 	}
@@ -157,6 +173,7 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	if rw {
 		base = "fairlock:rw:{" + semName + "}"
 	}
+	s.base = base
 	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
 	opts := func(label string) []fair.Option {
 		return []fair.Option{fair.WithLabel(label),
@@ -168,10 +185,11 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	}
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-		cut := &redistest.Partition{}
+		cut, still := &redistest.Partition{}, &stillHook{}
 		c.AddHook(cut)
+		c.AddHook(still)
 		label := fmt.Sprintf("p%d", i)
-		p := &semProc{label: label, client: c, cut: cut}
+		p := &semProc{label: label, client: c, cut: cut, still: still}
 		var err error
 		if rw {
 			p.rw, err = fair.NewRWMutex(redistest.OwnerOn(c, s.clk, scripts), semName, opts(label)...)
@@ -281,7 +299,11 @@ func (s *semSpec) tryWithoutWaiting(t *rapid.T) {
 
 func (s *semSpec) release(t *rapid.T) {
 	p := s.pick(holding)
-	err := p.permit.Release(context.Background())
+	var err error
+	s.serving(p, func() bool {
+		err = p.permit.Release(context.Background())
+		return err == nil // "not held" serves nobody: a lease that ran out is the waiters' timers' news
+	}, p.label+"'s release")
 	switch {
 	case err == nil:
 	case errors.Is(err, fair.ErrLockLost) && p.fixed > 0:
@@ -337,10 +359,16 @@ func (s *semSpec) setPermits(t *rapid.T) {
 		t.Skip("the RW lock's number is fixed")
 	}
 	k := rapid.IntRange(1, 4).Draw(t, "permits")
-	if _, err := s.admin.SetPermits(context.Background(), k); err != nil {
+	var err error
+	s.serving(nil, func() bool {
+		if _, err = s.admin.SetPermits(context.Background(), k); err == nil {
+			s.k = k
+		}
+		return err == nil
+	}, fmt.Sprintf("SetPermits(%d)", k))
+	if err != nil {
 		t.Fatalf("SetPermits(%d): %v", k, err)
 	}
-	s.k = k
 	s.settle()
 }
 
@@ -366,7 +394,12 @@ func (s *semSpec) downgrade(t *rapid.T) {
 	if err := p.rw.RLock(p.rw.HoldContext()); err != nil {
 		t.Fatalf("RLock by writer %s: %v", p.label, err)
 	}
-	if err := p.rw.Unlock(ctx); err != nil {
+	var err error
+	s.serving(p, func() bool {
+		err = p.rw.Unlock(ctx)
+		return err == nil
+	}, p.label+"'s downgrade")
+	if err != nil {
 		t.Fatalf("Unlock by writer %s holding the read lock: %v", p.label, err)
 	}
 	if got := p.rw.Token(); got != tok {
@@ -387,6 +420,173 @@ func (s *semSpec) wait(t *rapid.T) {
 		s.clk.Advance(maxStep)
 		s.settle()
 		s.check(t)
+	}
+}
+
+// serving runs call, a call of actor's (nil: the admin's) that serves the
+// waiters at the head (a release, SetPermits, a downgrade), with every
+// other handle's client held still, so that nothing else reaches Redis
+// until it returns; if it served (call reports it), the result must be
+// work-conserving.
+func (s *semSpec) serving(actor *semProc, call func() bool, what string) {
+	for _, p := range s.procs {
+		if p != actor {
+			p.still.hold()
+		}
+	}
+	defer func() {
+		for _, p := range s.procs {
+			if p != actor {
+				p.still.release()
+			}
+		}
+	}()
+	if call() {
+		s.workConserved(what)
+	}
+}
+
+// workConserved checks that serving, just done by what, handed on every
+// free permit it could: the first waiter not yet served (the gate's holder,
+// else the first live entry of the gate's queue) does not fit in the
+// permits left free. A request for more than the semaphore has is its
+// waiter's to learn, and stops the serving.
+func (s *semSpec) workConserved(what string) {
+	st := s.inspect()
+	if st.Permits == 0 {
+		return
+	}
+	served := map[string]bool{}
+	for _, h := range st.Holders {
+		served[h.Owner] = true
+	}
+	for _, w := range st.Queue {
+		if w.Expired || served[w.Owner] {
+			continue // a served gate holder that has yet to give the gate on
+		}
+		if w.Permits == 0 || w.Permits > st.Permits {
+			return
+		}
+		if st.InUse+w.Permits <= st.Permits {
+			s.t.Fatalf("work conservation: after %s, %d of %d permits are free and the first waiter not served (%s) asks for %d: "+
+				"a free permit the next waiter fits must go to it in the same call", what, st.Permits-st.InUse, st.Permits, w.Label, w.Permits)
+		}
+		return
+	}
+}
+
+// staleCall sends, as a client that kept an old belief would, a call about
+// what it does not hold: a renewal, release or resize of a permit hold with
+// a stale token or by an owner id that holds nothing, or a gate holder's
+// request with the wrong gate owner id or token. Each must be answered as
+// such (not held, gate lost), never with a Lua error, and change nothing.
+func (s *semSpec) staleCall(t *rapid.T) {
+	before := s.inspect()
+	if before.Permits == 0 {
+		t.Skip("the semaphore has no state in Redis")
+	}
+	keys := append([]string{s.base}, wire.QueueKeys(wire.GateBase(s.base))...)
+	gate := s.gateHolder()
+	kinds := []string{"renew", "release", "resize"}
+	if gate != nil {
+		kinds = append(kinds, "gate")
+	}
+	kind := rapid.SampledFrom(kinds).Draw(t, "stale call")
+	// Whose: an owner id that holds nothing, with a live token; or a live
+	// hold's owner id with a token it does not have.
+	const ghost = "p9.ghost"
+	owner, token := ghost, int64(1)
+	if kind == "gate" {
+		owner, token = gate.Owner, gate.Token
+	} else if len(before.Holders) > 0 {
+		h := rapid.SampledFrom(before.Holders).Draw(t, "hold")
+		owner, token = h.Owner, h.Token
+	}
+	if rapid.Bool().Draw(t, "stale token (else an owner id that holds nothing)") {
+		token += 1000003
+	} else {
+		owner = ghost
+	}
+	whose := "the owner id " + owner
+	if owner == ghost {
+		whose = "an owner id that holds nothing"
+	}
+	ctx := context.Background()
+	var reply any
+	var err error
+	switch kind {
+	case "renew":
+		reply, err = s.scripts.SemRenew.Run(ctx, s.probe, nil, keys[:1], owner, token, int64(lease/time.Millisecond), "0").Result()
+	case "release":
+		reply, err = s.scripts.SemRelease.Run(ctx, s.probe, nil, keys, owner, "p9.req", token, "PUBLISH", "fairlock:spec:stale").Result()
+	case "resize":
+		reply, err = s.scripts.SemResize.Run(ctx, s.probe, nil, keys, owner, token, 1, "PUBLISH", "fairlock:spec:stale").Result()
+	case "gate":
+		reply, err = s.scripts.SemAcquire.Run(ctx, s.probe, nil, keys, wire.SemAcquire{
+			Owner: "p9.permit", N: 1, Lease: int64(lease / time.Millisecond), Permits: s.k, Mode: wire.SemGate,
+			GateOwner: owner, GateToken: token, Publish: "PUBLISH", Channel: "fairlock:spec:stale"}.Args()...).Result()
+	}
+	what := fmt.Sprintf("a %s by %s, token %d", kind, whose, token)
+	if err != nil {
+		t.Fatalf("%s failed: %v; want it answered as not held", what, err)
+	}
+	switch kind {
+	case "gate":
+		r, derr := wire.DecodeSemAcquire(reply.([]any))
+		if derr != nil || !r.GateLost {
+			t.Fatalf("%s was answered %v (%+v, %v); want gate lost", what, reply, r, derr)
+		}
+	case "resize":
+		if n, _ := reply.(int64); n != 0 {
+			t.Fatalf("%s was answered %v; want 0 (not held)", what, reply)
+		}
+	default:
+		if l, _ := reply.([]any); len(l) == 0 || l[0] != int64(0) {
+			t.Fatalf("%s was answered %v; want {0} (not held)", what, reply)
+		}
+	}
+	after := s.inspect()
+	if fmt.Sprint(after.Holders) != fmt.Sprint(before.Holders) || fmt.Sprint(after.Queue) != fmt.Sprint(before.Queue) {
+		t.Fatalf("%s changed the semaphore:\nbefore %+v\nafter  %+v", what, before, after)
+	}
+}
+
+// gateHolder is the gate's holder as Redis has it: its owner id and token;
+// nil when nobody holds the gate.
+func (s *semSpec) gateHolder() *wire.InspectedHolder {
+	v, err := s.scripts.FairInspect.Run(context.Background(), s.probe, nil, wire.QueueKeys(wire.GateBase(s.base))).Slice()
+	if err != nil {
+		s.t.Fatalf("inspecting the gate: %v", err)
+	}
+	in, err := wire.DecodeInspect(v)
+	if err != nil {
+		s.t.Fatalf("inspecting the gate: %v", err)
+	}
+	return in.Holder
+}
+
+// stillHook holds a client still while held: each command waits until
+// release.
+type stillHook struct{ mu sync.RWMutex }
+
+func (h *stillHook) hold()    { h.mu.Lock() }
+func (h *stillHook) release() { h.mu.Unlock() }
+
+func (h *stillHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stillHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.RLock()
+		h.mu.RUnlock() //nolint:staticcheck // a gate, not a critical section
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stillHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.RLock()
+		h.mu.RUnlock() //nolint:staticcheck // a gate, not a critical section
+		return next(ctx, cmds)
 	}
 }
 
@@ -636,6 +836,7 @@ func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
 			"crash":             s.crash,
 			"setPermits":        s.setPermits,
 			"downgrade":         s.downgrade,
+			"staleCall":         s.staleCall,
 			"advance":           s.advance,
 			"wait":              s.wait,
 			"":                  s.check,
