@@ -55,14 +55,15 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
 		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
-	at := h.Config.Clock.Now()
-	h.Answered(ctx, req, err) // a lost reply's grant is undone
 	if err != nil {
+		at := h.Config.Clock.Now()
+		h.Answered(ctx, req, err) // a lost reply's grant is undone
 		if ctx.Err() != nil {
 			err = core.NoAnswer(since, at, ctx.Err())
 		}
 		return nil, 0, false, core.Step("trying to take the lock", err)
 	}
+	h.Answered(ctx, req, nil)
 	r, err := wire.DecodeReentrantAcquire(v)
 	if err != nil {
 		return nil, 0, false, err
