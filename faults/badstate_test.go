@@ -1,11 +1,9 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -273,9 +271,8 @@ func TestACLUserWithoutScripting(t *testing.T) {
 	must(t, admin.Do(bg, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
+	logs := &logSink{}
+	logger := logs.logger()
 	for _, lock := range []string{"fair", "reentrant"} {
 		var m handle
 		var err error
@@ -294,8 +291,6 @@ func TestACLUserWithoutScripting(t *testing.T) {
 		}
 		wantErr(t, lock+" TryLock by a user without scripting", err, "NOPERM")
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if out := logs.String(); strings.Contains(out, "undoing") || strings.Contains(out, "leaving") {
 		t.Errorf("an acquisition that Redis refused was undone or left, as if it may have taken something: %s", out)
 	}
@@ -400,9 +395,8 @@ func TestServerWhereNoScriptCanRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client(t, srv.Addr)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
+	logs := &logSink{}
+	logger := logs.logger()
 	e, err := fair.NewElection(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
@@ -425,8 +419,6 @@ func TestServerWhereNoScriptCanRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErr(t, "Lock on a server without scripts", m.Lock(within(t, 5*time.Second)), "unknown command")
-	mu.Lock()
-	defer mu.Unlock()
 	if out := logs.String(); strings.Contains(out, "undoing") || strings.Contains(out, "leaving") {
 		t.Errorf("a Lock that no script answered was undone or left: %s", out)
 	}

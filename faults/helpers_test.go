@@ -1,14 +1,17 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/redis/go-redis/v9"
 )
@@ -124,4 +127,48 @@ func acquired(lock func(context.Context) error, within time.Duration) <-chan res
 type result struct {
 	at  time.Time
 	err error
+}
+
+// logSink is what a test's logger writes to: safe for the library's
+// goroutines, read with String.
+type logSink struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// logger returns a logger that writes to l.
+func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// ownedHolder returns a fair lock handle on a new owner of c, made as
+// fairlock.NewOwner makes it (the restart check on), that logs to the
+// returned sink; the owner is closed when the test ends.
+func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
+	t.Helper()
+	owner, err := fairlock.NewOwner(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	logs := &logSink{}
+	holder, err := fair.New(owner, lockName(t), fair.WithLogger(logs.logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder, logs
 }

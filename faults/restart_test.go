@@ -1,11 +1,9 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -309,22 +306,7 @@ func restartUnderAHolder(t *testing.T, srv *Server, opts redis.Options, held tim
 	t.Helper()
 	c := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = c.Close() })
-	owner, err := fairlock.NewOwner(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
-	holder, err := fair.New(owner, lockName(t), fair.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, logs := ownedHolder(t, c)
 	hctx, err := holder.LockContext(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +327,6 @@ func restartUnderAHolder(t *testing.T, srv *Server, opts redis.Options, held tim
 	if cause := context.Cause(hctx); !errors.Is(cause, fair.ErrLockLost) {
 		t.Errorf("the hold's context ended with %v, want ErrLockLost", cause)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	return took, logs.String()
 }
 
@@ -359,22 +339,7 @@ func TestARestartCheckThatCannotRunSaysSoOnce(t *testing.T) {
 	must(t, client(t, srv.Addr).Do(bg, "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-@dangerous", "-ping").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noping", Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
-	owner, err := fairlock.NewOwner(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
-	holder, err := fair.New(owner, lockName(t), fair.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, logs := ownedHolder(t, c)
 	if err := holder.Lock(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -382,9 +347,7 @@ func TestARestartCheckThatCannotRunSaysSoOnce(t *testing.T) {
 	if err := holder.Unlock(bg); err != nil {
 		t.Errorf("Unlock after the check could not run: %v", err)
 	}
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if n := strings.Count(out, "the restart check cannot run"); n != 1 {
 		t.Fatalf("the log says %d times that the restart check cannot run, want once: %q", n, out)
 	}
@@ -393,16 +356,4 @@ func TestARestartCheckThatCannotRunSaysSoOnce(t *testing.T) {
 			t.Errorf("the warning does not say %q: %q", want, out)
 		}
 	}
-}
-
-// syncWriter is a log sink safe for the library's goroutines.
-type syncWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
