@@ -38,20 +38,31 @@ func TestUnlockOnACancellableContextStartsNoGoroutine(t *testing.T) {
 	}{{"cancellable", cancellable}, {"far-deadline", far}} {
 		mustLock(t, m) // the owner's first calls are behind it
 		mustUnlock(t, m)
-		before := goroutinesCreated(t)
 		const pairs = 50
-		for range pairs {
-			if err := m.Lock(tc.ctx); err != nil {
-				t.Fatal(err)
+		// The count is the process's: other tests' leftovers start some
+		// too (go-redis's cluster clients a node GC timer a minute after
+		// each state they load). A goroutine per release would be 50 in
+		// every round; the fewest of three rounds is the library's.
+		fewest := uint64(1 << 63)
+		for range 3 {
+			before := goroutinesCreated(t)
+			for range pairs {
+				if err := m.Lock(tc.ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Unlock(tc.ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := m.Unlock(tc.ctx); err != nil {
-				t.Fatal(err)
+			fewest = min(fewest, goroutinesCreated(t)-before)
+			if fewest <= pairs/5 {
+				break
 			}
 		}
 		// Only the runtime's and go-redis's own, if any: one per release
 		// would be 50.
-		if n := goroutinesCreated(t) - before; n > pairs/5 {
-			t.Errorf("%d pairs on a %s ctx started %d goroutines", pairs, tc.name, n)
+		if fewest > pairs/5 {
+			t.Errorf("%d pairs on a %s ctx started %d goroutines (the fewest of three rounds)", pairs, tc.name, fewest)
 		}
 	}
 }
