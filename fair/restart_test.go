@@ -27,33 +27,41 @@ type restartEnv struct {
 	mr       *miniredis.Miniredis
 	clk      *clock.Fake
 	owner    *core.Owner
-	renewals atomic.Int32
+	renewals *atomic.Int32
 }
 
 func newRestartEnv(t *testing.T) *restartEnv {
 	redistest.NoLeaks(t)
 	mr, clk, _ := redistest.Mini(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	e := &restartEnv{mr: mr, clk: clk}
+	t.Cleanup(func() { _ = c.Close() })
+	owner, renewals := checkingOwner(t, c, core.Rig{Clock: clk, RestartCheck: core.DefaultRestartCheck})
+	return &restartEnv{mr: mr, clk: clk, owner: owner, renewals: renewals}
+}
+
+// checkingOwner returns an owner of c made with rig (its restart check
+// on), closed when the test ends, and the count of its renewals that Redis
+// answered.
+func checkingOwner(t *testing.T, c redis.UniversalClient, rig core.Rig) (*core.Owner, *atomic.Int32) {
+	t.Helper()
+	renewals := &atomic.Int32{}
 	c.AddHook(onCall(func(cmd redis.Cmder, err error) {
 		if err == nil && lua.Default().Renew.Calls(cmd.Args()) {
-			e.renewals.Add(1)
+			renewals.Add(1)
 		}
 	}))
-	owner, err := core.NewOwnerWith(c, core.Rig{Clock: clk, RestartCheck: core.DefaultRestartCheck})
+	owner, err := core.NewOwnerWith(c, rig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.owner = owner
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := owner.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		_ = c.Close()
 	})
-	return e
+	return owner, renewals
 }
 
 // restartEmpty stops miniredis, which drops every connection, and starts it
@@ -186,22 +194,7 @@ func TestRestartCheckOnRedisDeployments(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(string(kind), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			c := redistest.DefaultClient(t, kind)
-			var renewals atomic.Int32
-			c.AddHook(onCall(func(cmd redis.Cmder, err error) {
-				if err == nil && lua.Default().Renew.Calls(cmd.Args()) {
-					renewals.Add(1)
-				}
-			}))
-			owner, err := core.NewOwnerWith(c, core.Rig{RestartCheck: every})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = owner.Close(ctx)
-			})
+			owner, renewals := checkingOwner(t, redistest.DefaultClient(t, kind), core.Rig{RestartCheck: every})
 			m, err := fair.New(owner, redistest.Name(t))
 			if err != nil {
 				t.Fatal(err)
