@@ -22,8 +22,8 @@
 // (single node, Sentinel, Cluster) against Redis 7.0 or newer, and leaves
 // no key behind: every key carries a TTL.
 //
-// The errors of every package are the same values, so errors.Is works
-// across them.
+// The errors every primitive returns are declared here (ErrNotHeld,
+// ErrLockLost, ...): compare with errors.Is.
 //
 // Handles are made on an Owner (NewOwner): what the handles of one go-redis
 // client share, and what a graceful shutdown closes. The root package holds

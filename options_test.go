@@ -9,9 +9,10 @@ import (
 	"testing"
 )
 
-// Each package has its own option type, and a primitive takes only the
-// options that apply to it: an option given where it cannot apply is a
-// compile error, not a run-time one. The compiler itself judges small
+// The options every lock takes are fairlock's; a primitive takes only the
+// options that apply to it (fair.WithLabel the fair ones, WithReplicas the
+// mutexes): an option given where it cannot apply is a compile error, not
+// a run-time one. The compiler itself judges small
 // programs (go build, with an overlay that puts each program in a package of
 // this module for the build only).
 func TestMisappliedOptionsDoNotCompile(t *testing.T) {
@@ -70,37 +71,34 @@ func use(o *fairlock.Owner) {
 
 	// The harness compiles what is right: every option where it applies.
 	out, err := build(t, `
-	_, _ = fair.New(o, "a", fair.WithLease(time.Second), fair.WithWaitTimeout(time.Second), fair.WithReplicas(1, time.Second))
-	_, _ = fair.NewSemaphore(o, "a", 2, fair.WithLease(time.Second), fair.WithLabel("x"))
-	_, _ = fair.NewRWMutex(o, "a", fair.WithWaitTimeout(time.Second))
-	opts := []fair.Option{fair.WithLease(time.Second)}
+	_, _ = fair.New(o, "a", fairlock.WithLease(time.Second), fairlock.WithWaitTimeout(time.Second), fairlock.WithReplicas(1, time.Second))
+	_, _ = fair.NewSemaphore(o, "a", 2, fairlock.WithLease(time.Second), fair.WithLabel("x"))
+	_, _ = fair.NewRWMutex(o, "a", fairlock.WithWaitTimeout(time.Second))
+	opts := []fair.Option{fairlock.WithLease(time.Second)}
 	_, _ = fair.NewSemaphore(o, "a", 2, opts...)
-	mutexOpts := []fair.MutexOption{fair.WithLease(time.Second), fair.WithReplicas(1, time.Second)}
+	mutexOpts := []fair.MutexOption{fairlock.WithLease(time.Second), fairlock.WithReplicas(1, time.Second)}
 	_, _ = fair.New(o, "a", mutexOpts...)
-	_, _ = reentrant.New(o, "a", reentrant.WithLease(time.Second), reentrant.WithReplicas(1, time.Second), reentrant.WithWaitTimeout(time.Second))
-	_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", reentrant.WithLease(time.Second))`)
+	_, _ = reentrant.New(o, "a", fairlock.WithLease(time.Second), fairlock.WithReplicas(1, time.Second), fairlock.WithWaitTimeout(time.Second))
+	_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", fairlock.WithLease(time.Second))`)
 	if err != nil {
 		t.Fatalf("a program that uses every option where it applies does not build: %v\n%s", err, out)
 	}
 
 	for _, c := range []struct{ what, body, want string }{
-		{"the fair package's wait timeout on the reentrant lock",
-			`_, _ = reentrant.New(o, "a", fair.WithWaitTimeout(time.Second))`,
-			"does not implement reentrant.Option"},
 		{"the fair lock's label on RedLock",
 			`_, _ = multi.NewRedLock([]*fairlock.Owner{o}, "a", fair.WithLabel("x"))`,
 			"does not implement reentrant.Option"},
-		{"an option both locks have, from the other package",
-			`_, _ = reentrant.New(o, "a", fair.WithLease(time.Second))`,
+		{"the fair lock's label on the reentrant lock",
+			`_, _ = reentrant.New(o, "a", fair.WithLabel("x"))`,
 			"does not implement reentrant.Option"},
-		{"a reentrant option on the fair lock",
-			`_, _ = fair.New(o, "a", reentrant.WithLease(time.Second))`,
-			"does not implement fair.MutexOption"},
+		{"a zero option's kind where it cannot apply",
+			`_, _ = fair.NewRWMutex(o, "a", fairlock.MutexOption{})`,
+			"does not implement fair.Option"},
 		{"WithReplicas on the semaphore",
-			`_, _ = fair.NewSemaphore(o, "a", 2, fair.WithReplicas(1, time.Second))`,
+			`_, _ = fair.NewSemaphore(o, "a", 2, fairlock.WithReplicas(1, time.Second))`,
 			"does not implement fair.Option"},
 		{"WithReplicas on the RW lock",
-			`_, _ = fair.NewRWMutex(o, "a", fair.WithReplicas(1, time.Second))`,
+			`_, _ = fair.NewRWMutex(o, "a", fairlock.WithReplicas(1, time.Second))`,
 			"does not implement fair.Option"},
 	} {
 		t.Run(c.what, func(t *testing.T) {

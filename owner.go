@@ -1,54 +1,82 @@
 package fairlock
 
 import (
+	"context"
+
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 
-// Owner owns the handles made on it (fair.New, reentrant.New, ...) and
-// what they share: one go-redis client, the inbox its waiters are told on
-// (one pub/sub connection, or one per Cluster master, opened when a handle
-// first waits), the fair queue's heartbeats (one script call per beat for
-// all its waiters on one lock), what it learnt of how the server runs
-// scripts, and, while it holds anything, one connection of its own per
-// server (per Cluster master) that it PINGs every 500 ms: a restart or
-// failover breaks it, and every hold is then renewed at once, so that a
-// holder learns within about half a second that Redis lost its keys. Make
-// one per client and process, at start, and share it; two owners on one
-// client are correct and independent, each with its own inbox.
-//
-// Its method Close(ctx) error is a graceful shutdown, for the end of the
-// process or of a test: new calls of its handles get ErrClosed; its waiters
-// leave their queues (their Lock returns an error wrapping ErrClosed), so
-// that nobody behind them in other processes waits for them; its holds end
-// (each hold's context with cause ErrClosed, and Lost closes) and are then
-// released in Redis, handing each lock to the next in line at once; its
-// pub/sub connections close. Close returns once Redis has confirmed all of
-// it, or with ctx's error when ctx ends first, whatever the go-redis
-// client's options (what is left goes on in the background, each release
-// within its handle's cleanup timeout). It is idempotent, and does not close
-// the go-redis client: close that after the owner.
-//
-// Its method Client() returns the go-redis client.
-type Owner = core.Owner
+// MaxNameLen bounds the name of a lock of any kind, in bytes: every key and
+// channel of the lock carries it. Hash a longer name (a file path, a URL)
+// first.
+const MaxNameLen = 1024
 
-// MaxNameLen bounds the name of a lock of any kind, in bytes (1,024): every
-// key and channel of the lock carries it. A longer name, a file path or a
-// URL say, can be hashed first. A constructor given a longer one returns an
-// error wrapping ErrInvalidArgument.
-const MaxNameLen = core.MaxNameLen
-
-// ErrInvalidArgument is wrapped by every error about bad input; the same
-// value as every primitive package's.
-var ErrInvalidArgument = core.ErrInvalidArgument
-
-// ErrClosed is returned by the calls of a handle whose Owner was closed,
-// and is the cause of the context of a hold or a wait that Close ended.
-var ErrClosed = core.ErrClosed
+// Owner is what the handles made on it (fair.New, reentrant.New, ...)
+// share: one go-redis client, the pub/sub connection their waiters are
+// woken on, the fair queue's heartbeats and, while it holds anything, a
+// connection of its own per server that tells it of a restart within about
+// half a second. Make one per client and process, at start, share it, and
+// Close it at the end. docs/architecture.md says what it keeps.
+type Owner struct {
+	core *core.Owner
+}
 
 // NewOwner returns an owner of handles on client: a *redis.Client, a
-// Sentinel client (redis.NewFailoverClient) or a *redis.ClusterClient, or
+// Sentinel client (redis.NewFailoverClient), a *redis.ClusterClient, or
 // any redis.UniversalClient but a *redis.Ring. It talks to Redis only when
 // a handle is used. A nil client or a *redis.Ring gets an error wrapping
 // ErrInvalidArgument.
-func NewOwner(client redis.UniversalClient) (*Owner, error) { return core.NewOwner(client) }
+func NewOwner(client redis.UniversalClient) (*Owner, error) {
+	o, err := core.NewOwner(client)
+	if err != nil {
+		return nil, err
+	}
+	return &Owner{core: o}, nil
+}
+
+// Close shuts the owner down gracefully, for the end of a process or a
+// test: new calls of its handles get ErrClosed; its waiters leave their
+// queues; its holds end (their contexts with cause ErrClosed) and are
+// released, each lock going to the next in line at once; its pub/sub
+// connections close. It returns once Redis confirmed all of it, or with
+// ctx's error when ctx ends first (the rest goes on in the background,
+// within each handle's cleanup timeout). It is idempotent, and does not
+// close the go-redis client: close that after the owner.
+func (o *Owner) Close(ctx context.Context) error { return o.impl().Close(ctx) }
+
+// Client returns the go-redis client the owner's handles use.
+func (o *Owner) Client() redis.UniversalClient { return o.impl().Client() }
+
+// impl is o's core; nil for a nil or zero Owner, whose calls then return
+// an error wrapping ErrInvalidArgument, or nil.
+func (o *Owner) impl() *core.Owner {
+	if o == nil {
+		return nil
+	}
+	return o.core
+}
+
+// The internal packages cannot import this one, which imports them: they
+// get its errors, and the way between its types and their cores, here, before any
+// handle can be made (every constructor takes an *Owner).
+func init() {
+	core.Link(core.Public{
+		InvalidArgument: ErrInvalidArgument, NotHeld: ErrNotHeld, LockLost: ErrLockLost,
+		Released: ErrReleased, Pending: ErrPending, Closed: ErrClosed, NotReplicated: ErrNotReplicated,
+		OwnerOf: func(v any) *core.Owner {
+			if o, ok := v.(*Owner); ok {
+				return o.impl()
+			}
+			return nil
+		},
+		Wrap:  func(c *core.Owner) any { return &Owner{core: c} },
+		Mutex: func(c *core.Mutex, w core.Wait) any { return &Mutex{core: c, wait: w} },
+		MutexOf: func(v any) *core.Mutex {
+			if m, ok := v.(*Mutex); ok {
+				return m.impl()
+			}
+			return nil
+		},
+	})
+}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
@@ -177,7 +178,7 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
 	opts := func(label string) []fair.Option {
 		return []fair.Option{fair.WithLabel(label),
-			fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease)}
+			fairlock.WithWaitTimeout(waitTimeout), fairlock.WithLease(lease)}
 	}
 	var err error
 	if s.admin, err = fair.NewSemaphore(redistest.OwnerOn(s.probe, s.clk, scripts), semName, 3, opts("admin")...); err != nil {
@@ -273,7 +274,7 @@ func (s *semSpec) tryWithoutWaiting(t *rapid.T) {
 	permit, err := p.acquire(context.Background(), n, false, 0, 0)
 	if n > s.k {
 		// Guarantee 5: more than the semaphore has is an error, not a wait.
-		if !errors.Is(err, fair.ErrInvalidArgument) {
+		if !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Fatalf("%s TryAcquire(%d, 0) of %d permits = %v, %v; want ErrInvalidArgument", p.label, n, s.k, permit, err)
 		}
 		return
@@ -306,7 +307,7 @@ func (s *semSpec) release(t *rapid.T) {
 	}, p.label+"'s release")
 	switch {
 	case err == nil:
-	case errors.Is(err, fair.ErrLockLost) && p.fixed > 0:
+	case errors.Is(err, fairlock.ErrLockLost) && p.fixed > 0:
 		// A fixed lease may have run out.
 	default:
 		t.Fatalf("Release by %s: %v", p.label, err)
@@ -655,7 +656,7 @@ func (s *semSpec) settle() {
 				if p.phase == crashed {
 					continue
 				}
-				if r.err != nil && p.n > s.k && errors.Is(r.err, fair.ErrInvalidArgument) {
+				if r.err != nil && p.n > s.k && errors.Is(r.err, fairlock.ErrInvalidArgument) {
 					p.phase = idle // it asked for more than the semaphore has
 					continue
 				}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -125,7 +126,7 @@ func (s *sharedSpec) unlock(t *rapid.T) {
 	}
 	c.count--
 	if c.count == 0 {
-		if cause := context.Cause(c.hold); !errors.Is(cause, fair.ErrReleased) {
+		if cause := context.Cause(c.hold); !errors.Is(cause, fairlock.ErrReleased) {
 			t.Fatalf("%s's hold context after its last Unlock: cause %v, want ErrReleased", c.label, cause)
 		}
 		c.holding, c.ended, c.hold, s.holder = false, c.hold, nil, nil
@@ -139,7 +140,7 @@ func (s *sharedSpec) unlock(t *rapid.T) {
 func (s *sharedSpec) strayUnlock(t *rapid.T) {
 	c := s.pick(func(c *caller) bool { return c.ended != nil && !c.holding })
 	before := s.inspect()
-	if err := c.m.Unlock(c.ended); !errors.Is(err, fair.ErrNotHeld) {
+	if err := c.m.Unlock(c.ended); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("%s's Unlock of a hold that ended = %v, want ErrNotHeld", c.label, err)
 	}
 	if after := s.inspect(); !sameHolder(before, after) {

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
@@ -179,8 +180,8 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c.AddHook(s.ledger.replies)
 		rec := &redistest.Recorder{}
 		m, err := fair.New(redistest.OwnerOn(c, s.clk, scripts), lockName,
-			fair.WithLabel(fmt.Sprintf("p%d", i)), fair.WithWaitTimeout(waitTimeout), fair.WithLease(lease),
-			fair.WithObserver(rec))
+			fair.WithLabel(fmt.Sprintf("p%d", i)), fairlock.WithWaitTimeout(waitTimeout), fairlock.WithLease(lease),
+			fairlock.WithObserver(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +380,7 @@ func (s *spec) forceUnlock(t *rapid.T) {
 	if old != nil {
 		if byHolder {
 			// Its own ForceUnlock: released, not lost.
-			if isClosed(old.m.Lost()) || !errors.Is(context.Cause(old.m.HoldContext()), fair.ErrReleased) {
+			if isClosed(old.m.Lost()) || !errors.Is(context.Cause(old.m.HoldContext()), fairlock.ErrReleased) {
 				t.Fatalf("%s forced its own hold open: Lost closed=%v, HoldContext cause %v, want ErrReleased",
 					old.label, isClosed(old.m.Lost()), context.Cause(old.m.HoldContext()))
 			}
@@ -862,7 +863,7 @@ func (s *spec) check(t *rapid.T) {
 		if p.stalled {
 			continue // it cannot even tell Redis yet
 		}
-		if err := p.m.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
+		if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 			t.Fatalf("Unlock of %s's lost hold = %v, want ErrLockLost", p.label, err)
 		}
 		p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
@@ -84,13 +85,13 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, probe := client(), client(), client()
-	opts := []fair.MutexOption{fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{fairlock.WithWaitTimeout(wait)}
 	a, err := fair.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	var rescues redistest.Rescues
-	b, err := fair.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, fair.WithObserver(&rescues))...)
+	b, err := fair.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, fairlock.WithObserver(&rescues))...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -224,7 +225,7 @@ func longPermitHoldsKeepTheirKeys(t tb, scripts *lua.Scripts) {
 	ctx := context.Background()
 	semaphore := func(name string) *fair.Semaphore {
 		sem, err := fair.NewSemaphore(redistest.OwnerOn(client, clk, scripts), name, 1,
-			fair.WithLease(2*time.Minute))
+			fairlock.WithLease(2*time.Minute))
 		if err != nil {
 			t.Fatalf("NewSemaphore: %v", err)
 		}
@@ -285,11 +286,11 @@ func lostHeadNoticeFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	clk, client, stop := fakeRedis(t)
 	defer stop()
 	ca, cb, cc, probe := client(), client(), client(), client()
-	opts := []fair.MutexOption{fair.WithWaitTimeout(wait)}
+	opts := []fair.MutexOption{fairlock.WithWaitTimeout(wait)}
 	var rescues redistest.Rescues
 	a, errA := fair.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
 	b, errB := fair.New(redistest.OwnerOn(cb, clk, scripts), name, opts...)
-	c, errC := fair.New(redistest.OwnerOn(cc, clk, scripts), name, append(opts, fair.WithObserver(&rescues))...)
+	c, errC := fair.New(redistest.OwnerOn(cc, clk, scripts), name, append(opts, fairlock.WithObserver(&rescues))...)
 	if err := errors.Join(errA, errB, errC); err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -382,7 +383,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 		name := map[bool]string{true: "lost-wake-up", false: "lease-runs-out"}[released]
 		var rescues redistest.Rescues
 		a, errA := reentrant.New(redistest.OwnerOn(ca, clk, scripts), name, opts...)
-		b, errB := reentrant.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, reentrant.WithObserver(&rescues))...)
+		b, errB := reentrant.New(redistest.OwnerOn(cb, clk, scripts), name, append(opts, fairlock.WithObserver(&rescues))...)
 		if err := errors.Join(errA, errB); err != nil {
 			t.Fatalf("New: %v", err)
 		}

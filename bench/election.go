@@ -59,7 +59,7 @@ func candidate(impl, addr, name, value string) error {
 	}
 	var resign func() error
 	if impl == "fairlock" {
-		e, err := fair.NewElection(owner, name, fair.WithLease(electionLease), fair.WithLabel(value))
+		e, err := fair.NewElection(owner, name, fairlock.WithLease(electionLease), fair.WithLabel(value))
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func candidate(impl, addr, name, value string) error {
 		}
 		resign = func() error { return e.Resign(lead) }
 	} else {
-		m, err := fair.New(owner, name, fair.WithLease(electionLease), fair.WithLabel(value))
+		m, err := fair.New(owner, name, fairlock.WithLease(electionLease), fair.WithLabel(value))
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/redis/go-redis/v9"
 )
@@ -352,7 +353,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	client := e.client()
 	defer func() { _ = client.Close() }()
 	name := lockName("queue")
-	opts := []fair.MutexOption{fair.WithWaitTimeout(5 * time.Minute)}
+	opts := []fair.MutexOption{fairlock.WithWaitTimeout(5 * time.Minute)}
 	holder, err := fair.New(ownerOf(client), name, opts...)
 	if err != nil {
 		return res, err
@@ -372,7 +373,7 @@ func (e *env) headAcquisition(ctx context.Context, n int) (queueCost, error) {
 	for i := 0; i < n; i++ {
 		c, o := client, opts
 		if i%20 == 13 {
-			c, o = crashed, []fair.MutexOption{fair.WithWaitTimeout(time.Second)}
+			c, o = crashed, []fair.MutexOption{fairlock.WithWaitTimeout(time.Second)}
 		}
 		m, err := fair.New(ownerOf(c), name, o...)
 		if err != nil {

@@ -48,7 +48,7 @@ func (s *TickStore) Write(term int64, tick string) error {
 // runScheduler campaigns, leads until its leadership ends, and campaigns
 // again, until ctx ends: each machine runs it, one leads at a time.
 func runScheduler(ctx context.Context, owner *fairlock.Owner, addr string, store *TickStore, every time.Duration) error {
-	e, err := fair.NewElection(owner, "scheduler", fair.WithLease(3*time.Second))
+	e, err := fair.NewElection(owner, "scheduler", fairlock.WithLease(3*time.Second))
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func tryForAMinute(ctx context.Context, m *fair.Mutex) error {
 // whyItEnded tells a lost hold from a released one.
 func whyItEnded(m *fair.Mutex) string {
 	<-m.HoldContext().Done()
-	if errors.Is(context.Cause(m.HoldContext()), fair.ErrLockLost) {
+	if errors.Is(context.Cause(m.HoldContext()), fairlock.ErrLockLost) {
 		return "lost: another holder may have the lock now"
 	}
 	return "released"
@@ -141,9 +141,9 @@ func writeFenced(ctx context.Context, m *fair.Mutex, store Store) error {
 // waiter may be silent for a while.
 func newTuned(owner *fairlock.Owner) (*fair.Mutex, error) {
 	return fair.New(owner, "jobs",
-		fair.WithLease(time.Minute),          // renewed every 20 s while held
-		fair.WithWaitTimeout(30*time.Second), // a waiter silent for 30 s loses its place
-		fair.WithLabel("nightly jobs"),       // shown by Inspect and fairlock inspect
+		fairlock.WithLease(time.Minute),          // renewed every 20 s while held
+		fairlock.WithWaitTimeout(30*time.Second), // a waiter silent for 30 s loses its place
+		fair.WithLabel("nightly jobs"),           // shown by Inspect and fairlock inspect
 	)
 }
 

@@ -18,7 +18,7 @@ import (
 // fromRedsync is redsync's NewMutex, WithExpiry, WithTries and Lock, on the
 // fair lock: no tries to count, the caller waits its turn in the queue.
 func fromRedsync(ctx context.Context, owner *fairlock.Owner) error {
-	m, err := fair.New(owner, "orders", fair.WithLease(8*time.Second))
+	m, err := fair.New(owner, "orders", fairlock.WithLease(8*time.Second))
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func TestOwnerRefusesBadInput(t *testing.T) {
 	if _, err := fairlock.NewOwner(nil); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("NewOwner(nil) = %v", err)
 	}
-	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.New(nil, "x"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("New(nil owner) = %v", err)
 	}
 	var o *fairlock.Owner

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 )
 
@@ -36,7 +37,7 @@ func TestDoRunsTheFunctionUnderTheLock(t *testing.T) {
 // back too, joined, and the function's context says so.
 func TestDoReportsTheFunctionsErrorAndALostHold(t *testing.T) {
 	e := newEnv(t)
-	m := e.named("a", fair.WithLease(3*time.Second))
+	m := e.named("a", fairlock.WithLease(3*time.Second))
 	boom := errors.New("boom")
 	if err := m.Do(context.Background(), func(context.Context) error { return boom }); err != boom {
 		t.Fatalf("Do = %v, want the function's error itself", err)
@@ -47,12 +48,12 @@ func TestDoReportsTheFunctionsErrorAndALostHold(t *testing.T) {
 		}
 		e.clk.Advance(time.Second) // the watchdog's next renewal finds it gone
 		<-ctx.Done()
-		if !errors.Is(context.Cause(ctx), fair.ErrLockLost) {
+		if !errors.Is(context.Cause(ctx), fairlock.ErrLockLost) {
 			t.Errorf("the function's context ended with cause %v, want ErrLockLost", context.Cause(ctx))
 		}
 		return boom
 	})
-	if !errors.Is(err, boom) || !errors.Is(err, fair.ErrLockLost) {
+	if !errors.Is(err, boom) || !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Do whose hold was lost = %v; want both the function's error and ErrLockLost", err)
 	}
 }
@@ -61,33 +62,33 @@ func TestDoReportsTheFunctionsErrorAndALostHold(t *testing.T) {
 func TestNilContextsAndNamedErrors(t *testing.T) {
 	e := newEnv(t)
 	m := e.named("a")
-	if err := m.Lock(nil); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if err := m.Lock(nil); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("Lock(nil) = %v, want ErrInvalidArgument", err)
 	}
-	if err := m.Unlock(nil); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if err := m.Unlock(nil); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("Unlock(nil) = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := fair.Inspect(nil, e.client, lockName); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if _, err := fair.Inspect(nil, e.client, lockName); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("Inspect(nil) = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := e.semaphore(2).SetPermits(nil, 3); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if _, err := e.semaphore(2).SetPermits(nil, 3); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("SetPermits(nil) = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := e.semaphore(2).Acquire(nil, 1); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if _, err := e.semaphore(2).Acquire(nil, 1); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("Acquire(nil) = %v, want ErrInvalidArgument", err)
 	}
-	if err := m.Do(context.Background(), nil); !errors.Is(err, fair.ErrInvalidArgument) {
+	if err := m.Do(context.Background(), nil); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("Do with a nil function = %v, want ErrInvalidArgument", err)
 	}
 	err := m.Unlock(context.Background())
-	if !errors.Is(err, fair.ErrNotHeld) || err.Error() != `fairlock: fair lock "`+lockNameOf(m)+`": lock not held` {
+	if !errors.Is(err, fairlock.ErrNotHeld) || err.Error() != `fairlock: fair lock "`+lockNameOf(m)+`": lock not held` {
 		t.Fatalf("Unlock of a lock not held = %q; want ErrNotHeld naming the lock", err)
 	}
 	rw := e.rw("rw")
 	if err := rw.RLock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := rw.Unlock(context.Background()); !errors.Is(err, fair.ErrNotHeld) || !strings.Contains(err.Error(), "use RUnlock") {
+	if err := rw.Unlock(context.Background()); !errors.Is(err, fairlock.ErrNotHeld) || !strings.Contains(err.Error(), "use RUnlock") {
 		t.Fatalf("Unlock of an RWMutex holding the read lock = %v; want ErrNotHeld saying to use RUnlock", err)
 	}
 	if err := rw.RUnlock(context.Background()); err != nil {

@@ -186,7 +186,7 @@
 //     use the semaphore sets it, [Semaphore.SetPermits] changes it for all.
 //     After lowering, holds in force keep their permits, so more than K may
 //     be in use until they end; no grant is made until the new K allows it.
-//     A waiter asking for more than the new K gets ErrInvalidArgument.
+//     A waiter asking for more than the new K gets fairlock.ErrInvalidArgument.
 //     Once the semaphore is unused long enough for its keys to expire, the
 //     next caller sets K again from its handle.
 //

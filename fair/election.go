@@ -19,7 +19,7 @@ var (
 	// ErrNoLeader is returned by Leader when nobody leads the election.
 	ErrNoLeader = errors.New("fairlock: the election has no leader")
 	// ErrResigned is the cause of a leadership's context that Resign ended.
-	// It is the same value as ErrReleased: a term is a hold of the
+	// It is the same value as fairlock.ErrReleased: a term is a hold of the
 	// election's fair lock.
 	ErrResigned = core.ErrReleased
 )
@@ -67,20 +67,20 @@ type Leadership struct {
 }
 
 // NewElection returns a handle on the election name, made on owner. It
-// takes the fair lock's options: WithLease is how long a leader that
+// takes the fair lock's options: fairlock.WithLease is how long a leader that
 // crashed keeps its leadership (the watchdog renews it every lease/3 while
-// the process lives), WithWaitTimeout how long a silent candidate keeps its
+// the process lives), fairlock.WithWaitTimeout how long a silent candidate keeps its
 // place, WithLabel what Leadership.Origin and Inspect show. It talks to
 // Redis only when used. Bad arguments get an error wrapping
-// ErrInvalidArgument: a nil owner, an empty name, a name with { or } or
+// fairlock.ErrInvalidArgument: a nil owner, an empty name, a name with { or } or
 // longer than fairlock.MaxNameLen, or an invalid option; a closed owner
-// gets ErrClosed.
+// gets fairlock.ErrClosed.
 func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election, error) {
 	cfg, err := config.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
-	m, err := core.NewMutex(owner, name, cfg, electionPlace)
+	m, err := core.NewMutex(core.OwnerOf(owner), name, cfg, electionPlace)
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +98,8 @@ func electionPlace(name string, scripts *lua.Scripts) core.Place {
 // Campaign joins the election's queue of candidates with value and waits
 // until it leads; it returns the leadership's context. lead has ctx's values
 // and deadline, and ends when the leadership ends, for any reason:
-// context.Cause(lead) is ErrResigned after Resign, ErrLockLost when the
-// leadership was lost (a renewal failed, Redis lost the keys), ErrClosed
+// context.Cause(lead) is ErrResigned after Resign, fairlock.ErrLockLost when the
+// leadership was lost (a renewal failed, Redis lost the keys), fairlock.ErrClosed
 // when the owner closed, or ctx's own cause once ctx ends. The leadership
 // lasts until then: when ctx ends, the leader resigns (in the background,
 // within the cleanup timeout), so a candidate's ctx bounds both its wait and
@@ -110,10 +110,10 @@ func electionPlace(name string, scripts *lua.Scripts) core.Place {
 // handle that still lasts (lead, or a context derived from it), it returns
 // at once, with no call to Redis and value unchanged (Proclaim changes
 // it); with one that carries a leadership that ended, it returns why it
-// ended (ErrLockLost, ErrClosed, ErrNotHeld); any other ctx is a new
+// ended (fairlock.ErrLockLost, fairlock.ErrClosed, fairlock.ErrNotHeld); any other ctx is a new
 // candidacy, which queues behind the others.
 // value is at most MaxValueLen bytes; a nil ctx or a longer value gets an
-// error wrapping ErrInvalidArgument.
+// error wrapping fairlock.ErrInvalidArgument.
 func (e *Election) Campaign(ctx context.Context, value string) (context.Context, error) {
 	m := e.core()
 	if len(value) > MaxValueLen {
@@ -147,9 +147,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 // Proclaim changes the leader's value to value, for every observer, without
 // a new term. lead is the leadership's context, from Campaign; bound the
 // call with context.WithTimeout(lead, d). It returns an error wrapping
-// ErrNotHeld when lead carries no leadership of this handle, ErrLockLost
+// fairlock.ErrNotHeld when lead carries no leadership of this handle, fairlock.ErrLockLost
 // (ending the leadership as lost) when Redis says the term is over, and an
-// error wrapping ErrInvalidArgument for a value longer than MaxValueLen.
+// error wrapping fairlock.ErrInvalidArgument for a value longer than MaxValueLen.
 func (e *Election) Proclaim(lead context.Context, value string) error {
 	m := e.core()
 	if len(value) > MaxValueLen {
@@ -175,8 +175,8 @@ func (e *Election) Proclaim(lead context.Context, value string) error {
 // ErrResigned before Resign returns. As Unlock does, it keeps lead's
 // deadline, and when lead has already ended (as under defer) it still
 // resigns within a short grace, going on in the background after that.
-// It returns an error wrapping ErrNotHeld when lead carries no leadership
-// of this handle or it had already ended, and ErrLockLost when it was lost.
+// It returns an error wrapping fairlock.ErrNotHeld when lead carries no leadership
+// of this handle or it had already ended, and fairlock.ErrLockLost when it was lost.
 func (e *Election) Resign(lead context.Context) error {
 	if err := e.carries(lead); err != nil {
 		return err
@@ -194,7 +194,7 @@ func (e *Election) carries(lead context.Context) error {
 		return m.Wrap(lead, err)
 	}
 	if m.Carried(lead) == nil {
-		return m.Wrap(lead, fmt.Errorf("%w: the context carries no leadership of this election (pass the one Campaign returned)", ErrNotHeld))
+		return m.Wrap(lead, fmt.Errorf("%w: the context carries no leadership of this election (pass the one Campaign returned)", fairlock.ErrNotHeld))
 	}
 	return nil
 }
@@ -247,7 +247,7 @@ func leadershipOf(l wire.Leadership) Leadership {
 func (e *Election) Name() string { return e.core().Name() }
 
 // core is the handle's core, nil for a zero or nil Election: its methods
-// then return errors wrapping ErrInvalidArgument.
+// then return errors wrapping fairlock.ErrInvalidArgument.
 func (e *Election) core() *core.Mutex {
 	if e == nil {
 		return nil

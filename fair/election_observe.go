@@ -26,7 +26,7 @@ import (
 //     candidate behind a leader that died, which takes over within 1 ms and
 //     a round trip of that expiry, is seen without a moment of no leader
 //     between;
-//   - once per lease of the handle that observes (WithLease) while nobody
+//   - once per lease of the handle that observes (fairlock.WithLease) while nobody
 //     leads, and after a failed read, within a second;
 //   - when its pub/sub connection fails (inbox.Sub.WakeOnLoss).
 // So an observer learns of every change within a round trip of the script

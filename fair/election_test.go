@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -235,10 +236,10 @@ func TestElectionProclaimChangesTheValueNotTheTerm(t *testing.T) {
 		t.Fatalf("Leader = %+v, observed %+v", got, after)
 	}
 	// Not the leadership's context: refused, nothing changes.
-	if err := a.Proclaim(ctx, "v3"); !errors.Is(err, fair.ErrNotHeld) {
+	if err := a.Proclaim(ctx, "v3"); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Proclaim with a context that carries no leadership: %v, want ErrNotHeld", err)
 	}
-	if err := a.Proclaim(lead, strings.Repeat("x", fair.MaxValueLen+1)); !errors.Is(err, fair.ErrInvalidArgument) {
+	if err := a.Proclaim(lead, strings.Repeat("x", fair.MaxValueLen+1)); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("Proclaim of a value too long: %v", err)
 	}
 	if got := mustLeader(t, watcher); got.Value != "v2" {
@@ -247,7 +248,7 @@ func TestElectionProclaimChangesTheValueNotTheTerm(t *testing.T) {
 	if err := a.Resign(lead); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Proclaim(lead, "v4"); !errors.Is(err, fair.ErrNotHeld) {
+	if err := a.Proclaim(lead, "v4"); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Proclaim after Resign: %v, want ErrNotHeld", err)
 	}
 }
@@ -285,7 +286,7 @@ func TestElectionCampaignWithTheLeadershipReturnsItAtOnce(t *testing.T) {
 		t.Fatal("the leadership's contexts outlived it")
 	}
 	// Its context, once it ended, says why rather than campaign again.
-	if _, err := a.Campaign(lead, "v2"); !errors.Is(err, fair.ErrNotHeld) {
+	if _, err := a.Campaign(lead, "v2"); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Campaign with the context of a resigned leadership: %v, want ErrNotHeld", err)
 	}
 }
@@ -343,9 +344,9 @@ func TestElectionLeaderThatDiesIsFollowedWithinItsLease(t *testing.T) {
 	e := newEnv(t)
 	lease := 3 * time.Second
 	ac, bc := e.process(), e.process()
-	a := e.candidate(ac, "a", fair.WithLease(lease))
-	b := e.candidate(bc, "b", fair.WithLease(lease))
-	watcher := e.candidate(e.process(), "w", fair.WithLease(lease))
+	a := e.candidate(ac, "a", fairlock.WithLease(lease))
+	b := e.candidate(bc, "b", fairlock.WithLease(lease))
+	watcher := e.candidate(e.process(), "w", fairlock.WithLease(lease))
 	leadA, err := a.Campaign(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +364,7 @@ func TestElectionLeaderThatDiesIsFollowedWithinItsLease(t *testing.T) {
 	stillCampaigning(t, gotB, "b")
 	e.clk.Advance(20 * time.Millisecond)
 	leadB := awaitLead(t, gotB)
-	if !errors.Is(context.Cause(leadA), fair.ErrLockLost) {
+	if !errors.Is(context.Cause(leadA), fairlock.ErrLockLost) {
 		t.Fatalf("the dead leader's leadership: cause %v, want ErrLockLost", context.Cause(leadA))
 	}
 	if l := next(t, ch); l.Value != "b" {
@@ -377,7 +378,7 @@ func TestElectionLeaderThatDiesIsFollowedWithinItsLease(t *testing.T) {
 		e.clk.Advance(lease / 3)
 		redistest.Quiet(t, "the clock moved", func() bool { return true })
 	}
-	if !errors.Is(context.Cause(leadB), fair.ErrLockLost) {
+	if !errors.Is(context.Cause(leadB), fairlock.ErrLockLost) {
 		t.Fatalf("b's leadership: cause %v, want ErrLockLost", context.Cause(leadB))
 	}
 	if l := next(t, ch); l != (fair.Leadership{}) {
@@ -461,7 +462,7 @@ func TestElectionObserversCloseWithTheirOwner(t *testing.T) {
 	if err := owner.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(context.Cause(lead), fair.ErrClosed) {
+	if !errors.Is(context.Cause(lead), fairlock.ErrClosed) {
 		t.Fatalf("leadership after Close: cause %v, want ErrClosed", context.Cause(lead))
 	}
 	deadline := time.After(10 * time.Second)
@@ -475,7 +476,7 @@ func TestElectionObserversCloseWithTheirOwner(t *testing.T) {
 	if _, ok := <-el.Observe(context.Background()); ok {
 		t.Fatal("Observe on a closed owner gave an open channel")
 	}
-	if _, err := el.Campaign(context.Background(), "y"); !errors.Is(err, fair.ErrClosed) {
+	if _, err := el.Campaign(context.Background(), "y"); !errors.Is(err, fairlock.ErrClosed) {
 		t.Fatalf("Campaign on a closed owner: %v", err)
 	}
 }
@@ -483,15 +484,15 @@ func TestElectionObserversCloseWithTheirOwner(t *testing.T) {
 func TestElectionBadInput(t *testing.T) {
 	e := newEnv(t)
 	owner := redistest.OwnerOn(e.client, e.clk, nil)
-	if _, err := fair.NewElection(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.NewElection(nil, "x"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("nil owner: %v", err)
 	}
 	for _, name := range []string{"", "a{b", "a}b"} {
-		if _, err := fair.NewElection(owner, name); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.NewElection(owner, name); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Fatalf("name %q: %v", name, err)
 		}
 	}
-	if _, err := fair.NewElection(owner, "x", fair.WithLease(-time.Second)); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.NewElection(owner, "x", fairlock.WithLease(-time.Second)); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("negative lease: %v", err)
 	}
 	el, err := fair.NewElection(owner, "x")
@@ -499,26 +500,26 @@ func TestElectionBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	//lint:ignore SA1012 a nil ctx is the bad input under test
-	if _, err := el.Campaign(nil, "v"); !errors.Is(err, fair.ErrInvalidArgument) { //nolint:staticcheck
+	if _, err := el.Campaign(nil, "v"); !errors.Is(err, fairlock.ErrInvalidArgument) { //nolint:staticcheck
 		t.Fatalf("nil ctx: %v", err)
 	}
-	if _, err := el.Campaign(context.Background(), strings.Repeat("x", fair.MaxValueLen+1)); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := el.Campaign(context.Background(), strings.Repeat("x", fair.MaxValueLen+1)); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("value too long: %v", err)
 	}
-	if err := el.Resign(context.Background()); !errors.Is(err, fair.ErrNotHeld) {
+	if err := el.Resign(context.Background()); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Resign with no leadership: %v", err)
 	}
 	var zero *fair.Election
-	if _, err := zero.Campaign(context.Background(), "v"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := zero.Campaign(context.Background(), "v"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("nil Election: %v", err)
 	}
-	if _, err := zero.Leader(context.Background()); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := zero.Leader(context.Background()); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("nil Election's Leader: %v", err)
 	}
 	if _, ok := <-zero.Observe(context.Background()); ok {
 		t.Fatal("a nil Election's Observe gave an open channel")
 	}
-	if _, err := fair.InspectElection(context.Background(), e.client, "a{b"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.InspectElection(context.Background(), e.client, "a{b"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("InspectElection of a bad name: %v", err)
 	}
 }
@@ -578,7 +579,7 @@ func TestElectionOneMessagePerChangeReachesEveryObservingClient(t *testing.T) {
 func TestElectionReportsCampaignsAndTermsToItsObserver(t *testing.T) {
 	e := newEnv(t)
 	var rec redistest.Recorder
-	a := e.candidate(e.process(), "a", fair.WithObserver(&rec))
+	a := e.candidate(e.process(), "a", fairlock.WithObserver(&rec))
 	lead, err := a.Campaign(context.Background(), "v")
 	if err != nil {
 		t.Fatal(err)

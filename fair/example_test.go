@@ -206,7 +206,7 @@ func ExampleWithObserver() {
 	defer owner.Close(context.Background()) // leaves queues, releases holds
 	ctx := context.Background()
 
-	m, _ := fair.New(owner, "reports", fair.WithObserver(waitLogger{}))
+	m, _ := fair.New(owner, "reports", fairlock.WithObserver(waitLogger{}))
 	_ = m.Do(ctx, func(context.Context) error { return nil })
 	other, _ := fair.New(owner, "reports")
 	_ = other.Lock(ctx)

@@ -131,7 +131,7 @@ func TestGivingUpHandsAFreeLockToTheNext(t *testing.T) {
 	_ = gotB
 	// b learns of the grant at its next heartbeat (the fallback for lost
 	// messages): it returns holding the lock.
-	e.clk.Advance(fair.DefaultWaitTimeout / 3)
+	e.clk.Advance(fairlock.DefaultWaitTimeout / 3)
 	if r := await(t, gotB); !r.ok {
 		t.Fatalf("b after a lost grant message: %v, %v", r.ok, r.err)
 	}
@@ -244,7 +244,7 @@ func TestHandOffIsClaimedToAFullLease(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	a := e.named("a")
-	b := e.named("b", fair.WithLease(time.Minute), fair.WithWaitTimeout(3*time.Second))
+	b := e.named("b", fairlock.WithLease(time.Minute), fairlock.WithWaitTimeout(3*time.Second))
 	mustLock(t, a)
 	gotB := e.enqueue(b, 1)
 	mustUnlock(t, a)
@@ -280,7 +280,7 @@ func TestEvictedWaiterRejoinsAtTheTailAndSaysSo(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
-	a, b, c := e.named("a"), e.named("b", fair.WithLogger(logger)), e.named("c")
+	a, b, c := e.named("a"), e.named("b", fairlock.WithLogger(logger)), e.named("c")
 	mustLock(t, a)
 	gotB := e.enqueue(b, 1)
 	gotC := e.enqueue(c, 2)
@@ -289,7 +289,7 @@ func TestEvictedWaiterRejoinsAtTheTailAndSaysSo(t *testing.T) {
 	// vanished, not that b stalled.
 	st := e.inspect()
 	e.mr.ZRem(holdKey+":deadlines", st.Queue[0].Entry)
-	e.clk.Advance(fair.DefaultWaitTimeout / 3)
+	e.clk.Advance(fairlock.DefaultWaitTimeout / 3)
 	waitUntil(t, "b re-joined", func() bool { return slices.Equal(e.queued(), []string{"c", "b"}) })
 	mu.Lock()
 	if out := logs.String(); !strings.Contains(out, "entry vanished from the queue before its wait timeout") ||
@@ -326,8 +326,8 @@ func TestCrashedWaitersAreEvictedWithinTheBound(t *testing.T) {
 	mustLock(t, a)
 	// b and c run on a machine that will crash; d is alive.
 	dead := e.process()
-	b, c := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait)), e.handleOn(dead, fair.WithLabel("c"), fair.WithWaitTimeout(wait))
-	d := e.named("d", fair.WithWaitTimeout(wait))
+	b, c := e.handleOn(dead, fair.WithLabel("b"), fairlock.WithWaitTimeout(wait)), e.handleOn(dead, fair.WithLabel("c"), fairlock.WithWaitTimeout(wait))
+	d := e.named("d", fairlock.WithWaitTimeout(wait))
 	frozen, thaw := context.WithCancel(context.Background())
 	gotB := e.enqueueCtx(frozen, b, 1)
 	gotC := e.enqueueCtx(frozen, c, 2)
@@ -367,8 +367,8 @@ func TestInspect(t *testing.T) {
 	if s := e.inspect(); s.Holder != nil || len(s.Queue) != 0 {
 		t.Fatalf("Inspect of an unused lock: %+v", s)
 	}
-	a := e.named("holder", fair.WithLease(20*time.Second))
-	b := e.named("waiter", fair.WithWaitTimeout(6*time.Second))
+	a := e.named("holder", fairlock.WithLease(20*time.Second))
+	b := e.named("waiter", fairlock.WithWaitTimeout(6*time.Second))
 	mustLock(t, a)
 	mustReenter(t, a)
 	gotB := e.enqueue(b, 1)
@@ -390,10 +390,10 @@ func TestInspect(t *testing.T) {
 	if e.mr.Dump() != before {
 		t.Fatal("Inspect changed Redis")
 	}
-	if _, err := fair.Inspect(ctx, e.client, "a{b}"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.Inspect(ctx, e.client, "a{b}"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("Inspect of a bad name = %v", err)
 	}
-	if _, err := fair.Inspect(ctx, nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.Inspect(ctx, nil, "x"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("Inspect with a nil client = %v", err)
 	}
 	unlockAll(a)
@@ -427,7 +427,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 func TestHolderThatDiesIsReplacedWhenItsLeaseRunsOut(t *testing.T) {
 	e := newEnv(t)
 	dead := e.process()
-	a := e.handleOn(dead, fair.WithLabel("a"), fair.WithLease(5*time.Second))
+	a := e.handleOn(dead, fair.WithLabel("a"), fairlock.WithLease(5*time.Second))
 	b := e.named("b")
 	mustLock(t, a)
 	gotB := e.enqueue(b, 1)
@@ -447,34 +447,34 @@ func TestFairBadInput(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
 	for name, opt := range map[string]fair.MutexOption{
-		"negative wait timeout": fair.WithWaitTimeout(-time.Second),
-		"zero wait timeout":     fair.WithWaitTimeout(0),
+		"negative wait timeout": fairlock.WithWaitTimeout(-time.Second),
+		"zero wait timeout":     fairlock.WithWaitTimeout(0),
 		"long label":            fair.WithLabel(strings.Repeat("x", 201)),
-		"negative lease":        fair.WithLease(-1),
-		"no replicas":           fair.WithReplicas(0, time.Second),
-		"too many replicas":     fair.WithReplicas(101, time.Second),
-		"zero replica timeout":  fair.WithReplicas(1, 0),
+		"negative lease":        fairlock.WithLease(-1),
+		"no replicas":           fairlock.WithReplicas(0, time.Second),
+		"too many replicas":     fairlock.WithReplicas(101, time.Second),
+		"zero replica timeout":  fairlock.WithReplicas(1, 0),
 	} {
-		if _, err := fair.New(redistest.Owner(client), "x", opt); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.New(redistest.Owner(client), "x", opt); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	for _, name := range []string{"", "{x}", "a}", strings.Repeat("x", fairlock.MaxNameLen+1)} {
-		if _, err := fair.New(redistest.Owner(client), name); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.New(redistest.Owner(client), name); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("name %.20q (%d bytes): %v, want ErrInvalidArgument", name, len(name), err)
 		}
 	}
 	if _, err := fair.New(redistest.Owner(client), strings.Repeat("x", fairlock.MaxNameLen)); err != nil {
 		t.Errorf("a name of fairlock.MaxNameLen bytes: %v", err)
 	}
-	if _, err := fair.New(nil, "x"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.New(nil, "x"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("nil client: %v", err)
 	}
 	m, _ := fair.New(redistest.Owner(client), "x")
-	if _, err := m.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := m.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("negative wait: %v", err)
 	}
-	if err := m.Unlock(context.Background()); !errors.Is(err, fair.ErrNotHeld) {
+	if err := m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Errorf("Unlock without a hold: %v", err)
 	}
 }
@@ -489,7 +489,7 @@ func TestEvictedWaiterThatRejoinsAFreeLockHoldsItOnce(t *testing.T) {
 	// to hand the lock to.
 	e.mr.ZRem(holdKey+":deadlines", e.inspect().Queue[0].Entry)
 	mustUnlock(t, a)
-	e.clk.Advance(fair.DefaultWaitTimeout / 3) // b's heartbeat: evicted, re-join
+	e.clk.Advance(fairlock.DefaultWaitTimeout / 3) // b's heartbeat: evicted, re-join
 	if r := await(t, gotB); !r.ok {
 		t.Fatalf("b after re-joining a free lock: %v, %v", r.ok, r.err)
 	}
@@ -538,7 +538,7 @@ func TestExtend(t *testing.T) {
 		t.Fatalf("TTL after Extend(1s) = %v, want it kept at 1m", ttl)
 	}
 	mustUnlock(t, b)
-	if err := b.Extend(ctx, time.Second); !errors.Is(err, fair.ErrNotHeld) {
+	if err := b.Extend(ctx, time.Second); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Extend after Unlock = %v, want ErrNotHeld", err)
 	}
 }

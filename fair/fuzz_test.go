@@ -23,8 +23,8 @@ func FuzzNew(f *testing.F) {
 	f.Cleanup(func() { _ = c.Close() })
 	f.Fuzz(func(t *testing.T, name string, lease int64, drift float64, wait, cleanup int64, label string) {
 		m, err := fair.New(redistest.Owner(c), name,
-			fair.WithLease(time.Duration(lease)), fair.WithDriftFactor(drift),
-			fair.WithWaitTimeout(time.Duration(wait)), fair.WithCleanupTimeout(time.Duration(cleanup)),
+			fairlock.WithLease(time.Duration(lease)), fairlock.WithDriftFactor(drift),
+			fairlock.WithWaitTimeout(time.Duration(wait)), fairlock.WithCleanupTimeout(time.Duration(cleanup)),
 			fair.WithLabel(label))
 		valid := name != "" && len(name) <= fairlock.MaxNameLen && !strings.ContainsAny(name, "{}") &&
 			time.Duration(lease) >= 10*time.Millisecond && drift >= 0 && drift < 0.5 &&
@@ -36,7 +36,7 @@ func FuzzNew(f *testing.F) {
 		case !valid && err == nil:
 			t.Fatalf("New(%q, lease %v, drift %v, wait %v, cleanup %v, label of %d bytes) accepted invalid input",
 				name, time.Duration(lease), drift, time.Duration(wait), time.Duration(cleanup), len(label))
-		case err != nil && !errors.Is(err, fair.ErrInvalidArgument):
+		case err != nil && !errors.Is(err, fairlock.ErrInvalidArgument):
 			t.Fatalf("New's error %v does not wrap ErrInvalidArgument", err)
 		case err == nil && m == nil:
 			t.Fatal("New returned neither a handle nor an error")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock"
 )
 
 // A hold makes its Lost channel and HoldContext only when asked for them
@@ -32,7 +32,7 @@ func TestLostAndHoldContextAskedForAfterTheHoldEnded(t *testing.T) {
 		t.Fatal("Lost, first asked for after the lease ran out, is not closed")
 	}
 	hc := lost.HoldContext()
-	if hc.Err() == nil || !errors.Is(context.Cause(hc), fair.ErrLockLost) {
+	if hc.Err() == nil || !errors.Is(context.Cause(hc), fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext of a lost hold: %v, cause %v; want ended with ErrLockLost", hc.Err(), context.Cause(hc))
 	}
 
@@ -49,7 +49,7 @@ func TestLostAndHoldContextAskedForAfterTheHoldEnded(t *testing.T) {
 	default:
 	}
 	hc = released.HoldContext()
-	if hc.Err() == nil || !errors.Is(context.Cause(hc), fair.ErrReleased) {
+	if hc.Err() == nil || !errors.Is(context.Cause(hc), fairlock.ErrReleased) {
 		t.Fatalf("HoldContext of a released hold: %v, cause %v; want ended with ErrReleased", hc.Err(), context.Cause(hc))
 	}
 
@@ -67,7 +67,7 @@ func TestLostAndHoldContextAskedForAfterTheHoldEnded(t *testing.T) {
 	if _, err := released.ForceUnlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(context.Cause(hc), fair.ErrReleased) {
+	if !errors.Is(context.Cause(hc), fairlock.ErrReleased) {
 		t.Fatalf("after ForceUnlock, HoldContext's cause is %v, want ErrReleased", context.Cause(hc))
 	}
 }
@@ -81,7 +81,7 @@ func TestLossIsLoggedBeforeLostCloses(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	sink := &slowWriter{lockedWriter{w: &logs, mu: &mu}}
-	m := e.named("logged", fair.WithLogger(slog.New(slog.NewTextHandler(sink, nil))))
+	m := e.named("logged", fairlock.WithLogger(slog.New(slog.NewTextHandler(sink, nil))))
 	if ok, err := m.TryLock(ctx, 0, time.Second); !ok || err != nil {
 		t.Fatalf("TryLock: %v, %v", ok, err)
 	}

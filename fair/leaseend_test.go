@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
@@ -94,8 +95,8 @@ func (c *calls) until(i int, step, limit time.Duration) (result, time.Duration) 
 func (e *env) deadHeadThenLive(wait, gap time.Duration) (*fair.Mutex, *calls, int) {
 	e.t.Helper()
 	dead := e.process()
-	b := e.handleOn(dead, fair.WithLabel("b"), fair.WithWaitTimeout(wait))
-	cw := e.named("c", fair.WithWaitTimeout(wait))
+	b := e.handleOn(dead, fair.WithLabel("b"), fairlock.WithWaitTimeout(wait))
+	cw := e.named("c", fairlock.WithWaitTimeout(wait))
 	c := e.calls()
 	frozen, thaw := context.WithCancel(context.Background())
 	e.t.Cleanup(thaw)
@@ -150,7 +151,7 @@ func TestDeadHoldersLeasesEndInTurn(t *testing.T) {
 	var handles []*fair.Mutex
 	for i := 0; i < 5; i++ {
 		proc := e.process()
-		m := e.handleOn(proc, fair.WithLabel(fmt.Sprint(i)), fair.WithLease(lease))
+		m := e.handleOn(proc, fair.WithLabel(fmt.Sprint(i)), fairlock.WithLease(lease))
 		handles = append(handles, m)
 		out := make(chan result, 1)
 		go func() {
@@ -302,7 +303,7 @@ func TestHandOffWithAShortFixedLeaseIsNotLostAtBirth(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	a := e.named("a")
-	b := e.named("b", fair.WithWaitTimeout(9*time.Second)) // heartbeat every 3 s
+	b := e.named("b", fairlock.WithWaitTimeout(9*time.Second)) // heartbeat every 3 s
 	mustLock(t, a)
 	c := e.calls()
 	ib := c.add(ctx, b, time.Hour, time.Second, 1)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
@@ -18,7 +19,7 @@ import (
 func TestObserverSeesEveryAcquisitionAndHold(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
-	obs := fair.WithObserver(rec)
+	obs := fairlock.WithObserver(rec)
 	a, b, c := e.handleOn(e.process(), obs), e.handleOn(e.process(), obs), e.handleOn(e.process(), obs)
 	ctx := context.Background()
 
@@ -128,7 +129,7 @@ func TestObserverSeesEveryAcquisitionAndHold(t *testing.T) {
 func TestObserverOutcomesOfAcquisitionsThatFail(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
-	holder, waiter := e.handleOn(e.process()), e.handleOn(e.process(), fair.WithObserver(rec))
+	holder, waiter := e.handleOn(e.process()), e.handleOn(e.process(), fairlock.WithObserver(rec))
 	mustLock(t, holder)
 	defer unlockAll(holder)
 
@@ -180,7 +181,7 @@ func TestObserverOutcomesOfAcquisitionsThatFail(t *testing.T) {
 func TestObserverSeesLeasesRunOutAndLostHolds(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
-	m := e.handleOn(e.client, fair.WithObserver(rec), fair.WithLease(3*time.Second))
+	m := e.handleOn(e.client, fairlock.WithObserver(rec), fairlock.WithLease(3*time.Second))
 	if ok, err := m.TryLock(context.Background(), 0, time.Second); !ok || err != nil {
 		t.Fatalf("TryLock: %v, %v", ok, err)
 	}
@@ -215,7 +216,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
 	ctx := context.Background()
-	s, err := fair.NewSemaphore(redistest.OwnerOn(e.client, e.clk, nil), "pool", 1, fair.WithObserver(rec))
+	s, err := fair.NewSemaphore(redistest.OwnerOn(e.client, e.clk, nil), "pool", 1, fairlock.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 	_ = q.Release(ctx)
 	_ = (<-done).Release(ctx)
 
-	rw, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), "rw", fair.WithObserver(rec))
+	rw, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), "rw", fairlock.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestObserverOfTheSemaphoreAndTheRWMutex(t *testing.T) {
 // A nil observer is a clear error.
 func TestWithObserverRejectsNil(t *testing.T) {
 	e := newEnv(t)
-	if _, err := fair.New(redistest.Owner(e.client), lockName, fair.WithObserver(nil)); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.New(redistest.Owner(e.client), lockName, fairlock.WithObserver(nil)); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("got %v, want ErrInvalidArgument", err)
 	}
 }

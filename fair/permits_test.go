@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock"
 )
 
 // A deploy that changes the semaphore's number in the code changes nothing
@@ -27,7 +27,7 @@ func TestADifferentNumberOfPermitsIsWarnedOf(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	deployed := e.semaphore(5, fair.WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))))
+	deployed := e.semaphore(5, fairlock.WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))))
 	for range 2 {
 		p, err := deployed.Acquire(ctx, 1)
 		if err != nil {

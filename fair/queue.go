@@ -181,8 +181,8 @@ func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Tim
 }
 
 // usable vets a hand-off (h's grant g) before Lock returns it. With
-// WithReplicas it is claimed at once, with WAIT: the hold must be on enough
-// replicas before Lock returns (an error wraps ErrNotReplicated, and the
+// fairlock.WithReplicas it is claimed at once, with WAIT: the hold must be on enough
+// replicas before Lock returns (an error wraps fairlock.ErrNotReplicated, and the
 // hold was passed on). Otherwise normally the grant arrives at once and most
 // of its first lease is left. If it came so late (this client was cut off
 // from Redis while its entry was still live, say) that less than the drift

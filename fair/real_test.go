@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -173,7 +174,7 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) { benchUncontended(b) }
 // every capability that does nothing (observe.Nop): the hook's own cost,
 // beside the no-observer figure above.
 func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
-	benchUncontended(b, fair.WithObserver(observe.Nop{}))
+	benchUncontended(b, fairlock.WithObserver(observe.Nop{}))
 }
 
 // BenchmarkUncontendedLockUnlockWithDeadline is the pair with a ctx that
@@ -358,7 +359,7 @@ func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 	redistest.HoldsEndingByLease(t, true, func(c redis.UniversalClient, name string, i int, lease time.Duration) (redistest.TurnLocker, error) {
 		opts := []fair.MutexOption{fair.WithLabel(fmt.Sprint(i))}
 		if lease > 0 {
-			opts = append(opts, fair.WithLease(lease))
+			opts = append(opts, fairlock.WithLease(lease))
 		}
 		return fair.New(redistest.Owner(c), name, opts...)
 	})
@@ -480,7 +481,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			}
 			want := map[string]bool{}
 			for _, name := range perMaster[m.Options().Addr] {
-				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(redistest.Owner(waiters)))] = true
+				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(core.OwnerOf(redistest.Owner(waiters))))] = true
 			}
 			got := map[string]bool{}
 			for _, c := range chans {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 	// mutexes makes a handle per worker, on the clients in turn.
 	mutexes := func(rescues *redistest.Rescues, name string, clients ...redis.UniversalClient) []redistest.Turn {
 		return redistest.LockTurns(t, workers, clients, func(c redis.UniversalClient) (redistest.Locker, error) {
-			return fair.New(redistest.Owner(c), name, fair.WithObserver(rescues))
+			return fair.New(redistest.Owner(c), name, fairlock.WithObserver(rescues))
 		})
 	}
 	shapes := []struct {
@@ -45,7 +46,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 			return mutexes(r, name, redistest.DefaultClient(t, redistest.Cluster1))
 		}},
 		{"one handle shared by goroutines", redistest.Single, 5, func(t *testing.T, r *redistest.Rescues, name string) []redistest.Turn {
-			m, err := fair.New(redistest.Owner(redistest.DefaultClient(t, redistest.Single)), name, fair.WithObserver(r))
+			m, err := fair.New(redistest.Owner(redistest.DefaultClient(t, redistest.Single)), name, fairlock.WithObserver(r))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +70,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 			client := redistest.DefaultClient(t, redistest.Single)
 			turns := make([]redistest.Turn, workers)
 			for i := range turns {
-				s, err := fair.NewSemaphore(redistest.Owner(client), name, 2, fair.WithObserver(r))
+				s, err := fair.NewSemaphore(redistest.Owner(client), name, 2, fairlock.WithObserver(r))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -87,7 +88,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 			client := redistest.DefaultClient(t, redistest.Single)
 			turns := make([]redistest.Turn, workers)
 			for i := range turns {
-				rw, err := fair.NewRWMutex(redistest.Owner(client), name, fair.WithObserver(r))
+				rw, err := fair.NewRWMutex(redistest.Owner(client), name, fairlock.WithObserver(r))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -162,7 +163,7 @@ func TestNoRescuesChild(t *testing.T) {
 	var rescues redistest.Rescues
 	turns := make([]redistest.Turn, 8)
 	for i := range turns {
-		m, err := fair.New(redistest.Owner(client), name, fair.WithObserver(&rescues))
+		m, err := fair.New(redistest.Owner(client), name, fairlock.WithObserver(&rescues))
 		if err != nil {
 			t.Fatal(err)
 		}

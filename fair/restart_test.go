@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
@@ -26,7 +27,7 @@ import (
 type restartEnv struct {
 	mr       *miniredis.Miniredis
 	clk      *clock.Fake
-	owner    *core.Owner
+	owner    *fairlock.Owner
 	renewals *atomic.Int32
 }
 
@@ -42,7 +43,7 @@ func newRestartEnv(t *testing.T) *restartEnv {
 // checkingOwner returns an owner of c made with rig (its restart check
 // on), closed when the test ends, and the count of its renewals that Redis
 // answered.
-func checkingOwner(t *testing.T, c redis.UniversalClient, rig core.Rig) (*core.Owner, *atomic.Int32) {
+func checkingOwner(t *testing.T, c redis.UniversalClient, rig core.Rig) (*fairlock.Owner, *atomic.Int32) {
 	t.Helper()
 	renewals := &atomic.Int32{}
 	c.AddHook(onCall(func(cmd redis.Cmder, err error) {
@@ -50,10 +51,11 @@ func checkingOwner(t *testing.T, c redis.UniversalClient, rig core.Rig) (*core.O
 			renewals.Add(1)
 		}
 	}))
-	owner, err := core.NewOwnerWith(c, rig)
+	o, err := core.NewOwnerWith(c, rig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	owner := redistest.Public(o)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -92,7 +94,7 @@ func TestARestartRightAfterLockIsFoundAtTheFirstRound(t *testing.T) {
 	if !isClosed(m.Lost()) {
 		t.Fatalf("one round (%v) after Redis restarted empty under a hold, Lost() is open", core.DefaultRestartCheck)
 	}
-	if cause := context.Cause(ctx); cause != fair.ErrLockLost {
+	if cause := context.Cause(ctx); cause != fairlock.ErrLockLost {
 		t.Errorf("the hold's context ended with %v, want ErrLockLost", cause)
 	}
 }

@@ -75,10 +75,10 @@ type rwKey struct{ m *RWMutex }
 
 // NewRWMutex returns a handle on the fair read-write lock name. It takes the
 // options of every fair primitive (Option), as NewSemaphore does. Bad
-// arguments get an error wrapping ErrInvalidArgument. Its keys collide with
+// arguments get an error wrapping fairlock.ErrInvalidArgument. Its keys collide with
 // no Mutex or Semaphore of the same name.
 func NewRWMutex(owner *fairlock.Owner, name string, opts ...Option) (*RWMutex, error) {
-	s, err := newSemaphore(owner, name, "fairlock:rw:{"+name+"}", MaxPermits, opts)
+	s, err := newSemaphore(core.OwnerOf(owner), name, "fairlock:rw:{"+name+"}", MaxPermits, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -98,25 +98,12 @@ func (m *RWMutex) Name() string {
 // the hold its ctx carries (a read hold, or a write hold) at once. The
 // watchdog keeps the lease until the last RUnlock. ctx bounds only the
 // wait.
-func (m *RWMutex) RLock(ctx context.Context) error {
-	if !m.made() {
-		return core.Unmade()
-	}
-	_, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
-	return err
-}
+func (m *RWMutex) RLock(ctx context.Context) error { return m.lock(ctx, false) }
 
 // RLockContext is RLock, and returns the context to do the work in, as
 // Mutex.LockContext does: RUnlock given it releases exactly this hold.
 func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
-	if !m.made() {
-		return nil, core.Unmade()
-	}
-	h, err := m.acquire(ctx, false, core.LockAttempt(&m.s.cfg))
-	if err != nil {
-		return nil, err
-	}
-	return m.bind(ctx, h), nil
+	return m.lockContext(ctx, false)
 }
 
 // TryRLock is RLock for up to wait (0: one attempt that never queues), with
@@ -124,46 +111,50 @@ func (m *RWMutex) RLockContext(ctx context.Context) (context.Context, error) {
 // the wait elapsed. A re-entry returns true at once and keeps the hold's
 // lease as it is.
 func (m *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if !m.made() {
-		return false, core.Unmade()
-	}
-	a, err := core.TryAttempt(&m.s.cfg, wait, lease)
-	if err != nil {
-		return false, m.s.named(ctx, err)
-	}
-	h, err := m.acquire(ctx, false, a)
-	return h != nil, err
+	return m.tryLock(ctx, false, wait, lease)
 }
 
 // Lock waits in the queue until the write lock is this call's, or
 // re-enters the write hold its ctx carries at once. Given a read hold's
 // context, it returns ErrUpgrade.
-func (m *RWMutex) Lock(ctx context.Context) error {
-	if !m.made() {
-		return core.Unmade()
-	}
-	_, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
-	return err
-}
+func (m *RWMutex) Lock(ctx context.Context) error { return m.lock(ctx, true) }
 
 // LockContext is Lock, and returns the context to do the work in, as
 // Mutex.LockContext does: Unlock given it releases exactly this hold, and
 // RLock given it takes the read lock inside the write hold.
 func (m *RWMutex) LockContext(ctx context.Context) (context.Context, error) {
-	if !m.made() {
-		return nil, core.Unmade()
-	}
-	h, err := m.acquire(ctx, true, core.LockAttempt(&m.s.cfg))
-	if err != nil {
-		return nil, err
-	}
-	return m.bind(ctx, h), nil
+	return m.lockContext(ctx, true)
 }
 
 // TryLock is Lock for up to wait (0: one attempt that never queues), with a
 // fixed lease if lease > 0. It returns false, nil when the wait elapsed. A
 // re-entry returns true at once and keeps the hold's lease as it is.
 func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	return m.tryLock(ctx, true, wait, lease)
+}
+
+// lock, lockContext and tryLock are Lock, LockContext and TryLock of the
+// write lock (write) or the read lock.
+func (m *RWMutex) lock(ctx context.Context, write bool) error {
+	if !m.made() {
+		return core.Unmade()
+	}
+	_, err := m.acquire(ctx, write, core.LockAttempt(&m.s.cfg))
+	return err
+}
+
+func (m *RWMutex) lockContext(ctx context.Context, write bool) (context.Context, error) {
+	if !m.made() {
+		return nil, core.Unmade()
+	}
+	h, err := m.acquire(ctx, write, core.LockAttempt(&m.s.cfg))
+	if err != nil {
+		return nil, err
+	}
+	return m.bind(ctx, h), nil
+}
+
+func (m *RWMutex) tryLock(ctx context.Context, write bool, wait, lease time.Duration) (bool, error) {
 	if !m.made() {
 		return false, core.Unmade()
 	}
@@ -171,7 +162,7 @@ func (m *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 	if err != nil {
 		return false, m.s.named(ctx, err)
 	}
-	h, err := m.acquire(ctx, true, a)
+	h, err := m.acquire(ctx, write, a)
 	return h != nil, err
 }
 
@@ -285,7 +276,7 @@ func (m *RWMutex) dropEndedLocked() {
 // plain RLock).
 // The last one of a hold gives the read lock back (the next in the queue
 // takes it if it can), unless it is inside a write hold. A handle without
-// the read lock gets ErrNotHeld; a lost hold gets ErrLockLost.
+// the read lock gets fairlock.ErrNotHeld; a lost hold gets fairlock.ErrLockLost.
 func (m *RWMutex) RUnlock(ctx context.Context) error {
 	if !m.made() {
 		return core.Unmade()
@@ -305,11 +296,11 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 			m.mu.Unlock()
 			switch {
 			case lost:
-				return m.s.named(ctx, ErrLockLost)
+				return m.s.named(ctx, fairlock.ErrLockLost)
 			case m.write != nil:
-				return m.s.named(ctx, fmt.Errorf("%w: this handle holds the write lock, not the read lock: use Unlock (or RUnlock with the write hold's context, for a read lock taken inside it)", ErrNotHeld))
+				return m.s.named(ctx, fmt.Errorf("%w: this handle holds the write lock, not the read lock: use Unlock (or RUnlock with the write hold's context, for a read lock taken inside it)", fairlock.ErrNotHeld))
 			}
-			return m.s.named(ctx, ErrNotHeld)
+			return m.s.named(ctx, fairlock.ErrNotHeld)
 		}
 		// Readers share the lock, so any read hold taken with a plain
 		// context will do: the oldest. Those whose context was handed out
@@ -321,7 +312,7 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 	}
 	if h.rn == 0 {
 		m.mu.Unlock()
-		return m.s.named(ctx, fmt.Errorf("%w: the hold this context carries is the write lock, taken without a read lock inside it: use Unlock", ErrNotHeld))
+		return m.s.named(ctx, fmt.Errorf("%w: the hold this context carries is the write lock, taken without a read lock inside it: use Unlock", fairlock.ErrNotHeld))
 	}
 	h.rn--
 	if h.rn > 0 || h.write {
@@ -337,8 +328,8 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 // its ctx carries, or the handle's). The last one gives the write lock
 // back, or, if the hold still has read locks inside it, keeps one permit of
 // it as a read hold (a downgrade: no other writer can come in between). A
-// handle without the write lock gets ErrNotHeld (which says to use RUnlock
-// if it holds the read lock); a lost hold gets ErrLockLost.
+// handle without the write lock gets fairlock.ErrNotHeld (which says to use RUnlock
+// if it holds the read lock); a lost hold gets fairlock.ErrLockLost.
 func (m *RWMutex) Unlock(ctx context.Context) error {
 	if !m.made() {
 		return core.Unmade()
@@ -358,16 +349,16 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 		reading := h != nil || len(m.reads) > 0
 		m.mu.Unlock()
 		if reading {
-			return m.s.named(ctx, fmt.Errorf("%w: this handle holds the read lock, not the write lock: use RUnlock", ErrNotHeld))
+			return m.s.named(ctx, fmt.Errorf("%w: this handle holds the read lock, not the write lock: use RUnlock", fairlock.ErrNotHeld))
 		}
-		return m.s.named(ctx, ErrNotHeld)
+		return m.s.named(ctx, fairlock.ErrNotHeld)
 	}
 	if h.p.end.IsEnded() {
 		if m.write == h {
 			m.write = nil
 		}
 		m.mu.Unlock()
-		return m.s.named(ctx, ErrLockLost)
+		return m.s.named(ctx, fairlock.ErrLockLost)
 	}
 	h.wn--
 	if h.wn > 0 {
@@ -391,7 +382,7 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 	case err != nil:
 		return m.s.named(ctx, fmt.Errorf("the write lock is still held as the read lock (downgrade failed): %w", err))
 	case !ok:
-		return m.s.named(ctx, ErrLockLost)
+		return m.s.named(ctx, fairlock.ErrLockLost)
 	}
 	return nil
 }
@@ -433,9 +424,9 @@ func (m *RWMutex) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the most recent hold ends;
-// context.Cause tells ErrLockLost from ErrReleased. It carries that hold,
+// context.Cause tells fairlock.ErrLockLost from fairlock.ErrReleased. It carries that hold,
 // as LockContext's does: call it only from the call chain that holds it.
-// Before the first hold it is already cancelled with cause ErrNotHeld.
+// Before the first hold it is already cancelled with cause fairlock.ErrNotHeld.
 func (m *RWMutex) HoldContext() context.Context {
 	if !m.made() {
 		_, ctx := core.Unheld()

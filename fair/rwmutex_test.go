@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -85,28 +86,28 @@ func ok(t *testing.T, err error, what string) {
 func TestRWMutexRefusesBadInput(t *testing.T) {
 	e := newEnv(t)
 	for _, name := range []string{"", "a{b"} {
-		if _, err := fair.NewRWMutex(redistest.Owner(e.client), name); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.NewRWMutex(redistest.Owner(e.client), name); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("name %q: %v", name, err)
 		}
 	}
-	if _, err := fair.NewRWMutex(nil, "a"); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := fair.NewRWMutex(nil, "a"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("nil client: %v", err)
 	}
 	m := e.rw("m")
 	ctx := context.Background()
-	if _, err := m.TryRLock(ctx, -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := m.TryRLock(ctx, -time.Second, 0); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("negative wait: %v", err)
 	}
-	if _, err := m.TryLock(ctx, 0, -time.Second); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := m.TryLock(ctx, 0, -time.Second); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("negative lease: %v", err)
 	}
-	if err := m.RUnlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+	if err := m.RUnlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Errorf("RUnlock without RLock: %v", err)
 	}
-	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+	if err := m.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Errorf("Unlock without Lock: %v", err)
 	}
-	if c := context.Cause(m.HoldContext()); !errors.Is(c, fair.ErrNotHeld) {
+	if c := context.Cause(m.HoldContext()); !errors.Is(c, fairlock.ErrNotHeld) {
 		t.Errorf("HoldContext before a hold: %v", c)
 	}
 }
@@ -246,14 +247,14 @@ func TestRWMutexReentryAndUpgrade(t *testing.T) {
 		t.Fatalf("two readers on one handle: %+v", st)
 	}
 	ok(t, m.RUnlock(ctx), "the second reader's RUnlock")
-	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrNotHeld) || !strings.Contains(err.Error(), "use RUnlock") {
+	if err := m.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) || !strings.Contains(err.Error(), "use RUnlock") {
 		t.Fatalf("Unlock while holding only the read lock: %v, want ErrNotHeld saying to use RUnlock", err)
 	}
 	ok(t, m.RUnlock(rctx), "RUnlock")
 	if st := e.rwState(); st.InUse != 0 {
 		t.Fatalf("held after the last RUnlock: %+v", st)
 	}
-	if err := m.RUnlock(ctx); !errors.Is(err, fair.ErrNotHeld) {
+	if err := m.RUnlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("a third RUnlock: %v", err)
 	}
 	wctx, err := m.LockContext(ctx)
@@ -268,7 +269,7 @@ func TestRWMutexReentryAndUpgrade(t *testing.T) {
 	if m.Token() != 0 || e.rwState().InUse != 0 {
 		t.Fatal("held after the last Unlock")
 	}
-	if c := context.Cause(m.HoldContext()); !errors.Is(c, fair.ErrReleased) {
+	if c := context.Cause(m.HoldContext()); !errors.Is(c, fairlock.ErrReleased) {
 		t.Fatalf("HoldContext cause after Unlock: %v", c)
 	}
 }
@@ -307,7 +308,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 func TestRWMutexLoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	m, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), lockName, fair.WithLease(time.Second))
+	m, err := fair.NewRWMutex(redistest.OwnerOn(e.client, e.clk, nil), lockName, fairlock.WithLease(time.Second))
 	ok(t, err, "NewRWMutex")
 	ok(t, m.Lock(ctx), "Lock")
 	e.mr.Del("fairlock:rw:{jobs}")
@@ -315,7 +316,7 @@ func TestRWMutexLoss(t *testing.T) {
 	if !isClosed(m.Lost()) {
 		t.Fatal("Lost is open after the hold was deleted")
 	}
-	if err := m.Unlock(ctx); !errors.Is(err, fair.ErrLockLost) {
+	if err := m.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of a lost hold: %v", err)
 	}
 	ok(t, m.RLock(ctx), "RLock afresh")

@@ -77,13 +77,13 @@ type Permit struct {
 // made with 5 on a live semaphore of 2 hands out 2, and Permits says so. So
 // a deploy that changes the number in the code changes nothing until it
 // calls SetPermits; the handle's first acquisition warns of the difference
-// on its logger (WithLogger), naming both numbers. It takes the options
+// on its logger (fairlock.WithLogger), naming both numbers. It takes the options
 // of every fair primitive (Option): the lease of its permit holds, the wait
 // timeout of its waiters, the label Inspect shows, and so on; not
-// WithReplicas. Bad arguments get an error wrapping ErrInvalidArgument.
+// fairlock.WithReplicas. Bad arguments get an error wrapping fairlock.ErrInvalidArgument.
 // Semaphore keys do not collide with those of a Mutex of the same name.
 func NewSemaphore(owner *fairlock.Owner, name string, permits int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore(owner, name, wire.SemaphoreBase(name), permits, opts)
+	return newSemaphore(core.OwnerOf(owner), name, wire.SemaphoreBase(name), permits, opts)
 }
 
 func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Option) (*Semaphore, error) {
@@ -150,7 +150,7 @@ func (s *Semaphore) named(ctx context.Context, err error) error {
 // ctx's error, wrapped with the semaphore's name and whether Redis was in
 // reach (errors.Is finds it). n must be from 1 to the semaphore's number of permits as Redis
 // has it (Permits): more (now, or once SetPermits lowered it while the
-// caller waited) gets an error wrapping ErrInvalidArgument.
+// caller waited) gets an error wrapping fairlock.ErrInvalidArgument.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 	if !s.made() {
 		return nil, core.Unmade()
@@ -187,7 +187,7 @@ var ErrNotAcquired = errors.New("fairlock: not acquired within the wait")
 // with the hold's context (cancelled when the hold is lost or ctx ends),
 // and releases them when fn returns, on a context of its own bounded by the
 // cleanup timeout. It returns fn's error, joined with the release's if that
-// failed (ErrLockLost when the hold was lost while fn ran).
+// failed (fairlock.ErrLockLost when the hold was lost while fn ran).
 func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
 	if !s.made() {
 		return core.Unmade()
@@ -255,7 +255,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 // the semaphore's number in Redis is not the one the handle was made with:
 // a deploy that changed the number in the code changed nothing, since the
 // handle follows Redis's (NewSemaphore), until SetPermits changes it. The
-// warning goes to the handle's logger (WithLogger) and names both numbers.
+// warning goes to the handle's logger (fairlock.WithLogger) and names both numbers.
 func (s *Semaphore) comparePermits(ctx context.Context) {
 	l := s.cfg.Logger
 	if l == nil || s.what != "semaphore" { // an RWMutex's number is fixed
@@ -271,8 +271,8 @@ func (s *Semaphore) comparePermits(ctx context.Context) {
 }
 
 // Release gives the permits back; the first waiter takes them if they are
-// enough for it. A second Release gets ErrNotHeld; a hold that was lost
-// gets ErrLockLost. If ctx has already ended, Release still runs, bounded by
+// enough for it. A second Release gets fairlock.ErrNotHeld; a hold that was lost
+// gets fairlock.ErrLockLost. If ctx has already ended, Release still runs, bounded by
 // the cleanup timeout. If the call fails, the watchdog stops: the permits
 // come back when the lease runs out.
 func (p *Permit) Release(ctx context.Context) error {
@@ -299,8 +299,8 @@ func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 }
 
 // Extend makes the hold's lease d from now, never shortening it, in Redis
-// and in this Permit's belief, as Mutex.Extend does: ErrNotHeld once it was
-// released, ErrLockLost (ending the hold as lost) if Redis no longer has
+// and in this Permit's belief, as Mutex.Extend does: fairlock.ErrNotHeld once it was
+// released, fairlock.ErrLockLost (ending the hold as lost) if Redis no longer has
 // it. d must be positive.
 func (p *Permit) Extend(ctx context.Context, d time.Duration) error {
 	if !p.made() {
@@ -355,7 +355,7 @@ func (p *Permit) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the hold ends for any reason;
-// context.Cause tells ErrLockLost from ErrReleased.
+// context.Cause tells fairlock.ErrLockLost from fairlock.ErrReleased.
 func (p *Permit) HoldContext() context.Context {
 	if !p.made() {
 		_, ctx := core.Unheld()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -116,26 +117,26 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 		{"no permits", e.client, "a", 0, nil},
 		{"negative permits", e.client, "a", -1, nil},
 		{"too many permits", e.client, "a", fair.MaxPermits + 1, nil},
-		{"bad option", e.client, "a", 1, []fair.Option{fair.WithLease(-time.Second)}},
+		{"bad option", e.client, "a", 1, []fair.Option{fairlock.WithLease(-time.Second)}},
 		{"nil option", e.client, "a", 1, []fair.Option{nil}},
 	} {
-		if _, err := fair.NewSemaphore(redistest.Owner(c.client), c.name, c.k, c.opts...); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := fair.NewSemaphore(redistest.Owner(c.client), c.name, c.k, c.opts...); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", c.what, err)
 		}
 	}
 	s := e.semaphore(2)
 	for _, n := range []int{0, -1, fair.MaxPermits + 1} {
-		if _, err := s.Acquire(ctx, n); !errors.Is(err, fair.ErrInvalidArgument) {
+		if _, err := s.Acquire(ctx, n); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("Acquire(%d): got %v, want ErrInvalidArgument", n, err)
 		}
 	}
-	if _, err := s.TryAcquire(ctx, 1, -time.Second, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := s.TryAcquire(ctx, 1, -time.Second, 0); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("negative wait: got %v", err)
 	}
-	if _, err := s.TryAcquire(ctx, 1, 0, -time.Second); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := s.TryAcquire(ctx, 1, 0, -time.Second); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("negative lease: got %v", err)
 	}
-	if _, err := s.SetPermits(ctx, 0); !errors.Is(err, fair.ErrInvalidArgument) {
+	if _, err := s.SetPermits(ctx, 0); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("SetPermits(0): got %v", err)
 	}
 	if len(e.mr.Keys()) != 0 {
@@ -178,13 +179,13 @@ func TestSemaphoreCountsPermits(t *testing.T) {
 	if n := available(t, s); n != 2 {
 		t.Fatalf("Available after a release of 2 = %d", n)
 	}
-	if err := two.Release(ctx); !errors.Is(err, fair.ErrNotHeld) {
+	if err := two.Release(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("a second Release: %v, want ErrNotHeld", err)
 	}
 	if two.Token() != 0 {
 		t.Fatalf("Token after Release = %d", two.Token())
 	}
-	if c := context.Cause(two.HoldContext()); !errors.Is(c, fair.ErrReleased) {
+	if c := context.Cause(two.HoldContext()); !errors.Is(c, fairlock.ErrReleased) {
 		t.Fatalf("HoldContext cause = %v", c)
 	}
 	release(t, one)
@@ -230,7 +231,7 @@ func TestSemaphoreCrashedHolderGivesPermitsBack(t *testing.T) {
 	ctx := context.Background()
 	dead := e.process()
 	lease := 3 * time.Second
-	held, err := e.semaphoreOn(dead, 2, fair.WithLease(lease)).Acquire(ctx, 2)
+	held, err := e.semaphoreOn(dead, 2, fairlock.WithLease(lease)).Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestSemaphoreCrashedHolderGivesPermitsBack(t *testing.T) {
 	if !isClosed(held.Lost()) {
 		t.Fatal("the dead holder's Lost is open after its lease ran out")
 	}
-	if err := held.Release(ctx); !errors.Is(err, fair.ErrLockLost) {
+	if err := held.Release(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Release of a lost hold: %v", err)
 	}
 	release(t, p)
@@ -254,7 +255,7 @@ func TestSemaphoreCrashedHolderGivesPermitsBack(t *testing.T) {
 func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s := e.semaphore(1, fair.WithLease(time.Second))
+	s := e.semaphore(1, fairlock.WithLease(time.Second))
 	p, err := s.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +346,7 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	c := got(t, waiter)
 	// A waiter asking for more than the semaphore now has is told so.
 	big := acquireAsync(ctx, e.semaphore(3), 2)
-	if r := <-big; !errors.Is(r.err, fair.ErrInvalidArgument) || !strings.Contains(r.err.Error(), "which has 1") {
+	if r := <-big; !errors.Is(r.err, fairlock.ErrInvalidArgument) || !strings.Contains(r.err.Error(), "which has 1") {
 		t.Fatalf("asking for 2 of 1: %v", r.err)
 	}
 	release(t, c)
@@ -360,7 +361,7 @@ func TestSemaphoreSetPermits(t *testing.T) {
 func TestSemaphoreLossAndExpiry(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s := e.semaphore(2, fair.WithLease(3*time.Second))
+	s := e.semaphore(2, fairlock.WithLease(3*time.Second))
 	p, err := s.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +371,7 @@ func TestSemaphoreLossAndExpiry(t *testing.T) {
 	if !isClosed(p.Lost()) {
 		t.Fatal("Lost is open after the permits were deleted")
 	}
-	if c := context.Cause(p.HoldContext()); !errors.Is(c, fair.ErrLockLost) {
+	if c := context.Cause(p.HoldContext()); !errors.Is(c, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext cause = %v", c)
 	}
 	q, err := s.Acquire(ctx, 2)
@@ -444,7 +445,7 @@ func TestSemaphoreFirstWaiterLooksAgainWithinAHeartbeat(t *testing.T) {
 	waiter := acquireAsync(ctx, s, 1)
 	e.semQueue(1)
 	e.dropPermitHolds()
-	e.clk.Advance(fair.DefaultWaitTimeout/3 - time.Millisecond)
+	e.clk.Advance(fairlock.DefaultWaitTimeout/3 - time.Millisecond)
 	redistest.Quiet(t, "the waiter is asleep", func() bool { return redistest.Asleep() == 1 })
 	notGranted(t, waiter, "the first waiter, before its heartbeat's time")
 	e.clk.Advance(time.Millisecond)
@@ -453,7 +454,7 @@ func TestSemaphoreFirstWaiterLooksAgainWithinAHeartbeat(t *testing.T) {
 		t.Fatalf("the waiter's token %d is not above the dropped hold's %d", p.Token(), held.Token())
 	}
 	release(t, p)
-	if err := held.Release(ctx); !errors.Is(err, fair.ErrLockLost) && !errors.Is(err, fair.ErrNotHeld) {
+	if err := held.Release(ctx); !errors.Is(err, fairlock.ErrLockLost) && !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Release of a hold deleted behind its back: %v", err)
 	}
 }
@@ -475,7 +476,7 @@ func TestSemaphoreHandlesFollowRedisPermits(t *testing.T) {
 	if k, err := five.Permits(ctx); k != 2 || err != nil {
 		t.Fatalf("Permits of a handle made with 5 on a semaphore of 2 = %d, %v; want 2", k, err)
 	}
-	if _, err := five.TryAcquire(ctx, 3, 0, 0); !errors.Is(err, fair.ErrInvalidArgument) || !strings.Contains(err.Error(), `semaphore "jobs"`) {
+	if _, err := five.TryAcquire(ctx, 3, 0, 0); !errors.Is(err, fairlock.ErrInvalidArgument) || !strings.Contains(err.Error(), `semaphore "jobs"`) {
 		t.Fatalf("3 of a semaphore of 2, on a handle made with 5: %v; want ErrInvalidArgument naming the semaphore", err)
 	}
 	if _, err := five.SetPermits(ctx, 5); err != nil {

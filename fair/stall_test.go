@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
@@ -19,7 +20,7 @@ func TestWaiterCutOffLongerThanItsWaitTimeoutRejoinsAtTheTail(t *testing.T) {
 	cClient := e.process()
 	cClient.AddHook(cut)
 	rec := &redistest.Recorder{} // c's observer
-	c := e.handleOn(cClient, fair.WithLabel("c"), fair.WithObserver(rec))
+	c := e.handleOn(cClient, fair.WithLabel("c"), fairlock.WithObserver(rec))
 	mustLock(t, a)
 	gotC := e.enqueue(c, 1)
 	gotB := e.enqueue(b, 2)
@@ -111,7 +112,7 @@ func TestHandOffArrivingLateIsClaimedBeforeLockReturns(t *testing.T) {
 			cut := &redistest.Partition{}
 			cClient := e.process()
 			cClient.AddHook(cut)
-			c := e.handleOn(cClient, fair.WithLabel("c"), fair.WithWaitTimeout(3*time.Second))
+			c := e.handleOn(cClient, fair.WithLabel("c"), fairlock.WithWaitTimeout(3*time.Second))
 			mustLock(t, a)
 			gotC := e.enqueue(c, 1)
 
@@ -199,7 +200,7 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	if !isClosed(a.Lost()) {
 		t.Fatal("the hold is not lost after 29.8 s without a renewal")
 	}
-	if err := a.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
+	if err := a.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of the lost hold = %v, want ErrLockLost", err)
 	}
 	// a's next TryLock must neither count that hold as a re-entry nor barge:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/fairlocktest"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -22,13 +23,13 @@ func Example() {
 	defer s.Close()
 	ctx := context.Background()
 
-	m, _ := fair.New(s.Owner, "jobs", fair.WithLease(300*time.Millisecond))
+	m, _ := fair.New(s.Owner, "jobs", fairlock.WithLease(300*time.Millisecond))
 	if err := m.Lock(ctx); err != nil {
 		panic(err)
 	}
 	s.Advance(time.Second) // the lease runs out in Redis
 	<-m.Lost()             // at the watchdog's next renewal, within 100 ms
-	fmt.Println(errors.Is(context.Cause(m.HoldContext()), fair.ErrLockLost))
+	fmt.Println(errors.Is(context.Cause(m.HoldContext()), fairlock.ErrLockLost))
 	fmt.Println(m.Unlock(ctx))
 	// Output:
 	// true
@@ -92,7 +93,7 @@ func TestTheQueueKeepsTheServersTime(t *testing.T) {
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waiter, _ := fair.New(s.Owner, "q", fair.WithWaitTimeout(time.Minute))
+	waiter, _ := fair.New(s.Owner, "q", fairlock.WithWaitTimeout(time.Minute))
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
 	for {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -277,9 +278,9 @@ func TestACLUserWithoutScripting(t *testing.T) {
 		var m handle
 		var err error
 		if lock == "fair" {
-			m, err = fair.New(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+			m, err = fair.New(redistest.Owner(c), lockName(t), fairlock.WithLogger(logger))
 		} else {
-			m, err = reentrant.New(redistest.Owner(c), lockName(t), reentrant.WithLogger(logger))
+			m, err = reentrant.New(redistest.Owner(c), lockName(t), fairlock.WithLogger(logger))
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -397,7 +398,7 @@ func TestServerWhereNoScriptCanRun(t *testing.T) {
 	c := client(t, srv.Addr)
 	logs := &logSink{}
 	logger := logs.logger()
-	e, err := fair.NewElection(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+	e, err := fair.NewElection(redistest.Owner(c), lockName(t), fairlock.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,7 @@ func TestServerWhereNoScriptCanRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the observer was told nothing")
 	}
-	m, err := fair.New(redistest.Owner(c), lockName(t), fair.WithLogger(logger))
+	m, err := fair.New(redistest.Owner(c), lockName(t), fairlock.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -32,9 +33,9 @@ func newHandle(t testing.TB, lock string, c redis.UniversalClient, name string, 
 	var h handle
 	var err error
 	if lock == "fair" {
-		h, err = fair.New(redistest.Owner(c), name, fair.WithLease(lease), fair.WithWaitTimeout(killWait))
+		h, err = fair.New(redistest.Owner(c), name, fairlock.WithLease(lease), fairlock.WithWaitTimeout(killWait))
 	} else {
-		h, err = reentrant.New(redistest.Owner(c), name, reentrant.WithLease(lease))
+		h, err = reentrant.New(redistest.Owner(c), name, fairlock.WithLease(lease))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestHolderCutOffLongerThanItsLease(t *testing.T) {
 				t.Errorf("the next holder's token %d is not greater than the cut-off holder's %d", next.Token(), token)
 			}
 			p.Release()
-			if err := holder.Unlock(context.Background()); !errors.Is(err, fair.ErrLockLost) {
+			if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 				t.Errorf("the cut-off holder's Unlock = %v, want ErrLockLost", err)
 			}
 			if ok, err := next.IsLocked(context.Background()); err != nil || !ok {

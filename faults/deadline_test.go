@@ -58,7 +58,7 @@ func TestCallsKeepTheirDeadlinesWhileRedisIsStopped(t *testing.T) {
 			took := time.Since(start)
 			cancel()
 			t.Logf("%s Unlock with a 200ms deadline, Redis stopped: returned after %v: %v", lock, took.Round(time.Millisecond), err)
-			if !errors.Is(err, fair.ErrPending) || !errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, fairlock.ErrPending) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Unlock with Redis stopped = %v, want ErrPending and the deadline", err)
 			}
 			if took > 200*time.Millisecond+grace {
@@ -72,7 +72,7 @@ func TestCallsKeepTheirDeadlinesWhileRedisIsStopped(t *testing.T) {
 			err = deferred.Unlock(ended)
 			took = time.Since(start)
 			t.Logf("%s Unlock with an ended context, Redis stopped: returned after %v: %v", lock, took.Round(time.Millisecond), err)
-			if !errors.Is(err, fair.ErrPending) || took > grace {
+			if !errors.Is(err, fairlock.ErrPending) || took > grace {
 				t.Errorf("Unlock with an ended context = %v after %v, want ErrPending within the grace", err, took)
 			}
 		})
@@ -93,7 +93,7 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(3*time.Second))
+	waiter, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fairlock.WithWaitTimeout(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

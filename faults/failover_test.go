@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -154,7 +155,7 @@ func TestSentinelFailoverDuringAHold(t *testing.T) {
 			ca, cb, probe := newClient(), newClient(), newClient()
 			ctx := context.Background()
 			name := lockName(t)
-			a, err := fair.New(redistest.Owner(ca), name, fair.WithLease(failLease))
+			a, err := fair.New(redistest.Owner(ca), name, fairlock.WithLease(failLease))
 			must(t, err)
 			b, err := fair.New(redistest.Owner(cb), name)
 			must(t, err)
@@ -198,7 +199,7 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 			name := lockName(t)
 			key := holdKey("fair", name)
 			master, replica := shardOf(t, probe, key)
-			a, err := fair.New(redistest.Owner(ca), name, fair.WithLease(failLease))
+			a, err := fair.New(redistest.Owner(ca), name, fairlock.WithLease(failLease))
 			must(t, err)
 			b, err := fair.New(redistest.Owner(cb), name)
 			must(t, err)

@@ -166,7 +166,7 @@ func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
 		_ = owner.Close(ctx)
 	})
 	logs := &logSink{}
-	holder, err := fair.New(owner, lockName(t), fair.WithLogger(logs.logger()))
+	holder, err := fair.New(owner, lockName(t), fairlock.WithLogger(logs.logger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
-	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,7 +25,7 @@ func redlockOn(t *testing.T, servers []*Server, name string, lease time.Duration
 		t.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
 	}
-	r, err := multi.NewRedLock(redistest.Owners(clients, nil), name, reentrant.WithLease(lease))
+	r, err := multi.NewRedLock(redistest.Owners(clients, nil), name, fairlock.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestRedLockThroughStoppedAndRestartedServers(t *testing.T) {
 		}
 	}
 	eventually(t, 5*lease, "the holder sees its majority lost", func() bool { return isClosed(b.Lost()) })
-	if err := b.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+	if err := b.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of a lost hold: %v", err)
 	}
 }
@@ -195,7 +195,7 @@ func TestRedLockWithTwoMastersDownKeepsItsBounds(t *testing.T) {
 		clients = append(clients, c)
 	}
 	lease := 2 * time.Second
-	r, err := multi.NewRedLock(redistest.Owners(clients, nil), lockName(t), reentrant.WithLease(lease))
+	r, err := multi.NewRedLock(redistest.Owners(clients, nil), lockName(t), fairlock.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}

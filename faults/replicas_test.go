@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -42,12 +43,12 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	}
 	kinds := map[string]func(name string) (locker, string){
 		"fair": func(name string) (locker, string) {
-			m, err := fair.New(redistest.Owner(c), name, fair.WithReplicas(1, timeout))
+			m, err := fair.New(redistest.Owner(c), name, fairlock.WithReplicas(1, timeout))
 			must(t, err)
 			return m, holdKey("fair", name)
 		},
 		"reentrant": func(name string) (locker, string) {
-			m, err := reentrant.New(redistest.Owner(c), name, reentrant.WithReplicas(1, timeout))
+			m, err := reentrant.New(redistest.Owner(c), name, fairlock.WithReplicas(1, timeout))
 			must(t, err)
 			return m, holdKey("reentrant", name)
 		},
@@ -69,7 +70,7 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 		start := time.Now()
 		err := m.Lock(ctx)
 		took := time.Since(start)
-		if !errors.Is(err, fair.ErrNotReplicated) {
+		if !errors.Is(err, fairlock.ErrNotReplicated) {
 			t.Fatalf("%s: Lock with the replica cut off = %v, want ErrNotReplicated", kind, err)
 		}
 		if took < timeout {
@@ -86,14 +87,14 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	name := lockName(t)
 	a, err := fair.New(redistest.Owner(c), name)
 	must(t, err)
-	b, err := fair.New(redistest.Owner(c), name, fair.WithReplicas(1, timeout))
+	b, err := fair.New(redistest.Owner(c), name, fairlock.WithReplicas(1, timeout))
 	must(t, err)
 	must(t, a.Lock(ctx))
 	waiting := acquired(b.Lock, 10*time.Second)
 	eventually(t, 5*time.Second, "b is queued", func() bool { return len(queueOf(t, c, name)) == 1 })
 	must(t, a.Unlock(ctx))
 	r := <-waiting
-	if !errors.Is(r.err, fair.ErrNotReplicated) {
+	if !errors.Is(r.err, fairlock.ErrNotReplicated) {
 		t.Fatalf("a waiter handed an unreplicated hold: Lock = %v, want ErrNotReplicated", r.err)
 	}
 	if held, err := a.IsLocked(ctx); held || err != nil {
@@ -113,7 +114,7 @@ func BenchmarkLockUnlockReplicas(b *testing.B) {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
 			var opts []fair.MutexOption
 			if replicas > 0 {
-				opts = append(opts, fair.WithReplicas(replicas, time.Second))
+				opts = append(opts, fairlock.WithReplicas(replicas, time.Second))
 			}
 			m, err := fair.New(redistest.Owner(c), fmt.Sprintf("bench-%d-%d", replicas, time.Now().UnixNano()), opts...)
 			if err != nil {

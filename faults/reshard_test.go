@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -36,7 +37,7 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 	dstC := mv.dstC
 
 	const wait = 3 * time.Second // heartbeat every second
-	a, err := fair.New(redistest.Owner(newClient()), name, fair.WithLease(failLease), fair.WithLabel("a"))
+	a, err := fair.New(redistest.Owner(newClient()), name, fairlock.WithLease(failLease), fair.WithLabel("a"))
 	must(t, err)
 	must(t, a.Lock(ctx))
 	tokA := a.Token()
@@ -46,7 +47,7 @@ func TestMovingALiveLocksSlot(t *testing.T) {
 	}
 	var ws []waiter
 	for i, label := range []string{"b", "c"} {
-		m, err := fair.New(redistest.Owner(newClient()), name, fair.WithWaitTimeout(wait), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(newClient()), name, fairlock.WithWaitTimeout(wait), fair.WithLabel(label))
 		must(t, err)
 		ws = append(ws, waiter{m, acquired(m.Lock, 30*time.Second)})
 		eventually(t, 5*time.Second, label+" is queued", func() bool { return len(queueOf(t, probe, name)) == i+1 })

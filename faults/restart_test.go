@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -58,7 +59,7 @@ func queueTurns(t *testing.T, addr, name string, n int, within time.Duration) *t
 	var labels []string
 	for i := range n {
 		label := fmt.Sprintf("w%d", i+1)
-		m, err := fair.New(redistest.Owner(client(t, addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLabel(label))
+		m, err := fair.New(redistest.Owner(client(t, addr)), name, fairlock.WithWaitTimeout(stallWait), fair.WithLabel(label))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,14 +119,14 @@ func TestShortStallKeepsQueueOrder(t *testing.T) {
 	srv := ownServer(t)
 	admin := client(t, srv.Addr)
 	name := lockName(t)
-	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fairlock.WithWaitTimeout(stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper, err := fair.New(redistest.Owner(client(t, srv.Addr)), name+"-kept", fair.WithLease(3*stallWait))
+	keeper, err := fair.New(redistest.Owner(client(t, srv.Addr)), name+"-kept", fairlock.WithLease(3*stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestLongStallStrandsNoOne(t *testing.T) {
 	srv := ownServer(t)
 	admin := client(t, srv.Addr)
 	name := lockName(t)
-	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLease(stallWait))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fairlock.WithWaitTimeout(stallWait), fairlock.WithLease(stallWait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestRestartEmptyRecoversEveryone(t *testing.T) {
 	srv := ownServer(t)
 	name := lockName(t)
 	const lease = 3 * time.Second
-	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fair.WithWaitTimeout(stallWait), fair.WithLease(lease))
+	holder, err := fair.New(redistest.Owner(client(t, srv.Addr)), name, fairlock.WithWaitTimeout(stallWait), fairlock.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func restartUnderAHolder(t *testing.T, srv *Server, opts redis.Options, held tim
 		t.Fatal("the holder did not see Lost() within 15 s of the restart")
 	}
 	took := time.Since(up)
-	if cause := context.Cause(hctx); !errors.Is(cause, fair.ErrLockLost) {
+	if cause := context.Cause(hctx); !errors.Is(cause, fairlock.ErrLockLost) {
 		t.Errorf("the hold's context ended with %v, want ErrLockLost", cause)
 	}
 	return took, logs.String()

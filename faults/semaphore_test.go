@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
@@ -14,8 +15,8 @@ import (
 
 func semaphoreOn(t *testing.T, addr, name, label string) *fair.Semaphore {
 	t.Helper()
-	s, err := fair.NewSemaphore(redistest.Owner(client(t, addr)), name, 2, fair.WithLease(killLease),
-		fair.WithWaitTimeout(killWait), fair.WithLabel(label))
+	s, err := fair.NewSemaphore(redistest.Owner(client(t, addr)), name, 2, fairlock.WithLease(killLease),
+		fairlock.WithWaitTimeout(killWait), fair.WithLabel(label))
 	if err != nil {
 		t.Fatal(err)
 	}

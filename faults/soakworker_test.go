@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -102,9 +103,9 @@ func runSoakWorker(f []string) int {
 		var m handle
 		var err error
 		if lock == "fair" {
-			m, err = fair.New(redistest.Owner(c), name, fair.WithLabel(hl), fair.WithLease(2*time.Second), fair.WithObserver(&rescues))
+			m, err = fair.New(redistest.Owner(c), name, fair.WithLabel(hl), fairlock.WithLease(2*time.Second), fairlock.WithObserver(&rescues))
 		} else {
-			m, err = reentrant.New(redistest.Owner(c), name, reentrant.WithLease(2*time.Second), reentrant.WithObserver(&rescues))
+			m, err = reentrant.New(redistest.Owner(c), name, fairlock.WithLease(2*time.Second), fairlock.WithObserver(&rescues))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -130,7 +131,7 @@ func runSoakWorker(f []string) int {
 					case <-m.Lost():
 						call.Lost = "lost"
 					default:
-						if err := m.Unlock(context.Background()); errors.Is(err, fair.ErrLockLost) {
+						if err := m.Unlock(context.Background()); errors.Is(err, fairlock.ErrLockLost) {
 							call.Lost = "unlock"
 						}
 					}

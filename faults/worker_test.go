@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
@@ -70,13 +71,13 @@ func runWorker(spec string) int {
 	var err error
 	switch f[0] {
 	case "fair":
-		m, err = fair.New(redistest.Owner(c), f[2], fair.WithLease(lease), fair.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		m, err = fair.New(redistest.Owner(c), f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
 	case "semaphore":
 		var s *fair.Semaphore
-		s, err = fair.NewSemaphore(redistest.Owner(c), f[2], 2, fair.WithLease(lease), fair.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		s, err = fair.NewSemaphore(redistest.Owner(c), f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
 		m = &allPermits{s: s}
 	default:
-		m, err = reentrant.New(redistest.Owner(c), f[2], reentrant.WithLease(lease))
+		m, err = reentrant.New(redistest.Owner(c), f[2], fairlock.WithLease(lease))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

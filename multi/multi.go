@@ -36,23 +36,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/reentrant"
-)
-
-// Errors. They are the same values as package fair's and reentrant's.
-var (
-	// ErrInvalidArgument is wrapped by every error about bad input.
-	ErrInvalidArgument = fair.ErrInvalidArgument
-	// ErrNotHeld is returned by Unlock when this Lock is not held.
-	ErrNotHeld = fair.ErrNotHeld
-	// ErrLockLost is the cause of a HoldContext ended because a member's
-	// hold was lost, and is returned by Unlock then.
-	ErrLockLost = fair.ErrLockLost
-	// ErrReleased is the cause of a HoldContext ended by Unlock.
-	ErrReleased = fair.ErrReleased
 )
 
 // Locker is one member: a *fair.Mutex, a *reentrant.Mutex, or a
@@ -115,25 +103,25 @@ func (c carrying) Value(k any) any {
 }
 
 // New returns a Lock over members, which must be distinct handles on
-// distinct locks. It errors, wrapping ErrInvalidArgument, on no members, a
+// distinct locks. It errors, wrapping fairlock.ErrInvalidArgument, on no members, a
 // nil member, or two members of the same kind and name.
 func New(members ...Locker) (*Lock, error) {
 	if len(members) == 0 {
-		return nil, fmt.Errorf("%w: a multi.Lock needs at least one member", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: a multi.Lock needs at least one member", fairlock.ErrInvalidArgument)
 	}
 	sorted := slices.Clone(members)
 	for i, m := range sorted {
 		if m == nil || isNilHandle(m) {
-			return nil, fmt.Errorf("%w: member %d is nil", ErrInvalidArgument, i)
+			return nil, fmt.Errorf("%w: member %d is nil", fairlock.ErrInvalidArgument, i)
 		}
 		if kindOf(m) == "" {
-			return nil, fmt.Errorf("%w: member %d is a %T; members are *fair.Mutex, *reentrant.Mutex or *fair.RWMutex", ErrInvalidArgument, i, m)
+			return nil, fmt.Errorf("%w: member %d is a %T; members are *fair.Mutex, *reentrant.Mutex or *fair.RWMutex", fairlock.ErrInvalidArgument, i, m)
 		}
 	}
 	slices.SortFunc(sorted, func(a, b Locker) int { return strings.Compare(orderKey(a), orderKey(b)) })
 	for i := 1; i < len(sorted); i++ {
 		if orderKey(sorted[i]) == orderKey(sorted[i-1]) {
-			return nil, fmt.Errorf("%w: two members are the %s %q", ErrInvalidArgument, kindOf(sorted[i]), sorted[i].Name())
+			return nil, fmt.Errorf("%w: two members are the %s %q", fairlock.ErrInvalidArgument, kindOf(sorted[i]), sorted[i].Name())
 		}
 	}
 	return &Lock{members: sorted}, nil
@@ -141,9 +129,7 @@ func New(members ...Locker) (*Lock, error) {
 
 func isNilHandle(m Locker) bool {
 	switch v := m.(type) {
-	case *fair.Mutex:
-		return v == nil
-	case *reentrant.Mutex:
+	case *fairlock.Mutex:
 		return v == nil
 	case *fair.RWMutex:
 		return v == nil
@@ -154,11 +140,9 @@ func isNilHandle(m Locker) bool {
 // kindOf names a member's kind, as errors say it; "" for a type that is
 // not a member kind.
 func kindOf(m Locker) string {
-	switch m.(type) {
-	case *fair.Mutex:
-		return "fair lock"
-	case *reentrant.Mutex:
-		return "reentrant lock"
+	switch v := m.(type) {
+	case *fairlock.Mutex:
+		return core.MutexOf(v).What() // "fair lock" or "reentrant lock"
 	case *fair.RWMutex:
 		return "read-write lock"
 	}
@@ -189,7 +173,7 @@ func (l *Lock) Names() []string {
 // within each member's cleanup timeout; so a member taken may be held for a
 // moment after Lock returned, and its owner's Close waits for it. Given a
 // ctx that carries this Lock's hold, it re-enters every member (see
-// Unlock); that hold lost, it returns ErrLockLost.
+// Unlock); that hold lost, it returns fairlock.ErrLockLost.
 func (l *Lock) Lock(ctx context.Context) error {
 	if !l.made() {
 		return core.Unmade()
@@ -247,7 +231,7 @@ func (l *Lock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, er
 		return false, core.Unmade()
 	}
 	if wait < 0 || lease < 0 {
-		return false, fmt.Errorf("%w: wait and lease must not be negative, got %v and %v", ErrInvalidArgument, wait, lease)
+		return false, fmt.Errorf("%w: wait and lease must not be negative, got %v and %v", fairlock.ErrInvalidArgument, wait, lease)
 	}
 	deadline := time.Now().Add(wait)
 	h, err := l.acquire(ctx, func(ctx context.Context, m Locker) (bool, error) {
@@ -295,7 +279,7 @@ func (l *Lock) acquire(ctx context.Context, take func(context.Context, Locker) (
 	l.mu.Unlock()
 	if old != nil {
 		// Only a hold that ended by a member's loss can be left behind.
-		old.Finish(ErrLockLost)
+		old.Finish(fairlock.ErrLockLost)
 	}
 	l.latest.Set(&h.End)
 	return h, nil
@@ -306,10 +290,10 @@ func (l *Lock) reenter(ctx context.Context, h *hold, take func(context.Context, 
 	if h.IsLost() {
 		// Re-entering a hold part of which is gone would mix a fresh member
 		// hold with re-entered ones: Unlock it first.
-		return nil, fmt.Errorf("%w: a member's hold was lost; Unlock before taking the Lock again", ErrLockLost)
+		return nil, fmt.Errorf("%w: a member's hold was lost; Unlock before taking the Lock again", fairlock.ErrLockLost)
 	}
 	if h.IsEnded() {
-		return nil, ErrNotHeld
+		return nil, fairlock.ErrNotHeld
 	}
 	mctx := carrying{ctx, h.proofs}
 	for i, m := range l.members {
@@ -350,8 +334,8 @@ func (l *Lock) watch(proofs []context.Context) *hold {
 // or, with any other ctx, of the current hold: it releases every member
 // once, in reverse order, even when ctx has ended. Like the members, a Lock
 // re-entered must be unlocked as many times; the last Unlock ends the
-// hold. It returns ErrNotHeld if the Lock is not held, and otherwise the
-// members' errors joined: ErrLockLost among them if a member's hold had
+// hold. It returns fairlock.ErrNotHeld if the Lock is not held, and otherwise the
+// members' errors joined: fairlock.ErrLockLost among them if a member's hold had
 // been lost.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if !l.made() {
@@ -367,7 +351,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	if h == nil || h.depth == 0 {
 		l.mu.Unlock()
-		return ErrNotHeld
+		return fairlock.ErrNotHeld
 	}
 	h.depth--
 	last := h.depth == 0
@@ -387,7 +371,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		}
 	}
 	if last {
-		h.Finish(ErrReleased)
+		h.Finish(fairlock.ErrReleased)
 	}
 	return errors.Join(errs...)
 }
@@ -416,10 +400,10 @@ func (l *Lock) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the current (or most recent)
-// hold ends: by Unlock (cause fair.ErrReleased) or by the loss of any
-// member's hold (cause ErrLockLost). It carries that hold, as LockContext's
+// hold ends: by Unlock (cause fairlock.ErrReleased) or by the loss of any
+// member's hold (cause fairlock.ErrLockLost). It carries that hold, as LockContext's
 // does: call it only from the call chain that holds the Lock. Before the
-// first hold it is already cancelled with cause ErrNotHeld.
+// first hold it is already cancelled with cause fairlock.ErrNotHeld.
 func (l *Lock) HoldContext() context.Context {
 	if !l.made() {
 		_, ctx := core.Unheld()

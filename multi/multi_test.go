@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -48,7 +49,7 @@ func TestNewRefusesBadMembers(t *testing.T) {
 		"a nil *fair.Mutex":   {nilFair},
 		"the same lock twice": {fairOn(t, c, name), fairOn(t, c, name)},
 	} {
-		if _, err := multi.New(members...); !errors.Is(err, multi.ErrInvalidArgument) {
+		if _, err := multi.New(members...); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("%s: New = %v, want ErrInvalidArgument", what, err)
 		}
 	}
@@ -98,7 +99,7 @@ func TestAllOrNothing(t *testing.T) {
 			t.Fatalf("TryLock(wait %v) failed but left the other member held", wait)
 		}
 	}
-	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrNotHeld) {
+	if err := l.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock of a Lock not held = %v, want ErrNotHeld", err)
 	}
 	// Lock waits for the member held elsewhere, holding the first meanwhile.
@@ -122,7 +123,7 @@ func TestAllOrNothing(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, fair.ErrReleased) {
+	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, fairlock.ErrReleased) {
 		t.Fatalf("HoldContext's cause after Unlock = %v, want ErrReleased", cause)
 	}
 	for _, m := range []*fair.Mutex{a, b} {
@@ -208,8 +209,8 @@ func TestAMemberLostLosesTheLock(t *testing.T) {
 	c := redistest.Real(t)
 	ctx := context.Background()
 	base := redistest.Name(t)
-	a := fairOn(t, c, base+"-a", fair.WithLease(300*time.Millisecond))
-	b := fairOn(t, c, base+"-b", fair.WithLease(300*time.Millisecond))
+	a := fairOn(t, c, base+"-a", fairlock.WithLease(300*time.Millisecond))
+	b := fairOn(t, c, base+"-b", fairlock.WithLease(300*time.Millisecond))
 	l, _ := multi.New(a, b)
 	if err := l.Lock(ctx); err != nil {
 		t.Fatal(err)
@@ -224,13 +225,13 @@ func TestAMemberLostLosesTheLock(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lost() did not close after a member's hold was lost")
 	}
-	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, multi.ErrLockLost) {
+	if cause := context.Cause(l.HoldContext()); !errors.Is(cause, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
 	}
-	if err := l.Lock(l.HoldContext()); !errors.Is(err, multi.ErrLockLost) {
+	if err := l.Lock(l.HoldContext()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("a re-entry of a hold a member lost = %v, want ErrLockLost", err)
 	}
-	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+	if err := l.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock after a member was lost = %v, want one wrapping ErrLockLost", err)
 	}
 	if held, _ := a.IsLocked(ctx); held {
@@ -273,7 +274,7 @@ func TestReentry(t *testing.T) {
 	if held, _ := b.IsLocked(ctx); held {
 		t.Fatal("a member still held after the last Unlock")
 	}
-	if err := l.Unlock(ctx); !errors.Is(err, multi.ErrNotHeld) {
+	if err := l.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("a third Unlock = %v, want ErrNotHeld", err)
 	}
 }

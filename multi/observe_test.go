@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/observe"
-	"github.com/fairlock/fairlock/reentrant"
 )
 
 // A RedLock reports as one lock: one acquisition and one hold per Lock,
@@ -15,7 +15,7 @@ import (
 func TestRedLockReportsAsOneLock(t *testing.T) {
 	m := newMasters(t)
 	rec := &redistest.Recorder{}
-	r := m.redlock(reentrant.WithObserver(rec))
+	r := m.redlock(fairlock.WithObserver(rec))
 	ctx, err := r.LockContext(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ import (
 // An attempt asks every master at once, each bounded by the attempt timeout.
 // It holds the lock if a majority granted it and time is left of the lease:
 // its validity is the lease minus the time the attempt took minus the
-// clock-drift allowance (WithDriftFactor). Otherwise it gives back what it
+// clock-drift allowance (fairlock.WithDriftFactor). Otherwise it gives back what it
 // got and, for Lock, tries again after a random delay. The hold is lost, and
 // Lost closes, as soon as fewer than a majority of its members still hold it
 // (a master restarted empty, a renewal that found the key gone, a lease that
@@ -71,9 +71,10 @@ type redHold struct {
 // NewRedLock returns a handle on the lock name on each of owners, whose
 // clients must be independent masters (not replicas of one another, not one
 // cluster): 3 or 5 is usual; N tolerates the loss of (N-1)/2. It takes
-// reentrant's options (the lease, the drift factor, ...). Bad arguments get
-// an error wrapping ErrInvalidArgument: no owners, a nil owner, two owners
-// on one client, or a bad name or option; a closed owner gets ErrClosed.
+// the reentrant lock's options (fairlock.WithLease, ...). Bad arguments get
+// an error wrapping fairlock.ErrInvalidArgument: no owners, a nil owner,
+// two owners on one client, or a bad name or option; a closed owner gets
+// fairlock.ErrClosed.
 func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option) (*RedLock, error) {
 	if len(owners) == 0 {
 		return nil, core.Invalid("RedLock needs at least one owner")
@@ -85,7 +86,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 	r := &RedLock{name: name, quorum: len(owners)/2 + 1, cfg: cfg}
 	seen := map[redis.UniversalClient]bool{}
 	for i, o := range owners {
-		if err := core.CheckOwner(o); err != nil {
+		if err := core.CheckOwner(core.OwnerOf(o)); err != nil {
 			return nil, fmt.Errorf("owner %d: %w", i, err)
 		}
 		c := o.Client()
@@ -93,7 +94,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 			return nil, core.Invalid("owner %d's client is given twice: each master once", i)
 		}
 		seen[c] = true
-		// The RedLock reports as one lock (WithObserver); its members do
+		// The RedLock reports as one lock (fairlock.WithObserver); its members do
 		// not report on their own.
 		m, err := reentrant.New(o, name, append(slices.Clip(opts), config.WithoutObserver())...)
 		if err != nil {
@@ -101,7 +102,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 		}
 		r.members = append(r.members, m)
 	}
-	core.Equip(owners[0], &r.cfg) // its own timers run on the first owner's clock
+	core.Equip(core.OwnerOf(owners[0]), &r.cfg) // its own timers run on the first owner's clock
 	return r, nil
 }
 
@@ -142,7 +143,7 @@ func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 	h := r.hold
 	r.mu.Unlock()
 	if h == nil {
-		return nil, ErrLockLost // lost, and unlocked by another goroutine, already
+		return nil, fairlock.ErrLockLost // lost, and unlocked by another goroutine, already
 	}
 	return context.WithValue(core.Bind(ctx, &h.End), redKey{r}, h), nil
 }
@@ -213,7 +214,7 @@ func (r *RedLock) observeEnd(h *redHold, o observe.Observer) {
 	since := clk.Now()
 	h.OnEnd(func() bool {
 		ev := observe.Hold{Primitive: observe.RedLock, Lock: r.name, Held: clk.Now().Sub(since), End: observe.Released}
-		if h.Cause() == ErrLockLost {
+		if h.Cause() == fairlock.ErrLockLost {
 			ev.End, ev.Cause = observe.Lost, "fewer than a quorum of the masters still held it"
 		}
 		o.ObserveHoldEnd(ev)
@@ -273,9 +274,9 @@ func (r *RedLock) reenter(want *redHold) (bool, error) {
 	defer r.mu.Unlock()
 	switch {
 	case want.IsLost():
-		return false, ErrLockLost
+		return false, fairlock.ErrLockLost
 	case r.hold != want:
-		return false, ErrNotHeld
+		return false, fairlock.ErrNotHeld
 	}
 	r.depth++
 	return true, nil
@@ -343,7 +344,7 @@ func (h *redHold) watch() {
 	for _, m := range h.held {
 		mctx := m.HoldContext()
 		h.stops = append(h.stops, context.AfterFunc(mctx, func() {
-			if errors.Is(context.Cause(mctx), ErrLockLost) {
+			if errors.Is(context.Cause(mctx), fairlock.ErrLockLost) {
 				h.memberLost()
 			}
 		}))
@@ -374,7 +375,7 @@ func (h *redHold) watchdog() {
 		}
 		wg.Go(func() {
 			err := m.Extend(ctx, h.lease)
-			failed[i] = err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld)
+			failed[i] = err != nil && !errors.Is(err, fairlock.ErrLockLost) && !errors.Is(err, fairlock.ErrNotHeld)
 		})
 	}
 	wg.Wait()
@@ -397,7 +398,7 @@ func (h *redHold) memberLost() {
 	lost := len(h.held)-h.gone < h.quorum
 	h.Unlock()
 	if lost {
-		h.Finish(ErrLockLost)
+		h.Finish(fairlock.ErrLockLost)
 	}
 }
 
@@ -406,7 +407,7 @@ func (h *redHold) end() {
 	for _, stop := range h.stops {
 		stop()
 	}
-	h.Finish(ErrReleased)
+	h.Finish(fairlock.ErrReleased)
 }
 
 func isLost(m *reentrant.Mutex) bool {
@@ -419,8 +420,8 @@ func isLost(m *reentrant.Mutex) bool {
 }
 
 // Unlock undoes one Lock or successful TryLock; the last one releases every
-// member. A handle that does not hold the lock gets ErrNotHeld; a lost hold
-// gets ErrLockLost (its members are released all the same). Members that no
+// member. A handle that does not hold the lock gets fairlock.ErrNotHeld; a lost hold
+// gets fairlock.ErrLockLost (its members are released all the same). Members that no
 // longer held it are not an error while a majority did.
 func (r *RedLock) Unlock(ctx context.Context) error {
 	if !r.made() {
@@ -441,7 +442,7 @@ func (r *RedLock) unlock(ctx context.Context) error {
 	h := r.hold
 	if h == nil {
 		r.mu.Unlock()
-		return ErrNotHeld
+		return fairlock.ErrNotHeld
 	}
 	r.depth--
 	lost := h.IsLost()
@@ -458,14 +459,14 @@ func (r *RedLock) unlock(ctx context.Context) error {
 		switch {
 		case err == nil:
 			released++
-		case errors.Is(err, ErrNotHeld): // lost on that master: ErrLockLost wraps ErrNotHeld
+		case errors.Is(err, fairlock.ErrNotHeld): // lost on that master: fairlock.ErrLockLost wraps fairlock.ErrNotHeld
 		default:
 			failed = append(failed, err)
 		}
 	}
 	switch {
 	case lost:
-		return ErrLockLost
+		return fairlock.ErrLockLost
 	case released < r.quorum && len(failed) > 0:
 		return errors.Join(failed...)
 	}
@@ -541,7 +542,7 @@ func (r *RedLock) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the current (or most recent)
-// hold ends: cause ErrLockLost or ErrReleased.
+// hold ends: cause fairlock.ErrLockLost or fairlock.ErrReleased.
 //
 // It carries the hold, as LockContext's does: call it only from the call
 // chain that holds the lock.

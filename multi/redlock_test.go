@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/multi"
@@ -73,21 +74,21 @@ func TestRedLockRefusesBadInput(t *testing.T) {
 		"nil client": {m.clients[0], nil},
 		"twice":      {m.clients[0], m.clients[0]},
 	} {
-		if _, err := multi.NewRedLock(redistest.Owners(clients, nil), "orders"); !errors.Is(err, multi.ErrInvalidArgument) {
+		if _, err := multi.NewRedLock(redistest.Owners(clients, nil), "orders"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	if _, err := multi.NewRedLock(redistest.Owners(m.clients, m.clk), "a{b}"); !errors.Is(err, multi.ErrInvalidArgument) {
+	if _, err := multi.NewRedLock(redistest.Owners(m.clients, m.clk), "a{b}"); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("bad name: %v", err)
 	}
 	r := m.redlock()
 	if r.Quorum() != 3 {
 		t.Fatalf("Quorum of 5 = %d", r.Quorum())
 	}
-	if err := r.Unlock(context.Background()); !errors.Is(err, multi.ErrNotHeld) {
+	if err := r.Unlock(context.Background()); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock before Lock: %v", err)
 	}
-	if _, err := r.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, multi.ErrInvalidArgument) {
+	if _, err := r.TryLock(context.Background(), -time.Second, 0); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Fatalf("negative wait: %v", err)
 	}
 }
@@ -121,7 +122,7 @@ func TestRedLockHoldsOnAMajority(t *testing.T) {
 	if m.heldOn() != 0 {
 		t.Fatalf("held on %d masters after Unlock", m.heldOn())
 	}
-	if c := context.Cause(a.HoldContext()); !errors.Is(c, multi.ErrReleased) {
+	if c := context.Cause(a.HoldContext()); !errors.Is(c, fairlock.ErrReleased) {
 		t.Fatalf("HoldContext cause %v", c)
 	}
 	if ok, err := b.TryLock(ctx, 0, 0); !ok || err != nil {
@@ -161,7 +162,7 @@ func TestRedLockWithMastersDown(t *testing.T) {
 func TestRedLockOneWatchdogRenewsAllMembers(t *testing.T) {
 	m := newMasters(t)
 	ctx := context.Background()
-	r := m.redlock(reentrant.WithLease(3 * time.Second))
+	r := m.redlock(fairlock.WithLease(3 * time.Second))
 	if err := r.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestRedLockFixedLeaseIsNotRenewed(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a fixed-lease RedLock hold outlived its lease")
 	}
-	if err := r.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+	if err := r.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock: %v", err)
 	}
 }
@@ -236,7 +237,7 @@ func holdField(hold, field string) string {
 func TestRedLockLostWithItsMajority(t *testing.T) {
 	m := newMasters(t)
 	ctx := context.Background()
-	r := m.redlock(reentrant.WithLease(time.Second))
+	r := m.redlock(fairlock.WithLease(time.Second))
 	if err := r.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -253,10 +254,10 @@ func TestRedLockLostWithItsMajority(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lost is open with 2 of 5 members holding")
 	}
-	if c := context.Cause(r.HoldContext()); !errors.Is(c, multi.ErrLockLost) {
+	if c := context.Cause(r.HoldContext()); !errors.Is(c, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext cause %v", c)
 	}
-	if err := r.Unlock(ctx); !errors.Is(err, multi.ErrLockLost) {
+	if err := r.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of a lost hold: %v", err)
 	}
 	if m.heldOn() != 0 {

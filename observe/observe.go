@@ -5,7 +5,7 @@
 // queue, the queue's length).
 //
 // An [Observer] is given to a primitive with its WithObserver option
-// (fair.WithObserver, reentrant.WithObserver). It has two methods; the
+// (fairlock.WithObserver). It has two methods; the
 // other events are optional capabilities, interfaces an Observer may also
 // implement ([RenewalObserver], [QueueObserver], [Tracer]): a later version
 // adds events as new capabilities, never as new methods of Observer, so an

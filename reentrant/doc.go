@@ -38,7 +38,7 @@
 // sent, minus a safety margin ([WithDriftFactor]): it stops believing it holds
 // the lock before Redis lets it go, assuming the two clocks run at rates
 // within that factor of each other. When a hold ends without Unlock, Lost is
-// closed and HoldContext cancelled with cause [ErrLockLost]. Each fresh
+// closed and HoldContext cancelled with cause [fairlock.ErrLockLost]. Each fresh
 // acquisition gets a fencing token (Token) greater than every earlier one for
 // that name, even after the lock's keys expired or Redis restarted empty,
 // provided the Redis server's clock never steps back: pass it to the

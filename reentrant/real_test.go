@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -60,7 +61,7 @@ func TestRealWaiterWakesOnUnlockWithoutPolling(t *testing.T) {
 			counter := &redistest.ScriptCounter{}
 			clients[1].AddHook(counter)
 			lock := redistest.Name(t)
-			a, _ := reentrant.New(redistest.Owner(clients[0]), lock, reentrant.WithLease(time.Minute))
+			a, _ := reentrant.New(redistest.Owner(clients[0]), lock, fairlock.WithLease(time.Minute))
 			b, _ := reentrant.New(redistest.Owner(clients[1]), lock)
 			ctx := context.Background()
 			if err := a.Lock(ctx); err != nil {
@@ -252,7 +253,7 @@ func BenchmarkUncontendedSteps(b *testing.B) {
 func TestRealHoldsEndingByLeasePassTheLockOn(t *testing.T) {
 	redistest.HoldsEndingByLease(t, false, func(c redis.UniversalClient, name string, _ int, lease time.Duration) (redistest.TurnLocker, error) {
 		if lease > 0 {
-			return reentrant.New(redistest.Owner(c), name, reentrant.WithLease(lease))
+			return reentrant.New(redistest.Owner(c), name, fairlock.WithLease(lease))
 		}
 		return reentrant.New(redistest.Owner(c), name)
 	})

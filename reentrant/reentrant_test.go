@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -110,13 +111,13 @@ func TestReentryCountsAndNeedsAsManyUnlocks(t *testing.T) {
 			t.Fatalf("IsLocked = %v with %d holds left", locked, want)
 		}
 	}
-	if err := m.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+	if err := m.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock of a free lock = %v, want ErrNotHeld", err)
 	}
 	if isClosed(m.Lost()) {
 		t.Fatal("Lost closed by a normal Unlock")
 	}
-	if cause := context.Cause(m.HoldContext()); !errors.Is(cause, reentrant.ErrReleased) {
+	if cause := context.Cause(m.HoldContext()); !errors.Is(cause, fairlock.ErrReleased) {
 		t.Fatalf("HoldContext cause after Unlock = %v, want ErrReleased", cause)
 	}
 }
@@ -128,7 +129,7 @@ func TestNonOwnerUnlockChangesNothing(t *testing.T) {
 	mustLock(t, a)
 	defer unlockAll(t, a)
 	before := e.mr.Dump()
-	if err := b.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+	if err := b.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock by a non-owner = %v, want ErrNotHeld", err)
 	}
 	if after := e.mr.Dump(); after != before {
@@ -142,7 +143,7 @@ func TestNonOwnerUnlockChangesNothing(t *testing.T) {
 func TestStateQueries(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	a, b := e.handle(reentrant.WithLease(9*time.Second)), e.handle()
+	a, b := e.handle(fairlock.WithLease(9*time.Second)), e.handle()
 	if locked, err := a.IsLocked(ctx); locked || err != nil {
 		t.Fatalf("IsLocked on a fresh lock = %v, %v", locked, err)
 	}
@@ -185,7 +186,7 @@ func TestForceUnlock(t *testing.T) {
 		t.Fatal("ForceUnlock of a free lock reported true")
 	}
 	// The old holder learns at its next renewal, or at Unlock.
-	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) || !errors.Is(err, reentrant.ErrNotHeld) {
+	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) || !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock after ForceUnlock = %v, want ErrLockLost (and ErrNotHeld)", err)
 	}
 	if !isClosed(a.Lost()) {
@@ -196,7 +197,7 @@ func TestForceUnlock(t *testing.T) {
 func TestForcedOutHolderSeesLostAtItsNextRenewal(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	a, b := e.handle(reentrant.WithLease(3*time.Second)), e.handle()
+	a, b := e.handle(fairlock.WithLease(3*time.Second)), e.handle()
 	mustLock(t, a)
 	if ok, err := b.ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock of a held lock = %v, %v; want true", ok, err)
@@ -209,10 +210,10 @@ func TestForcedOutHolderSeesLostAtItsNextRenewal(t *testing.T) {
 	if !isClosed(a.Lost()) {
 		t.Fatal("a hold forced open is not Lost at the watchdog's next renewal")
 	}
-	if cause := context.Cause(a.HoldContext()); !errors.Is(cause, reentrant.ErrLockLost) {
+	if cause := context.Cause(a.HoldContext()); !errors.Is(cause, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext's cause = %v, want ErrLockLost", cause)
 	}
-	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock after the loss = %v, want ErrLockLost", err)
 	}
 }
@@ -245,14 +246,14 @@ func TestFixedLeaseExpires(t *testing.T) {
 	if locked, _ := b.IsLocked(ctx); !locked {
 		t.Fatal("Redis let the lock go before the lease ran out")
 	}
-	if cause := context.Cause(hold); !errors.Is(cause, reentrant.ErrLockLost) {
+	if cause := context.Cause(hold); !errors.Is(cause, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext cause = %v, want ErrLockLost", cause)
 	}
 	e.clk.Advance(50 * time.Millisecond)
 	if ok, _ := b.TryLock(ctx, 0, time.Second); !ok {
 		t.Fatal("another handle cannot take an expired lock")
 	}
-	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of an expired hold = %v, want ErrLockLost", err)
 	}
 	unlockAll(t, b)
@@ -264,14 +265,14 @@ func TestExtendLengthensAFixedLease(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	a := e.handle()
-	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrNotHeld) {
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Extend without a hold = %v, want ErrNotHeld", err)
 	}
 	if ok, err := a.TryLock(ctx, 0, time.Second); !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
 	for _, d := range []time.Duration{0, -time.Second} {
-		if err := a.Extend(ctx, d); !errors.Is(err, reentrant.ErrInvalidArgument) {
+		if err := a.Extend(ctx, d); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Fatalf("Extend(%v) = %v, want ErrInvalidArgument", d, err)
 		}
 	}
@@ -300,7 +301,7 @@ func TestExtendLengthensAFixedLease(t *testing.T) {
 	if !isClosed(a.Lost()) {
 		t.Fatal("an extended fixed lease was renewed")
 	}
-	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Extend of a lost hold = %v, want ErrLockLost", err)
 	}
 }
@@ -312,13 +313,13 @@ func TestExtendFindsTheHoldGone(t *testing.T) {
 	a := e.handle()
 	mustLock(t, a)
 	e.mr.Del(key)
-	if err := a.Extend(ctx, time.Second); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Extend of a deleted hold = %v, want ErrLockLost", err)
 	}
 	if !isClosed(a.Lost()) {
 		t.Fatal("Lost is open after Extend found the hold gone")
 	}
-	if err := a.Unlock(ctx); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock = %v, want ErrLockLost", err)
 	}
 }
@@ -326,7 +327,7 @@ func TestExtendFindsTheHoldGone(t *testing.T) {
 func TestWatchdogKeepsTheLeaseAlive(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	a := e.handle(reentrant.WithLease(3 * time.Second))
+	a := e.handle(fairlock.WithLease(3 * time.Second))
 	mustLock(t, a)
 	for i := 0; i < 40; i++ { // 10 leases
 		e.clk.Advance(750 * time.Millisecond)
@@ -347,7 +348,7 @@ func TestWatchdogKeepsTheLeaseAlive(t *testing.T) {
 
 func TestLostWhenDeletedBehindTheHoldersBack(t *testing.T) {
 	e := newEnv(t)
-	a := e.handle(reentrant.WithLease(3 * time.Second))
+	a := e.handle(fairlock.WithLease(3 * time.Second))
 	mustLock(t, a)
 	hold := a.HoldContext()
 	e.mr.Del(key)
@@ -355,20 +356,20 @@ func TestLostWhenDeletedBehindTheHoldersBack(t *testing.T) {
 	if !isClosed(a.Lost()) {
 		t.Fatal("Lost not closed after the lock was deleted")
 	}
-	if cause := context.Cause(hold); !errors.Is(cause, reentrant.ErrLockLost) {
+	if cause := context.Cause(hold); !errors.Is(cause, fairlock.ErrLockLost) {
 		t.Fatalf("HoldContext cause = %v, want ErrLockLost", cause)
 	}
 	if a.Token() != 0 {
 		t.Fatal("Token of a lost hold is not 0")
 	}
-	if err := a.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock = %v, want ErrLockLost", err)
 	}
 }
 
 func TestLostWhenTakenByAnother(t *testing.T) {
 	e := newEnv(t)
-	a := e.handle(reentrant.WithLease(3 * time.Second))
+	a := e.handle(fairlock.WithLease(3 * time.Second))
 	mustLock(t, a)
 	// Another owner's hold, written behind a's back.
 	redistest.SetHoldField(t, e.mr, key, "o", "someone-else")
@@ -606,7 +607,7 @@ func TestHoldLostByTheClientIsEndedByItsNextLock(t *testing.T) {
 	if !isClosed(a.Lost()) {
 		t.Fatal("the hold is not lost after 29.8 s without a renewal")
 	}
-	if err := a.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := a.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock of the lost hold = %v, want ErrLockLost", err)
 	}
 	// The next Lock must not count that hold as a re-entry: one Lock, one hold.
@@ -670,7 +671,7 @@ func TestHoldWhoseLeaseRanOutBeforeItsReplyIsBornLost(t *testing.T) {
 	default:
 		t.Fatal("TryLock returned a hold whose lease had run out, with Lost still open")
 	}
-	if err := m.Unlock(context.Background()); !errors.Is(err, reentrant.ErrLockLost) {
+	if err := m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("Unlock = %v, want ErrLockLost", err)
 	}
 }
@@ -680,7 +681,7 @@ func TestHoldWhoseLeaseRanOutBeforeItsReplyIsBornLost(t *testing.T) {
 func TestObserverOfTheReentrantLock(t *testing.T) {
 	e := newEnv(t)
 	rec := &redistest.Recorder{}
-	m := e.handle(reentrant.WithObserver(rec))
+	m := e.handle(fairlock.WithObserver(rec))
 	ctx, err := m.LockContext(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,7 @@ func TestRealNoRescuesWithoutFaults(t *testing.T) {
 				}
 				name := redistest.Name(t)
 				return redistest.LockTurns(t, workers, clients, func(c redis.UniversalClient) (redistest.Locker, error) {
-					return reentrant.New(redistest.Owner(c), name, reentrant.WithObserver(r))
+					return reentrant.New(redistest.Owner(c), name, fairlock.WithObserver(r))
 				})
 			})
 		})

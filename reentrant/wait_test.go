@@ -142,7 +142,7 @@ func TestFallbackTimerCoversAHolderThatDied(t *testing.T) {
 func TestWaitersKeepTheirPlaceByTheirWaitTimeout(t *testing.T) {
 	e := newEnv(t)
 	a := e.handle()
-	b := e.handle(reentrant.WithWaitTimeout(3 * time.Second))
+	b := e.handle(fairlock.WithWaitTimeout(3 * time.Second))
 	mustLock(t, a)
 	got := tryLockAsync(b, context.Background(), time.Hour)
 	waitSubscribed(t, e, 1)
@@ -173,7 +173,7 @@ func TestWaitersKeepTheirPlaceByTheirWaitTimeout(t *testing.T) {
 
 func TestHoldOutlivesTheCallContext(t *testing.T) {
 	e := newEnv(t)
-	a := e.handle(reentrant.WithLease(3 * time.Second))
+	a := e.handle(fairlock.WithLease(3 * time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func TestSharedHandleGoroutinesExcludeEachOther(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ctx.Err() == nil || context.Cause(ctx) != reentrant.ErrReleased {
+	if ctx.Err() == nil || context.Cause(ctx) != fairlock.ErrReleased {
 		t.Fatalf("the hold's context after its last Unlock: %v, cause %v", ctx.Err(), context.Cause(ctx))
 	}
 	if err := <-second; err != nil {
@@ -232,7 +232,7 @@ func TestSharedHandleGoroutinesExcludeEachOther(t *testing.T) {
 	if n := holdCount(t, m); n != 1 {
 		t.Fatalf("the second goroutine's hold: HoldCount %d, want 1", n)
 	}
-	if err := m.Unlock(ctx); !errors.Is(err, reentrant.ErrNotHeld) {
+	if err := m.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("Unlock with the first hold's context after it ended = %v, want ErrNotHeld", err)
 	}
 	unlockAll(t, m)
@@ -257,36 +257,36 @@ func TestBadInput(t *testing.T) {
 			return err
 		},
 		"negative lease": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLease(-time.Second))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithLease(-time.Second))
 			return err
 		},
 		"tiny lease": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLease(time.Millisecond))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithLease(time.Millisecond))
 			return err
 		},
 		"drift factor": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithDriftFactor(0.7))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithDriftFactor(0.7))
 			return err
 		},
 		"nil logger": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithLogger((*slog.Logger)(nil)))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithLogger((*slog.Logger)(nil)))
 			return err
 		},
 		"zero cleanup": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithCleanupTimeout(0))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithCleanupTimeout(0))
 			return err
 		},
 		"no replicas": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithReplicas(0, time.Second))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithReplicas(0, time.Second))
 			return err
 		},
 		"replica timeout": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithReplicas(1, -time.Second))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithReplicas(1, -time.Second))
 			return err
 		},
 		"nil option": func() error { _, err := reentrant.New(redistest.Owner(client), "x", nil); return err },
 		"zero wait timeout": func() error {
-			_, err := reentrant.New(redistest.Owner(client), "x", reentrant.WithWaitTimeout(0))
+			_, err := reentrant.New(redistest.Owner(client), "x", fairlock.WithWaitTimeout(0))
 			return err
 		},
 		"negative wait": func() error {
@@ -301,7 +301,7 @@ func TestBadInput(t *testing.T) {
 		},
 	}
 	for name, f := range cases {
-		if err := f(); !errors.Is(err, reentrant.ErrInvalidArgument) {
+		if err := f(); !errors.Is(err, fairlock.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want an error wrapping ErrInvalidArgument", name, err)
 		}
 	}

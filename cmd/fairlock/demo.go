@@ -191,8 +191,8 @@ func runJobs(ctx context.Context, c demoConfig, name, kind string, out io.Writer
 		fopts := []fair.Option{fair.WithLabel(me.label)}
 		var ropts []reentrant.Option
 		if c.meter != nil {
-			fopts = append(fopts, fair.WithObserver(c.meter))
-			ropts = append(ropts, reentrant.WithObserver(c.meter))
+			fopts = append(fopts, fairlock.WithObserver(c.meter))
+			ropts = append(ropts, fairlock.WithObserver(c.meter))
 		}
 		switch kind {
 		case "fair":

@@ -29,7 +29,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	m, err := fair.New(owner, "jobs", fair.WithObserver(obs))
+	m, err := fair.New(owner, "jobs", fairlock.WithObserver(obs))
 	if err != nil {
 		panic(err)
 	}

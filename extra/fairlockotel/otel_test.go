@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/extra/fairlockotel"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -42,7 +43,7 @@ func newRig(t *testing.T, opts ...fairlockotel.Option) *rig {
 }
 
 func (r *rig) lock(name string) *fair.Mutex {
-	m, err := fair.New(redistest.Owner(r.client), name, fair.WithObserver(r.obs))
+	m, err := fair.New(redistest.Owner(r.client), name, fairlock.WithObserver(r.obs))
 	if err != nil {
 		r.t.Fatal(err)
 	}

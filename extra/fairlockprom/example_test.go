@@ -29,7 +29,7 @@ func Example() {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	m, err := fair.New(owner, "jobs", fair.WithObserver(c))
+	m, err := fair.New(owner, "jobs", fairlock.WithObserver(c))
 	if err != nil {
 		panic(err)
 	}

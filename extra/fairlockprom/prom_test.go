@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/extra/fairlockprom"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -99,7 +100,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 
 	ctx := context.Background()
 	lock := func() *fair.Mutex {
-		m, err := fair.New(redistest.Owner(client), name, fair.WithObserver(c))
+		m, err := fair.New(redistest.Owner(client), name, fairlock.WithObserver(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func TestCollectorOverHTTP(t *testing.T) {
 	if err := b.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reentrant.New(redistest.Owner(client), name, reentrant.WithObserver(c))
+	r, err := reentrant.New(redistest.Owner(client), name, fairlock.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestWithLockNamesAndBadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, name := redistest.RealOrMini(t), redistest.Name(t)
-	m, err := fair.New(redistest.Owner(client), name, fair.WithObserver(c))
+	m, err := fair.New(redistest.Owner(client), name, fairlock.WithObserver(c))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -58,8 +57,8 @@ func (c *Config) Margin(d time.Duration) time.Duration {
 	return time.Duration(float64(d)*c.DriftFactor) + minDrift
 }
 
-// ErrInvalidArgument is wrapped by every error about bad input.
-var ErrInvalidArgument = errors.New("fairlock: invalid argument")
+// ErrInvalidArgument is fairlock.ErrInvalidArgument, which core.Link sets.
+var ErrInvalidArgument error
 
 // Invalid wraps ErrInvalidArgument with a message.
 func Invalid(format string, args ...any) error {

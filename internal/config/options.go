@@ -8,10 +8,11 @@ import (
 // Setting sets one field of a Config, or says why it cannot.
 type Setting func(*Config) error
 
-// The option kinds. Each public option type is an interface over one of
-// them (fair.Option, fair.MutexOption, reentrant.Option), and each option
-// is of a concrete type below with the methods of the primitives it applies
-// to: an option given to a primitive it does not apply to does not compile.
+// The option kinds. Each constructor takes an interface over one of them
+// (fair.Option, fair.MutexOption, reentrant.Option), and each option is of
+// a concrete type below (fairlock.Option and MutexOption wrap one) with the
+// methods of the primitives it applies to: an option given to a primitive
+// it does not apply to does not compile.
 type (
 	// FairMutexOption applies to fair.New.
 	FairMutexOption interface{ appliesToFairMutex() Setting }
@@ -25,8 +26,8 @@ type (
 	ReentrantOption interface{ appliesToReentrant() Setting }
 )
 
-// Everywhere is an option of every primitive: the lease, the drift factor,
-// the logger, the cleanup timeout, and the tests' clock and scripts.
+// Everywhere is an option of every primitive: fairlock.Option, and the
+// tests' clock and scripts.
 type Everywhere Setting
 
 func (o Everywhere) appliesToFairMutex() Setting          { return Setting(o) }
@@ -39,14 +40,6 @@ type FairOnly Setting
 
 func (o FairOnly) appliesToFairMutex() Setting          { return Setting(o) }
 func (o FairOnly) appliesToEveryFairPrimitive() Setting { return Setting(o) }
-
-// Waiting is an option of every primitive whose waiters Redis knows (each
-// fair primitive and the reentrant lock): their wait timeout.
-type Waiting Setting
-
-func (o Waiting) appliesToFairMutex() Setting          { return Setting(o) }
-func (o Waiting) appliesToEveryFairPrimitive() Setting { return Setting(o) }
-func (o Waiting) appliesToReentrant() Setting          { return Setting(o) }
 
 // MutexesOnly is an option of the two mutexes alone (WithReplicas): the
 // semaphore and the RW lock do not support it yet.
@@ -63,7 +56,11 @@ func Apply[O any](opts []O, setting func(O) Setting) (Config, error) {
 		if any(o) == nil {
 			return cfg, Invalid("option must not be nil")
 		}
-		if err := setting(o)(&cfg); err != nil {
+		set := setting(o)
+		if set == nil {
+			return cfg, Invalid("option must be made by its With function, not a zero value")
+		}
+		if err := set(&cfg); err != nil {
 			return cfg, err
 		}
 	}
@@ -151,7 +148,7 @@ func WithReplicas(n int, timeout time.Duration) MutexesOnly {
 
 // WithWaitTimeout sets how long a waiter may be silent before it is taken
 // for dead.
-func WithWaitTimeout(d time.Duration) Waiting {
+func WithWaitTimeout(d time.Duration) Everywhere {
 	return func(c *Config) error {
 		if err := PositiveDuration("wait timeout", d, MinLease); err != nil {
 			return err

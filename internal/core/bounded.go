@@ -15,11 +15,6 @@ import (
 // slow round trip. A call that needs longer goes on in the background.
 const Grace = 50 * time.Millisecond
 
-// ErrPending is wrapped, with the context's error, by the error of a call
-// whose ctx ended before Redis answered it: the call goes on in the
-// background, within the cleanup timeout, and its outcome is logged.
-var ErrPending = errors.New("fairlock: the call goes on in the background")
-
 // Bounded runs call, a request the caller must see made even if its ctx
 // ends (a release, leaving the queue, undoing a grant), and waits for it
 // while ctx lasts, and for Grace more once ctx has ended (past its

@@ -214,11 +214,7 @@ const (
 // context already cancelled with cause ErrNotHeld.
 var (
 	neverClosed = make(chan struct{})
-	notHeldCtx  = func() context.Context {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		cancel(ErrNotHeld)
-		return ctx
-	}()
+	notHeldCtx  context.Context // made by Link
 )
 
 // Latest is a handle's most recent hold, for its Lost and HoldContext:

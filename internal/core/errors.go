@@ -15,32 +15,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/fairlock/fairlock/internal/config"
 )
-
-var (
-	// ErrInvalidArgument is wrapped by every error about bad input.
-	ErrInvalidArgument = config.ErrInvalidArgument
-	// ErrNotHeld is returned by Unlock when the handle does not hold the lock.
-	ErrNotHeld = errors.New("fairlock: lock not held")
-	// ErrLockLost means the hold ended without Unlock: its lease ran out before
-	// a renewal succeeded, or the lock was deleted or taken behind its back.
-	// errors.Is(ErrLockLost, ErrNotHeld) is true.
-	ErrLockLost error = lostError{}
-	// ErrReleased is the cause of a HoldContext cancelled by Unlock or
-	// ForceUnlock.
-	ErrReleased = errors.New("fairlock: lock released")
-	// ErrNotReplicated is wrapped by the error of an acquisition that fewer
-	// replicas than WithReplicas asks for acknowledged in time: it was
-	// undone, and the caller holds nothing.
-	ErrNotReplicated = errors.New("fairlock: acquisition not acknowledged by enough replicas")
-)
-
-type lostError struct{}
-
-func (lostError) Error() string        { return "fairlock: lock lost" }
-func (lostError) Is(target error) bool { return target == ErrNotHeld }
 
 // lockError names the primitive and the lock an error came from: what a
 // log line needs when one process holds many locks.

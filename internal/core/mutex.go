@@ -142,7 +142,7 @@ func (m *Mutex) put(s *slot) {
 // errUnmade is returned by every call with an error of a handle that its
 // constructor did not make: a zero value, or a nil pointer. It wraps
 // ErrInvalidArgument.
-var errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
+var errUnmade error // made by Link
 
 // Unmade returns the error of a call on a handle its constructor did not
 // make (a zero value or a nil pointer).
@@ -157,6 +157,15 @@ func (m *Mutex) Name() string {
 		return ""
 	}
 	return m.h.Name
+}
+
+// What names the kind of lock, as errors do: "fair lock"; "" for a zero
+// handle.
+func (m *Mutex) What() string {
+	if !m.made() {
+		return ""
+	}
+	return m.h.What
 }
 
 // Owner returns the owner id of the handle's first slot: the one a handle

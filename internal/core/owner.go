@@ -15,10 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrClosed is returned by the calls of a handle whose Owner was closed,
-// and is the cause of the context of a hold or a wait that Close ended.
-var ErrClosed = inbox.ErrClosed
-
 // Owner is what the handles made on it share, and what ends them: a
 // go-redis client, the inbox its waiters are told on (one pub/sub
 // connection, or one per Cluster master), the fair queue's heartbeats,

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/fairlock/fairlock/internal/clock"
@@ -9,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrClosed is what Subscribe returns once the Hubs are closed: the owner
-// they belong to was closed.
-var ErrClosed = errors.New("fairlock: owner closed")
+// ErrClosed is what Subscribe returns once the Hubs are closed:
+// fairlock.ErrClosed, which core.Link sets.
+var ErrClosed error
 
 // Hubs are one owner's pub/sub connections: a hub per Redis node it
 // subscribes on (one, or one per Cluster master), made when a waiter first

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
@@ -17,9 +18,9 @@ import (
 // has none.
 var owners = struct {
 	sync.Mutex
-	m    map[ownerKey]*core.Owner
-	more []*core.Owner // NewOwner's
-}{m: map[ownerKey]*core.Owner{}}
+	m    map[ownerKey]*fairlock.Owner
+	more []*fairlock.Owner // NewOwner's
+}{m: map[ownerKey]*fairlock.Owner{}}
 
 type ownerKey struct {
 	client  redis.UniversalClient
@@ -31,14 +32,14 @@ type ownerKey struct {
 // call: every handle a test makes on one client shares it, as handles made
 // on one owner do. A client NewOwner refuses (nil, say) gets nil, which
 // the constructors refuse in turn.
-func Owner(client redis.UniversalClient) *core.Owner {
+func Owner(client redis.UniversalClient) *fairlock.Owner {
 	return OwnerOn(client, nil, nil)
 }
 
 // OwnerOn is Owner for handles whose timers run on clk and that run
 // scripts (nil: the real clock, the library's scripts): one owner per
 // client, clock and scripts.
-func OwnerOn(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) *core.Owner {
+func OwnerOn(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) *fairlock.Owner {
 	owners.Lock()
 	defer owners.Unlock()
 	k := ownerKey{client, clk, scripts}
@@ -58,7 +59,7 @@ func OwnerOn(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts
 // watches (Asleep, Unread, Background, SyncHubs): a test that makes and
 // closes owners of its own makes them here. CloseOwners closes it too, if
 // the test did not.
-func NewOwner(client redis.UniversalClient, clk clock.Clock) (*core.Owner, error) {
+func NewOwner(client redis.UniversalClient, clk clock.Clock) (*fairlock.Owner, error) {
 	o, err := newOwner(client, clk, nil)
 	if err != nil {
 		return nil, err
@@ -70,15 +71,25 @@ func NewOwner(client redis.UniversalClient, clk clock.Clock) (*core.Owner, error
 }
 
 // newOwner makes an owner with the tests' probe installed.
-func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*core.Owner, error) {
-	return core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1})
+func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
+	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1})
+	if err != nil {
+		return nil, err
+	}
+	return Public(o), nil
+}
+
+// Public returns the *fairlock.Owner of o, an owner a test made with
+// core.NewOwnerWith, for the constructors.
+func Public(o *core.Owner) *fairlock.Owner {
+	return core.PublicOwner(o).(*fairlock.Owner)
 }
 
 // allOwners returns every owner Owner made and CloseOwners has not closed.
-func allOwners() []*core.Owner {
+func allOwners() []*fairlock.Owner {
 	owners.Lock()
 	defer owners.Unlock()
-	out := make([]*core.Owner, 0, len(owners.m)+len(owners.more))
+	out := make([]*fairlock.Owner, 0, len(owners.m)+len(owners.more))
 	for _, o := range owners.m {
 		out = append(out, o)
 	}
@@ -93,7 +104,7 @@ func CloseOwners() {
 	for _, o := range owners.m {
 		all = append(all, o)
 	}
-	owners.m, owners.more = map[ownerKey]*core.Owner{}, nil
+	owners.m, owners.more = map[ownerKey]*fairlock.Owner{}, nil
 	owners.Unlock()
 	for _, o := range all {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -103,8 +114,8 @@ func CloseOwners() {
 }
 
 // Owners returns the OwnerOn of each client with clk; nil for a nil one.
-func Owners(clients []redis.UniversalClient, clk clock.Clock) []*core.Owner {
-	out := make([]*core.Owner, len(clients))
+func Owners(clients []redis.UniversalClient, clk clock.Clock) []*fairlock.Owner {
+	out := make([]*fairlock.Owner, len(clients))
 	for i, c := range clients {
 		if c != nil {
 			out[i] = OwnerOn(c, clk, nil)

@@ -59,7 +59,7 @@ func Background() int { return int(theProbe.background.Load()) }
 func SyncHubs(ctx context.Context) {
 	var hubs []inbox.Listening
 	for _, o := range allOwners() {
-		hubs = append(hubs, inbox.ListeningHubs(core.Inbox(o))...)
+		hubs = append(hubs, inbox.ListeningHubs(core.Inbox(core.OwnerOf(o)))...)
 	}
 	var wg sync.WaitGroup
 	for _, l := range hubs {

@@ -86,7 +86,7 @@ type loopEnv struct {
 func newLoopEnv(t *testing.T) *loopEnv {
 	t.Helper()
 	_, clk, client := redistest.Mini(t)
-	o := redistest.OwnerOn(client, clk, nil)
+	o := core.OwnerOf(redistest.OwnerOn(client, clk, nil))
 	cfg := config.NewConfig()
 	core.Equip(o, &cfg)
 	return &loopEnv{clk: clk, h: core.Agent{Client: client, Shared: o, Name: "loop", Config: &cfg}}

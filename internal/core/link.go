@@ -1,0 +1,65 @@
+package core
+
+import (
+	"context"
+
+	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/inbox"
+)
+
+// The public face. Package fairlock declares what users hold and compare
+// with, the Owner type and the errors; it imports this package, which so
+// cannot import it. Its init hands them down (Link) before any handle can
+// be made: every constructor takes a *fairlock.Owner.
+
+// Public is what package fairlock hands down.
+type Public struct {
+	InvalidArgument, NotHeld, LockLost, Released, Pending, Closed, NotReplicated error
+
+	OwnerOf func(any) *Owner       // the core of a *fairlock.Owner; nil for nil
+	Wrap    func(*Owner) any       // a *fairlock.Owner of a core (tests' rigs)
+	Mutex   func(*Mutex, Wait) any // a *fairlock.Mutex of a core and its wait
+	MutexOf func(any) *Mutex       // the core of a *fairlock.Mutex; nil for nil
+}
+
+// Wait is how a kind of lock waits out a turn (the fair queue, the
+// reentrant lock's wake-ups): it returns the grant, or nil when the wait
+// elapsed.
+type Wait func(t *Turn) (*Grant, error)
+
+// The errors of package fairlock, set by Link.
+var (
+	ErrInvalidArgument, ErrNotHeld, ErrLockLost, ErrReleased error
+	ErrPending, ErrClosed, ErrNotReplicated                  error
+)
+
+var public Public
+
+// Link takes package fairlock's errors and owner type, and gives the
+// errors to the internal packages below this one.
+func Link(p Public) {
+	public = p
+	ErrInvalidArgument, ErrNotHeld, ErrLockLost, ErrReleased = p.InvalidArgument, p.NotHeld, p.LockLost, p.Released
+	ErrPending, ErrClosed, ErrNotReplicated = p.Pending, p.Closed, p.NotReplicated
+	config.ErrInvalidArgument = p.InvalidArgument
+	inbox.ErrClosed = p.Closed
+	// What is made of them once.
+	errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotHeld)
+	notHeldCtx = ctx
+}
+
+// OwnerOf returns the core of owner, a *fairlock.Owner; nil if it is nil.
+func OwnerOf(owner any) *Owner { return public.OwnerOf(owner) }
+
+// PublicOwner returns a *fairlock.Owner (as any) on o: what the tests'
+// rigs, which make owners with NewOwnerWith, hand to constructors.
+func PublicOwner(o *Owner) any { return public.Wrap(o) }
+
+// PublicMutex returns a *fairlock.Mutex (as any) on m, that waits with
+// wait: what fair.New and reentrant.New return.
+func PublicMutex(m *Mutex, wait Wait) any { return public.Mutex(m, wait) }
+
+// MutexOf returns the core of m, a *fairlock.Mutex; nil if it is nil.
+func MutexOf(m any) *Mutex { return public.MutexOf(m) }
