@@ -157,6 +157,9 @@ func (hs *Hubs) hubAt(key any, sharded bool) *hub {
 			flushes: map[string]chan struct{}{}}
 		hs.hubs[key] = h
 		go h.receive()
+		if hs.probe != nil {
+			hs.probe.Hub(h.flushAny, h.done)
+		}
 	}
 	h.cmdMu.Lock()
 	return h
@@ -250,6 +253,23 @@ func (s *Sub) Flush(ctx context.Context) error {
 	h := s.h
 	s.mu.Unlock()
 	return h.flush(ctx, s.channel)
+}
+
+// flushAny flushes one of h's confirmed channels, if it has one (Probe.Hub).
+func (h *hub) flushAny(ctx context.Context) error {
+	h.mu.Lock()
+	channel := ""
+	for name, ch := range h.chans {
+		if ch.confirmed {
+			channel = name
+			break
+		}
+	}
+	h.mu.Unlock()
+	if channel == "" {
+		return nil // nothing subscribed, nothing in flight
+	}
+	return h.flush(ctx, channel)
 }
 
 // flush publishes a marker on channel, one of h's, and returns once h has

@@ -21,6 +21,10 @@ type Probe interface {
 	// Background: a call whose caller may stop waiting for it (Bounded)
 	// started (+1) or ended (-1).
 	Background(delta int)
+	// Hub: a hub began reading; flush returns once it has read all that
+	// was published to it before (at once if it has no channel), done is
+	// closed when it stops reading.
+	Hub(flush func(ctx context.Context) error, done <-chan struct{})
 }
 
 // ProbeBackground tells hs's probe, if any, of a call whose caller may stop
@@ -35,37 +39,4 @@ func probeUnread(p Probe, delta int) {
 	if p != nil {
 		p.Unread(delta)
 	}
-}
-
-// Listening is one hub's confirmed channel, for a test that waits until the
-// hub has delivered every message published before (Flush).
-type Listening struct {
-	Channel string
-	// Flush publishes a marker on Channel with the hub's own client, and
-	// returns once the hub has read it back, or stopped reading.
-	Flush func(ctx context.Context) error
-}
-
-// ListeningHubs returns one confirmed channel of every hub of s that has
-// one.
-func ListeningHubs(s *Hubs) []Listening {
-	hubs := s.all()
-	var out []Listening
-	for _, h := range hubs {
-		h.mu.Lock()
-		channel := ""
-		for name, ch := range h.chans {
-			if ch.confirmed {
-				channel = name
-				break
-			}
-		}
-		h.mu.Unlock()
-		if channel == "" {
-			continue // nothing subscribed, nothing in flight
-		}
-		out = append(out, Listening{Channel: channel,
-			Flush: func(ctx context.Context) error { return h.flush(ctx, channel) }})
-	}
-	return out
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // owners are the tests' owners, one per client and rig, as a process
-// would keep one per client: Owner makes them, SyncHubs reads their hubs,
-// NoLeaks and CloseOwners close them. A test-only registry: the library
+// would keep one per client: Owner makes them, NoLeaks and CloseOwners
+// close them. A test-only registry: the library
 // has none.
 var owners = struct {
 	sync.Mutex
@@ -83,17 +83,6 @@ func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Script
 // core.NewOwnerWith, for the constructors.
 func Public(o *core.Owner) *fairlock.Owner {
 	return core.PublicOwner(o).(*fairlock.Owner)
-}
-
-// allOwners returns every owner Owner made and CloseOwners has not closed.
-func allOwners() []*fairlock.Owner {
-	owners.Lock()
-	defer owners.Unlock()
-	out := make([]*fairlock.Owner, 0, len(owners.m)+len(owners.more))
-	for _, o := range owners.m {
-		out = append(out, o)
-	}
-	return append(out, owners.more...)
 }
 
 // CloseOwners closes every owner Owner made (their clients may be closed

@@ -7,10 +7,10 @@ package redistest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 )
 
@@ -22,11 +22,42 @@ const SyncMarker = inbox.FlushMarker
 
 type probe struct {
 	asleep, unread, background atomic.Int64
+
+	mu   sync.Mutex
+	hubs []hubFlush // the hubs of the tests' owners, until they stop
+}
+
+type hubFlush struct {
+	flush func(ctx context.Context) error
+	done  <-chan struct{}
 }
 
 func (p *probe) Asleep(delta int)     { p.asleep.Add(int64(delta)) }
 func (p *probe) Unread(delta int)     { p.unread.Add(int64(delta)) }
 func (p *probe) Background(delta int) { p.background.Add(int64(delta)) }
+
+func (p *probe) Hub(flush func(ctx context.Context) error, done <-chan struct{}) {
+	p.mu.Lock()
+	p.hubs = append(p.hubs, hubFlush{flush, done})
+	p.mu.Unlock()
+}
+
+// liveHubs returns the hubs still reading, and forgets the others.
+func (p *probe) liveHubs() []hubFlush {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := p.hubs[:0]
+	for _, h := range p.hubs {
+		select {
+		case <-h.done:
+		default:
+			live = append(live, h)
+		}
+	}
+	clear(p.hubs[len(live):])
+	p.hubs = live
+	return slices.Clone(live)
+}
 
 // theProbe is installed on every owner this package makes (Owner,
 // NewOwner), before it is used: it must see every waiter go to sleep to
@@ -57,13 +88,9 @@ func Background() int { return int(theProbe.background.Load()) }
 // hubs flush at once; one that cannot (its client closed or cut off, say)
 // is skipped.
 func SyncHubs(ctx context.Context) {
-	var hubs []inbox.Listening
-	for _, o := range allOwners() {
-		hubs = append(hubs, inbox.ListeningHubs(core.Inbox(core.OwnerOf(o)))...)
-	}
 	var wg sync.WaitGroup
-	for _, l := range hubs {
-		wg.Go(func() { _ = l.Flush(ctx) })
+	for _, h := range theProbe.liveHubs() {
+		wg.Go(func() { _ = h.flush(ctx) })
 	}
 	wg.Wait()
 }
