@@ -22,11 +22,54 @@
 // (single node, Sentinel, Cluster) against Redis 7.0 or newer, and leaves
 // no key behind: every key carries a TTL.
 //
-// The errors every primitive returns are declared here (ErrNotHeld,
-// ErrLockLost, ...): compare with errors.Is.
-//
 // Handles are made on an Owner (NewOwner): what the handles of one go-redis
 // client share, and what a graceful shutdown closes. The root package holds
 // it and, in property_test.go and its companions, the executable
 // specification of the locks.
+//
+// The errors every primitive returns (ErrNotHeld, ErrLockLost, ...) and the
+// options every primitive takes (WithLease, WithWaitTimeout, ...) are
+// declared here; fair.WithLabel is the fair primitives' own.
+//
+// # Holding a Mutex
+//
+// fair.New and reentrant.New both return a *Mutex; they differ in how a
+// Lock waits. A fair Lock joins the lock's queue and is handed the lock in
+// arrival order; a TryLock with wait 0 never queues, and succeeds only if
+// the lock is free and nobody waits. A reentrant Lock is woken when the
+// lock is freed, in no particular order.
+//
+// ctx bounds only the wait: when it ends first, Lock leaves the queue and
+// returns an error that wraps ctx's error and names the lock (test it with
+// errors.Is, not ==). The hold lasts until Unlock, ForceUnlock, or its loss:
+// the watchdog renews the lease every lease/3; TryLock with a positive
+// lease holds the lock that long, without renewal, and a re-entry may
+// lengthen a lease but never shortens it.
+//
+// Goroutines sharing a handle exclude each other. A call re-enters the
+// hold only when its ctx carries it: the context LockContext returns, the
+// one Do passes, HoldContext, or one derived from them. Unlock given such a
+// context releases exactly that hold; given any other, the handle's current
+// one. Unlock keeps ctx's deadline: if Redis has not answered by then (or
+// within 50 ms under a ctx already ended, as in a defer), the release goes
+// on in the background, bounded by the cleanup timeout, and the error wraps
+// ErrPending.
+//
+// Lost is closed when a hold is lost, never by Unlock; HoldContext ends with
+// any end of the hold, and context.Cause tells ErrLockLost from ErrReleased.
+// Before the first hold, Lost is never closed and HoldContext has ended with
+// cause ErrNotHeld. ForceUnlock ends whoever holds the lock; that holder
+// learns it at its next renewal, and until then believes it holds the lock.
+//
+// # Closing an Owner
+//
+// Owner.Close is for the end of a process or a test. New calls of its
+// handles get ErrClosed; its waiters leave their queues (their Lock returns
+// an error wrapping ErrClosed); its holds end (their contexts with cause
+// ErrClosed) and are released in Redis, each lock going to the next in
+// line at once; its pub/sub connections close. Close returns once Redis has
+// confirmed all of it, or with ctx's error when ctx ends first, whatever the
+// go-redis client's options; the rest goes on in the background, each
+// release within its handle's cleanup timeout. It is idempotent. Close the
+// go-redis client after the owner.
 package fairlock

@@ -2,31 +2,21 @@ package fairlock
 
 import "errors"
 
-// Errors of every primitive. Compare with errors.Is: the errors returned
-// wrap them with the lock's name and what the call was doing.
+// The errors of every lock, wrapped with the lock's name: use errors.Is.
 var (
 	// ErrInvalidArgument is wrapped by every error about bad input.
 	ErrInvalidArgument = errors.New("fairlock: invalid argument")
-	// ErrNotHeld is returned by Unlock when the handle does not hold the lock.
+	// ErrNotHeld is returned by Unlock when the handle holds nothing.
 	ErrNotHeld = errors.New("fairlock: lock not held")
-	// ErrLockLost is returned by Unlock when the hold ended without it (its
-	// lease ran out, or the lock was deleted or taken), and is the cause of
-	// a hold's context so ended. errors.Is(ErrLockLost, ErrNotHeld) is true.
+	// ErrLockLost: the hold ended without Unlock. It matches ErrNotHeld.
 	ErrLockLost error = lostError{}
-	// ErrReleased is the cause of a hold's context ended by Unlock or
-	// ForceUnlock.
+	// ErrReleased is the cause of a hold's context ended by Unlock.
 	ErrReleased = errors.New("fairlock: lock released")
-	// ErrPending is wrapped by the error of a call whose ctx ended before
-	// Redis answered (an Unlock under defer, say): the call goes on in the
-	// background, bounded by the cleanup timeout.
+	// ErrPending: ctx ended before Redis answered; the call goes on.
 	ErrPending = errors.New("fairlock: the call goes on in the background")
-	// ErrClosed is returned by the calls of a handle whose Owner was
-	// closed, and is the cause of a hold's or a wait's context that Close
-	// ended.
+	// ErrClosed: the handle's Owner was closed.
 	ErrClosed = errors.New("fairlock: owner closed")
-	// ErrNotReplicated is wrapped by the error of an acquisition that fewer
-	// replicas than WithReplicas asks for acknowledged in time: it was
-	// undone, and the caller holds nothing.
+	// ErrNotReplicated: too few replicas acknowledged (WithReplicas); undone.
 	ErrNotReplicated = errors.New("fairlock: acquisition not acknowledged by enough replicas")
 )
 
