@@ -704,7 +704,7 @@ var mutations = []struct {
 		seed: 15736618698135138490,
 	},
 	{
-		name: "a gate holder's request with a stale token, or another's gate owner id, is accepted",
+		name: "a gate holder's request with a stale token, or another's gate hold id, is accepted",
 		file: "sem_acquire.lua",
 		from: "if who ~= ARGV[6] or token ~= tonumber(ARGV[7]) then",
 		to:   "if who ~= ARGV[6] and token ~= tonumber(ARGV[7]) then",

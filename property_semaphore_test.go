@@ -23,7 +23,7 @@ package fairlock_test
 //   - a call about what is not held is answered as such, and changes
 //     nothing: a renewal, release or resize with a stale token or an owner
 //     id that holds nothing, and a gate holder's request with the wrong
-//     gate owner id or token (staleCall).
+//     gate hold id or token (staleCall).
 
 import (
 	"context"
@@ -478,8 +478,8 @@ func (s *semSpec) workConserved(what string) {
 
 // staleCall sends, as a client that kept an old belief would, a call about
 // what it does not hold: a renewal, release or resize of a permit hold with
-// a stale token or by an owner id that holds nothing, or a gate holder's
-// request with the wrong gate owner id or token. Each must be answered as
+// a stale token or by a hold id that holds nothing, or a gate holder's
+// request with the wrong gate hold id or token. Each must be answered as
 // such (not held, gate lost), never with a Lua error, and change nothing.
 func (s *semSpec) staleCall(t *rapid.T) {
 	before := s.inspect()
@@ -493,8 +493,8 @@ func (s *semSpec) staleCall(t *rapid.T) {
 		kinds = append(kinds, "gate")
 	}
 	kind := rapid.SampledFrom(kinds).Draw(t, "stale call")
-	// Whose: an owner id that holds nothing, with a live token; or a live
-	// hold's owner id with a token it does not have.
+	// Whose: a hold id that holds nothing, with a live token; or a live
+	// hold's hold id with a token it does not have.
 	const ghost = "p9.ghost"
 	owner, token := ghost, int64(1)
 	if kind == "gate" {
@@ -503,14 +503,14 @@ func (s *semSpec) staleCall(t *rapid.T) {
 		h := rapid.SampledFrom(before.Holders).Draw(t, "hold")
 		owner, token = h.Owner, h.Token
 	}
-	if rapid.Bool().Draw(t, "stale token (else an owner id that holds nothing)") {
+	if rapid.Bool().Draw(t, "stale token (else a hold id that holds nothing)") {
 		token += 1000003
 	} else {
 		owner = ghost
 	}
-	whose := "the owner id " + owner
+	whose := "the hold id " + owner
 	if owner == ghost {
-		whose = "an owner id that holds nothing"
+		whose = "a hold id that holds nothing"
 	}
 	ctx := context.Background()
 	var reply any
@@ -552,7 +552,7 @@ func (s *semSpec) staleCall(t *rapid.T) {
 	}
 }
 
-// gateHolder is the gate's holder as Redis has it: its owner id and token;
+// gateHolder is the gate's holder as Redis has it: its hold id and token;
 // nil when nobody holds the gate.
 func (s *semSpec) gateHolder() *wire.InspectedHolder {
 	v, err := s.scripts.FairInspect.Run(context.Background(), s.probe, nil, wire.QueueKeys(wire.GateBase(s.base))).Slice()

@@ -34,7 +34,7 @@ type story struct {
 	mr     *miniredis.Miniredis
 	clk    *clock.Fake
 	probe  *redis.Client
-	owners map[string]string // owner id -> label
+	owners map[string]string // hold id -> label
 	states map[string]string // step -> rendered state
 	order  []string
 }
@@ -156,7 +156,7 @@ func (s *story) waitFor(cond func() bool) {
 	}
 }
 
-// learn maps the owner ids Redis shows to the handles' labels.
+// learn maps the hold ids Redis shows to the handles' labels.
 func (s *story) learn() {
 	st := s.inspect()
 	if h := st.Holder; h != nil {
@@ -169,7 +169,7 @@ func (s *story) learn() {
 
 var idPattern = regexp.MustCompile(`[A-Za-z0-9_-]{22}\.[0-9a-z]+(/[0-9a-z]+)?`)
 
-// friendly replaces owner ids with labels, and entry ids with "label/1"
+// friendly replaces hold ids with labels, and entry ids with "label/1"
 // (each handle joins once in the story).
 func (s *story) friendly(v string) string {
 	entries := map[string]string{}

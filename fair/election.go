@@ -21,7 +21,7 @@ var (
 	// ErrResigned is the cause of a leadership's context that Resign ended.
 	// It is the same value as fairlock.ErrReleased: a term is a hold of the
 	// election's fair lock.
-	ErrResigned = core.ErrReleased
+	ErrResigned = fairlock.ErrReleased
 )
 
 // MaxValueLen bounds a candidate's value, in bytes.
@@ -126,7 +126,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if err != nil {
 		return nil, err
 	}
-	q := turnQueue(t)
+	q := t.Waiter().(*queue)
 	q.value = wire.EscapeValue(value)
 	g, err := q.Acquire(t.Context(), t.Attempt())
 	end, err := m.Keep(t, g, err)
@@ -161,7 +161,7 @@ func (e *Election) Proclaim(lead context.Context, value string) error {
 	escaped := wire.EscapeValue(value)
 	return m.OnHold(lead, func(ctx context.Context, h core.Agent, token int64) (bool, error) {
 		n, err := h.Config.Scripts.ElectionProclaim.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Proclaim{
-			Owner: h.OwnerArg(), Token: token, Value: escaped, Publish: h.PublishArg(), Channel: h.ChannelArg(),
+			Owner: h.IDArg(), Token: token, Value: escaped, Publish: h.PublishArg(), Channel: h.ChannelArg(),
 		}.Args()...).Int()
 		if err != nil {
 			return false, core.Step("proclaiming", err)

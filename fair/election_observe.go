@@ -38,11 +38,15 @@ import (
 // observeGrace is how long after a lease's expiry a watch reads who leads.
 const observeGrace = 50 * time.Millisecond
 
-// watches is the service (core.LockServices) of an owner's watches, one per
-// election with observers.
-type watches map[serviceKey]*watch
+// watches are an owner's watches, one per election with observers.
+type watches struct {
+	mu sync.Mutex
+	m  map[serviceKey]*watch
+}
 
-type watchesKey struct{}
+var watchesOf = core.Service[watches]{New: func() *watches {
+	return &watches{m: map[serviceKey]*watch{}}
+}}
 
 type watch struct {
 	key   serviceKey
@@ -80,7 +84,7 @@ type watch struct {
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	out := make(chan Leadership, 1)
 	m := e.core()
-	if ctx == nil || m == nil || core.CheckOwner(m.Agent().Shared) != nil || ctx.Err() != nil {
+	if ctx == nil || m == nil || core.CheckOwner(m.Agent().Owner) != nil || ctx.Err() != nil {
 		close(out)
 		return out
 	}
@@ -94,19 +98,15 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 func (e *Election) watchFor(out chan Leadership) *watch {
 	h := e.m.Agent()
 	key := serviceKey{hold: h.Keys[0], scripts: h.Config.Scripts, clock: h.Config.Clock}
-	services := core.LockServices(h.Shared)
-	defer core.UnlockServices(h.Shared)
-	all, _ := services[watchesKey{}].(watches)
-	if all == nil {
-		all = watches{}
-		services[watchesKey{}] = all
-	}
-	w := all[key]
+	all := watchesOf.Of(h.Owner)
+	all.mu.Lock()
+	defer all.mu.Unlock()
+	w := all.m[key]
 	if w == nil {
-		w = &watch{key: key, owner: h.Shared, e: e, outs: map[chan Leadership]struct{}{}}
+		w = &watch{key: key, owner: h.Owner, e: e, outs: map[chan Leadership]struct{}{}}
 		// It ends with its last observer, or when the owner closes.
-		w.ctx, w.stop = context.WithCancel(core.Closing(h.Shared))
-		all[key] = w
+		w.ctx, w.stop = context.WithCancel(core.Closing(h.Owner))
+		all.m[key] = w
 		go w.run()
 	}
 	w.mu.Lock()
@@ -122,8 +122,9 @@ func (e *Election) watchFor(out chan Leadership) *watch {
 
 // leave removes out and closes it; the last one stops the watch.
 func (w *watch) leave(out chan Leadership) {
-	services := core.LockServices(w.owner)
-	defer core.UnlockServices(w.owner)
+	all := watchesOf.Of(w.owner)
+	all.mu.Lock()
+	defer all.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.outs[out]; !ok {
@@ -133,8 +134,8 @@ func (w *watch) leave(out chan Leadership) {
 	close(out)
 	if len(w.outs) == 0 {
 		w.stop()
-		if all, _ := services[watchesKey{}].(watches); all[w.key] == w {
-			delete(all, w.key)
+		if all.m[w.key] == w {
+			delete(all.m, w.key)
 		}
 	}
 }
@@ -264,15 +265,16 @@ func (w *watch) fallback(l wire.Leadership, now time.Time) time.Time {
 // closeAll closes the observers left when the watch ends (its owner
 // closed; the last observer's leave stops it otherwise).
 func (w *watch) closeAll() {
-	services := core.LockServices(w.owner)
-	defer core.UnlockServices(w.owner)
+	all := watchesOf.Of(w.owner)
+	all.mu.Lock()
+	defer all.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for out := range w.outs {
 		close(out)
 		delete(w.outs, out)
 	}
-	if all, _ := services[watchesKey{}].(watches); all[w.key] == w {
-		delete(all, w.key)
+	if all.m[w.key] == w {
+		delete(all.m, w.key)
 	}
 }

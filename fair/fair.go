@@ -47,10 +47,5 @@ func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error
 	if err != nil {
 		return nil, err
 	}
-	return core.PublicMutex(m, waitInQueue).(*Mutex), nil
-}
-
-// waitInQueue waits out a turn of a Mutex.
-func waitInQueue(t *core.Turn) (*core.Grant, error) {
-	return turnQueue(t).Acquire(t.Context(), t.Attempt())
+	return core.PublicMutex(m).(*Mutex), nil
 }

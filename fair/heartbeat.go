@@ -20,12 +20,15 @@ import (
 // lock to the live head, and reports grants and head notices whose message
 // may have been lost (the waiter tells whether it was: a rescue).
 
-// heartbeats is the service (core.LockServices) that keeps an owner's
-// heartbeats, one per lock with queued waiters: a typed map under one key of
-// no size, so that a look-up boxes nothing.
-type heartbeats map[serviceKey]*heartbeat
+// heartbeats are an owner's heartbeats, one per lock with queued waiters.
+type heartbeats struct {
+	mu sync.Mutex
+	m  map[serviceKey]*heartbeat
+}
 
-type heartbeatsKey struct{}
+var heartbeatsOf = core.Service[heartbeats]{New: func() *heartbeats {
+	return &heartbeats{m: map[serviceKey]*heartbeat{}}
+}}
 
 // serviceKey names one lock's service among its owner's (a heartbeat, an
 // election's watch): the lock's hold key, and the scripts and clock its
@@ -88,17 +91,13 @@ func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *memb
 	cfg := qu.h.Config
 	key := serviceKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
-	services := core.LockServices(qu.h.Shared)
-	defer core.UnlockServices(qu.h.Shared)
-	beats, _ := services[heartbeatsKey{}].(heartbeats)
-	if beats == nil {
-		beats = heartbeats{}
-		services[heartbeatsKey{}] = beats
-	}
-	hb := beats[key]
+	beats := heartbeatsOf.Of(qu.h.Owner)
+	beats.mu.Lock()
+	defer beats.mu.Unlock()
+	hb := beats.m[key]
 	if hb == nil {
-		hb = &heartbeat{key: key, owner: qu.h.Shared, qu: qu, members: map[*member]struct{}{}}
-		beats[key] = hb
+		hb = &heartbeat{key: key, owner: qu.h.Owner, qu: qu, members: map[*member]struct{}{}}
+		beats.m[key] = hb
 	}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -115,8 +114,9 @@ func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *memb
 
 // leave removes a waiter; the last one stops the beat.
 func (hb *heartbeat) leave(mem *member) {
-	services := core.LockServices(hb.owner)
-	defer core.UnlockServices(hb.owner)
+	beats := heartbeatsOf.Of(hb.owner)
+	beats.mu.Lock()
+	defer beats.mu.Unlock()
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	delete(hb.members, mem)
@@ -125,9 +125,8 @@ func (hb *heartbeat) leave(mem *member) {
 			hb.timer.Stop()
 			hb.timer = nil
 		}
-		beats, _ := services[heartbeatsKey{}].(heartbeats)
-		if beats[hb.key] == hb {
-			delete(beats, hb.key)
+		if beats.m[hb.key] == hb {
+			delete(beats.m, hb.key)
 		}
 	}
 }

@@ -23,7 +23,7 @@ type State struct {
 
 // Holder describes the current hold.
 type Holder struct {
-	Owner string        // owner id of the holding handle
+	Owner string        // hold id of the holding handle
 	Count int           // re-entries
 	TTL   time.Duration // remaining lease
 	Token int64         // fencing token
@@ -37,7 +37,7 @@ type Holder struct {
 
 // Waiter is one queue entry.
 type Waiter struct {
-	Owner string // owner id of the waiting handle
+	Owner string // hold id of the waiting handle
 	Entry string // the entry's id: fresh for every join
 	// Deadline is how long the waiter may stay silent from now, by Redis's
 	// clock; negative once it passed.
@@ -98,7 +98,7 @@ func holderOf(h *wire.InspectedHolder) *Holder {
 		Origin: parseOrigin(h.Origin), Pending: h.Entry != "", Entry: h.Entry}
 }
 
-// queued is one live entry of a queue, with the owner id of the permit hold
+// queued is one live entry of a queue, with the hold id of the permit hold
 // it waits for (a semaphore's gate; "" elsewhere).
 type queued struct {
 	Waiter
@@ -130,7 +130,7 @@ func queueOf(in wire.Inspected) []queued {
 type ElectionState struct {
 	// Leader is who leads, the zero Leadership when nobody does.
 	Leader Leadership
-	// Holder is the leader's hold (its owner id, remaining lease, a
+	// Holder is the leader's hold (its hold id, remaining lease, a
 	// hand-over not yet claimed), nil when nobody leads.
 	Holder *Holder
 	// Candidates lists the candidates in the order they will lead, as

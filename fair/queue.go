@@ -52,6 +52,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
 		ForceUnlock: scripts.FairForceUnlock,
+		NewWaiter:   func(h core.Agent) core.Waiter { return newQueue(h) },
 	}
 }
 
@@ -66,7 +67,7 @@ var hostname = func() string {
 // newQueue returns the queue of the lock h serves.
 func newQueue(h core.Agent) *queue {
 	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
-	return &queue{h: h, label: label, labelArg: label, inbox: wire.Inbox(h.Channel, h.Owner)}
+	return &queue{h: h, label: label, labelArg: label, inbox: wire.Inbox(h.Channel, h.ID)}
 }
 
 // newGateQueue returns the queue of a semaphore's gate for a waiter that
@@ -74,17 +75,6 @@ func newQueue(h core.Agent) *queue {
 func newGateQueue(h core.Agent, permit wire.PermitRequest) *queue {
 	q := newQueue(h)
 	q.permit = permit
-	return q
-}
-
-// turnQueue is the queue a turn of a fair Mutex waits in: its owner id's,
-// made at its first turn.
-func turnQueue(t *core.Turn) *queue {
-	if q, ok := t.State().(*queue); ok {
-		return q
-	}
-	q := newQueue(t.Agent())
-	t.SetState(q)
 	return q
 }
 
@@ -127,7 +117,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, wire.FairAcquire{
-		Owner: h.OwnerArg(), Entry: entry, Request: req.ID,
+		Owner: h.IDArg(), Entry: entry, Request: req.ID,
 		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
 		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
 		Permit: qu.permit, Value: qu.value,
@@ -241,7 +231,7 @@ func (qu *queue) leave(ctx context.Context, entry string) {
 func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
 	h := qu.h
 	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
-		wire.Leave{Owner: h.OwnerArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+		wire.Leave{Owner: h.IDArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 }
 
 // leaveAbandoned removes the entries earlier calls could not remove, giving

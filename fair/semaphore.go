@@ -229,7 +229,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 		// number is Redis's, which SetPermits may have changed.
 		return nil, s.named(ctx, core.Invalid("asked for %d permits; a semaphore has from 1 to %d", n, MaxPermits))
 	}
-	// Every permit hold is a handle of its own, used once: its owner id
+	// Every permit hold is a handle of its own, used once: its hold id
 	// names exactly one hold, which makes each of its script calls safe to
 	// retry.
 	m, err := core.NewMutex(s.owner, s.name, s.cfg, s.place)
@@ -288,7 +288,7 @@ func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 	s := p.s
 	l := s.place(s.name, s.cfg.Scripts)
 	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys,
-		wire.SemResize(p.m.Owner(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
+		wire.SemResize(p.m.ID(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return false, err
 	}
@@ -320,7 +320,7 @@ func (p *Permit) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, s.named(ctx, err)
 	}
 	for _, h := range st.Holders {
-		if h.Owner == p.m.Owner() {
+		if h.Owner == p.m.ID() {
 			return h.TTL, nil
 		}
 	}
@@ -421,7 +421,7 @@ type SemaphoreState struct {
 
 // PermitHolder describes one permit hold.
 type PermitHolder struct {
-	Owner   string        // owner id of the permit hold
+	Owner   string        // hold id of the permit hold
 	Permits int           // permits held
 	TTL     time.Duration // remaining lease
 	Token   int64         // fencing token
@@ -460,7 +460,7 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err != nil {
 		return st, err
 	}
-	// Each waiter is shown by the owner id of the permit hold it waits for,
+	// Each waiter is shown by the hold id of the permit hold it waits for,
 	// which is the Owner of its PermitHolder once served.
 	if h := gate.Holder; h != nil {
 		st.Queue = append(st.Queue, Waiter{Owner: h.Permit.Owner, Entry: h.Entry, Deadline: h.TTL,
@@ -520,13 +520,13 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	h := k.h
 	gateOwner, gateToken := "", int64(0)
 	if gate != nil {
-		gateOwner, gateToken = gate.Owner(), gate.Token()
+		gateOwner, gateToken = gate.ID(), gate.Token()
 	}
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
 	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Mode(), h.Keys, wire.SemAcquire{
-		Owner: h.Owner, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
+		Owner: h.ID, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
 		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
 	}.Args()...).Result()
 	read := clk.Now()
@@ -631,7 +631,7 @@ func (k *semKind) outcome(a core.Attempt, r semReply, err error, sent time.Time)
 // call's permits were served to it as it waited there (served), or end
 // (unless a waits forever): all nil when the wait elapsed. The gate's lease
 // is the wait timeout. Each of its attempts says what it asks for (the
-// permit hold's owner id, its permits and lease: wire.PermitRequest), which
+// permit hold's hold id, its permits and lease: wire.PermitRequest), which
 // the gate keeps so that a release can serve it in the queue.
 func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (gate *core.Mutex, served *core.Grant, err error) {
 	if err := ctx.Err(); err != nil {
@@ -649,8 +649,8 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
 	}
 	ga.Report = a.Report // the permit hold's acquisition queues here
-	req := wire.PermitRequest{Owner: k.h.Owner, N: k.n, Lease: wire.Ms(a.Lease)}
-	gate, err = core.NewMutex(k.h.Shared, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
+	req := wire.PermitRequest{Owner: k.h.ID, N: k.n, Lease: wire.Ms(a.Lease)}
+	gate, err = core.NewMutex(k.h.Owner, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
 		p := placeAt(wire.GateBase(k.s.base), scripts)
 		p.Primitive = k.h.Primitive // its waiters are the semaphore's
 		p.What = k.h.What           // and so are its errors
@@ -659,7 +659,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	if err != nil {
 		return nil, nil, err
 	}
-	// The gate is a handle of its own, used for this one turn: its owner id
+	// The gate is a handle of its own, used for this one turn: its hold id
 	// is the gate's (Owner), which a release serves permits to.
 	t, err := gate.Begin(ctx, ga)
 	if err != nil {
@@ -684,14 +684,14 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 
 // waitPermits is the gate's holder waiting for permits (waiting.Loop): it
 // tries, then waits for a release to serve it (a note on the gate's
-// channel, addressed to its gate owner id), and tries again when the first
+// channel, addressed to its gate hold id), and tries again when the first
 // permit hold expires (a lease that runs out sends no message), every wait
 // timeout / 3, when its subscription is confirmed, and when the gate is
 // lost. again reports that the gate was lost (this client fell silent for
 // longer than the wait timeout): the call queues afresh, at the tail, like
 // an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
-	sub, err := core.Inbox(k.h.Shared).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.Owner()), gate.Owner())
+	sub, err := core.Inbox(k.h.Owner).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.ID()), gate.ID())
 	if err != nil {
 		return nil, false, err
 	}
@@ -764,14 +764,14 @@ func (pw *permitWait) Try(ctx context.Context) (bool, error) {
 
 // servedNote reports whether payload serves permits to the gate's holder.
 func (pw *permitWait) servedNote(payload string) bool {
-	return wire.IsNote[wire.Served](payload, pw.gate.Owner())
+	return wire.IsNote[wire.Served](payload, pw.gate.ID())
 }
 
 // News is a note on the gate's channel: permits served to the gate's
 // holder end the wait if still usable; any other note, or permits served
 // too late to use, prompt a try.
 func (pw *permitWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
-	n, _ := wire.ParseNote(wk.Payload, pw.gate.Owner())
+	n, _ := wire.ParseNote(wk.Payload, pw.gate.ID())
 	sv, ok := n.(wire.Served)
 	if !ok {
 		return false, true, nil // another note for it: look again

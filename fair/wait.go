@@ -44,7 +44,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.Inbox(qu.h.Shared).SubscribeIfLive(qu.inbox, entry)
+	sub := core.Inbox(qu.h.Owner).SubscribeIfLive(qu.inbox, entry)
 	if sub != nil {
 		defer sub.Close()
 	}
@@ -68,7 +68,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
 		// subscription is confirmed (the Ready wake, however soon it came).
-		if sub, err = core.Inbox(qu.h.Shared).Subscribe(ctx, qu.inbox, entry); err != nil {
+		if sub, err = core.Inbox(qu.h.Owner).Subscribe(ctx, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
 				return outcome{}, ctx.Err()

@@ -29,18 +29,8 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Channel:     wire.Channel(base),
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
+		NewWaiter:   func(h core.Agent) core.Waiter { return &kind{h: h} },
 	}
-}
-
-// kindOf is what waits for a turn of the handle: its owner id's, made at
-// its first turn.
-func kindOf(t *core.Turn) *kind {
-	if k, ok := t.State().(*kind); ok {
-		return k
-	}
-	k := &kind{h: t.Agent()}
-	t.SetState(k)
-	return k
 }
 
 // attempt makes one try, for waiter (its waiter id; "" for a try that never
@@ -52,7 +42,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{
-		Owner: h.OwnerArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
+		Owner: h.IDArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
 		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
 	if err != nil {
@@ -93,7 +83,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	id := k.h.NewEntry()
-	inboxes := core.Inbox(k.h.Shared)
+	inboxes := core.Inbox(k.h.Owner)
 	channel := wire.Inbox(k.h.Channel, id)
 	sub := inboxes.SubscribeIfLive(channel, id)
 	if sub != nil {
@@ -188,7 +178,7 @@ func (kw *waiter) Leave(ctx context.Context) {
 	h := kw.k.h
 	_ = h.Bounded(ctx, "leaving the lock's waiters", func(ctx context.Context) error {
 		err := h.Config.Scripts.ReentrantLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
-			wire.Leave{Owner: h.OwnerArg(), Entry: kw.id, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+			wire.Leave{Owner: h.IDArg(), Entry: kw.id, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 		if err != nil {
 			h.Info("leaving the lock's waiters failed; the waiter is passed over once its deadline passes", "waiter", kw.id, "error", err)
 		}

@@ -33,10 +33,5 @@ func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.PublicMutex(m, waitForWakeUp).(*Mutex), nil
-}
-
-// waitForWakeUp waits out a turn of a Mutex.
-func waitForWakeUp(t *core.Turn) (*core.Grant, error) {
-	return kindOf(t).Acquire(t.Context(), t.Attempt())
+	return core.PublicMutex(m).(*Mutex), nil
 }

@@ -277,7 +277,7 @@ func (v view) holderSummary() string {
 	return who(v.Holders[0])
 }
 
-// who names a holder: its label, else its owner id, and where it runs.
+// who names a holder: its label, else its hold id, and where it runs.
 func who(h holderView) string {
 	s := h.Label
 	if s == "" {

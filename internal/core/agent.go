@@ -29,6 +29,10 @@ type Place struct {
 	ForceUnlock *lua.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
 	Renew *lua.Script
+	// NewWaiter makes what waits out the turns of one hold id (Turn.Waiter):
+	// the fair queue, the reentrant lock's waiter; nil for a kind whose
+	// turns do not wait through it.
+	NewWaiter func(h Agent) Waiter
 	// Calls are the scripts bound to Keys; nil: each handle binds its own.
 	// A kind that makes a handle per hold (the semaphore) shares one among
 	// them: only handles on the very same Keys may share it.
@@ -49,15 +53,15 @@ func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
 	return v.(*lua.Call)
 }
 
-// Agent acts for one owner id of a handle (a Mutex's slot, which a Turn
-// acts as): where the lock lives, the handle's configuration and owner id,
+// Agent acts for one hold id of a handle (a Mutex's slot, which a Turn
+// acts as): where the lock lives, the handle's configuration and hold id,
 // and the requests a primitive may make on the handle's behalf. Calls go
 // one way: a primitive calls its Agent, and core never calls a primitive.
 type Agent struct {
 	Client  redis.UniversalClient
-	Shared  *Owner // the handle's owner: what its handles share
+	Owner   *Owner // the handle's owner: what its handles share
 	Name    string
-	Owner   string
+	ID      string         // the hold id its holds and queue entries carry (their owner field)
 	Config  *config.Config // read only
 	Publish string         // PUBLISH, or SPUBLISH on Cluster
 	Place
@@ -75,11 +79,11 @@ type Agent struct {
 	args *args
 }
 
-// NewEntry returns a fresh queue entry id of the handle's owner id.
-func (h Agent) NewEntry() string { return h.Shared.ids.Entry(h.Owner) }
+// NewEntry returns a fresh queue entry id of the handle's hold id.
+func (h Agent) NewEntry() string { return h.Owner.ids.Entry(h.ID) }
 
 // Mode is what the handle's owner learnt of how its server runs scripts.
-func (h Agent) Mode() *lua.Mode { return ScriptMode(h.Shared) }
+func (h Agent) Mode() *lua.Mode { return ScriptMode(h.Owner) }
 
 // args are a handle's fixed script arguments, boxed once (a value passed as
 // an any is otherwise allocated at every call), and its script calls bound
@@ -92,7 +96,7 @@ type args struct {
 }
 
 func newArgs(h Agent) *args {
-	a := &args{owner: h.Owner, publish: h.Publish, channel: h.Channel,
+	a := &args{owner: h.ID, publish: h.Publish, channel: h.Channel,
 		leaseMs: wire.Ms(h.Config.Lease), waitMs: wire.Ms(h.Config.WaitTimeout), calls: h.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
@@ -101,9 +105,9 @@ func newArgs(h Agent) *args {
 	return a
 }
 
-// OwnerArg, PublishArg and ChannelArg are Owner, Publish and Channel as
+// IDArg, PublishArg and ChannelArg are Owner, Publish and Channel as
 // script arguments, boxed once.
-func (h Agent) OwnerArg() any   { return h.args.owner }
+func (h Agent) IDArg() any      { return h.args.owner }
 func (h Agent) PublishArg() any { return h.args.publish }
 func (h Agent) ChannelArg() any { return h.args.channel }
 
@@ -154,7 +158,7 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	}
 	var a *lua.Abandoned
 	if errors.As(err, &a) && h.abandoned != nil {
-		// Still running: this owner id's clean-ups (this undo, leaving
+		// Still running: this hold id's clean-ups (this undo, leaving
 		// the queue, a release) wait for it (Bounded), or they could reach
 		// Redis before what they undo.
 		h.abandoned.Store(a)
@@ -182,7 +186,7 @@ func (h Agent) Undo(ctx context.Context, undo string) error {
 	})
 }
 
-// afterAbandoned waits, bounded by ctx, until this owner id's latest
+// afterAbandoned waits, bounded by ctx, until this hold id's latest
 // acquiring call abandoned at its ctx's end has returned (lua.Abandoned).
 func (h Agent) afterAbandoned(ctx context.Context) {
 	if h.abandoned != nil {
@@ -192,7 +196,7 @@ func (h Agent) afterAbandoned(ctx context.Context) {
 	}
 }
 
-func (h Agent) requestID() string { return h.Shared.ids.Request(h.Owner) }
+func (h Agent) requestID() string { return h.Owner.ids.Request(h.ID) }
 
 // releaseArgs is a release of this handle's hold with token, or, with undo,
 // of the grant that undo names.
@@ -322,18 +326,18 @@ func (h Agent) Wrap(ctx context.Context, err error) error {
 // Info logs an event worth a user's attention.
 func (h Agent) Info(msg string, args ...any) {
 	if l := h.Config.Logger; l != nil {
-		l.Info("fairlock: "+msg, append([]any{slog.String("lock", h.Name), slog.String("owner", h.Owner)}, args...)...)
+		l.Info("fairlock: "+msg, append([]any{slog.String("lock", h.Name), slog.String("owner", h.ID)}, args...)...)
 	}
 }
 
 func (h Agent) logWarn(msg string, err error) {
 	if l := h.Config.Logger; l != nil {
-		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Any("error", err))
+		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.ID), slog.Any("error", err))
 	}
 }
 
 func (h Agent) logError(msg string, token int64) {
 	if l := h.Config.Logger; l != nil {
-		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.Owner), slog.Int64("token", token))
+		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.ID), slog.Int64("token", token))
 	}
 }

@@ -47,11 +47,11 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 	}
 	bg, cancel := context.WithTimeout(lua.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
 	b := &bounded{done: make(chan struct{})}
-	h.Shared.hubs.ProbeBackground(1)
-	h.Shared.cleanups.add(nil) // Close waits for it
+	h.Owner.hubs.ProbeBackground(1)
+	h.Owner.cleanups.add(nil) // Close waits for it
 	go func() {
-		defer h.Shared.hubs.ProbeBackground(-1)
-		defer h.Shared.cleanups.done()
+		defer h.Owner.hubs.ProbeBackground(-1)
+		defer h.Owner.cleanups.done()
 		defer cancel()
 		h.afterAbandoned(bg) // what it cleans up reaches Redis first
 		err := call(bg)

@@ -33,12 +33,12 @@ type Grant struct {
 type hold struct {
 	End
 	m     *Mutex
-	s     *slot          // the owner id it was granted to
+	s     *slot          // the hold id it was granted to
 	agent *Agent         // s's: what the hold does in Redis
 	cfg   *config.Config // the handle's
 	token int64
 	// releasing: an Unlock's release of it is in flight; that Unlock ends
-	// it, even when the lock it hands on reaches another owner id of the
+	// it, even when the lock it hands on reaches another hold id of the
 	// handle first.
 	releasing atomic.Bool
 	fixed     bool
@@ -59,7 +59,7 @@ const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
 	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, sent: g.Since}
-	m.h.Shared.track(h) // before its timers can end it: Close releases it
+	m.h.Owner.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
 	}
@@ -198,7 +198,7 @@ func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, t
 // acquiring again takes that slot, the latest freed, and sends the stale
 // token with its request, so the script ends that hold in Redis rather than
 // take the call for a re-entry of it. With reuse false (a release whose
-// outcome is unknown), the slot is dropped: its owner id may still hold the
+// outcome is unknown), the slot is dropped: its hold id may still hold the
 // lock. It reports whether this call ended the hold.
 func (h *hold) finish(cause error, why string, reuse bool) bool {
 	ended := h.FinishAfter(cause, func() {
@@ -213,7 +213,7 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	if !ended {
 		return false
 	}
-	h.agent.Shared.untrack(h)
+	h.agent.Owner.untrack(h)
 	h.Lock()
 	if h.expiry != nil {
 		h.expiry.Stop()

@@ -16,16 +16,11 @@ import (
 type Public struct {
 	InvalidArgument, NotHeld, LockLost, Released, Pending, Closed, NotReplicated error
 
-	OwnerOf func(any) *Owner       // the core of a *fairlock.Owner; nil for nil
-	Wrap    func(*Owner) any       // a *fairlock.Owner of a core (tests' rigs)
-	Mutex   func(*Mutex, Wait) any // a *fairlock.Mutex of a core and its wait
-	MutexOf func(any) *Mutex       // the core of a *fairlock.Mutex; nil for nil
+	OwnerOf func(any) *Owner // the core of a *fairlock.Owner; nil for nil
+	Wrap    func(*Owner) any // a *fairlock.Owner of a core (tests' rigs)
+	Mutex   func(*Mutex) any // a *fairlock.Mutex of a core
+	MutexOf func(any) *Mutex // the core of a *fairlock.Mutex; nil for nil
 }
-
-// Wait is how a kind of lock waits out a turn (the fair queue, the
-// reentrant lock's wake-ups): it returns the grant, or nil when the wait
-// elapsed.
-type Wait func(t *Turn) (*Grant, error)
 
 // The errors of package fairlock, set by Link.
 var (
@@ -57,9 +52,9 @@ func OwnerOf(owner any) *Owner { return public.OwnerOf(owner) }
 // rigs, which make owners with NewOwnerWith, hand to constructors.
 func PublicOwner(o *Owner) any { return public.Wrap(o) }
 
-// PublicMutex returns a *fairlock.Mutex (as any) on m, that waits with
-// wait: what fair.New and reentrant.New return.
-func PublicMutex(m *Mutex, wait Wait) any { return public.Mutex(m, wait) }
+// PublicMutex returns a *fairlock.Mutex (as any) on m: what fair.New and
+// reentrant.New return.
+func PublicMutex(m *Mutex) any { return public.Mutex(m) }
 
 // MutexOf returns the core of m, a *fairlock.Mutex; nil if it is nil.
 func MutexOf(m any) *Mutex { return public.MutexOf(m) }

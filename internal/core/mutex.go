@@ -25,13 +25,13 @@ type Attempt struct {
 // Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
 //
 // Goroutines that share a handle exclude each other. Each fresh acquisition
-// acts in Redis as an owner id of its own (a slot), so it takes its turn
+// acts in Redis as a hold id of its own (a slot), so it takes its turn
 // like any other client's call, in the fair queue too. A call re-enters the
 // handle's hold only when its context carries that hold (HoldContext): the
 // context is the proof that a call chain holds the lock, which Go's
 // goroutines cannot give. The handle has at most one hold at a time (cur);
 // slots are reused once their turn has ended, so a handle used by one
-// goroutine at a time acts as one owner id, as a single-owner handle would.
+// goroutine at a time acts as one hold id, as a single-owner handle would.
 //
 // It keeps holds; it does not wait. A primitive's acquisition begins a Turn
 // (Begin), waits as the primitive does, and hands the grant to Keep.
@@ -48,12 +48,12 @@ type Mutex struct {
 	port   int
 }
 
-// slot is one owner id of a handle: one acquisition at a time, then the
+// slot is one hold id of a handle: one acquisition at a time, then the
 // hold it won, if any.
 type slot struct {
-	h     Agent
-	state any          // what the primitive keeps for this owner id (Turn.State)
-	stale atomic.Int64 // Agent.stale
+	h      Agent
+	waiter Waiter       // made at its first turn (Turn.Waiter)
+	stale  atomic.Int64 // Agent.stale
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's
 	// end (Agent.abandoned).
 	abandoned atomic.Pointer[lua.Abandoned]
@@ -67,7 +67,7 @@ type slot struct {
 // goroutines that commonly wait on it at once.
 const maxFreeSlots = 16
 
-// NewMutex checks the arguments and makes a handle with a fresh owner id, on
+// NewMutex checks the arguments and makes a handle with a fresh hold id, on
 // the keys place gives for name.
 func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, scripts *lua.Scripts) Place) (*Mutex, error) {
 	if err := CheckOwner(o); err != nil {
@@ -79,7 +79,7 @@ func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, 
 	Equip(o, &cfg)
 	client := o.client
 	m := &Mutex{}
-	m.h = Agent{Client: client, Shared: o, Name: name, Config: &cfg,
+	m.h = Agent{Client: client, Owner: o, Name: name, Config: &cfg,
 		Publish: o.publish, Place: place(name, cfg.Scripts)}
 	if m.h.Calls == nil {
 		m.h.Calls = NewCalls() // every slot's calls bound once
@@ -93,11 +93,11 @@ func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, 
 	return m, nil
 }
 
-// newSlot makes a slot with a fresh owner id.
+// newSlot makes a slot with a fresh hold id.
 func (m *Mutex) newSlot() *slot {
 	s := &slot{}
 	s.h = m.h
-	s.h.Owner = m.h.Shared.ids.Owner()
+	s.h.ID = m.h.Owner.ids.HoldID()
 	s.h.stale = &s.stale
 	s.h.abandoned = &s.abandoned
 	s.h.args = newArgs(s.h)
@@ -118,7 +118,7 @@ func (m *Mutex) take() *slot {
 	return m.newSlot()
 }
 
-// put gives back a slot whose turn ended: no hold of its owner id is left
+// put gives back a slot whose turn ended: no hold of its hold id is left
 // in Redis that a later acquisition could take for its own (a lost one is
 // recorded as its stale hold, which that acquisition ends first).
 func (m *Mutex) put(s *slot) {
@@ -126,8 +126,8 @@ func (m *Mutex) put(s *slot) {
 		select {
 		case <-a.Done:
 		default:
-			// An acquiring call of its owner id still runs (abandoned at
-			// its ctx's end): another turn as the same owner id could meet
+			// An acquiring call of its hold id still runs (abandoned at
+			// its ctx's end): another turn as the same hold id could meet
 			// its grant in Redis and take it for a re-entry. Not reused.
 			return
 		}
@@ -168,9 +168,9 @@ func (m *Mutex) What() string {
 	return m.h.What
 }
 
-// Owner returns the owner id of the handle's first slot: the one a handle
+// ID returns the hold id of the handle's first slot: the one a handle
 // made for a single hold (a permit hold, a semaphore's gate) acts as.
-func (m *Mutex) Owner() string { return m.first.h.Owner }
+func (m *Mutex) ID() string { return m.first.h.ID }
 
 // heldKey marks a context that carries a hold of the handle m: a Lock given
 // it re-enters that hold.
@@ -217,7 +217,7 @@ func (m *Mutex) adopt(s *slot, g *Grant, a Attempt) *hold {
 	m.mu.Unlock()
 	if old != nil && !old.releasing.Load() {
 		// The handle believed in an older hold that Redis no longer has:
-		// another owner id of the handle was granted the lock. (One that
+		// another hold id of the handle was granted the lock. (One that
 		// an Unlock is releasing is ended by that Unlock, as released: its
 		// release handed the lock on.)
 		old.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
@@ -293,7 +293,7 @@ func (m *Mutex) releaseHold(ctx context.Context, h *hold) error {
 	switch {
 	case err != nil:
 		// The outcome is unknown. Stop renewing: at worst the lease runs
-		// out. The slot is not reused: its owner id may still hold the
+		// out. The slot is not reused: its hold id may still hold the
 		// lock in Redis.
 		m.forget(h)
 		h.finish(ErrReleased, "", false)
@@ -405,7 +405,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 		return 0, m.h.Wrap(ctx, CheckContext(ctx))
 	}
 	s, err := m.state(ctx)
-	if err != nil || s.Owner != h.agent.Owner {
+	if err != nil || s.Owner != h.agent.ID {
 		return 0, m.h.Wrap(ctx, err)
 	}
 	return s.Count, nil
@@ -465,7 +465,7 @@ func (m *Mutex) Carried(ctx context.Context) *End {
 
 // OnHold runs call, a primitive's own script call on a hold (an election's
 // Proclaim), for the hold ctx carries, or else the handle's current one,
-// with the agent of its owner id and its token. call reports false when
+// with the agent of its hold id and its token. call reports false when
 // Redis no longer has that hold: it is then ended as lost, and OnHold
 // returns ErrLockLost. A handle that holds nothing gets ErrNotHeld.
 func (m *Mutex) OnHold(ctx context.Context, call func(ctx context.Context, h Agent, token int64) (bool, error)) error {

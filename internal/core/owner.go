@@ -51,7 +51,7 @@ type Owner struct {
 	hubs *inbox.Hubs // its waiters' pub/sub connections
 
 	mu       sync.Mutex
-	services map[any]any // by key: what a primitive keeps per owner (Services)
+	services map[any]any // by *Service: what a primitive keeps per owner
 	holds    map[*hold]struct{}
 	calls    tracker // acquisitions in flight
 	cleanups tracker // clean-up calls in flight (Bounded)
@@ -222,15 +222,22 @@ func Inbox(o *Owner) *inbox.Hubs { return o.hubs }
 // ScriptMode is what o learnt of how its server runs scripts.
 func ScriptMode(o *Owner) *lua.Mode { return &o.mode }
 
-// LockServices returns o's services, locked: a primitive finds or adds its
-// own (by a key of its own type), then calls UnlockServices.
-func LockServices(o *Owner) map[any]any {
-	o.mu.Lock()
-	return o.services
-}
+// Service is a kind of state a primitive keeps per owner (the fair queue's
+// heartbeats, an election's watches), declared once: Of returns an
+// owner's, made by New at the first call. T guards itself.
+type Service[T any] struct{ New func() *T }
 
-// UnlockServices ends what LockServices began.
-func UnlockServices(o *Owner) { o.mu.Unlock() }
+// Of returns o's T.
+func (s *Service[T]) Of(o *Owner) *T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v, ok := o.services[s].(*T)
+	if !ok {
+		v = s.New()
+		o.services[s] = v
+	}
+	return v
+}
 
 // tracker counts calls in flight, and waits for none to be left.
 type tracker struct {
@@ -280,7 +287,7 @@ func (t *tracker) wait(ctx context.Context) error {
 	}
 }
 
-// ClientID is o's client id: its handles' owner ids begin with it, and its
+// ClientID is o's client id: its handles' hold ids begin with it, and its
 // inbox of a lock (wire.Inbox) carries it.
 func ClientID(o *Owner) string { return o.ids.Client() }
 

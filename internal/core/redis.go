@@ -40,7 +40,7 @@ func (m *Mutex) state(ctx context.Context) (wire.HoldState, error) {
 	if err := CheckContext(ctx); err != nil {
 		return wire.HoldState{}, err
 	}
-	if m.h.Shared.closed.Load() {
+	if m.h.Owner.closed.Load() {
 		return wire.HoldState{}, ErrClosed
 	}
 	v, err := m.h.Config.Scripts.State.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1]).Result()
@@ -60,7 +60,7 @@ func (m *Mutex) Read(ctx context.Context, what string, s *lua.Script, args ...an
 	if err := CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	if m.h.Shared.closed.Load() {
+	if m.h.Owner.closed.Load() {
 		return nil, ErrClosed
 	}
 	v, err := s.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1], args...).Result()
@@ -70,6 +70,6 @@ func (m *Mutex) Read(ctx context.Context, what string, s *lua.Script, args ...an
 	return v, nil
 }
 
-// Agent is what the handle's first owner id may do: for the calls of a
+// Agent is what the handle's first hold id may do: for the calls of a
 // primitive that act for no hold (an election's observers).
 func (m *Mutex) Agent() Agent { return m.h }

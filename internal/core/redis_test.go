@@ -13,7 +13,7 @@ import (
 // wrapped is a user's own UniversalClient: a go-redis client inside.
 type wrapped struct{ *redis.Client }
 
-// Each owner has a client id of its own, which its handles' owner ids
+// Each owner has a client id of its own, which its handles' hold ids
 // begin with (so its inbox of a lock is its own): two owners on one client
 // are independent, and a wrapped client gets an owner like any other.
 func TestEachOwnerHasItsOwnInbox(t *testing.T) {
@@ -31,9 +31,9 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		m2, _ := core.NewMutex(o, "y", config.NewConfig(), place)
-		id := wire.ClientOf(m1.Owner())
-		if wire.ClientOf(m2.Owner()) != id || m1.Owner() == m2.Owner() {
-			t.Fatalf("handles of one owner: owner ids %q and %q, want one client id and two owners", m1.Owner(), m2.Owner())
+		id := wire.ClientOf(m1.ID())
+		if wire.ClientOf(m2.ID()) != id || m1.ID() == m2.ID() {
+			t.Fatalf("handles of one owner: hold ids %q and %q, want one client id and two owners", m1.ID(), m2.ID())
 		}
 		if clients[id] {
 			t.Fatalf("client id %q shared by two owners", id)

@@ -9,7 +9,7 @@ import (
 )
 
 // Turn is one acquisition of a handle, from Begin to Keep. The primitive
-// drives it: Begin picks the owner id it acts as (a fresh one, or the one
+// drives it: Begin picks the hold id it acts as (a fresh one, or the one
 // of the hold its context re-enters) and binds its wait to the owner's
 // Close; the primitive waits and runs its scripts through Agent; Keep makes
 // the grant the handle's hold. Core never calls the primitive back.
@@ -56,7 +56,7 @@ func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
 		return nil, t.report(nil, err)
 	}
 	// The wait also ends when the owner closes; the call then says so.
-	bound, done, err := m.h.Shared.enter(t.call)
+	bound, done, err := m.h.Owner.enter(t.call)
 	if err != nil {
 		return nil, t.report(nil, err)
 	}
@@ -76,13 +76,22 @@ func (t *Turn) Context() context.Context { return t.ctx }
 // Attempt is what the turn asks for (with its Report when observed).
 func (t *Turn) Attempt() Attempt { return t.a }
 
-// Agent acts for the turn's owner id.
+// Agent acts for the turn's hold id.
 func (t *Turn) Agent() Agent { return t.s.h }
 
-// State is what the primitive keeps for the turn's owner id (nil at first);
-// SetState keeps v. A slot serves one turn at a time.
-func (t *Turn) State() any     { return t.s.state }
-func (t *Turn) SetState(v any) { t.s.state = v }
+// Waiter waits out the turns of one hold id: one Lock or TryLock.
+type Waiter interface {
+	Acquire(ctx context.Context, a Attempt) (*Grant, error)
+}
+
+// Waiter is what waits out the turn: its hold id's, made by the place's
+// NewWaiter at the id's first turn. A slot serves one turn at a time.
+func (t *Turn) Waiter() Waiter {
+	if t.s.waiter == nil {
+		t.s.waiter = t.s.h.NewWaiter(t.s.h)
+	}
+	return t.s.waiter
+}
 
 // Keep ends the turn with what the primitive's wait returned: a grant
 // becomes the handle's hold (or counts a re-entry of the one the turn

@@ -32,17 +32,6 @@ func NewHubs(client redis.UniversalClient, clk clock.Clock, probe Probe) *Hubs {
 	return &Hubs{client: client, clk: clk, probe: probe, hubs: map[any]*hub{}}
 }
 
-// all returns the hubs there are now.
-func (hs *Hubs) all() []*hub {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	out := make([]*hub, 0, len(hs.hubs))
-	for _, h := range hs.hubs {
-		out = append(out, h)
-	}
-	return out
-}
-
 // Close closes every hub, whatever channels it has (its owner's waiters
 // have gone), and makes Subscribe refuse from then on.
 func (hs *Hubs) Close() {

@@ -1,7 +1,3 @@
-// Package waiting is the one way every primitive waits for its turn: a
-// loop (Loop) that sleeps until something may have changed, tries again,
-// and rides out spells without Redis, told by the primitive what to try and
-// what its news means (Waiter).
 package waiting
 
 import (
@@ -34,13 +30,8 @@ type Waiter interface {
 	Leave(ctx context.Context)
 }
 
-// Loop is the one way every primitive waits: it sleeps until something may
-// have changed (a message of its subscription, its fallback timer, the
-// confirmation of its subscription, a notice of the primitive's own), tries
-// again, rides out spells without Redis with a jittered backoff (outage),
-// and ends when the Waiter says it is done, the wait elapses or ctx ends.
-// The primitive says what to try and what its news means (Waiter); the
-// loop owns the timers, the backoff and the order of wakes.
+// Loop is one wait: it owns the timers, the backoff and the order of
+// wakes; its Waiter says what to try and what news means.
 type Loop struct {
 	h    core.Agent
 	a    core.Attempt
@@ -69,7 +60,7 @@ type Loop struct {
 // elapses at end unless a waits forever; the caller has just had a reply
 // from Redis (its first try). Close it when the call returns.
 func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
-	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Shared).NewSleeper(), answered: h.Config.Clock.Now()}
+	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
 	if !a.Forever {
 		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
 	}
@@ -154,10 +145,8 @@ func (w *Loop) Clock() clock.Clock { return w.h.Config.Clock }
 // subscription's confirmation: news it finds may be a rescue (Delivered).
 func (w *Loop) FellBack() bool { return w.fellBack }
 
-// FallBackAt arms the primitive's fallback timer for t, replacing the one
-// armed before: a try then, for news that sends no message (a lease that
-// runs out). Its time is set, not a duration: news handled late still
-// wakes the waiter on time.
+// FallBackAt arms the fallback timer for t, replacing the one before: a
+// try then, for news that sends no message (a lease that runs out).
 func (w *Loop) FallBackAt(t time.Time) {
 	w.StopFallback()
 	w.fallback = w.w.At(w.h.Config.Clock, t, inbox.Retry)
@@ -191,11 +180,9 @@ func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, d)
 }
 
-// Failed handles news that failed with err (a try's failure is the loop's
-// own). An error that is not about reaching Redis ends the wait, having
-// left; so does ctx's end. Otherwise the waiter rides the outage out: it
-// tries again after a jittered backoff (one last try before its place runs
-// out), and nil is returned. Only its ctx or its wait's end stops it then.
+// Failed handles news that failed with err. An error not about reaching
+// Redis, or ctx's end, ends the wait, having left; otherwise the waiter
+// tries again after a jittered backoff, and nil is returned.
 func (w *Loop) Failed(ctx context.Context, err error) error { return w.failed(ctx, err, time.Time{}) }
 
 // failed is Failed for a try sent at sent (zero for news): a ctx that ended
@@ -231,12 +218,9 @@ func (w *Loop) failed(ctx context.Context, err error, sent time.Time) error {
 	return nil
 }
 
-// ended is the error of a wait whose ctx ended: ctx's own, wrapped with
-// what the waiter did and what it knows of Redis, no more: while Redis was
-// out of reach, since when and the outage's cause; with a try in flight
-// (sent, not zero), that it had no answer and when Redis last answered;
-// otherwise when Redis last answered: "waiting in the queue, Redis last
-// answered 1.2s earlier: context deadline exceeded".
+// ended is the error of a wait whose ctx ended, ctx's own wrapped with
+// what is known of Redis: "waiting in the queue, Redis last answered 1.2s
+// earlier: context deadline exceeded".
 func (w *Loop) ended(ctx context.Context, sent time.Time) error {
 	now := w.Clock().Now()
 	if w.outage.active() {

@@ -89,7 +89,7 @@ func newLoopEnv(t *testing.T) *loopEnv {
 	o := core.OwnerOf(redistest.OwnerOn(client, clk, nil))
 	cfg := config.NewConfig()
 	core.Equip(o, &cfg)
-	return &loopEnv{clk: clk, h: core.Agent{Client: client, Shared: o, Name: "loop", Config: &cfg}}
+	return &loopEnv{clk: clk, h: core.Agent{Client: client, Owner: o, Name: "loop", Config: &cfg}}
 }
 
 // run starts a loop for s that waits up to wait (forever if 0), and

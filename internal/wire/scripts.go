@@ -18,7 +18,7 @@ type FairAcquire struct {
 	Origin                any    // EncodeOrigin's text
 	Publish, Channel      any
 	Stale                 int64 // the token of a hold this handle gave up for lost (0: none)
-	// On a semaphore's gate, what the waiter asks for: the owner id of its
+	// On a semaphore's gate, what the waiter asks for: the hold id of its
 	// permit hold, the permits and their lease (ms). Empty elsewhere.
 	Permit PermitRequest
 	// In an election, the candidate's value, escaped (EscapeValue); nil
@@ -29,7 +29,7 @@ type FairAcquire struct {
 // PermitRequest is what a semaphore's waiter asks for as it queues on the
 // gate.
 type PermitRequest struct {
-	Owner string // the permit hold's owner id; "": no request
+	Owner string // the permit hold's hold id; "": no request
 	N     int
 	Lease int64 // ms
 }
@@ -144,7 +144,7 @@ type Release struct {
 	Publish, Channel any
 	// Undo, when not empty, releases a grant whose answer never reached
 	// its caller, whatever its token: the acquiring request to undo (only
-	// if that request was applied; a semaphore's owner ids are used once,
+	// if that request was applied; a semaphore's hold ids are used once,
 	// so there the owner's hold is released), or UndoAny.
 	Undo string
 }

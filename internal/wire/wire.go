@@ -1,35 +1,3 @@
-// Package wire is fairlock's protocol with its Redis scripts, on the Go
-// side: every key name, id, note and record the library and the scripts
-// exchange is built and read here, every script's arguments are named here
-// in ARGV order, and every script's reply has a named decoder. Its mirror
-// on the Lua side is internal/lua/wire.lua: a change to one is a change to
-// both (and, when data stored in Redis changes, to the data layout's
-// version, LAYOUT in internal/lua/hold.lua).
-//
-// The encodings, and where each is built and read:
-//
-//	client id    "<random 22 chars>"                 Go (NewIDs): one per fairlock.Owner
-//	owner id     "<client>.<n>"                      Go (IDs.Owner); Lua reads its client (note_client)
-//	entry id     "<owner>/<n>"                       Go (IDs.Entry); Lua entry_owner, Go OwnerOfEntry
-//	request id   "<owner>#<n>"                       Go (IDs.Request); Lua compares it whole
-//	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
-//	queue element "<entry>|<lease>|<wait>|<request>|<origin>"
-//	                                                 Lua (wire.lua element); Go ParseElementInfo (Inspect)
-//	permit request "<permit owner> <n> <lease ms>"   Lua (request_text), in a gate's queue element,
-//	                                                 from FairAcquire's arguments
-//	candidate value "=<escaped value>"               Go (EscapeValue), in an election's queue
-//	                                                 element; Lua element_value; Go ElementValue
-//	leadership   "leader <version> <term> ..."       Lua (leadership_text) on LeaderChannel and
-//	                                                 from election_leader.lua; Go ParseLeadership
-//	notes        hand-off, head notice, permits, freed, ';' between notes
-//	                                                 Lua (wire.lua); Go ParseNote, NoteTarget
-//	inbox        "<channel>:<client>"                Go (Inbox); Lua publish_notes: every note goes
-//	                                                 to the inbox of the client its target names
-//	permit record "<n>|<expiry>|<token>|<g>|<origin>"  Lua only (wire.lua)
-//	released tokens, 16-digit fields                  Lua only (retry.lua)
-//	the hold, a JSON object of one-letter fields      Lua only (hold.lua); Go reads it
-//	                                                 through the scripts' replies
-//	modes, flags and undo markers                     the constants below
 package wire
 
 import (
@@ -73,7 +41,7 @@ func QueueKeys(base string) []string {
 // notes for its waiters go to the inboxes under it (Inbox).
 func Channel(base string) string { return base + ":wake" }
 
-// Inbox is where the notes for id (an owner id, or an entry id that extends
+// Inbox is where the notes for id (a hold id, or an entry id that extends
 // one) arrive: the channel of its client, "<channel>:<client>". Each go-redis
 // client subscribes to its own inbox of a lock, so a hand-off reaches the
 // one client whose waiter it names, however many clients wait. The inbox
@@ -102,7 +70,7 @@ type IDs struct {
 
 // NewIDs returns the ids of a new owner, whose client id is a random UUID
 // in 22 characters: the name of its inboxes (Inbox), and the first part of
-// the owner ids of the handles made on it.
+// the hold ids of the handles made on it.
 func NewIDs() *IDs {
 	u := uuid.New()
 	return &IDs{client: base64.RawURLEncoding.EncodeToString(u[:])}
@@ -111,14 +79,14 @@ func NewIDs() *IDs {
 // Client returns the client id.
 func (ids *IDs) Client() string { return ids.client }
 
-// Owner returns a fresh owner id, "<client>.<n>": one per handle (or per
+// HoldID returns a fresh hold id, "<client>.<n>": one per handle (or per
 // slot of a handle).
-func (ids *IDs) Owner() string { return ids.idOf(ids.client, '.') }
+func (ids *IDs) HoldID() string { return ids.idOf(ids.client, '.') }
 
-// Entry returns a fresh queue entry id of owner, "<owner>/<n>".
+// Entry returns a fresh queue entry id of a hold id, "<hold>/<n>".
 func (ids *IDs) Entry(owner string) string { return ids.idOf(owner, '/') }
 
-// Request returns a fresh request id of owner, "<owner>#<n>".
+// Request returns a fresh request id of a hold id, "<hold>#<n>".
 func (ids *IDs) Request(owner string) string { return ids.idOf(owner, '#') }
 
 // idOf is prefix + sep + a fresh number, in one allocation.
@@ -128,7 +96,7 @@ func (ids *IDs) idOf(prefix string, sep byte) string {
 	return string(strconv.AppendUint(b, ids.n.Add(1), 36))
 }
 
-// ClientOf returns the client id an owner id or entry id begins with (the
+// ClientOf returns the client id a hold id or entry id begins with (the
 // whole of an id that has no client part).
 func ClientOf(id string) string {
 	if i := strings.IndexByte(id, '.'); i >= 0 {
@@ -137,7 +105,7 @@ func ClientOf(id string) string {
 	return id
 }
 
-// OwnerOfEntry returns the owner id an entry id extends ("" if none).
+// OwnerOfEntry returns the hold id an entry id extends ("" if none).
 func OwnerOfEntry(entry string) string {
 	if j := strings.LastIndexByte(entry, '/'); j >= 0 {
 		return entry[:j]
@@ -249,7 +217,7 @@ func ParseLeadership(text string) (Leadership, error) {
 }
 
 // ParseRequest reads a permit request as wire.lua's request_text writes
-// it, "<owner> <n> <lease ms>"; an owner id alone (an older layout) gives
+// it, "<owner> <n> <lease ms>"; a hold id alone (an older layout) gives
 // the owner only.
 func ParseRequest(text string) PermitRequest {
 	f := strings.Fields(text)
@@ -268,7 +236,7 @@ func ParseRequest(text string) PermitRequest {
 
 // Notes: what the scripts publish on a lock's channel. One message carries
 // one or more notes, separated by NoteSeparator; each note's first word is
-// the id of the waiter it is for (an entry id, or a gate's owner id), or it
+// the id of the waiter it is for (an entry id, or a gate's hold id), or it
 // is empty: a wake-up for any one waiter (the reentrant lock's release).
 
 // NoteSeparator separates the notes of one message.
@@ -378,7 +346,7 @@ const (
 
 	// UndoAny is a release's undo argument when the owner's hold is to be
 	// released whatever its token, and no request names it: permits served
-	// to a semaphore's waiter that stopped waiting (owner ids of permit
+	// to a semaphore's waiter that stopped waiting (hold ids of permit
 	// holds are used once).
 	UndoAny = "any"
 )

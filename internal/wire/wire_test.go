@@ -103,9 +103,9 @@ func TestIDs(t *testing.T) {
 	if client == NewIDs().Client() {
 		t.Fatal("two owners got one client id")
 	}
-	owner := ids.Owner()
-	if owner == ids.Owner() {
-		t.Fatal("two handles got one owner id")
+	owner := ids.HoldID()
+	if owner == ids.HoldID() {
+		t.Fatal("two handles got one hold id")
 	}
 	if got := ClientOf(owner); got != client {
 		t.Fatalf("ClientOf(%q) = %q, want %q", owner, got, client)
@@ -146,7 +146,7 @@ func TestFairAcquireArgs(t *testing.T) {
 	}
 }
 
-// Inspect reads a queue element's origin and, on a gate, the owner id of
+// Inspect reads a queue element's origin and, on a gate, the hold id of
 // the permit hold its waiter asks for.
 func TestParseElementInfo(t *testing.T) {
 	for _, tc := range []struct {
