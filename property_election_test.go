@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -79,7 +80,7 @@ func (s *electionSpec) now() time.Time { return s.clk.Now() }
 
 func (s *electionSpec) channel() string { return wire.Channel(electionSpecBase) }
 
-func (s *electionSpec) call(sc *lua.Script, args ...any) []int64 {
+func (s *electionSpec) call(sc *transport.Script, args ...any) []int64 {
 	return runInts(s.t, sc, s.c, s.keys, args...)
 }
 

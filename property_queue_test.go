@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -206,12 +206,12 @@ type queueLedger struct {
 // headReplies is a client hook that records the entries a fair_acquire
 // reply told they are the live head ({0, hold ms, 1, now, ...}).
 type headReplies struct {
-	script *lua.Script
+	script *transport.Script
 	mu     sync.Mutex
 	heads  map[string]bool
 }
 
-func newHeadReplies(script *lua.Script) *headReplies {
+func newHeadReplies(script *transport.Script) *headReplies {
 	return &headReplies{script: script, heads: map[string]bool{}}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -107,7 +108,7 @@ func (s *reentrantSpec) wake() string {
 	return ""
 }
 
-func (s *reentrantSpec) call(sc *lua.Script, args ...any) []int64 {
+func (s *reentrantSpec) call(sc *transport.Script, args ...any) []int64 {
 	return runInts(s.t, sc, s.c, s.keys, args...)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -69,13 +70,13 @@ type retrySpec struct {
 	reqs    int
 }
 
-func (s *retrySpec) call(sc *lua.Script, args ...any) []int64 {
+func (s *retrySpec) call(sc *transport.Script, args ...any) []int64 {
 	return runInts(s.t, sc, s.c, s.keys, args...)
 }
 
 // runInts runs a script and returns its integer reply as a list (a script
 // that answers one integer gives a list of one).
-func runInts(t *rapid.T, sc *lua.Script, c *redis.Client, keys []string, args ...any) []int64 {
+func runInts(t *rapid.T, sc *transport.Script, c *redis.Client, keys []string, args ...any) []int64 {
 	res, err := sc.Run(context.Background(), c, nil, keys, args...).Result()
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -92,7 +93,7 @@ func runInts(t *rapid.T, sc *lua.Script, c *redis.Client, keys []string, args ..
 }
 
 // replay sends a recorded request again, as it was: one more request run.
-func (s *retrySpec) replay(sc *lua.Script, args []any) []int64 {
+func (s *retrySpec) replay(sc *transport.Script, args []any) []int64 {
 	s.reqs++
 	return s.call(sc, args...)
 }

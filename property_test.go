@@ -42,6 +42,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -663,7 +664,7 @@ func sameState(a, b fair.State) bool {
 // every such release of every process (undoing ones too: they are kept in
 // the same memory of released tokens).
 type releaseLog struct {
-	script *lua.Script
+	script *transport.Script
 	seq    *atomic.Int64
 	clk    clock.Clock
 

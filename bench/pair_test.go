@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -222,7 +223,7 @@ func BenchmarkPairParts(b *testing.B) {
 			return nil
 		}})
 	}
-	scripts, mode := lua.Default(), &lua.Mode{}
+	scripts, mode := lua.Default(), &transport.Mode{}
 	base := wire.FairBase(lockName("parts-scripts"))
 	keys, channel := wire.QueueKeys(base), wire.Channel(base)
 	owner, origin, n := "QhOrGB6RQrKo9uyIgFu7VQ.1", wire.EncodeOrigin("bench-host", 12345, ""), 0

@@ -10,6 +10,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
@@ -161,7 +162,7 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	}
 	args := wire.Heartbeat(qu.h.PublishArg(), qu.h.ChannelArg(), entries, waits)
 	// A beat that outlasts the interval is no use: the next one is due.
-	ctx, cancel := context.WithTimeout(lua.Detached(context.Background()), min(cfg.CleanupTimeout, max(every, 10*time.Millisecond))) // nobody waits on it: go-redis bounds it
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), min(cfg.CleanupTimeout, max(every, 10*time.Millisecond))) // nobody waits on it: go-redis bounds it
 	defer cancel()
 	sent := cfg.Clock.Now()
 	v, err := cfg.Scripts.FairHeartbeat.Run(ctx, qu.h.Client, qu.h.Mode(), qu.h.Keys, args...).Result()

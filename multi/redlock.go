@@ -13,7 +13,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -365,7 +365,7 @@ func (h *redHold) watch() {
 // (a master unreachable), the next round comes sooner; a member whose
 // renewals keep failing is lost when its lease runs out.
 func (h *redHold) watchdog() {
-	ctx, cancel := context.WithTimeout(lua.Detached(context.Background()), h.cleanup)
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cleanup)
 	defer cancel()
 	failed := make([]bool, len(h.held))
 	var wg sync.WaitGroup

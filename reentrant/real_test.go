@@ -10,6 +10,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -205,7 +206,7 @@ func BenchmarkUncontendedSteps(b *testing.B) {
 		}
 	})
 	b.Run("scripts", func(b *testing.B) {
-		scripts, mode := lua.Default(), &lua.Mode{}
+		scripts, mode := lua.Default(), &transport.Mode{}
 		base := wire.ReentrantKey(name + "-scripts")
 		keys, channel := wire.QueueKeys(base), wire.Channel(base)
 		b.ReportAllocs()

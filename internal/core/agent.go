@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/config"
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
@@ -24,11 +24,11 @@ type Place struct {
 	Keys        []string          // the hold first
 	Channel     string            // where hand-offs and releases are published
 	Primitive   observe.Primitive // the primitive, as an observer names it: observe.Fair
-	Acquire     *lua.Script       // the script an acquisition runs first (for spans)
-	Release     *lua.Script
-	ForceUnlock *lua.Script
+	Acquire     *transport.Script // the script an acquisition runs first (for spans)
+	Release     *transport.Script
+	ForceUnlock *transport.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
-	Renew *lua.Script
+	Renew *transport.Script
 	// NewWaiter makes what waits out the turns of one hold id (Turn.Waiter):
 	// the fair queue, the reentrant lock's waiter; nil for a kind whose
 	// turns do not wait through it.
@@ -39,18 +39,18 @@ type Place struct {
 	Calls *Calls
 }
 
-// Calls binds scripts to one set of keys (lua.Call), once per script.
-type Calls struct{ m sync.Map } // *lua.Script -> *lua.Call
+// Calls binds scripts to one set of keys (transport.Call), once per script.
+type Calls struct{ m sync.Map } // *transport.Script -> *transport.Call
 
 // NewCalls returns an empty Calls.
 func NewCalls() *Calls { return &Calls{} }
 
-func (c *Calls) of(s *lua.Script, keys []string) *lua.Call {
+func (c *Calls) of(s *transport.Script, keys []string) *transport.Call {
 	if v, ok := c.m.Load(s); ok {
-		return v.(*lua.Call)
+		return v.(*transport.Call)
 	}
 	v, _ := c.m.LoadOrStore(s, s.On(keys))
-	return v.(*lua.Call)
+	return v.(*transport.Call)
 }
 
 // Agent acts for one hold id of a handle (a Mutex's slot, which a Turn
@@ -74,7 +74,7 @@ type Agent struct {
 	stale *atomic.Int64
 	// abandoned: the slot's latest acquiring call abandoned at its ctx's
 	// end, still running in the background until its Done closes.
-	abandoned *atomic.Pointer[lua.Abandoned]
+	abandoned *atomic.Pointer[transport.Abandoned]
 
 	args *args
 }
@@ -83,11 +83,11 @@ type Agent struct {
 func (h Agent) NewEntry() string { return h.Owner.ids.Entry(h.ID) }
 
 // Mode is what the handle's owner learnt of how its server runs scripts.
-func (h Agent) Mode() *lua.Mode { return ScriptMode(h.Owner) }
+func (h Agent) Mode() *transport.Mode { return ScriptMode(h.Owner) }
 
 // args are a handle's fixed script arguments, boxed once (a value passed as
 // an any is otherwise allocated at every call), and its script calls bound
-// to its keys (lua.Call): the hot path allocates for what changes only.
+// to its keys (transport.Call): the hot path allocates for what changes only.
 type args struct {
 	owner, publish, channel any
 	lease, wait             any // Config.Lease and WaitTimeout, in ms
@@ -124,8 +124,8 @@ func (h Agent) MsArg(d time.Duration) any {
 	}
 }
 
-// Call is s bound to the handle's keys (lua.Call).
-func (h Agent) Call(s *lua.Script) *lua.Call { return h.args.calls.of(s, h.Keys) }
+// Call is s bound to the handle's keys (transport.Call).
+func (h Agent) Call(s *transport.Script) *transport.Call { return h.args.calls.of(s, h.Keys) }
 
 // Request is one acquiring script call: its id, which makes a retry of it
 // harmless, and the token of a stale hold it ends first (0: none).
@@ -156,7 +156,7 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if Refused(err) {
 		return
 	}
-	var a *lua.Abandoned
+	var a *transport.Abandoned
 	if errors.As(err, &a) && h.abandoned != nil {
 		// Still running: this hold id's clean-ups (this undo, leaving
 		// the queue, a release) wait for it (Bounded), or they could reach
@@ -187,11 +187,11 @@ func (h Agent) Undo(ctx context.Context, undo string) error {
 }
 
 // afterAbandoned waits, bounded by ctx, until this hold id's latest
-// acquiring call abandoned at its ctx's end has returned (lua.Abandoned).
+// acquiring call abandoned at its ctx's end has returned (transport.Abandoned).
 func (h Agent) afterAbandoned(ctx context.Context) {
 	if h.abandoned != nil {
 		if a := h.abandoned.Load(); a != nil {
-			lua.AfterAbandoned(ctx, a)
+			transport.AfterAbandoned(ctx, a)
 		}
 	}
 }
@@ -206,9 +206,9 @@ func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 }
 
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
-// connection by WAIT (lua.Script.RunWait). acked is the replicas that
+// connection by WAIT (transport.Script.RunWait). acked is the replicas that
 // acknowledged, -1 without WithReplicas.
-func (h Agent) RunAcquire(ctx context.Context, s *lua.Script, args ...any) (v any, acked int64, err error) {
+func (h Agent) RunAcquire(ctx context.Context, s *transport.Script, args ...any) (v any, acked int64, err error) {
 	if h.Config.Replicas == 0 {
 		v, err = h.Call(s).Run(ctx, h.Client, h.Mode(), args...).Result()
 		return v, -1, err
@@ -291,7 +291,7 @@ func (h Agent) claimSince(g Grant, fixed bool) time.Time {
 
 // renewCall is the script and arguments that extend this handle's hold with
 // token by lease (from the hand-off's grant when fromGrant).
-func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*lua.Script, []any) {
+func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*transport.Script, []any) {
 	from := wire.FromNow
 	if fromGrant {
 		from = wire.FromGrant

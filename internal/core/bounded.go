@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // Grace is how long a call waits, once its ctx has ended, for the Redis
@@ -27,7 +27,7 @@ const Grace = 50 * time.Millisecond
 //
 // call runs in the caller's goroutine when ctx can never end
 // (context.Background), and when ctx has not ended and go-redis ends the
-// call by itself before ctx's deadline, if any (lua.EndsInTime: no
+// call by itself before ctx's deadline, if any (transport.EndsInTime: no
 // deadline, or one farther than go-redis's own bound): then it runs on
 // ctx's values without its cancellation, a cancellation while it runs is
 // seen when it returns, as for every script call, and the call is made
@@ -40,12 +40,12 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		h.afterAbandoned(ctx)
 		return call(ctx)
 	}
-	if ctx.Err() == nil && lua.EndsInTime(ctx, h.Client) {
-		here := lua.Detached(context.WithoutCancel(ctx))
+	if ctx.Err() == nil && transport.EndsInTime(ctx, h.Client) {
+		here := transport.Detached(context.WithoutCancel(ctx))
 		h.afterAbandoned(here)
 		return call(here)
 	}
-	bg, cancel := context.WithTimeout(lua.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
+	bg, cancel := context.WithTimeout(transport.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
 	b := &bounded{done: make(chan struct{})}
 	h.Owner.hubs.ProbeBackground(1)
 	h.Owner.cleanups.add(nil) // Close waits for it

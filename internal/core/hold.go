@@ -7,7 +7,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/config"
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
@@ -151,7 +151,7 @@ func (h *hold) recheck(gone string) {
 // lease is fixed.
 func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) {
 	cfg := h.cfg
-	ctx, cancel := context.WithTimeout(lua.Detached(context.Background()), cfg.CleanupTimeout) // nobody waits on it
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), cfg.CleanupTimeout) // nobody waits on it
 	defer cancel()
 	since, ok, err := call(ctx)
 	if err == nil && !ok {
@@ -235,7 +235,7 @@ func (h *hold) closeOut() error {
 	if !h.end(ErrClosed, "") {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(lua.Detached(context.Background()), h.cfg.CleanupTimeout)
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cfg.CleanupTimeout)
 	defer cancel()
 	for range maxReleases {
 		status, err := h.m.release(ctx, h.s, h.token)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
@@ -56,7 +57,7 @@ type slot struct {
 	stale  atomic.Int64 // Agent.stale
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's
 	// end (Agent.abandoned).
-	abandoned atomic.Pointer[lua.Abandoned]
+	abandoned atomic.Pointer[transport.Abandoned]
 	// acquired is when the slot's hold was granted, for an observer (zero
 	// without one). A slot has one hold at a time, and is reused only once
 	// that hold has ended (and been reported).

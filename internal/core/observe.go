@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,7 +70,7 @@ func OutcomeOf(ctx context.Context, held, reentered bool, err error) observe.Out
 }
 
 // call is the observe.Call of one operation of the handle.
-func (m *Mutex) call(op string, script *lua.Script) observe.Call {
+func (m *Mutex) call(op string, script *transport.Script) observe.Call {
 	c := observe.Call{Primitive: m.h.Primitive, Lock: m.h.Name, Operation: op,
 		ServerAddress: m.server, ServerPort: m.port}
 	if script != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +26,7 @@ type Owner struct {
 	client  redis.UniversalClient
 	ids     *wire.IDs // its client id (its inbox of each lock), and its handles' ids
 	publish string    // PUBLISH, or SPUBLISH on Cluster
-	mode    lua.Mode
+	mode    transport.Mode
 	clock   clock.Clock  // what drives every timer of its handles and hubs
 	scripts *lua.Scripts // what its handles run
 
@@ -220,7 +221,7 @@ func (o *Owner) untrack(h *hold) {
 func Inbox(o *Owner) *inbox.Hubs { return o.hubs }
 
 // ScriptMode is what o learnt of how its server runs scripts.
-func ScriptMode(o *Owner) *lua.Mode { return &o.mode }
+func ScriptMode(o *Owner) *transport.Mode { return &o.mode }
 
 // Service is a kind of state a primitive keeps per owner (the fair queue's
 // heartbeats, an election's watches), declared once: Of returns an

@@ -3,7 +3,7 @@ package core
 import (
 	"context"
 
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +53,7 @@ func (m *Mutex) state(ctx context.Context) (wire.HoldState, error) {
 // Read runs s, a read-only script of the handle's place (an election's
 // leader), on its first key with args, and returns its reply; what names
 // the step in an error.
-func (m *Mutex) Read(ctx context.Context, what string, s *lua.Script, args ...any) (any, error) {
+func (m *Mutex) Read(ctx context.Context, what string, s *transport.Script, args ...any) (any, error) {
 	if !m.made() {
 		return nil, errUnmade
 	}

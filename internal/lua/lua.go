@@ -3,12 +3,9 @@
 // wire.lua, fence.lua, retry.lua, queue.lua, permits.lua, in that order)
 // put in front of it.
 //
-// Where the server has Redis Functions (Redis 7 and later), all scripts are
-// loaded as one function library and called with FCALL: the helpers then run
-// once per load, not at every call (about 2 µs of Redis time per call on the
-// machine of docs/performance.md). Elsewhere (miniredis, Redis 6, an ACL
-// that forbids Functions) each runs as a plain script: EVALSHA, with EVAL
-// when the server does not have it yet.
+// The scripts make one function library, which internal/transport loads
+// and calls (FCALL, or EVALSHA where the server has no Functions): the
+// helpers then run once per load, not at every call.
 //
 // Every script takes "now" from Redis's TIME and touches only keys passed in
 // KEYS, which share one lock's hash tag: every script is single-slot.
@@ -24,7 +21,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 //go:embed *.lua
@@ -33,27 +30,27 @@ var files embed.FS
 // Scripts is one complete set of fairlock's scripts. Their KEYS and ARGV are
 // documented at the top of each file.
 type Scripts struct {
-	ReentrantAcquire     *Script
-	ReentrantRelease     *Script
-	ReentrantForceUnlock *Script
-	ReentrantLeave       *Script
-	Renew                *Script
-	State                *Script
-	FairAcquire          *Script
-	FairRelease          *Script
-	FairLeave            *Script
-	FairHeartbeat        *Script
-	FairForceUnlock      *Script
-	FairInspect          *Script
-	SemAcquire           *Script
-	SemRelease           *Script
-	SemRenew             *Script
-	SemSet               *Script
-	SemState             *Script
-	SemResize            *Script
-	ElectionProclaim     *Script
-	ElectionLeader       *Script
-	ElectionInspect      *Script
+	ReentrantAcquire     *transport.Script
+	ReentrantRelease     *transport.Script
+	ReentrantForceUnlock *transport.Script
+	ReentrantLeave       *transport.Script
+	Renew                *transport.Script
+	State                *transport.Script
+	FairAcquire          *transport.Script
+	FairRelease          *transport.Script
+	FairLeave            *transport.Script
+	FairHeartbeat        *transport.Script
+	FairForceUnlock      *transport.Script
+	FairInspect          *transport.Script
+	SemAcquire           *transport.Script
+	SemRelease           *transport.Script
+	SemRenew             *transport.Script
+	SemSet               *transport.Script
+	SemState             *transport.Script
+	SemResize            *transport.Script
+	ElectionProclaim     *transport.Script
+	ElectionLeader       *transport.Script
+	ElectionInspect      *transport.Script
 }
 
 var defaultScripts = MustBuild(Sources())
@@ -116,15 +113,15 @@ func MustBuild(src map[string]string) *Scripts {
 	prefix := "fairlock_" + hex.EncodeToString(sum[:6])
 	var code strings.Builder
 	fmt.Fprintf(&code, "#!lua name=%s\nlocal KEYS, ARGV\n%s\n", prefix, lib)
-	l := &library{name: prefix}
-	scripts := map[string]*Script{}
+	l := &transport.Library{Name: prefix}
+	scripts := map[string]*transport.Script{}
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
 		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce = keys, args, false, false, nil\n%s\nend)\n", fn, src[name])
-		scripts[name] = &Script{lib: l, fn: fn, eval: redis.NewScript(lib + src[name]), src: lib + src[name]}
+		scripts[name] = transport.NewScript(l, fn, lib+src[name])
 	}
-	l.code = code.String()
-	get := func(name string) *Script {
+	l.Code = code.String()
+	get := func(name string) *transport.Script {
 		s, ok := scripts[name]
 		if !ok {
 			panic(fmt.Sprintf("lua: no script %s", name))
@@ -154,6 +151,13 @@ func MustBuild(src map[string]string) *Scripts {
 		ElectionLeader:       get("election_leader.lua"),
 		ElectionInspect:      get("election_inspect.lua"),
 	}
+}
+
+// Library returns the function library's name and code (for tests and
+// operators who load it themselves).
+func (s *Scripts) Library() (name, code string) {
+	l := s.FairAcquire.Library()
+	return l.Name, l.Code
 }
 
 func bodies(src map[string]string, names []string) []string {

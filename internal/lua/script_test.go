@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,12 +48,12 @@ func (c *commands) take() string {
 
 // modeOf is what the tests' calls on c learnt of its server, as an owner
 // of handles on c keeps it.
-func modeOf(c redis.UniversalClient) *lua.Mode {
-	m, _ := modes.LoadOrStore(c, &lua.Mode{})
-	return m.(*lua.Mode)
+func modeOf(c redis.UniversalClient) *transport.Mode {
+	m, _ := modes.LoadOrStore(c, &transport.Mode{})
+	return m.(*transport.Mode)
 }
 
-var modes sync.Map // redis.UniversalClient -> *lua.Mode
+var modes sync.Map // redis.UniversalClient -> *transport.Mode
 
 // state runs state.lua (read-only) on a lock that does not exist: {}.
 func state(t *testing.T, s *lua.Scripts, c redis.UniversalClient, name string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -219,7 +220,7 @@ func BenchmarkScriptCalls(b *testing.B) {
 		return sum / float64(len(mid))
 	}
 	name := redistest.Name(b)
-	var mode lua.Mode
+	var mode transport.Mode
 	reentrant := func(s *lua.Scripts) func(i int) {
 		keys := []string{"fairlock:r:{" + name + "}", "fairlock:r:{" + name + "}:queue", "fairlock:r:{" + name + "}:deadlines"}
 		return func(i int) {

@@ -1,4 +1,4 @@
-package lua
+package transport
 
 import (
 	"context"
@@ -12,12 +12,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script is one of fairlock's scripts, runnable on any go-redis client.
+// Script is one of fairlock's scripts (internal/lua builds them), runnable
+// on any go-redis client.
 type Script struct {
-	lib  *library
+	lib  *Library
 	fn   string        // its function in the library
 	eval *redis.Script // the same script for EVAL
 	src  string        // its source for EVAL
+}
+
+// NewScript returns the script whose function in lib is fn, and whose
+// source, for EVAL, is src.
+func NewScript(lib *Library, fn, src string) *Script {
+	return &Script{lib: lib, fn: fn, eval: redis.NewScript(src), src: src}
 }
 
 // Calls reports whether a command's arguments call this script (FCALL,
@@ -38,10 +45,11 @@ func (s *Script) Calls(args []any) bool {
 	return false
 }
 
-// library is the function library of one Scripts set.
-type library struct {
-	name string
-	code string
+// Library is the function library of one set of scripts: its name and
+// its code, which FUNCTION LOAD takes.
+type Library struct {
+	Name string
+	Code string
 }
 
 // Mode is what a caller learnt of how its server runs scripts, at its
@@ -264,13 +272,13 @@ func (s *Script) runWait(ctx context.Context, c redis.UniversalClient, m *Mode, 
 // just moved, the client's map may still name the old master (go-redis
 // follows a MOVED reply at once but reloads its map later), and the library
 // would go there again while the call that missed it goes to the new one.
-func (l *library) load(ctx context.Context, c redis.UniversalClient, keys []string) error {
+func (l *Library) load(ctx context.Context, c redis.UniversalClient, keys []string) error {
 	if cc, ok := c.(*redis.ClusterClient); ok && len(keys) > 0 {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.FunctionLoadReplace(ctx, l.code).Err()
+			return node.FunctionLoadReplace(ctx, l.Code).Err()
 		})
 	}
-	return c.FunctionLoadReplace(ctx, l.code).Err()
+	return c.FunctionLoadReplace(ctx, l.Code).Err()
 }
 
 // redisError returns the text of an error Redis replied with, or "".
@@ -299,11 +307,8 @@ func functionMissing(err error) bool {
 	return strings.HasPrefix(strings.ToLower(redisError(err)), "err function not found")
 }
 
-// Library returns the function library's name and code (for tests and
-// operators who load it themselves).
-func (s *Scripts) Library() (name, code string) {
-	return s.FairAcquire.lib.name, s.FairAcquire.lib.code
-}
+// Library is the function library the script belongs to.
+func (s *Script) Library() *Library { return s.lib }
 
 // Function is the script's function in the library, as FCALL names it.
 func (s *Script) Function() string { return s.fn }

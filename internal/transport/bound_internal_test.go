@@ -1,4 +1,4 @@
-package lua
+package transport
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package lua
+package transport
 
 import (
 	"context"
@@ -6,18 +6,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// A go-redis client made with its default options (ContextTimeoutEnabled
-// false) does not end a call when the call's ctx ends: it waits for its
-// ReadTimeout (3 s) and retries, so a call on a server that hangs takes
-// seconds whatever its deadline. A script call on such a client whose ctx
-// has a deadline sooner than go-redis's own bound of a call (selfBound)
-// runs on a goroutine of its own, and returns the caller's ctx error
-// (Abandoned) at the deadline; the call goes on in the background until
-// go-redis gives up. A client that bounds its calls by their ctx itself
-// (ContextTimeoutEnabled) gets no goroutine, nor does a call whose deadline
-// is farther than go-redis's own bound, or that has none (go-redis ends it
-// first anyway; a cancellation without a deadline is seen between calls).
 
 // Abandoned is the error of a script call whose ctx ended before Redis
 // answered, on a client that does not end its calls at their ctx's end:
