@@ -3,14 +3,11 @@ package fair_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,61 +31,6 @@ func Example() {
 
 	fmt.Println("deploying with fencing token", m.Token() > 0)
 	// Output: deploying with fencing token true
-}
-
-// One handle, shared by goroutines: they take turns, each Lock in the
-// queue in arrival order; the context LockContext returns re-enters.
-func ExampleMutex_LockContext() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	jobs, _ := fair.New(owner, "jobs")      // share it
-
-	var inside, most atomic.Int32
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			ctx, err := jobs.LockContext(context.Background())
-			if err != nil {
-				panic(err)
-			}
-			defer jobs.Unlock(ctx)
-			if n := inside.Add(1); n > most.Load() {
-				most.Store(n)
-			}
-			_ = jobs.Lock(ctx) // a re-entry: ctx carries the hold
-			_ = jobs.Unlock(ctx)
-			inside.Add(-1)
-		})
-	}
-	wg.Wait()
-	fmt.Println("goroutines inside at once, at most:", most.Load())
-	// Output: goroutines inside at once, at most: 1
-}
-
-// Do runs a function holding the lock, and releases it after.
-func ExampleMutex_Do() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	reports, _ := fair.New(owner, "reports")
-
-	err := reports.Do(context.Background(), func(ctx context.Context) error {
-		// ctx ends if the hold is lost; pass it to the work.
-		fmt.Println("held:", ctx.Err() == nil)
-		return nil
-	})
-	held, _ := reports.IsLocked(context.Background())
-	fmt.Println(err, held)
-	// Output:
-	// held: true
-	// <nil> false
 }
 
 func ExampleInspect() {
@@ -185,34 +127,4 @@ func ExampleRWMutex() {
 	// Output:
 	// writer beside two readers: false
 	// writer once they are gone: true
-}
-
-// waitLogger is an observer of its own: it embeds observe.Nop and
-// overrides the one method it needs.
-type waitLogger struct{ observe.Nop }
-
-func (waitLogger) ObserveAcquisition(_ context.Context, a observe.Acquisition) {
-	fmt.Printf("%s lock %q: %s, queued %v\n", a.Primitive, a.Lock, a.Outcome, a.Queued)
-}
-
-// An observer hears of every acquisition and hold; the OpenTelemetry and
-// Prometheus modules (extra/) are ready-made ones.
-func ExampleWithObserver() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	ctx := context.Background()
-
-	m, _ := fair.New(owner, "reports", fairlock.WithObserver(waitLogger{}))
-	_ = m.Do(ctx, func(context.Context) error { return nil })
-	other, _ := fair.New(owner, "reports")
-	_ = other.Lock(ctx)
-	defer other.Unlock(ctx)
-	_, _ = m.TryLock(ctx, 0, 0)
-	// Output:
-	// fair lock "reports": acquired, queued false
-	// fair lock "reports": timed_out, queued false
 }
