@@ -23,7 +23,8 @@ type Attempt struct {
 	Report *Report
 }
 
-// Mutex is the shared implementation behind fair.Mutex and reentrant.Mutex.
+// Mutex is the implementation behind fairlock.Mutex (fair.New, reentrant.New)
+// and the handles of the other primitives.
 //
 // Goroutines that share a handle exclude each other. Each fresh acquisition
 // acts in Redis as a hold id of its own (a slot), so it takes its turn
