@@ -2,8 +2,9 @@
 //
 // Waiters are served strictly in the order they joined the queue, across
 // processes and machines: for job runners whose jobs must run one at a time
-// in submission order, or services that must take turns. A Mutex has the API
-// of [github.com/fairlock/fairlock/reentrant.Mutex], plus a queue.
+// in submission order, or services that must take turns. A Mutex
+// ([fairlock.Mutex], which reentrant.New returns too) has the API
+// of the reentrant lock, plus a queue.
 //
 //	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
 //	var deploys, _ = fair.New(owner, "deploys", fair.WithLabel("deployer")) // one handle, shared
@@ -20,8 +21,8 @@
 // queue. Re-entry needs proof that the call chain holds the lock, which Go
 // cannot give by goroutine: the context. Lock given the context that
 // LockContext returned (or one derived from it, or HoldContext, or the one
-// [Mutex.Do] passes to its function) re-enters; any other context waits its
-// turn. [Mutex.Do] runs a function under the lock and releases it after.
+// [fairlock.Mutex.Do] passes to its function) re-enters; any other context waits its
+// turn. [fairlock.Mutex.Do] runs a function under the lock and releases it after.
 //
 // # Guarantees
 //
@@ -29,14 +30,14 @@
 //     Redis's clock, a caller being one Lock call and the call chain its
 //     context is passed along, of any handle (goroutines sharing a handle
 //     included); a caller stops believing it holds the lock before Redis
-//     lets it go (see Leases in the reentrant package). [Mutex.ForceUnlock], an
+//     lets it go (see Leases in the reentrant package). [fairlock.Mutex.ForceUnlock], an
 //     operator's tool, is the exception: the handle it forced out learns at
 //     its next renewal.
 //  2. FIFO: among waiters that stay alive, the lock is granted in the order
 //     they first joined the queue, however long any holder keeps it; each
 //     Lock call is a waiter of its own, whichever handle it is made on. A
 //     queued waiter keeps its place by refreshing its own deadline (now + its
-//     wait timeout, [WithWaitTimeout]) every wait timeout / 3; all waiters of
+//     wait timeout, [fairlock.WithWaitTimeout]) every wait timeout / 3; all waiters of
 //     one owner (github.com/fairlock/fairlock.Owner) on one lock share one
 //     heartbeat call.
 //  3. No barging: TryLock with wait 0 never joins the queue, and succeeds only
@@ -47,7 +48,7 @@
 //     behind them by at most one wait timeout plus one heartbeat interval and
 //     a round trip in all, not one timeout each. A live waiter that stalled
 //     for longer than its wait timeout has lost its place: it re-joins at the
-//     tail, and the logger ([WithLogger]) says so. A queued waiter that
+//     tail, and the logger ([fairlock.WithLogger]) says so. A queued waiter that
 //     cannot reach Redis rides the outage out: it tries again with a
 //     jittered backoff until its ctx ends, keeping its place while the place
 //     lasts in Redis, and its error, if ctx ends first, says Redis was out of
@@ -56,7 +57,7 @@
 //     wait elapsed, an error), its queue entry is already gone, unless its
 //     ctx had ended and Redis did not answer its leave within a grace of
 //     50 ms: the leave then goes on in the background, and the entry is
-//     gone once it ends, within the cleanup timeout ([WithCleanupTimeout],
+//     gone once it ends, within the cleanup timeout ([fairlock.WithCleanupTimeout],
 //     5 s by default) of the return; the owner's Close waits for it. If
 //     Redis was unreachable then, the entry is evicted within one wait
 //     timeout. Whoever that makes first, while the lock is free, gets it.
@@ -134,7 +135,7 @@
 //
 // # Metrics and traces
 //
-// [WithObserver] reports every acquisition (its wait and outcome, whether
+// [fairlock.WithObserver] reports every acquisition (its wait and outcome, whether
 // it queued and behind how many, a hand-off's latency) and every hold's
 // end (how long, and released, lost or run out) to an observe.Observer.
 // The nested modules extra/fairlockotel and extra/fairlockprom turn them

@@ -6,7 +6,7 @@
 // it again (re-entry), and must unlock it as many times; its proof is the
 // context, which Go cannot give by goroutine: Lock given the context that
 // LockContext returned (or one derived from it, or HoldContext, or the one
-// [Mutex.Do] passes to its function) re-enters, any other context waits.
+// [fairlock.Mutex.Do] passes to its function) re-enters, any other context waits.
 //
 //	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
 //	var invoices, _ = reentrant.New(owner, "invoices") // one handle, shared
@@ -31,11 +31,11 @@
 // # Leases, loss and fencing
 //
 // A hold has a lease. Lock, and TryLock with lease 0, keep it alive with a
-// watchdog that renews it every lease/3 (default lease 30 s, [WithLease]);
+// watchdog that renews it every lease/3 (default lease 30 s, [fairlock.WithLease]);
 // TryLock with a positive lease holds it for that long, without renewal;
-// [Mutex.Extend] lengthens a hold on demand, a fixed lease included. The
+// [fairlock.Mutex.Extend] lengthens a hold on demand, a fixed lease included. The
 // client counts a lease from the moment the acquiring or renewing request was
-// sent, minus a safety margin ([WithDriftFactor]): it stops believing it holds
+// sent, minus a safety margin ([fairlock.WithDriftFactor]): it stops believing it holds
 // the lock before Redis lets it go, assuming the two clocks run at rates
 // within that factor of each other. When a hold ends without Unlock, Lost is
 // closed and HoldContext cancelled with cause [fairlock.ErrLockLost]. Each fresh
@@ -48,7 +48,7 @@
 //
 // Waiters do not poll. A Lock (or a TryLock with a wait) whose first try
 // finds the lock held is put among the lock's waiters in Redis, with a
-// deadline one wait timeout away ([WithWaitTimeout], default 10 s). Each
+// deadline one wait timeout away ([fairlock.WithWaitTimeout], default 10 s). Each
 // release wakes one waiter, the longest-waiting live one, with one message
 // to its client's inbox of the lock: all waiters of one go-redis client
 // share one pub/sub connection, and Redis's work per release does not grow
@@ -58,7 +58,7 @@
 // falls silent for a wait timeout (its process paused or died) is passed
 // over. One that gives up leaves at once (when its ctx had ended and Redis
 // did not answer within a grace of 50 ms, in the background, within the
-// cleanup timeout of its return: [WithCleanupTimeout]), and passes on a
+// cleanup timeout of its return: [fairlock.WithCleanupTimeout]), and passes on a
 // wake-up that came to it while the lock is still free.
 //
 // A fallback timer, set to the remaining lease of the current hold, covers
