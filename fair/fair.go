@@ -7,13 +7,13 @@ import (
 )
 
 // Option configures any fair primitive (New, NewSemaphore, NewRWMutex,
-// NewElection): a fairlock.Option (fairlock.WithLease, fairlock.WithWaitTimeout, ...) or
-// WithLabel. Every Option is also a MutexOption.
+// NewElection): a fairlock.Option (fairlock.WithLease, ...) or WithLabel.
+// Every Option is also a MutexOption.
 type Option interface{ fairOption }
 
 // MutexOption configures a Mutex (New): an Option, or a
-// fairlock.MutexOption (fairlock.WithReplicas), which the semaphore and the RW lock
-// do not take.
+// fairlock.MutexOption (fairlock.WithReplicas), which the semaphore and
+// the RW lock do not take.
 type MutexOption interface{ mutexOption }
 
 type (

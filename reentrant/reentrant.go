@@ -7,9 +7,8 @@ import (
 )
 
 // Option configures a Mutex (New) and a multi.RedLock: a fairlock.Option
-// (fairlock.WithLease, fairlock.WithWaitTimeout, ...) or a fairlock.MutexOption
-// (fairlock.WithReplicas). The fair lock's own options (fair.WithLabel) do not
-// compile here.
+// (fairlock.WithLease, ...) or a fairlock.MutexOption (WithReplicas). The
+// fair lock's own options (fair.WithLabel) do not compile here.
 type Option interface{ option }
 
 type option = config.ReentrantOption
