@@ -17,7 +17,10 @@ type Owner struct {
 }
 
 // NewOwner returns an owner on client: any redis.UniversalClient but a
-// *redis.Ring. It talks to Redis only when a handle is used.
+// *redis.Ring. It talks to Redis only when a handle is used. On a
+// *redis.Client without ContextTimeoutEnabled it adds one hook of its own
+// to client (once per client), which lets its calls keep their ctx's
+// deadline without a goroutine each; it passes every other command on.
 func NewOwner(client redis.UniversalClient) (*Owner, error) {
 	o, err := core.NewOwner(client)
 	if err != nil {

@@ -93,6 +93,7 @@ type args struct {
 	lease, wait             any // Config.Lease and WaitTimeout, in ms
 	leaseMs, waitMs         int64
 	calls                   *Calls
+	finish                  *finisher // its clean-ups, made again in the background
 }
 
 func newArgs(h Agent) *args {
@@ -102,6 +103,8 @@ func newArgs(h Agent) *args {
 	if a.calls == nil {
 		a.calls = NewCalls()
 	}
+	a.finish = &finisher{h: h}
+	a.finish.h.args = a
 	return a
 }
 
@@ -193,6 +196,25 @@ func (h Agent) afterAbandoned(ctx context.Context) {
 		if a := h.abandoned.Load(); a != nil {
 			transport.AfterAbandoned(ctx, a)
 		}
+	}
+}
+
+// abandonedPending reports whether this hold id's latest abandoned
+// acquiring call has not returned yet: a clean-up must wait for it, which
+// only a ctx that ends can bound.
+func (h Agent) abandonedPending() bool {
+	if h.abandoned == nil {
+		return false
+	}
+	a := h.abandoned.Load()
+	if a == nil {
+		return false
+	}
+	select {
+	case <-a.Done:
+		return false
+	default:
+		return true
 	}
 }
 

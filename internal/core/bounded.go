@@ -31,10 +31,14 @@ const Grace = 50 * time.Millisecond
 // deadline, or one farther than go-redis's own bound): then it runs on
 // ctx's values without its cancellation, a cancellation while it runs is
 // seen when it returns, as for every script call, and the call is made
-// whole. A goroutine of its own, and the two hand-offs between threads it
-// takes, cost more than the call itself on a machine with idle cores: an
-// uncontended Lock+Unlock on a cancellable ctx used 60 to 90 µs more CPU
-// than on context.Background (docs/performance.md).
+// whole. With a sooner deadline it runs in the caller's goroutine too,
+// ended at the deadline and Grace by a view of the client, or by go-redis
+// (transport.Finishing); a call Redis has not answered by then is made
+// again on a goroutine of its own, and Bounded returns ErrPending. Only a
+// client with neither, or a ctx that has ended, starts the goroutine
+// first. A goroutine, and the two hand-offs between threads it takes,
+// cost more than the call itself on a machine with idle cores
+// (docs/performance.md).
 func (h Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
 	if ctx.Done() == nil {
 		h.afterAbandoned(ctx)
@@ -45,14 +49,11 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		h.afterAbandoned(here)
 		return call(here)
 	}
-	bg, cancel := context.WithTimeout(transport.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
+	if here := h.finishing(ctx, what); here != nil {
+		return pending(what, call(here))
+	}
 	b := &bounded{done: make(chan struct{})}
-	h.Owner.hubs.ProbeBackground(1)
-	h.Owner.cleanups.add(nil) // Close waits for it
-	go func() {
-		defer h.Owner.hubs.ProbeBackground(-1)
-		defer h.Owner.cleanups.done()
-		defer cancel()
+	h.background(ctx, func(bg context.Context) {
 		h.afterAbandoned(bg) // what it cleans up reaches Redis first
 		err := call(bg)
 		b.mu.Lock()
@@ -61,13 +62,9 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		b.mu.Unlock()
 		close(b.done)
 		if left {
-			if err != nil {
-				h.logWarn(what+" failed after its caller stopped waiting", err)
-			} else {
-				h.Info(what + " succeeded after its caller stopped waiting")
-			}
+			h.logOutcome(what, err)
 		}
-	}()
+	})
 	select {
 	case <-b.done:
 		return b.err
@@ -96,6 +93,75 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 	}
 	b.left = true
 	return fmt.Errorf("%w: %s: %w", ErrPending, what, ctx.Err())
+}
+
+// background runs call on a goroutine that Close waits for, on a context
+// with ctx's values, bounded by the cleanup timeout.
+func (h Agent) background(ctx context.Context, call func(context.Context)) {
+	bg, cancel := context.WithTimeout(transport.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
+	h.Owner.hubs.ProbeBackground(1)
+	h.Owner.cleanups.add(nil) // Close waits for it
+	go func() {
+		defer h.Owner.hubs.ProbeBackground(-1)
+		defer h.Owner.cleanups.done()
+		defer cancel()
+		call(bg)
+	}()
+}
+
+// finishing returns the ctx a clean-up call runs on in its caller's
+// goroutine when ctx has a deadline go-redis would not keep: ended at the
+// deadline and Grace by a view of the client or by go-redis, and made again
+// in the background if Redis has not answered by then
+// (transport.Finishing); nil if it cannot be, and the call needs a
+// goroutine of its own.
+func (h Agent) finishing(ctx context.Context, what string) context.Context {
+	until, ok := h.finishingUntil(ctx)
+	if !ok {
+		return nil
+	}
+	return transport.Finishing(ctx, h.Mode(), h.Client, until, what, h.args.finish)
+}
+
+// finishingUntil is when a clean-up on ctx must be done in its caller's
+// goroutine, ctx's deadline and Grace; false when ctx has no deadline, has
+// ended, or an abandoned call must be waited for first.
+func (h Agent) finishingUntil(ctx context.Context) (time.Time, bool) {
+	d, ok := ctx.Deadline()
+	if !ok || ctx.Err() != nil || h.args == nil || h.abandonedPending() {
+		return time.Time{}, false
+	}
+	return d.Add(Grace), true
+}
+
+// pending is the error of a clean-up that ran on a ctx from finishing: a
+// call Redis did not answer in time goes on in the background (ErrPending).
+func pending(what string, err error) error {
+	if err == nil {
+		return nil // before a, which escapes: no allocation for a release that succeeded
+	}
+	var a *transport.Abandoned
+	if errors.As(err, &a) {
+		return fmt.Errorf("%w: %s: %w", ErrPending, what, a.Cause)
+	}
+	return err
+}
+
+// finisher makes a handle's clean-ups again in the background
+// (transport.Finisher).
+type finisher struct{ h Agent }
+
+func (f *finisher) GoOn(ctx context.Context, what string, call func(context.Context) error) {
+	f.h.background(ctx, func(bg context.Context) { f.h.logOutcome(what, call(bg)) })
+}
+
+// logOutcome logs how a clean-up its caller stopped waiting for ended.
+func (h Agent) logOutcome(what string, err error) {
+	if err != nil {
+		h.logWarn(what+" failed after its caller stopped waiting", err)
+	} else {
+		h.Info(what + " succeeded after its caller stopped waiting")
+	}
 }
 
 // bounded is one call of Bounded: its outcome, and whether its caller left

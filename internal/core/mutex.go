@@ -281,7 +281,20 @@ func (m *Mutex) unlockHold(ctx context.Context, h *hold) error {
 		// A ctx that never ends: nothing to keep, and no closure to pay for.
 		return m.releaseHold(ctx, h)
 	}
-	return m.h.Bounded(ctx, "releasing the lock", func(ctx context.Context) error {
+	const what = "releasing the lock"
+	if until, ok := h.s.h.finishingUntil(ctx); ok {
+		// The common case of a ctx with a deadline: in this goroutine, on
+		// a view of the client (Bounded's finishing, without its closure
+		// and context).
+		a := h.s.h
+		cmd, kept := a.Call(a.Release).RunUntil(ctx, a.Client, a.Mode(), until, what, a.args.finish,
+			a.releaseArgs(h.token, "").Args()...)
+		if kept {
+			status, err := decodeRelease(cmd)
+			return pending(what, m.released(h, status, err))
+		}
+	}
+	return m.h.Bounded(ctx, what, func(ctx context.Context) error {
 		return m.releaseHold(ctx, h)
 	})
 }
@@ -289,6 +302,11 @@ func (m *Mutex) unlockHold(ctx context.Context, h *hold) error {
 // releaseHold undoes one level of h in Redis and applies the outcome.
 func (m *Mutex) releaseHold(ctx context.Context, h *hold) error {
 	status, err := m.release(ctx, h.s, h.token)
+	return m.released(h, status, err)
+}
+
+// released applies the outcome of h's release.
+func (m *Mutex) released(h *hold, status int, err error) error {
 	if status == wire.StillHeld && err == nil {
 		h.releasing.Store(false)
 	}

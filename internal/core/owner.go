@@ -99,6 +99,7 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
+	transport.Attach(&o.mode, client) // deadlines kept without a goroutine per call
 	return o, nil
 }
 

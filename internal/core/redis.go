@@ -21,7 +21,12 @@ func PublishCommand(client redis.UniversalClient) string {
 // wire.StillHeld or wire.NotHeld.
 func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
 	h := s.h
-	v, err := h.Call(h.Release).Run(ctx, h.Client, h.Mode(), h.releaseArgs(token, "").Args()...).Result()
+	return decodeRelease(h.Call(h.Release).Run(ctx, h.Client, h.Mode(), h.releaseArgs(token, "").Args()...))
+}
+
+// decodeRelease reads a release's reply.
+func decodeRelease(cmd *redis.Cmd) (int, error) {
+	v, err := cmd.Result()
 	if err != nil {
 		return 0, err
 	}

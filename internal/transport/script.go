@@ -55,8 +55,13 @@ type Library struct {
 // Mode is what a caller learnt of how its server runs scripts, at its
 // first call: as functions (FCALL) or, without Functions, with EVALSHA.
 // One belongs to each fairlock.Owner; the zero value knows nothing yet.
-// A nil *Mode always uses EVALSHA (a one-off call, such as Inspect).
-type Mode struct{ v atomic.Int32 }
+// A nil *Mode always uses EVALSHA (a one-off call, such as Inspect). It
+// also keeps the views of the owner's client that end calls by their
+// deadlines (views.go).
+type Mode struct {
+	v     atomic.Int32
+	views views
+}
 
 const (
 	modeUnknown   int32 = iota
@@ -90,19 +95,26 @@ func (m *Mode) set(v int32) {
 //
 // m is what the caller learnt of the server (Mode).
 func (s *Script) Run(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, args ...any) *redis.Cmd {
-	if unbounded(ctx, c) {
+	view, spawn := m.keep(ctx, c)
+	if spawn {
 		keys, args := slices.Clone(keys), slices.Clone(args) // copies, so that the caller's do not escape
-		return bounded(ctx, func() *redis.Cmd { return s.run(ctx, c, m, keys, args...) },
+		return bounded(ctx, func() *redis.Cmd { return s.run(ctx, c, nil, m, keys, args...) },
 			func(a *Abandoned) *redis.Cmd { return failedCmd(ctx, a) })
 	}
-	return s.run(ctx, c, m, keys, args...)
+	cmd := s.run(ctx, c, view, m, keys, args...)
+	if late(ctx, view != nil, cmd.Err()) {
+		keys, args := slices.Clone(keys), slices.Clone(args)
+		return failedCmd(ctx, wentOn(ctx, func(bg context.Context) error { return s.run(bg, c, nil, m, keys, args...).Err() }))
+	}
+	return cmd
 }
 
-// run is Run, in the caller's goroutine.
-func (s *Script) run(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, args ...any) *redis.Cmd {
+// run is Run, in the caller's goroutine; on view (through the keeper) if
+// it is not nil.
+func (s *Script) run(ctx context.Context, c redis.UniversalClient, view *redis.Client, m *Mode, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	if ran, err := s.viaFunctions(ctx, c, m, keys, func() error {
-		cmd = c.FCall(ctx, s.fn, keys, args...)
+		cmd = process(ctx, c, view, words(keys, args, "fcall", s.fn))
 		return cmd.Err()
 	}); ran {
 		if err != nil {
@@ -110,7 +122,23 @@ func (s *Script) run(ctx context.Context, c redis.UniversalClient, m *Mode, keys
 		}
 		return cmd
 	}
-	return s.eval.Run(ctx, c, keys, args...)
+	// As redis.Script.Run: EVALSHA, and EVAL if the server lacks the script.
+	cmd = process(ctx, c, view, words(keys, args, "evalsha", s.eval.Hash()))
+	if strings.HasPrefix(redisError(cmd.Err()), "NOSCRIPT") {
+		cmd = process(ctx, c, view, words(keys, args, "eval", s.src))
+	}
+	return cmd
+}
+
+// words are the words of a script call: its command and script (or
+// function), the key count, the keys, the arguments.
+func words(keys []string, args []any, command, script string) []any {
+	w := make([]any, 0, 3+len(keys)+len(args))
+	w = append(w, command, script, len(keys))
+	for _, k := range keys {
+		w = append(w, k)
+	}
+	return append(w, args...)
 }
 
 // viaFunctions runs fcall, an FCALL of the script, as the client's server
@@ -168,29 +196,53 @@ func (s *Script) On(keys []string) *Call {
 
 // Run runs the script on c's keys with args, as Script.Run does.
 func (c *Call) Run(ctx context.Context, client redis.UniversalClient, m *Mode, args ...any) *redis.Cmd {
-	if unbounded(ctx, client) {
+	view, spawn := m.keep(ctx, client)
+	if spawn {
 		args := slices.Clone(args) // a copy, so that the caller's does not escape
-		return bounded(ctx, func() *redis.Cmd { return c.run(ctx, client, m, args...) },
+		return bounded(ctx, func() *redis.Cmd { return c.run(ctx, client, nil, m, args...) },
 			func(a *Abandoned) *redis.Cmd { return failedCmd(ctx, a) })
 	}
-	return c.run(ctx, client, m, args...)
+	cmd := c.run(ctx, client, view, m, args...)
+	if late(ctx, view != nil, cmd.Err()) {
+		args := slices.Clone(args)
+		return failedCmd(ctx, wentOn(ctx, func(bg context.Context) error { return c.run(bg, client, nil, m, args...).Err() }))
+	}
+	return cmd
 }
 
-// run is Run, in the caller's goroutine.
-func (c *Call) run(ctx context.Context, client redis.UniversalClient, m *Mode, args ...any) *redis.Cmd {
+// RunUntil is Run for a clean-up that must be made whole, as on a ctx from
+// Finishing(ctx, m, client, until, what, fin), without making that ctx:
+// kept is false, and nothing is run, when no view of client can end the
+// call at until (the caller turns to Finishing, or a goroutine).
+func (c *Call) RunUntil(ctx context.Context, client redis.UniversalClient, m *Mode, until time.Time, what string, fin Finisher, args ...any) (cmd *redis.Cmd, kept bool) {
+	view := m.view(client, time.Until(until))
+	if view == nil || fin == nil {
+		return nil, false
+	}
+	cmd = c.run(ctx, client, view, m, args...)
+	if late(ctx, true, cmd.Err()) {
+		args := slices.Clone(args)
+		a := goOn(ctx, what, fin, func(bg context.Context) error { return c.run(bg, client, nil, m, args...).Err() })
+		return failedCmd(ctx, a), true
+	}
+	return cmd, true
+}
+
+// run is Run, in the caller's goroutine; on view (through the keeper) if
+// it is not nil.
+func (c *Call) run(ctx context.Context, client redis.UniversalClient, view *redis.Client, m *Mode, args ...any) *redis.Cmd {
 	if m.get(client) != modeFunctions {
 		// The first call on this client (which learns its mode), or no
 		// Functions: copied, so that args does not escape on the hot path.
-		return c.s.run(ctx, client, m, c.keys, append([]any(nil), args...)...)
+		return c.s.run(ctx, client, view, m, c.keys, append([]any(nil), args...)...)
 	}
 	words := make([]any, 0, len(c.fixed)+len(args))
 	words = append(append(words, c.fixed...), args...)
-	cmd := redis.NewCmd(ctx, words...)
-	_ = client.Process(ctx, cmd)
+	cmd := process(ctx, client, view, words)
 	if err := cmd.Err(); err != nil && (functionMissing(err) || unsupported(err)) {
 		// Flushed or never loaded on this node (a restart, a moved slot),
 		// or Functions are gone: run loads the library, or turns to EVALSHA.
-		return c.s.run(ctx, client, m, c.keys, append([]any(nil), args...)...)
+		return c.s.run(ctx, client, view, m, c.keys, append([]any(nil), args...)...)
 	}
 	return cmd
 }
