@@ -51,7 +51,11 @@ type hold struct {
 	watched bool
 
 	deadline time.Time
-	expiry   clock.Timer // fires at deadline: the hold is lost
+	// expiry fires at deadline: the hold is lost. A hold its watchdog
+	// keeps arms it only when its first renewal is due (armLossLocked),
+	// long before the deadline: a hold released sooner, the common case,
+	// has one timer, not two (docs/performance.md, round five).
+	expiry clock.Timer
 }
 
 // leaseRanOut is why a hold whose loss timer fired ended.
@@ -70,6 +74,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 	}
 	h.Lock()
 	defer h.Unlock()
+	h.watched = !g.Handoff && !fixed
 	h.extendLocked(g.Since, first)
 	clk := m.h.Config.Clock
 	if g.Handoff {
@@ -79,14 +84,14 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 		half := h.deadline.Sub(clk.Now()) / 2
 		h.RenewLocked(clk, max(half, 0), func() { h.claim(g) })
 	} else if !fixed {
-		h.watched = true
 		h.RenewLocked(clk, lease/RenewEvery, h.watchdog)
 	}
 	return h
 }
 
 // extendLocked moves the local deadline to since+d minus the safety margin,
-// never backwards, and re-arms the loss timer.
+// never backwards, and re-arms the loss timer, if armed (a watched hold's
+// is armed by its first renewal).
 func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	dl := since.Add(d - h.cfg.Margin(d))
 	if !dl.After(h.deadline) {
@@ -95,10 +100,17 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 	h.deadline = dl
 	if h.expiry != nil {
 		h.expiry.Stop()
+	} else if h.watched {
+		return
 	}
-	// At the deadline itself, not after a duration read from the clock
-	// first: nothing can move the clock in between.
-	h.expiry = clock.AtFunc(h.cfg.Clock, dl, func() { h.end(ErrLockLost, leaseRanOut) })
+	h.armLossLocked()
+}
+
+// armLossLocked arms the loss timer at the deadline itself, not after a
+// duration read from the clock first: nothing can move the clock in
+// between.
+func (h *hold) armLossLocked() {
+	h.expiry = clock.AtFunc(h.cfg.Clock, h.deadline, func() { h.end(ErrLockLost, leaseRanOut) })
 }
 
 // bornLost reports whether the hold's deadline had passed by the time it
@@ -151,6 +163,11 @@ func (h *hold) recheck(gone string) {
 // lease is fixed.
 func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) {
 	cfg := h.cfg
+	h.Lock()
+	if h.expiry == nil && !h.EndedLocked() {
+		h.armLossLocked() // a renewal may fail from now on: the deadline must be kept
+	}
+	h.Unlock()
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), cfg.CleanupTimeout) // nobody waits on it
 	defer cancel()
 	since, ok, err := call(ctx)
