@@ -55,6 +55,7 @@ type config struct {
 	semHold time.Duration
 	fanout  string
 	scale   string
+	shared  string
 	elect   int
 }
 
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.semHold, "sem-hold", time.Millisecond, "how long each semaphore holder keeps its permit")
 	fs.StringVar(&c.queue, "queue", "0,100,1000,10000", "queue lengths for the fair lock's head-acquisition cost (empty: skip)")
 	fs.StringVar(&c.scale, "scale", "4,64,256", "numbers of clients, each with go-redis's default options, taking one lock in turn, for what N costs each lock (1000 too, say; empty: skip)")
+	fs.StringVar(&c.shared, "shared", "8,64", "numbers of goroutines sharing one client (PoolSize 32) and owner, each with its own handle of one lock, on a ctx with a deadline (empty: skip)")
 	fs.StringVar(&c.fanout, "fanout", "", "numbers of clients taking one lock in turn, for the bytes Redis sends per acquisition (2,4,16,64, say; empty: skip)")
 	fs.IntVar(&c.elect, "election", 0, "measure only leader election's failover: this many changes for each way a leader goes, with fair.Election and with one built by hand on fair.Mutex (20, say; 0: skip)")
 	if err := fs.Parse(args); err != nil {
@@ -131,12 +133,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r.rtt[rep] = rtt
 		fmt.Fprintf(stderr, "rep %d/%d: round trip %v\n", rep+1, c.reps, rtt)
 		for _, im := range impls {
+			// Uncontended, on context.Background and on a ctx with a
+			// deadline sooner than go-redis's own bound of a call (a
+			// request's or a job's), which the library must keep itself.
 			fmt.Fprintf(stderr, "  %-20s uncontended", im.name)
-			v, cost, err := e.pairs(ctx, im, 1, dur)
+			v, cost, err := e.pairs(context.Background(), im, 1, dur)
 			if err != nil {
 				return err
 			}
 			r.uncontended[im.name][rep], r.cpu1[im.name][rep] = v, cost
+			fmt.Fprintf(stderr, " %.0f/s, with a deadline", v)
+			dl, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
+			v, cost, err = e.pairs(dl, im, 1, dur)
+			cancel()
+			if err != nil {
+				return err
+			}
+			r.deadline[im.name][rep], r.cpuDeadline[im.name][rep] = v, cost
 			fmt.Fprintf(stderr, " %.0f/s, 8 names", v)
 			v, cost, err = e.pairs(ctx, im, 8, dur)
 			if err != nil {
@@ -202,6 +215,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var sharedNs []int
+	sharedRuns := map[scaleKey][]float64{}
+	if c.shared != "" {
+		for _, f := range strings.Split(c.shared, ",") {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1 {
+				return fmt.Errorf("bad -shared entry %q: want a number of goroutines", f)
+			}
+			sharedNs = append(sharedNs, n)
+		}
+		for rep := range max(c.reps, 1) {
+			for _, n := range sharedNs {
+				for _, im := range impls {
+					if im.name == "floor" {
+						continue
+					}
+					v, err := e.shared(im, n, dur)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(stderr, "shared client, rep %d, %d goroutines %-20s %.0f acq/s\n", rep+1, n, im.name, v)
+					sharedRuns[scaleKey{im.name, n}] = append(sharedRuns[scaleKey{im.name, n}], v)
+				}
+			}
+		}
+	}
 	var sems []*semResult
 	if c.permits != "" {
 		for _, f := range strings.Split(c.permits, ",") {
@@ -245,6 +284,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printQueue(stdout, queue)
 	printFanout(stdout, fan)
 	printScale(stdout, scaleNs, scaled)
+	printShared(stdout, sharedNs, sharedRuns)
 	printSemaphores(stdout, sems, c.semHold)
 	printRW(stdout, rws, c.semHold)
 	if c.plot != "" && c.reps > 0 {
@@ -307,17 +347,21 @@ func startRedis() (string, func(), error) {
 type results struct {
 	reps        int
 	rtt         []time.Duration
-	uncontended map[string][]float64
+	uncontended map[string][]float64 // on context.Background
+	deadline    map[string][]float64 // uncontended, on a ctx with a deadline
 	names       map[string][]float64
 	contended   map[string][]contention
 	cpu1, cpu8  map[string][]cpuCost // CPU per pair: uncontended, 8 names
+	cpuDeadline map[string][]cpuCost // uncontended, with a deadline
 }
 
 func newResults(reps int) *results {
 	r := &results{reps: reps, rtt: make([]time.Duration, reps), uncontended: map[string][]float64{},
-		names: map[string][]float64{}, contended: map[string][]contention{},
-		cpu1: map[string][]cpuCost{}, cpu8: map[string][]cpuCost{}}
+		deadline: map[string][]float64{}, names: map[string][]float64{}, contended: map[string][]contention{},
+		cpu1: map[string][]cpuCost{}, cpu8: map[string][]cpuCost{}, cpuDeadline: map[string][]cpuCost{}}
 	for _, im := range impls {
+		r.deadline[im.name] = make([]float64, reps)
+		r.cpuDeadline[im.name] = make([]cpuCost, reps)
 		r.cpu1[im.name] = make([]cpuCost, reps)
 		r.cpu8[im.name] = make([]cpuCost, reps)
 		r.uncontended[im.name] = make([]float64, reps)
@@ -357,8 +401,8 @@ func (r *results) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| implementation\t| uncontended\t| 8 names\t| contended acq/s\t| hand-off p50\t| hand-off p99\t| out of FIFO\t| max/min per handle\t| PUBLISH per hand-off\t| pub/sub conns (8 clients)\t|")
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	fmt.Fprintln(tw, "| implementation\t| uncontended\t| uncontended, deadline\t| 8 names\t| contended acq/s\t| hand-off p50\t| hand-off p99\t| out of FIFO\t| max/min per handle\t| PUBLISH per hand-off\t| pub/sub conns (8 clients)\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for _, im := range impls {
 		var p50, p99, fifo, maxMin, pubs []float64
 		var p50us, p99us []time.Duration
@@ -375,9 +419,10 @@ func (r *results) print(w io.Writer) {
 			maxMin = append(maxMin, c.maxMin)
 			subs = max(subs, c.subConns)
 		}
-		fmt.Fprintf(tw, "| %s\t| %.0f/s (%.2fx)\t| %.0f/s (%.2fx)\t| %.0f (%.2fx)\t| %v (%.1f RTT)\t| %v (%.1f RTT)\t| %.1f %%\t| %.2f\t| %.2f\t| %d\t|\n",
+		fmt.Fprintf(tw, "| %s\t| %.0f/s (%.2fx)\t| %.0f/s (%.2fx)\t| %.0f/s (%.2fx)\t| %.0f (%.2fx)\t| %v (%.1f RTT)\t| %v (%.1f RTT)\t| %.1f %%\t| %.2f\t| %.2f\t| %d\t|\n",
 			im.name,
 			medianF(r.uncontended[im.name]), ratio(r.uncontended[im.name], r.uncontended["floor"]),
+			medianF(r.deadline[im.name]), ratio(r.deadline[im.name], r.deadline["floor"]),
 			medianF(r.names[im.name]), ratio(r.names[im.name], r.names["floor"]),
 			medianF(r.contendedRates(im.name)), ratio(r.contendedRates(im.name), r.contendedRates("floor")),
 			median(p50us).Round(time.Microsecond), medianF(p50), median(p99us).Round(time.Microsecond), medianF(p99),
@@ -388,8 +433,8 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintln(w, "\nCPU time per Lock+Unlock pair, µs (the benchmark process, the client side; redis-server, from INFO cpu; its time in scripts, from INFO commandstats):")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| implementation\t| uncontended: client\t| uncontended: Redis\t| uncontended: scripts\t| 8 names: client\t| 8 names: Redis\t| 8 names: total\t|")
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	fmt.Fprintln(tw, "| implementation\t| uncontended: client\t| uncontended: Redis\t| uncontended: scripts\t| deadline: client\t| 8 names: client\t| 8 names: Redis\t| 8 names: total\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for _, im := range impls {
 		pick := func(cs []cpuCost, f func(cpuCost) float64) float64 {
 			var v []float64
@@ -402,8 +447,9 @@ func (r *results) print(w io.Writer) {
 		rds := func(c cpuCost) float64 { return c.redis }
 		sum := func(c cpuCost) float64 { return c.client + c.redis }
 		scripts := func(c cpuCost) float64 { return c.scripts }
-		fmt.Fprintf(tw, "| %s\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t|\n", im.name,
+		fmt.Fprintf(tw, "| %s\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t|\n", im.name,
 			pick(r.cpu1[im.name], client), pick(r.cpu1[im.name], rds), pick(r.cpu1[im.name], scripts),
+			pick(r.cpuDeadline[im.name], client),
 			pick(r.cpu8[im.name], client), pick(r.cpu8[im.name], rds), pick(r.cpu8[im.name], sum))
 	}
 	_ = tw.Flush()

@@ -148,7 +148,7 @@ func BenchmarkPairParts(b *testing.B) {
 		name string
 		pair func() error
 	}
-	lockPair := func(l locker) func() error {
+	lockPair := func(l locker, ctx context.Context) func() error {
 		return func() error {
 			if err := l.Lock(ctx); err != nil {
 				return err
@@ -156,6 +156,9 @@ func BenchmarkPairParts(b *testing.B) {
 			return l.Unlock(ctx)
 		}
 	}
+	// A request's deadline, sooner than go-redis's own bound of a call.
+	deadline, cancel := context.WithTimeout(ctx, 100*time.Second)
+	defer cancel()
 	var variants []variant
 	for _, im := range impls {
 		if im.name == "floor" || im.name == "redislock" || strings.HasPrefix(im.name, "fairlock/") {
@@ -163,7 +166,11 @@ func BenchmarkPairParts(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			variants = append(variants, variant{strings.TrimPrefix(im.name, "fairlock/"), lockPair(l)})
+			name := strings.TrimPrefix(im.name, "fairlock/")
+			variants = append(variants, variant{name, lockPair(l, ctx)})
+			if name != im.name {
+				variants = append(variants, variant{name + "+deadline", lockPair(l, deadline)})
+			}
 		}
 	}
 	// The floor's pair with what the library's client side adds around
