@@ -196,10 +196,13 @@ end)`
 //   - floor+timers and floor+context: the floor's pair with one part of
 //     what the library does around its calls: a hold's two timers, and an
 //     acquisition's context;
+//   - json+words: json called with the words of the fair scripts' calls
+//     (three keys, ten and five arguments), which it ignores;
 //   - fair-scripts: fair_acquire and fair_release called directly, with
 //     the arguments the library sends, without the library around them;
 //   - fair and reentrant: fair.Mutex's and reentrant.Mutex's Lock and
-//     Unlock.
+//     Unlock on context.Background, and (+deadline) on a ctx with a
+//     deadline sooner than go-redis's own bound of a call.
 //
 // It reports each variant's median µs per pair and the mean of Redis's
 // time in its scripts per pair (INFO commandstats). Were a caller's time
@@ -304,6 +307,24 @@ func BenchmarkPairParts(b *testing.B) {
 				}
 			}
 			return nil
+		}})
+	}
+	// json with the words of fair_acquire's and fair_release's calls
+	// (three keys, ten and five arguments), which it ignores: what the
+	// calls' size adds to json.
+	{
+		keys := []string{"busy:{" + lockName("json-words") + "}", "busy:{x}:queue", "busy:{x}:deadlines"}
+		keys[1], keys[2] = keys[0]+":queue", keys[0]+":deadlines"
+		n := 0
+		variants = append(variants, variant{"json+words", func() error {
+			n++
+			id := strconv.Itoa(n)
+			owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
+			if err := c.FCall(ctx, "fairlock_bench_json", keys, "a", owner, owner+"#a"+id, owner+"/"+id, 30000, 10000,
+				"join", "bench-host\t12345\t", "PUBLISH", keys[0]+":wake", 0).Err(); err != nil {
+				return err
+			}
+			return c.FCall(ctx, "fairlock_bench_json", keys, "r", owner, owner+"#r"+id, "1764250000123456", "PUBLISH", keys[0]+":wake").Err()
 		}})
 	}
 	scripts, mode := lua.Default(), &transport.Mode{}
