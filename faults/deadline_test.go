@@ -12,6 +12,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
+	"github.com/redis/go-redis/v9"
 )
 
 // Scenario: every call keeps its deadline while Redis is stopped. The
@@ -401,4 +402,91 @@ func TestADeadlineWhileRedisIsPausedSaysWhatIsKnown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Scenario: a request's Unlock, on its ctx with a deadline, while Redis
+// hangs (go-redis's default options). The release runs in the caller's
+// goroutine, on a view of the client that ends it at the deadline and
+// its grace; Redis has not answered, so Unlock returns ErrPending then,
+// and the release is made again in the background. Once Redis answers,
+// that release frees the lock (it is not left to its lease), and Close,
+// which waits for it, returns.
+func TestUnlockKeepsItsDeadlineWhileRedisHangsAndReleasesLater(t *testing.T) {
+	for _, lock := range []string{"fair", "reentrant"} {
+		t.Run(lock, func(t *testing.T) {
+			srv := ownServer(t)
+			proxy, err := NewProxy(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
+			c := client(t, proxy.Addr()) // go-redis's defaults
+			owner, err := fairlock.NewOwner(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := lockName(t)
+			var m *fairlock.Mutex
+			if lock == "fair" {
+				m, err = fair.New(owner, name, fairlock.WithLease(time.Minute))
+			} else {
+				m, err = reentrant.New(owner, name, fairlock.WithLease(time.Minute))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Hold()
+			const deadline = 200 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			start := time.Now()
+			err = m.Unlock(ctx)
+			took := time.Since(start)
+			cancel()
+			t.Logf("%s Unlock with a %v deadline, Redis hung: returned after %v: %v", lock, deadline, took.Round(time.Millisecond), err)
+			if !errors.Is(err, fairlock.ErrPending) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Unlock with Redis hung = %v, want ErrPending and the deadline", err)
+			}
+			if took > deadline+grace {
+				t.Errorf("Unlock with a %v deadline returned after %v", deadline, took)
+			}
+			// The lease is a minute: only the release made again can
+			// free the lock within the wait below.
+			proxy.Release()
+			direct := client(t, srv.Addr)
+			released := time.Now()
+			eventually(t, 15*time.Second, "the lock free once Redis answers", func() bool {
+				held, err := isHeld(direct, lock, name)
+				return err == nil && !held
+			})
+			t.Logf("%s: the lock was free %v after Redis answered again", lock, time.Since(released).Round(time.Millisecond))
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ccancel()
+			if err := owner.Close(cctx); err != nil {
+				t.Errorf("Close once Redis answered = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// isHeld reports whether the lock of kind named name is held, as Redis
+// sees it.
+func isHeld(c redis.UniversalClient, kind, name string) (bool, error) {
+	ctx := context.Background()
+	if kind == "fair" {
+		st, err := fair.Inspect(ctx, c, name)
+		return st.Holder != nil, err
+	}
+	o, err := fairlock.NewOwner(c)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = o.Close(ctx) }()
+	r, err := reentrant.New(o, name)
+	if err != nil {
+		return false, err
+	}
+	return r.IsLocked(ctx)
 }
