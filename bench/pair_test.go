@@ -179,6 +179,58 @@ redis.register_function('fairlock_bench_split', function(keys, args)
   redis.call('SET', keys[1], table.concat({v, h, o, c, x, f, args[3]}, ' '), 'PX', 60000)
   if args[1] == 'a' then return {1, tonumber(f), 0} end
   return {1}
+end)
+-- lean: fair_acquire's and fair_release's uncontended path, on the same
+-- hold, keys and arguments, with every check the scripts make on that path
+-- (layout, retry answer, an election's key, waiters, holder, stale token,
+-- fence, TTL bookkeeping, release memory) written straight, without the
+-- helpers' tables and closures; any other case is an error. What a fast
+-- path in the scripts could save.
+redis.register_function('fairlock_bench_lean_acquire', function(keys, args)
+  local raw = redis.call('GET', keys[1])
+  local s = {}
+  if raw then
+    s = cjson.decode(raw)
+    if s.v ~= '7' then return redis.error_reply('layout') end
+    if s.q == args[3] then return {1, tonumber(s.f), 0} end
+  end
+  if string.sub(keys[1], 1, 11) == 'fairlock:e:' then return redis.error_reply('election') end
+  local t = redis.call('TIME')
+  local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
+  if tonumber(s.h or '0') > now then return redis.error_reply('waiters') end
+  if s.o and tonumber(s.x) > now and not (s.o == args[1] and tonumber(s.f) == tonumber(args[10])) then
+    return redis.error_reply('held')
+  end
+  local token = math.max(tonumber(s.f or '0') + 1, now_us)
+  local x = now + tonumber(args[4])
+  s.v, s.f, s.o, s.c, s.x, s.b, s.q = '7', string.format('%d', token), args[1], '1', string.format('%d', x), args[7], args[3]
+  s.a, s.e, s.g = nil, nil, nil
+  local keep = x + 30000
+  if keep > tonumber(s.k or '0') then
+    keep = keep + 10000
+    s.k = string.format('%d', keep)
+    redis.call('SET', keys[1], cjson.encode(s), 'PX', keep - now)
+    redis.call('PEXPIRE', keys[2], keep - now)
+    redis.call('PEXPIRE', keys[3], keep - now)
+  else
+    redis.call('SET', keys[1], cjson.encode(s), 'KEEPTTL')
+  end
+  return {1, token, 0}
+end)
+redis.register_function('fairlock_bench_lean_release', function(keys, args)
+  local raw = redis.call('GET', keys[1])
+  if not raw then return {0} end
+  local s = cjson.decode(raw)
+  if s.v ~= '7' then return redis.error_reply('layout') end
+  if s.q == args[2] then if s.a then return {2} end return {1} end
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if s.o ~= args[1] or tonumber(s.x) <= now or tonumber(s.f) ~= tonumber(args[3]) then return redis.error_reply('not held') end
+  if s.c ~= '1' or tonumber(s.h or '0') > now then return redis.error_reply('re-entered, or waiters') end
+  s.r = string.format('%016d', tonumber(s.f)) .. string.sub(s.r or '', 1, 48)
+  s.o, s.c, s.x, s.b, s.e, s.g, s.a, s.q = nil, nil, nil, nil, nil, nil, nil, args[2]
+  redis.call('SET', keys[1], cjson.encode(s), 'KEEPTTL')
+  return {1}
 end)`
 
 // BenchmarkPairParts takes an uncontended pair apart end to end, on one
@@ -200,6 +252,9 @@ end)`
 //     (three keys, ten and five arguments), which it ignores;
 //   - fair-scripts: fair_acquire and fair_release called directly, with
 //     the arguments the library sends, without the library around them;
+//   - lean: the same calls to functions that do what those scripts do on
+//     an uncontended pair's path, written straight (busyLibrary): what a
+//     fast path in the scripts could save;
 //   - fair and reentrant: fair.Mutex's and reentrant.Mutex's Lock and
 //     Unlock on context.Background, and (+deadline) on a ctx with a
 //     deadline sooner than go-redis's own bound of a call.
@@ -350,6 +405,21 @@ func BenchmarkPairParts(b *testing.B) {
 		}
 		return scripts.FairRelease.Run(ctx, c, mode, keys, wire.Release{
 			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Err()
+	}})
+	leanKeys := wire.QueueKeys(wire.FairBase(lockName("parts-lean")))
+	variants = append(variants, variant{"lean", func() error {
+		n++
+		id := owner + "#" + strconv.Itoa(n)
+		v, err := c.FCall(ctx, "fairlock_bench_lean_acquire", leanKeys, wire.FairAcquire{
+			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
+			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Slice()
+		if err != nil {
+			return err
+		}
+		return c.FCall(ctx, "fairlock_bench_lean_release", leanKeys, wire.Release{
+			Owner: owner, Request: id + "r", Token: v[1].(int64), Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}})
 	const block = 50
