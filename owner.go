@@ -16,11 +16,8 @@ type Owner struct {
 	core *core.Owner
 }
 
-// NewOwner returns an owner on client: any redis.UniversalClient but a
-// *redis.Ring. It talks to Redis only when a handle is used. On a
-// *redis.Client without ContextTimeoutEnabled it adds one hook of its own
-// to client (once per client), which lets its calls keep their ctx's
-// deadline without a goroutine each; it passes every other command on.
+// NewOwner returns an owner on client, any UniversalClient but a *redis.Ring,
+// without a call to Redis, and adds a hook to a *redis.Client (see README).
 func NewOwner(client redis.UniversalClient) (*Owner, error) {
 	o, err := core.NewOwner(client)
 	if err != nil {
