@@ -166,14 +166,23 @@ func (m *Mode) keep(ctx context.Context, c redis.UniversalClient) (view *redis.C
 }
 
 // late reports whether a call that failed with err on a view (viewed), or
-// on a ctx from Finishing, failed because its deadline came: a timeout,
-// or ctx's end. Such a call may have run in Redis.
+// on a ctx from Finishing, failed because its deadline came: ctx's end, or
+// a timeout at ctx's deadline (the view's). Such a call may have run in
+// Redis. A timeout sooner, a dial's (DialTimeout), is an error like any
+// other: the call was never sent, and a wait tries again.
 func late(ctx context.Context, viewed bool, err error) bool {
 	if err == nil || (!viewed && finishingOf(ctx) == nil) {
 		return false
 	}
+	if ctx.Err() != nil {
+		return true
+	}
 	var ne net.Error
-	return ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout())
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d.Add(-time.Millisecond))
 }
 
 // wentOn is the error of a call that its deadline ended (late): an

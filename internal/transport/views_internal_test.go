@@ -327,3 +327,40 @@ func TestAKeptCallPassesTheClientsHooks(t *testing.T) {
 		t.Errorf("%d keepers recorded for the client, want 1", n)
 	}
 }
+
+// timeoutErr is a dial's timeout.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// A call on a view whose dial times out long before its deadline (Redis
+// stopped for a moment, a lost SYN) returns that error as it comes, as on
+// any client: the call was never sent, and a wait tries again within its
+// deadline rather than sit out the rest of it.
+func TestADialTimeoutBeforeTheDeadlineIsAnError(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		time.Sleep(20 * time.Millisecond)
+		return nil, &net.OpError{Op: "dial", Net: network, Err: timeoutErr{}}
+	}})
+	t.Cleanup(func() { _ = c.Close() })
+	var m Mode
+	Attach(&m, c)
+	s := NewScript(&Library{Name: "fairlock_test", Code: "#!lua name=fairlock_test\n"}, "f", "return 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := s.On([]string{"k"}).Run(ctx, c, &m).Err()
+	took := time.Since(start)
+	var a *Abandoned
+	if err == nil || errors.As(err, &a) {
+		t.Fatalf("a dial that timed out: %v; want its own error", err)
+	}
+	// go-redis tries the dial 4 times with its backoffs (about 2 s here):
+	// well before the deadline.
+	if took > 4*time.Second {
+		t.Errorf("returned after %v, want as soon as go-redis gave up dialing", took)
+	}
+	t.Logf("dial timeouts, a 5 s deadline: returned after %v: %v", took.Round(time.Millisecond), err)
+}
