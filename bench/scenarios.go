@@ -97,9 +97,6 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 	defer func() { _ = c.Close() }()
 	admin := e.client()
 	defer func() { _ = admin.Close() }()
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, g)
 	handles := make([]locker, g)
 	for i := range handles {
 		h, err := im.new(c, lockName("pairs"))
@@ -109,6 +106,26 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 		handles[i] = h
 	}
 	cpu0, redis0, scripts0 := processCPU(), redisCPU(ctx, admin), scriptUsec(ctx, admin)
+	count, err := turns(ctx, handles, dur)
+	n := float64(count)
+	cost := cpuCost{
+		client:  float64(processCPU()-cpu0) / float64(time.Microsecond) / n,
+		redis:   float64(redisCPU(ctx, admin)-redis0) / float64(time.Microsecond) / n,
+		scripts: (scriptUsec(ctx, admin) - scripts0) / n,
+	}
+	if err != nil {
+		return 0, cost, fmt.Errorf("%s: %w", im.name, err)
+	}
+	return n / dur.Seconds(), cost, nil
+}
+
+// turns runs each of handles on a goroutine of its own for dur, taking
+// Lock then Unlock on ctx in a loop, and returns the pairs they made, or
+// the first error one of them met.
+func turns(ctx context.Context, handles []locker, dur time.Duration) (int64, error) {
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(handles))
 	deadline := time.Now().Add(dur)
 	for _, h := range handles {
 		wg.Add(1)
@@ -128,17 +145,8 @@ func (e *env) pairs(ctx context.Context, im impl, g int, dur time.Duration) (flo
 		}()
 	}
 	wg.Wait()
-	n := float64(total.Load())
-	cost := cpuCost{
-		client:  float64(processCPU()-cpu0) / float64(time.Microsecond) / n,
-		redis:   float64(redisCPU(ctx, admin)-redis0) / float64(time.Microsecond) / n,
-		scripts: (scriptUsec(ctx, admin) - scripts0) / n,
-	}
 	close(errs)
-	for err := range errs {
-		return 0, cost, fmt.Errorf("%s: %w", im.name, err)
-	}
-	return n / dur.Seconds(), cost, nil
+	return total.Load(), <-errs // nil when none failed
 }
 
 // contention is the 8-handles-on-one-name scenario's outcome.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -31,9 +29,6 @@ func (e *env) shared(im impl, n int, dur time.Duration) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+30*time.Second)
 	defer cancel()
 	name := lockName("shared")
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
 	handles := make([]locker, n)
 	for i := range handles {
 		h, err := im.new(c, name)
@@ -43,31 +38,11 @@ func (e *env) shared(im impl, n int, dur time.Duration) (float64, error) {
 		handles[i] = h
 	}
 	start := time.Now()
-	deadline := start.Add(dur)
-	for _, h := range handles {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if err := h.Lock(ctx); err != nil {
-					errs <- err
-					return
-				}
-				err := h.Unlock(ctx)
-				total.Add(1)
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	count, err := turns(ctx, handles, dur)
+	if err != nil {
 		return 0, fmt.Errorf("%s, %d goroutines on one client: %w", im.name, n, err)
 	}
-	return float64(total.Load()) / time.Since(start).Seconds(), nil
+	return float64(count) / time.Since(start).Seconds(), nil
 }
 
 // printShared prints the shared runs: acquisitions per second, per number

@@ -415,12 +415,7 @@ func TestUnlockKeepsItsDeadlineWhileRedisHangsAndReleasesLater(t *testing.T) {
 	for _, lock := range []string{"fair", "reentrant"} {
 		t.Run(lock, func(t *testing.T) {
 			srv := ownServer(t)
-			proxy, err := NewProxy(srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(proxy.Close)
-			c := client(t, proxy.Addr()) // go-redis's defaults
+			proxy, c := proxied(t, srv, redis.Options{}) // go-redis's defaults
 			owner, err := fairlock.NewOwner(c)
 			if err != nil {
 				t.Fatal(err)
@@ -457,8 +452,9 @@ func TestUnlockKeepsItsDeadlineWhileRedisHangsAndReleasesLater(t *testing.T) {
 			proxy.Release()
 			direct := client(t, srv.Addr)
 			released := time.Now()
+			probe := newHandle(t, lock, direct, name, time.Second)
 			eventually(t, 15*time.Second, "the lock free once Redis answers", func() bool {
-				held, err := isHeld(direct, lock, name)
+				held, err := probe.IsLocked(context.Background())
 				return err == nil && !held
 			})
 			t.Logf("%s: the lock was free %v after Redis answered again", lock, time.Since(released).Round(time.Millisecond))
@@ -469,24 +465,4 @@ func TestUnlockKeepsItsDeadlineWhileRedisHangsAndReleasesLater(t *testing.T) {
 			}
 		})
 	}
-}
-
-// isHeld reports whether the lock of kind named name is held, as Redis
-// sees it.
-func isHeld(c redis.UniversalClient, kind, name string) (bool, error) {
-	ctx := context.Background()
-	if kind == "fair" {
-		st, err := fair.Inspect(ctx, c, name)
-		return st.Holder != nil, err
-	}
-	o, err := fairlock.NewOwner(c)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = o.Close(ctx) }()
-	r, err := reentrant.New(o, name)
-	if err != nil {
-		return false, err
-	}
-	return r.IsLocked(ctx)
 }
