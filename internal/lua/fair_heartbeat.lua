@@ -54,7 +54,7 @@ for i = 3, #ARGV, 2 do
     status[#status + 1] = -1
   end
 end
-commit(s, w, now, false, {Q.list, Q.deadlines})
+commit(s, w, now, false, Q.list, Q.deadlines)
 status[#status + 1] = tonumber(w.g or s.g or '0')
 if w.e then status[#status + 1] = 1 else status[#status + 1] = 0 end
 status[#status + 1] = expiry or 0

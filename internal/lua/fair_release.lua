@@ -5,7 +5,6 @@
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
 -- Returns {1} released, {2} still held (a re-entry undone), {0} not held.
-local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 watch_leader(ARGV[4], ARGV[5])
 local s = load()
@@ -20,6 +19,20 @@ if ARGV[6] then
 end
 
 local now, now_us = clock()
+
+-- The uncontended path, written straight: the final release of this very
+-- hold (not an election's), with no waiter that can be live to hand it to.
+-- The last branch below would end it so; here the hold is changed in place.
+if announce == nil and s.o == owner and s.c == '1' and tonumber(s.f) == token and tonumber(s.x) > now and
+    not may_have_waiters(s, s, now) then
+  clear_hold(s)
+  note_released(s, s, token)
+  s.q, s.a = req, nil
+  save(s, s)
+  return {1}
+end
+
+local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local who, count, _, held_token = holder(s, now)
 if who ~= owner or held_token ~= token then
   -- Not held, unless this is a retry of the final release that ended this

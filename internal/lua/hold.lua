@@ -209,13 +209,16 @@ local function leadership_text(s, now)
 end
 
 -- save writes the hold: s with the fields of w (name -> string) over it, in
--- one SET. ttl (ms) sets the key's TTL; without it the key keeps its TTL, or,
--- had it not existed, gets RETAIN_MS (callers without a ttl normally act on a
--- key that commit already made outlive every hold and deadline). An
+-- one SET (w may be s itself, changed in place). ttl (ms) sets the key's
+-- TTL; without it the key keeps its TTL, or, had it not existed, gets
+-- RETAIN_MS (callers without a ttl normally act on a key that commit
+-- already made outlive every hold and deadline). An
 -- election's hold whose leader, term or value changed is announced (see
 -- announce above).
 local function save(s, w, ttl)
-  for name, value in pairs(w) do s[name] = value end
+  if w ~= s then
+    for name, value in pairs(w) do s[name] = value end
+  end
   s.v = LAYOUT
   local now = nil
   if announce and (s.o ~= announce.o or s.f ~= announce.f or s.l ~= announce.l) then
@@ -254,10 +257,11 @@ end
 -- keys are kept until is stored in k; only when a write needs longer are they
 -- extended (all of them, with SLACK_MS to spare: the hold by its SET, the
 -- others by PEXPIRE). force: this write may have created one of the others,
--- which has no TTL yet. others: the lock's keys besides the hold (a fair
--- lock's queue and deadlines; none for a reentrant lock or a semaphore,
--- whose gate's keys are the gate's own business).
-local function commit(s, w, now, force, others)
+-- which has no TTL yet. The keys after force: the lock's keys besides the
+-- hold (a lock's queue and deadlines; none for a semaphore, whose gate's
+-- keys are the gate's own business), passed one by one so that the call
+-- makes no table.
+local function commit(s, w, now, force, ...)
   local need = now
   local x = tonumber(w.x or s.x or '0')
   if x > need then need = x end
@@ -270,8 +274,9 @@ local function commit(s, w, now, force, others)
     w.k = int(keep)
   end
   save(s, w, keep and keep - now)
-  if keep and others then
-    for _, key in ipairs(others) do
+  if keep then
+    for i = 1, select('#', ...) do
+      local key = select(i, ...)
       redis.call('PEXPIRE', key, int(keep - now))
     end
   end

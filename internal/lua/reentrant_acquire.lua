@@ -48,7 +48,7 @@ if who ~= nil and who ~= owner then
   -- h bounds every deadline; it is pushed SLACK_MS further than needed, so
   -- that most tries write nothing to the hold.
   if now + wait > tonumber(s.h or '0') then w.h = int(now + wait + SLACK_MS) end
-  if next(w) ~= nil or created then commit(s, w, now, created, {KEYS[2], KEYS[3]}) end
+  if next(w) ~= nil or created then commit(s, w, now, created, KEYS[2], KEYS[3]) end
   return {0, expiry - now}
 end
 
@@ -79,8 +79,9 @@ else
 end
 -- A waiter that got the lock leaves the waiters: its deadline goes, and its
 -- list element (unless it went above) stays as a tombstone until a
--- wake-up's cleanup reaches it.
-if waiter then redis.call('ZREM', KEYS[3], waiter) end
+-- wake-up's cleanup reaches it. With no waiter live (h passed) its deadline,
+-- if it has one, has passed too, and wakes nobody: no call.
+if waiter and may_have_waiters(s, w, now) then redis.call('ZREM', KEYS[3], waiter) end
 w.q, s.a = req, nil
-commit(s, w, now, false, {KEYS[2], KEYS[3]})
+commit(s, w, now, false, KEYS[2], KEYS[3])
 return answer

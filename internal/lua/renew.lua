@@ -22,7 +22,5 @@ if s.e then
   s.e, s.g = nil, nil
 end
 -- A fair lock's queue keys live as long as its hold (commit).
-local others = {}
-for i = 2, #KEYS do others[#others + 1] = KEYS[i] end
-commit(s, w, now, false, others)
+commit(s, w, now, false, unpack(KEYS, 2))
 return {1, tonumber(w.x) - now}
