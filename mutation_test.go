@@ -61,8 +61,8 @@ var mutations = []struct {
 	{
 		name: "a queue key without TTL",
 		file: "hold.lua",
-		from: "redis.call('PEXPIRE', key, int(keep - now))",
-		to:   "if key ~= KEYS[2] then redis.call('PEXPIRE', key, int(keep - now)) end",
+		from: "if key then redis.call('PEXPIRE', key, int(keep - now)) end",
+		to:   "if key and key ~= KEYS[2] then redis.call('PEXPIRE', key, int(keep - now)) end",
 		seed: 17727913145599897114,
 	},
 	{

@@ -277,7 +277,7 @@ local function commit(s, w, now, force, ...)
   if keep then
     for i = 1, select('#', ...) do
       local key = select(i, ...)
-      redis.call('PEXPIRE', key, int(keep - now))
+      if key then redis.call('PEXPIRE', key, int(keep - now)) end
     end
   end
 end

@@ -52,7 +52,7 @@ if who ~= nil and who ~= owner then
   return {0, expiry - now}
 end
 
-local w, answer = {}, nil
+local w, answer = s, nil
 if who == nil then
   -- Free, or the last hold's lease ran out: take it with a fresh token. It
   -- is not fair: a caller may take a free lock before the waiter a release

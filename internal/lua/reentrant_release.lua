@@ -27,7 +27,7 @@ if who ~= owner or held_token ~= token then
   return {0}
 end
 
-local w, answer = {}, nil
+local w, answer = s, nil
 if count > 1 then
   w.c = int(count - 1)
   w.a = w.c
