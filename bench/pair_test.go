@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -250,11 +251,16 @@ end)`
 //     acquisition's context;
 //   - json+words: json called with the words of the fair scripts' calls
 //     (three keys, ten and five arguments), which it ignores;
-//   - fair-scripts: fair_acquire and fair_release called directly, with
-//     the arguments the library sends, without the library around them;
-//   - lean: the same calls to functions that do what those scripts do on
-//     an uncontended pair's path, written straight (busyLibrary): what a
-//     fast path in the scripts could save;
+//   - fair-scripts and reentrant-scripts: each lock's acquire and release
+//     scripts called directly, with the arguments the library sends,
+//     without the library around them; base-fair-scripts and
+//     base-reentrant-scripts the same with the scripts of another version,
+//     when FAIRLOCK_BASE_LUA names its internal/lua folder (a git
+//     worktree's), so that a change to the scripts is timed against what
+//     it changed in one interleaved run;
+//   - lean: fair-scripts' calls to functions that do what those scripts
+//     did on an uncontended pair's path before round six, written
+//     straight (busyLibrary): the target of round six's straight paths;
 //   - fair and reentrant: fair.Mutex's and reentrant.Mutex's Lock and
 //     Unlock on context.Background, and (+deadline) on a ctx with a
 //     deadline sooner than go-redis's own bound of a call.
@@ -267,6 +273,7 @@ end)`
 // (docs/performance.md):
 //
 //	cd bench && go test -run XXX -bench PairParts -benchtime 40x -count 3
+//	git worktree add /tmp/base <rev> && cd bench && FAIRLOCK_BASE_LUA=/tmp/base/internal/lua go test -run XXX -bench PairParts -benchtime 40x -count 3
 func BenchmarkPairParts(b *testing.B) {
 	addr := benchRedis(b)
 	ctx := context.Background()
@@ -382,32 +389,22 @@ func BenchmarkPairParts(b *testing.B) {
 			return c.FCall(ctx, "fairlock_bench_json", keys, "r", owner, owner+"#r"+id, "1764250000123456", "PUBLISH", keys[0]+":wake").Err()
 		}})
 	}
-	scripts, mode := lua.Default(), &transport.Mode{}
-	base := wire.FairBase(lockName("parts-scripts"))
-	keys, channel := wire.QueueKeys(base), wire.Channel(base)
-	owner, origin, n := "QhOrGB6RQrKo9uyIgFu7VQ.1", wire.EncodeOrigin("bench-host", 12345, ""), 0
-	variants = append(variants, variant{"fair-scripts", func() error {
-		n++
-		id := owner + "#" + strconv.Itoa(n)
-		v, err := scripts.FairAcquire.Run(ctx, c, mode, keys, wire.FairAcquire{
-			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
-			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Slice()
+	origin, n := wire.EncodeOrigin("bench-host", 12345, ""), 0
+	variants = append(variants,
+		variant{"fair-scripts", fairScripts(ctx, c, lua.Default(), "parts-scripts", origin, &n)},
+		variant{"reentrant-scripts", reentrantScripts(ctx, c, lua.Default(), "parts-scripts", &n)})
+	if dir := os.Getenv("FAIRLOCK_BASE_LUA"); dir != "" {
+		base, err := luaFolder(dir)
 		if err != nil {
-			return err
+			b.Fatal(err)
 		}
-		if len(v) < 3 || v[0] != int64(1) {
-			return fmt.Errorf("fair_acquire did not acquire: %v", v)
-		}
-		token, ok := v[1].(int64)
-		if !ok {
-			return fmt.Errorf("fair_acquire's token: %v", v)
-		}
-		return scripts.FairRelease.Run(ctx, c, mode, keys, wire.Release{
-			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Err()
-	}})
-	leanKeys := wire.QueueKeys(wire.FairBase(lockName("parts-lean")))
+		variants = append(variants,
+			variant{"base-fair-scripts", fairScripts(ctx, c, base, "parts-base", origin, &n)},
+			variant{"base-reentrant-scripts", reentrantScripts(ctx, c, base, "parts-base", &n)})
+	}
+	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
+	leanBase := wire.FairBase(lockName("parts-lean"))
+	leanKeys, channel := wire.QueueKeys(leanBase), wire.Channel(leanBase)
 	variants = append(variants, variant{"lean", func() error {
 		n++
 		id := owner + "#" + strconv.Itoa(n)
@@ -448,4 +445,80 @@ func BenchmarkPairParts(b *testing.B) {
 		b.ReportMetric(float64(took[i][len(took[i])/2].Nanoseconds())/1e3, v.name+"-µs/pair")
 		b.ReportMetric(inRedis[i]/float64(b.N), v.name+"-redis-µs/pair")
 	}
+}
+
+// fairScripts is a pair of fair_acquire and fair_release from set, called
+// directly with the arguments the library sends, without the library
+// around them; n numbers the requests.
+func fairScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, name, origin string, n *int) func() error {
+	mode, base := &transport.Mode{}, wire.FairBase(lockName(name))
+	keys, channel := wire.QueueKeys(base), wire.Channel(base)
+	const owner = "QhOrGB6RQrKo9uyIgFu7VQ.1"
+	return func() error {
+		*n++
+		id := owner + "#" + strconv.Itoa(*n)
+		v, err := set.FairAcquire.Run(ctx, c, mode, keys, wire.FairAcquire{
+			Owner: owner, Entry: owner + "/" + strconv.Itoa(*n), Request: id, Lease: 30000, Wait: 10000,
+			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) < 3 || v[0] != int64(1) {
+			return fmt.Errorf("fair_acquire did not acquire: %v", v)
+		}
+		token, ok := v[1].(int64)
+		if !ok {
+			return fmt.Errorf("fair_acquire's token: %v", v)
+		}
+		return set.FairRelease.Run(ctx, c, mode, keys, wire.Release{
+			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Err()
+	}
+}
+
+// reentrantScripts is fairScripts for reentrant_acquire and
+// reentrant_release, as a Lock (which may wait: a waiter id) makes them.
+func reentrantScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, name string, n *int) func() error {
+	mode, base := &transport.Mode{}, wire.ReentrantKey(lockName(name))
+	keys, channel := wire.QueueKeys(base), wire.Channel(base)
+	const owner = "QhOrGB6RQrKo9uyIgFu7VQ.1"
+	return func() error {
+		*n++
+		id := owner + "#" + strconv.Itoa(*n)
+		v, err := set.ReentrantAcquire.Run(ctx, c, mode, keys, wire.ReentrantAcquire{
+			Owner: owner, Request: id, Lease: 30000, Waiter: owner + "/" + strconv.Itoa(*n), Wait: 10000,
+		}.Args()...).Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) < 2 || v[0] != int64(1) {
+			return fmt.Errorf("reentrant_acquire did not acquire: %v", v)
+		}
+		token, ok := v[1].(int64)
+		if !ok {
+			return fmt.Errorf("reentrant_acquire's token: %v", v)
+		}
+		return set.ReentrantRelease.Run(ctx, c, mode, keys, wire.Release{
+			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Err()
+	}
+}
+
+// luaFolder builds a set of scripts from the .lua files of dir (another
+// version's internal/lua, from a git worktree, say).
+func luaFolder(dir string) (*lua.Scripts, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.lua"))
+	if err != nil || len(names) == 0 {
+		return nil, fmt.Errorf("FAIRLOCK_BASE_LUA=%s: no .lua files (%v)", dir, err)
+	}
+	src := map[string]string{}
+	for _, name := range names {
+		text, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		src[filepath.Base(name)] = string(text)
+	}
+	return lua.MustBuild(src), nil
 }
