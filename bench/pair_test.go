@@ -111,6 +111,25 @@ redis.register_function('fairlock_bench_json', function(keys, args)
   if args[1] == 'a' then return {1, tonumber(s.f), 0} end
   return {1}
 end)
+-- msgpack: json with the hold in MessagePack (cmsgpack) instead of JSON.
+redis.register_function('fairlock_bench_msgpack', function(keys, args)
+  local raw = redis.call('GET', keys[1])
+  local s = {v = '7', f = '1', r = '', k = '0'}
+  if raw then s = cmsgpack.unpack(raw) end
+  local t = redis.call('TIME')
+  local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
+  if args[1] == 'a' then
+    s.f = string.format('%d', now_us)
+    s.o, s.c, s.x, s.b = args[2], '1', string.format('%d', now + 30000), 'bench-host\t12345\t'
+  else
+    s.r = string.format('%016d', tonumber(s.f)) .. string.sub(s.r, 1, 48)
+    s.o, s.c, s.x, s.b = nil, nil, nil, nil
+  end
+  s.q = args[3]
+  redis.call('SET', keys[1], cmsgpack.pack(s), 'PX', 60000)
+  if args[1] == 'a' then return {1, tonumber(s.f), 0} end
+  return {1}
+end)
 -- Layouts tried for the hold's hot path (issue 47), each doing what json
 -- does: read the hold, Redis's clock, a Lock's or an Unlock's change, write.
 -- hash: the hold as a Redis hash, the fields read with HMGET, the changed
@@ -232,6 +251,43 @@ redis.register_function('fairlock_bench_lean_release', function(keys, args)
   s.o, s.c, s.x, s.b, s.e, s.g, s.a, s.q = nil, nil, nil, nil, nil, nil, nil, args[2]
   redis.call('SET', keys[1], cjson.encode(s), 'KEEPTTL')
   return {1}
+end)
+-- flat: a layout whose uncontended pair decodes nothing, weighed before it
+-- is built. KEYS[1] the hold, present only while held, its TTL the lease:
+-- "<owner> <token, 16 digits> <count> <label>", so a release compares a
+-- prefix it can build itself, and a live hold needs no clock. KEYS[4] the
+-- lock's memory, fixed-width fields read with string.sub: the last token
+-- (16 digits), the waiters' horizon h (13, ms), the tokens of the last 4
+-- final releases (4 x 16), then the last request's id (retry answers).
+-- An uncontended pair is GET, GET, TIME, SET, SET and GET, GET, TIME, DEL,
+-- SET; what it does not find on that path (a hold, a retry, waiters, an
+-- election, a hold another owns or has re-entered) is an error here, where
+-- a built version would go to the general path.
+redis.register_function('fairlock_bench_flat_acquire', function(keys, args)
+  if redis.call('GET', keys[1]) then return redis.error_reply('held') end
+  if string.sub(keys[1], 1, 11) == 'fairlock:e:' then return redis.error_reply('election') end
+  local m = redis.call('GET', keys[4]) or string.rep('0', 93)
+  if string.sub(m, 94) == args[3] then return redis.error_reply('retry') end
+  local t = redis.call('TIME')
+  local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
+  if tonumber(string.sub(m, 17, 29)) > now then return redis.error_reply('waiters') end
+  local token = string.format('%016d', math.max(tonumber(string.sub(m, 1, 16)) + 1, now_us))
+  redis.call('SET', keys[1], args[1] .. ' ' .. token .. ' 1 ' .. args[7], 'PX', args[4])
+  redis.call('SET', keys[4], token .. string.sub(m, 17, 93) .. args[3], 'PX', tonumber(args[4]) + 30000)
+  return {1, tonumber(token), 0}
+end)
+redis.register_function('fairlock_bench_flat_release', function(keys, args)
+  local hold = redis.call('GET', keys[1])
+  local m = redis.call('GET', keys[4]) or ''
+  if string.sub(m, 94) == args[2] then return redis.error_reply('retry') end
+  local token = string.format('%016d', tonumber(args[3]))
+  local want = args[1] .. ' ' .. token .. ' 1 '
+  if not hold or string.sub(hold, 1, #want) ~= want then return redis.error_reply('not held, or re-entered') end
+  local t = redis.call('TIME')
+  if tonumber(string.sub(m, 17, 29)) > t[1] * 1000 + math.floor(t[2] / 1000) then return redis.error_reply('waiters') end
+  redis.call('DEL', keys[1])
+  redis.call('SET', keys[4], string.sub(m, 1, 29) .. token .. string.sub(m, 30, 77) .. args[2], 'KEEPTTL')
+  return {1}
 end)`
 
 // BenchmarkPairParts takes an uncontended pair apart end to end, on one
@@ -241,10 +297,13 @@ end)`
 //   - busy-N: two FCALLs of a function that keeps Redis busy N µs: what a
 //     µs of script time costs a caller, with nothing else changed;
 //   - rw and json: two FCALLs of the least a script that keeps a lock's
-//     state in one string can do (busyLibrary); hash, packed and split:
-//     the same as json with the hold laid out otherwise (a Redis hash, a
-//     string of fields in a fixed order, the hot fields apart from the
-//     release memory);
+//     state in one string can do (busyLibrary); msgpack, hash, packed and
+//     split: the same as json with the hold laid out otherwise
+//     (MessagePack, a Redis hash, a string of fields in a fixed order, the
+//     hot fields apart from the release memory);
+//   - flat: a layout whose uncontended pair decodes nothing (a hold key
+//     that lives as long as the hold, a memory of fixed-width fields),
+//     with that pair's checks;
 //   - floor and redislock: the floor's and redislock's pairs;
 //   - floor+timers and floor+context: the floor's pair with one part of
 //     what the library does around its calls: a hold's two timers, and an
@@ -357,7 +416,7 @@ func BenchmarkPairParts(b *testing.B) {
 			return nil
 		}})
 	}
-	for _, fn := range []string{"rw", "json", "hash", "packed", "split"} {
+	for _, fn := range []string{"rw", "json", "msgpack", "hash", "packed", "split"} {
 		key := []string{"busy:{" + lockName(fn) + "}"}
 		n := 0
 		variants = append(variants, variant{fn, func() error {
@@ -416,6 +475,22 @@ func BenchmarkPairParts(b *testing.B) {
 			return err
 		}
 		return c.FCall(ctx, "fairlock_bench_lean_release", leanKeys, wire.Release{
+			Owner: owner, Request: id + "r", Token: v[1].(int64), Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Err()
+	}})
+	flatBase := wire.FairBase(lockName("parts-flat"))
+	flatKeys := append(wire.QueueKeys(flatBase), flatBase+":memory")
+	variants = append(variants, variant{"flat", func() error {
+		n++
+		id := owner + "#" + strconv.Itoa(n)
+		v, err := c.FCall(ctx, "fairlock_bench_flat_acquire", flatKeys, wire.FairAcquire{
+			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
+			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+		}.Args()...).Slice()
+		if err != nil {
+			return err
+		}
+		return c.FCall(ctx, "fairlock_bench_flat_release", flatKeys, wire.Release{
 			Owner: owner, Request: id + "r", Token: v[1].(int64), Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}})
