@@ -93,10 +93,11 @@ redis.register_function('fairlock_bench_rw', function(keys, args)
   redis.call('SET', keys[1], args[2] .. t[2], 'PX', 60000)
   return {1, 1, 0}
 end)
-redis.register_function('fairlock_bench_json', function(keys, args)
+-- json's body, with the hold decoded and encoded by the codec given.
+local function codec_pair(keys, args, decode, encode)
   local raw = redis.call('GET', keys[1])
   local s = {v = '7', f = '1', r = '', k = '0'}
-  if raw then s = cjson.decode(raw) end
+  if raw then s = decode(raw) end
   local t = redis.call('TIME')
   local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
   if args[1] == 'a' then
@@ -107,28 +108,16 @@ redis.register_function('fairlock_bench_json', function(keys, args)
     s.o, s.c, s.x, s.b = nil, nil, nil, nil
   end
   s.q = args[3]
-  redis.call('SET', keys[1], cjson.encode(s), 'PX', 60000)
+  redis.call('SET', keys[1], encode(s), 'PX', 60000)
   if args[1] == 'a' then return {1, tonumber(s.f), 0} end
   return {1}
+end
+redis.register_function('fairlock_bench_json', function(keys, args)
+  return codec_pair(keys, args, cjson.decode, cjson.encode)
 end)
 -- msgpack: json with the hold in MessagePack (cmsgpack) instead of JSON.
 redis.register_function('fairlock_bench_msgpack', function(keys, args)
-  local raw = redis.call('GET', keys[1])
-  local s = {v = '7', f = '1', r = '', k = '0'}
-  if raw then s = cmsgpack.unpack(raw) end
-  local t = redis.call('TIME')
-  local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
-  if args[1] == 'a' then
-    s.f = string.format('%d', now_us)
-    s.o, s.c, s.x, s.b = args[2], '1', string.format('%d', now + 30000), 'bench-host\t12345\t'
-  else
-    s.r = string.format('%016d', tonumber(s.f)) .. string.sub(s.r, 1, 48)
-    s.o, s.c, s.x, s.b = nil, nil, nil, nil
-  end
-  s.q = args[3]
-  redis.call('SET', keys[1], cmsgpack.pack(s), 'PX', 60000)
-  if args[1] == 'a' then return {1, tonumber(s.f), 0} end
-  return {1}
+  return codec_pair(keys, args, cmsgpack.unpack, cmsgpack.pack)
 end)
 -- Layouts tried for the hold's hot path (issue 47), each doing what json
 -- does: read the hold, Redis's clock, a Lock's or an Unlock's change, write.
