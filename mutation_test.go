@@ -398,11 +398,15 @@ var mutations = []struct {
 	},
 	// The uncontended paths written straight (fair_acquire.lua and
 	// fair_release.lua, round six): their conditions dropped, and their
-	// writes. Two conditions of the release are not here: its owner check
-	// (the token, which names one hold, makes it redundant) and its lease
-	// check (the client gives a hold up for lost a margin before Redis's
-	// expiry, so no release the specifications make reaches an expired
-	// hold nobody took since); both stay, as in the general path.
+	// writes. Three conditions are not here, because dropping them changes
+	// no outcome a specification can see: the acquisition's po (a gate
+	// taken without its holder's permit request is served all the same:
+	// a release that finds no request wakes the holder to look for
+	// itself, one round trip later), the release's owner check (the
+	// token, which names one hold, makes it redundant) and its lease check
+	// (the client gives a hold up for lost a margin before Redis's expiry,
+	// so no release the specifications make reaches an expired hold
+	// nobody took since); all three stay, as in the general path.
 	{
 		name: "the uncontended path takes a lock that has waiters",
 		file: "fair_acquire.lua",
