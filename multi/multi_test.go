@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +14,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/redistest/hung"
 	"github.com/fairlock/fairlock/multi"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -313,39 +312,6 @@ func TestGoroutinesSharingALockExcludeEachOther(t *testing.T) {
 	}
 }
 
-// hungServer is an address that accepts connections and never answers, as
-// a Redis that hangs; closed when the test ends.
-func hungServer(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // A Lock whose ctx's deadline passes while a member's server hangs rolls
 // back the members it took; that roll-back may finish after Lock returned
 // (the failed member's own clean-up used the deadline's grace), within the
@@ -356,7 +322,7 @@ func TestRollBackAfterADeadlineFinishesWithinTheCleanupTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hung := redis.NewClient(&redis.Options{Addr: hungServer(t)})
+	hung := redis.NewClient(&redis.Options{Addr: hung.Server(t)})
 	t.Cleanup(func() { _ = hung.Close() })
 	base := redistest.Name(t)
 	first, err := fair.New(owner, base+"-a")

@@ -11,6 +11,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/fairlock/fairlock/internal/redistest/hung"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,37 +44,6 @@ func TestViewStepsRoundUpWithinAThirtySecond(t *testing.T) {
 	}
 }
 
-// hangingServer accepts connections and never answers: a server that
-// hangs rather than refuses (a partition TCP does not notice).
-func hangingServer(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // goroutinesCreated is how many goroutines the process has started.
 func goroutinesCreated() uint64 {
 	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
@@ -86,7 +56,7 @@ func goroutinesCreated() uint64 {
 // (ContextTimeoutEnabled), whose calls this package never bounds, calls a
 // server that hangs (which times its connection out, so each call dials).
 func dialCost(t *testing.T) uint64 {
-	c := redis.NewClient(&redis.Options{Addr: hangingServer(t), ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: hung.Server(t), ContextTimeoutEnabled: true})
 	defer func() { _ = c.Close() }()
 	s := NewScript(&Library{Name: "fairlock_test", Code: "#!lua name=fairlock_test\n"}, "f", "return 1")
 	var m Mode
@@ -108,7 +78,7 @@ func dialCost(t *testing.T) uint64 {
 // on a client that has no views (Cluster), on a one-off *Mode (nil), and
 // one followed by WAIT (RunWait: WithReplicas) keeps the goroutine.
 func TestAViewKeepsTheDeadlineWithoutAGoroutine(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: hangingServer(t)})
+	c := redis.NewClient(&redis.Options{Addr: hung.Server(t)})
 	t.Cleanup(func() { _ = c.Close() })
 	s := NewScript(&Library{Name: "fairlock_test", Code: "#!lua name=fairlock_test\n"}, "f", "return 1")
 	var m Mode
@@ -152,7 +122,7 @@ func TestAViewKeepsTheDeadlineWithoutAGoroutine(t *testing.T) {
 	}
 
 	// No views: a nil Mode, another client than the one attached.
-	other := redis.NewClient(&redis.Options{Addr: hangingServer(t)})
+	other := redis.NewClient(&redis.Options{Addr: hung.Server(t)})
 	t.Cleanup(func() { _ = other.Close() })
 	for what, run := range map[string]func(context.Context) *redis.Cmd{
 		"nil Mode":     func(ctx context.Context) *redis.Cmd { return s.Run(ctx, c, nil, []string{"k"}) },
@@ -197,7 +167,7 @@ func (f *finisher) GoOn(ctx context.Context, what string, call func(context.Cont
 // in the background. Done closes once that call returned.
 func TestAFinishingCallGoesOnInTheBackground(t *testing.T) {
 	// Short timeouts, so that the call made again fails soon.
-	c := redis.NewClient(&redis.Options{Addr: hangingServer(t), ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: hung.Server(t), ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	s := NewScript(&Library{Name: "fairlock_test", Code: "#!lua name=fairlock_test\n"}, "f", "return 1")
 	var m Mode
@@ -296,7 +266,7 @@ func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // attached (go-redis's views have none of their own), once; attaching the
 // same client again adds no second keeper.
 func TestAKeptCallPassesTheClientsHooks(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: hangingServer(t)})
+	c := redis.NewClient(&redis.Options{Addr: hung.Server(t)})
 	t.Cleanup(func() { _ = c.Close() })
 	hook := &counter{}
 	c.AddHook(hook)
