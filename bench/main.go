@@ -82,6 +82,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.seconds <= 0 || c.reps < 0 {
 		return fmt.Errorf("-seconds must be positive and -reps not negative")
 	}
+	// The lists are read before anything runs: a bad entry is told at once.
+	var queueNs, fanNs, scaleNs, sharedNs, permitKs []int
+	for _, l := range []struct {
+		to         *[]int
+		flag, list string
+		least      int
+		what       string
+	}{
+		{&queueNs, "queue", c.queue, 0, "a queue length"},
+		{&fanNs, "fanout", c.fanout, 2, "a number of clients"},
+		{&scaleNs, "scale", c.scale, 2, "a number of clients"},
+		{&sharedNs, "shared", c.shared, 1, "a number of goroutines"},
+		{&permitKs, "permits", c.permits, 1, "a number of permits"},
+	} {
+		ns, err := counts(l.flag, l.list, l.least, l.what)
+		if err != nil {
+			return err
+		}
+		*l.to = ns
+	}
 	if c.only != "" {
 		var keep []impl
 		for _, im := range impls {
@@ -167,11 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var queue []queueCost
 	if c.queue != "" {
-		for _, s := range strings.Split(c.queue, ",") {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 0 {
-				return fmt.Errorf("bad -queue entry %q", s)
-			}
+		for _, n := range queueNs {
 			fmt.Fprintf(stderr, "fair lock, head acquisition with %d queued\n", n)
 			q, err := e.headAcquisition(ctx, n)
 			if err != nil {
@@ -182,11 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var fan []fanRow
 	if c.fanout != "" {
-		for _, f := range strings.Split(c.fanout, ",") {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 2 {
-				return fmt.Errorf("bad -fanout entry %q: want a number of clients, at least 2", f)
-			}
+		for _, n := range fanNs {
 			for _, im := range impls {
 				if im.name == "redislock" || im.name == "redsync" {
 					continue // no messages to fan out
@@ -200,31 +212,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	var scaleNs []int
 	var scaled map[scaleKey][]scaleRun
 	if c.scale != "" {
-		for _, f := range strings.Split(c.scale, ",") {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 2 {
-				return fmt.Errorf("bad -scale entry %q: want a number of clients, at least 2", f)
-			}
-			scaleNs = append(scaleNs, n)
-		}
 		reps := max(c.reps, 1)
 		if scaled, err = e.runScale(ctx, scaleNs, reps, dur, stderr); err != nil {
 			return err
 		}
 	}
-	var sharedNs []int
 	sharedRuns := map[scaleKey][]float64{}
 	if c.shared != "" {
-		for _, f := range strings.Split(c.shared, ",") {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1 {
-				return fmt.Errorf("bad -shared entry %q: want a number of goroutines", f)
-			}
-			sharedNs = append(sharedNs, n)
-		}
 		for rep := range max(c.reps, 1) {
 			for _, n := range sharedNs {
 				for _, im := range impls {
@@ -243,11 +239,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var sems []*semResult
 	if c.permits != "" {
-		for _, f := range strings.Split(c.permits, ",") {
-			var k int
-			if _, err := fmt.Sscan(strings.TrimSpace(f), &k); err != nil || k < 1 {
-				return fmt.Errorf("bad -permits entry %q", f)
-			}
+		for _, k := range permitKs {
 			for _, im := range semImpls {
 				res, err := e.semaphoreRun(ctx, im, k, c.semHold, dur)
 				if err != nil {
@@ -503,4 +495,22 @@ func printFanout(w io.Writer, rows []fanRow) {
 			median(r.ct.handoffs).Round(time.Microsecond), r.ct.acqPerSec)
 	}
 	_ = tw.Flush()
+}
+
+// counts reads flag's comma-separated list of whole numbers, each at least
+// least (what says what a number counts, for the error); none if list is
+// empty.
+func counts(flag, list string, least int, what string) ([]int, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var ns []int
+	for _, f := range strings.Split(list, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < least {
+			return nil, fmt.Errorf("bad -%s entry %q: want %s, at least %d", flag, f, what, least)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }
