@@ -71,6 +71,13 @@ if who == owner and token == tonumber(ARGV[10]) then
   clear_hold(s)
   who = nil
 end
+if who and who ~= owner and not holder_present(s, w, now) then
+  -- Still step 1: the holder's client kept a presence, and it has been gone
+  -- for the grace (its process died: queue.lua, docs/presence.md): end the
+  -- hold, as the end of its lease would have.
+  clear_hold(s)
+  who = nil
+end
 if who == owner then
   if s.e == entry then
     -- Step 2, this waiter's turn came by hand-off while it was away (its
@@ -87,7 +94,7 @@ if who == owner then
   end
   if popped and head then
     -- The head changed while the lock stays held: tell the new one.
-    tell_head(head, tonumber(w.x), publish, channel)
+    tell_head(head, look_at(owner, tonumber(w.x), now), publish, channel)
   end
   return answer({1, token, 0})
 end
@@ -105,7 +112,7 @@ if who == nil then
       redis.call('LPOP', Q.list)
       redis.call('ZREM', Q.deadlines, entry)
       local next_head = live_head(Q, now)
-      if next_head then tell_head(next_head, now + lease, publish, channel) end
+      if next_head then tell_head(next_head, look_at(owner, now + lease, now), publish, channel) end
     end
     return answer({1, token, 0})
   end
@@ -118,12 +125,12 @@ if who == nil then
 elseif popped and head and head ~= entry then
   -- Held by another, and cleanup removed the head (dead past its deadline):
   -- the new head must hear when the hold ends.
-  tell_head(head, expiry, publish, channel)
+  tell_head(head, look_at(who, expiry, now, w.pa or s.pa), publish, channel)
 end
 
 -- Step 6, the caller waits. "try" never queues: no barging past waiters.
 if mode == 'try' then
-  if next(w) ~= nil then
+  if changed or next(w) ~= nil then
     commit(s, w, now, false, Q.list, Q.deadlines)
   end
   return {0, expiry - now, 0, now}
@@ -166,4 +173,7 @@ if head == entry then first = 1 end
 -- The queue's length, this waiter included, for the caller's observer:
 -- every entry with a deadline (one past its deadline goes at the next
 -- cleanup that reaches it).
-return {0, expiry - now, first, now, redis.call('ZCARD', Q.deadlines)}
+-- The head of a lock whose holder keeps a presence looks again sooner than
+-- the expiry (look_at).
+local look = look_at(w.o or s.o, expiry, now, w.pa or s.pa)
+return {0, look - now, first, now, redis.call('ZCARD', Q.deadlines)}

@@ -31,7 +31,7 @@ if expiry == nil then
 else
   local popped
   head, popped = live_head(Q, now)
-  if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end
+  if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end
 end
 local granted, token = w.e or s.e, w.f or s.f
 
@@ -57,5 +57,6 @@ end
 commit(s, w, now, false, Q.list, Q.deadlines)
 status[#status + 1] = tonumber(w.g or s.g or '0')
 if w.e then status[#status + 1] = 1 else status[#status + 1] = 0 end
-status[#status + 1] = expiry or 0
+-- The head of a lock whose holder keeps a presence looks again sooner.
+status[#status + 1] = (expiry and look_at(w.o or s.o, expiry, now, w.pa or s.pa)) or 0
 return status

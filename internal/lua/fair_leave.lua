@@ -29,6 +29,6 @@ elseif may_have_waiters(s, {}, now) then
   -- Held: if the leaver was the head, its tombstone goes now and the waiter
   -- behind it is told it is head (it must hear when the hold ends).
   local head, popped = live_head(Q, now)
-  if popped and head then tell_head(head, expiry, ARGV[3], ARGV[4]) end
+  if popped and head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end
 end
 return returned

@@ -33,6 +33,8 @@
 --       h  the latest waiter deadline ever written (bounds the life of the
 --          queue of a fair lock, and of the waiters of a reentrant lock)
 --       fair lock only:
+--       pa when a waiter's attempt first found the holder's presence gone
+--          (Redis ms; queue.lua's holder_present); cleared with the hold
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
 --       a semaphore's gate only: po, pn, pl  the permit request its holder
@@ -242,7 +244,7 @@ end
 -- caller saves.
 local function clear_hold(s)
   s.o, s.c, s.x, s.e, s.g, s.b = nil, nil, nil, nil, nil, nil
-  s.po, s.pn, s.pl, s.l, s.s = nil, nil, nil, nil, nil
+  s.po, s.pn, s.pl, s.l, s.s, s.pa = nil, nil, nil, nil, nil, nil
   changed = true
 end
 

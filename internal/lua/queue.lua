@@ -20,6 +20,62 @@ local function may_have_waiters(s, w, now)
   return tonumber(w.h or s.h or '0') > now
 end
 
+-- Presence (docs/presence.md). A client made with fairlock.WithPresence
+-- keeps one pub/sub subscription on PRESENCE_PREFIX .. its client id for as
+-- long as it may hold anything, and its client id ends in '~'. Redis drops
+-- that subscription when the client's process dies and the kernel closes
+-- its socket; a process that lives ends all its holds itself the moment
+-- the connection breaks. So a fair lock held by such a client whose
+-- subscription has been gone for PRESENCE_GRACE_MS is ended by the next
+-- waiter's attempt, as a lease that ran out would be. Absence is counted
+-- from the first attempt that saw it (pa in the hold); an attempt that sees
+-- the subscription again forgets it. The head of a held lock looks again
+-- every PRESENCE_POLL_MS while the holder keeps a presence (look_at).
+local PRESENCE_PREFIX = 'fairlock:presence:'
+local PRESENCE_GRACE_MS = 200
+local PRESENCE_POLL_MS = 50
+
+-- The presence channel of the client of hold id holder, or nil if that
+-- client keeps none (its id does not end in '~').
+local function presence_channel(holder)
+  local client = string.match(holder or '', '^[^.]*')
+  if string.byte(client, -1) ~= 126 then return nil end
+  return PRESENCE_PREFIX .. client
+end
+
+-- Fair lock: is the holder of s, held now, still to be counted on? False
+-- once its client's presence has been gone for PRESENCE_GRACE_MS: the caller
+-- then ends the hold. Records (w.pa) or forgets (s.pa) when absence was
+-- first seen. One PUBSUB NUMSUB, only for a holder that keeps a presence.
+local function holder_present(s, w, now)
+  local ch = presence_channel(s.o)
+  if ch == nil then return true end
+  if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then
+    if s.pa then
+      s.pa = nil
+      changed = true
+    end
+    return true
+  end
+  local since = tonumber(s.pa or '')
+  if since == nil then
+    w.pa = int(now)
+    return true
+  end
+  return now - since < PRESENCE_GRACE_MS
+end
+
+-- Fair lock: when the head of a lock held by holder until expiry (Redis
+-- ms) should look again: at the expiry, or, while the holder keeps a
+-- presence, within PRESENCE_POLL_MS (at the end of the grace once absence
+-- was seen: since, the hold's pa).
+local function look_at(holder, expiry, now, since)
+  if presence_channel(holder) == nil then return expiry end
+  local at = now + PRESENCE_POLL_MS
+  if since then at = math.max(tonumber(since) + PRESENCE_GRACE_MS, now + 1) end
+  return math.min(expiry, at)
+end
+
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
 -- deadline passed from the head of q, until the head is a live waiter. Each
 -- entry is popped once in its life, so this is O(1) amortised per entry.
@@ -92,7 +148,7 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   s.l = element_value(element)
   local message = {handoff_note(head, token, now)}
   local next_head = live_head(q, now)
-  if next_head then message[2] = head_notice(next_head, expiry) end
+  if next_head then message[2] = head_notice(next_head, look_at(w.o, expiry, now)) end
   publish_notes(publish, channel, message)
   return head
 end
