@@ -18,12 +18,31 @@ type Owner struct {
 
 // NewOwner returns an owner on client, any UniversalClient but a *redis.Ring,
 // without a call to Redis, and adds a hook to a *redis.Client (see README).
-func NewOwner(client redis.UniversalClient) (*Owner, error) {
-	o, err := core.NewOwner(client)
+func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error) {
+	var rig core.Rig
+	for _, opt := range opts {
+		if opt.set == nil {
+			return nil, core.Invalid("a zero OwnerOption; use WithPresence")
+		}
+		opt.set(&rig)
+	}
+	o, err := core.NewOwnerWith(client, rig)
 	if err != nil {
 		return nil, err
 	}
 	return &Owner{core: o}, nil
+}
+
+// OwnerOption configures NewOwner: WithPresence.
+type OwnerOption struct{ set func(*core.Rig) }
+
+// WithPresence makes a holder's death move its fair locks on within a
+// fraction of a second instead of at the end of the lease: the owner keeps
+// one subscription on Redis, which Redis drops when the process dies. If
+// that connection breaks while the process lives, every hold of the owner
+// ends (ErrLockLost). Not on Cluster. See docs/presence.md.
+func WithPresence() OwnerOption {
+	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
 }
 
 // Close ends the owner: waiters leave, holds go to the next in line, calls

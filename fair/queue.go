@@ -89,6 +89,7 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 type reply struct {
 	wire.FairAcquireReply
 	clock redisClock // waiting: where Redis's clock stood
+	sent  time.Time  // when the request was sent (after the owner's presence was up)
 }
 
 // holdEnds is, for a reply that left the caller waiting, when the current
@@ -114,6 +115,9 @@ func (c redisClock) notEarlier(ms int64) time.Time { return time.UnixMilli(ms).A
 
 func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
 	h := qu.h
+	if err := h.Present(ctx); err != nil {
+		return reply{}, err
+	}
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, wire.FairAcquire{
@@ -140,10 +144,10 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 		}
 	}
 	if r.Held || r.Evicted {
-		return reply{FairAcquireReply: r}, nil
+		return reply{FairAcquireReply: r, sent: sent}, nil
 	}
 	redisNow := time.UnixMilli(r.Now)
-	return reply{FairAcquireReply: r, clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}}, nil
+	return reply{FairAcquireReply: r, clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}, sent: sent}, nil
 }
 
 // grant turns a reply into a Grant. A fresh acquisition counts its lease from

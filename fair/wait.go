@@ -38,9 +38,8 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	entry := qu.newEntry()
 	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
-		sent := clk.Now()
 		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
-		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, core.Step("trying to take the lock", err)
+		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, core.Step("trying to take the lock", err)
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
@@ -48,7 +47,6 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	if sub != nil {
 		defer sub.Close()
 	}
-	sent := clk.Now()
 	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
 	if err != nil {
 		if !core.Refused(err) {
@@ -57,7 +55,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		return outcome{}, core.Step("joining the queue", err)
 	}
 	if r.Held {
-		return outcome{held: qu.grant(r, a, sent, sent, time.Time{})}, nil // a fresh entry is never handed the lock
+		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, nil // a fresh entry is never handed the lock
 	}
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 
@@ -84,7 +82,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	defer q.hb.leave(q.mem)
 	// The last request answered "queued" was processed before any hand-off
 	// to this entry: a granted lease counts from no earlier than its send.
-	q.mem.queuedAt(sent)
+	q.mem.queuedAt(r.sent)
 	q.queued(r)
 	err = w.Run(ctx, q, false)
 	return q.out, err
@@ -155,7 +153,6 @@ func (q *queueWait) end(out outcome, err error) (bool, error) {
 func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	fellBack := q.w.FellBack()
 	for {
-		sent := q.h.Config.Clock.Now()
 		actx, cancel := q.w.Bound(ctx) // by the place's end while it lasts
 		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
 		cancel()
@@ -175,14 +172,14 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 			}
 			continue // claimed too late: the next attempt tells where it stands
 		case r.Held:
-			return q.end(outcome{held: q.qu.grant(r, q.a, sent, sent, time.Time{})}, nil)
+			return q.end(outcome{held: q.qu.grant(r, q.a, r.sent, r.sent, time.Time{})}, nil)
 		case r.Evicted:
 			if out, err := q.rejoin(ctx, fellBack); out.done() || err != nil {
 				return q.end(out, err)
 			}
 			continue
 		}
-		q.mem.queuedAt(sent)
+		q.mem.queuedAt(r.sent)
 		wasHead := q.w.FallingBack()
 		q.queued(r)
 		q.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait

@@ -227,6 +227,17 @@ func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
 }
 
+// Present returns once the owner's presence is up (WithPresence; at once
+// without it): an acquisition calls it before it notes its send time, so
+// that its hold is covered (presence.go). A refusal to subscribe is
+// returned as Redis gave it.
+func (h Agent) Present(ctx context.Context) error {
+	if p := h.Owner.presence; p != nil {
+		return p.await(ctx)
+	}
+	return nil
+}
+
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
 // connection by WAIT (transport.Script.RunWait). acked is the replicas that
 // acknowledged, -1 without WithReplicas.

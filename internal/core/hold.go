@@ -252,6 +252,13 @@ func (h *hold) closeOut() error {
 	if !h.end(ErrClosed, "") {
 		return nil
 	}
+	return h.releaseAll()
+}
+
+// releaseAll releases the ended hold h in Redis, every level of its
+// re-entry, within the cleanup timeout: the lock goes to the next in line
+// at once. A hold Redis no longer has is left as it is.
+func (h *hold) releaseAll() error {
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cfg.CleanupTimeout)
 	defer cancel()
 	for range maxReleases {

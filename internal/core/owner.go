@@ -51,6 +51,8 @@ type Owner struct {
 
 	hubs *inbox.Hubs // its waiters' pub/sub connections
 
+	presence *presence // WithPresence's subscription (presence.go); nil without
+
 	mu       sync.Mutex
 	services map[any]any // by *Service: what a primitive keeps per owner
 	holds    map[*hold]struct{}
@@ -78,6 +80,9 @@ type Rig struct {
 	// (restart.go): 0 is DefaultRestartCheck, a negative value turns the
 	// check off.
 	RestartCheck time.Duration
+	// Presence makes the owner keep a presence (presence.go,
+	// fairlock.WithPresence). Not on Cluster.
+	Presence bool
 }
 
 // NewOwnerWith is NewOwner with rig.
@@ -91,14 +96,24 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	if rig.Scripts == nil {
 		rig.Scripts = lua.Default()
 	}
+	ids := wire.NewIDs()
+	if rig.Presence {
+		if _, ok := client.(*redis.ClusterClient); ok {
+			return nil, Invalid("WithPresence does not work on Cluster: a script sees only the subscriptions of its own node (docs/presence.md)")
+		}
+		ids = wire.NewIDsWithPresence()
+	}
 	if rig.RestartCheck == 0 {
 		rig.RestartCheck = DefaultRestartCheck
 	}
-	o := &Owner{client: client, ids: wire.NewIDs(), publish: PublishCommand(client),
+	o := &Owner{client: client, ids: ids, publish: PublishCommand(client),
 		clock: rig.Clock, scripts: rig.Scripts, restartEvery: max(rig.RestartCheck, 0),
 		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
+	if rig.Presence {
+		o.presence = newPresence(o)
+	}
 	transport.Attach(&o.mode, client) // deadlines kept without a goroutine per call
 	return o, nil
 }
@@ -184,6 +199,9 @@ func (o *Owner) shutdown() error {
 		}
 	}
 	_ = o.cleanups.wait(context.Background())
+	if o.presence != nil {
+		o.presence.stop() // only now: the holds were kept until released
+	}
 	o.hubs.Close()
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -112,5 +113,46 @@ func (p *Partition) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			return ErrPartitioned
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// Severable is a go-redis hook that keeps every connection its client
+// dials, so that Sever can close them all at once: the connections break
+// as a CLIENT KILL or a reset would break them (pub/sub ones included),
+// and the client dials anew at its next command.
+type Severable struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// DialHook keeps the connection.
+func (s *Severable) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err == nil {
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+		}
+		return c, err
+	}
+}
+
+// ProcessHook passes through.
+func (s *Severable) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook passes through.
+func (s *Severable) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Sever closes every connection dialed so far.
+func (s *Severable) Sever() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
 	}
 }

@@ -70,6 +70,19 @@ func NewOwner(client redis.UniversalClient, clk clock.Clock) (*fairlock.Owner, e
 	return o, nil
 }
 
+// PresentOwner is NewOwner for an owner made as fairlock.WithPresence
+// makes it, running scripts (nil: the library's).
+func PresentOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
+	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1, Presence: true})
+	if err != nil {
+		return nil, err
+	}
+	owners.Lock()
+	owners.more = append(owners.more, Public(o))
+	owners.Unlock()
+	return Public(o), nil
+}
+
 // newOwner makes an owner with the tests' probe installed.
 func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
 	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1})

@@ -76,6 +76,22 @@ func NewIDs() *IDs {
 	return &IDs{client: base64.RawURLEncoding.EncodeToString(u[:])}
 }
 
+// PresenceMark ends the client id of an owner that keeps a presence
+// (NewIDsWithPresence): the scripts read it from a holder's id.
+const PresenceMark = "~"
+
+// NewIDsWithPresence returns a fresh client id, marked as one that keeps a
+// presence on PresenceChannel(client), and its counter.
+func NewIDsWithPresence() *IDs {
+	ids := NewIDs()
+	ids.client += PresenceMark
+	return ids
+}
+
+// PresenceChannel is the pub/sub channel a client that keeps a presence
+// stays subscribed to (queue.lua's presence_channel).
+func PresenceChannel(client string) string { return "fairlock:presence:" + client }
+
 // Client returns the client id.
 func (ids *IDs) Client() string { return ids.client }
 

@@ -1,0 +1,209 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// Presence (docs/presence.md). An owner made with WithPresence subscribes,
+// before its first acquisition, to a channel of its own
+// (wire.PresenceChannel), on a connection of its own, and keeps it for its
+// life; its client id tells the scripts that it does (wire.NewIDs). Redis
+// drops the subscription when the process dies, and a fair lock's waiter
+// then ends the hold after PresenceGrace (queue.lua's holder_present).
+//
+// So the holder must never be the last to know: when the connection breaks
+// while the process lives, every hold of the owner ends at once (ErrLockLost)
+// and is released in the background, and a hold whose acquisition was sent
+// before the current subscription was confirmed is ended as soon as it is
+// made (covers). Acquisitions wait for the subscription (await).
+
+// PresenceGrace is how long a holder's presence must have been gone before
+// a waiter ends its hold; PresencePoll how often the head of a lock whose
+// holder keeps a presence looks. Both mirror queue.lua.
+const (
+	PresenceGrace = 200 * time.Millisecond
+	PresencePoll  = 50 * time.Millisecond
+)
+
+// presenceRetry is the pause between tries to subscribe again, after the
+// first (at once) failed.
+const presenceRetry = 100 * time.Millisecond
+
+// presenceGone is why a hold ends when the owner's presence breaks.
+const presenceGone = "the owner's presence connection to Redis broke, so a waiter may take the lock " +
+	"(WithPresence): every hold of the owner ends"
+
+type presence struct {
+	o       *Owner
+	channel string
+
+	up   atomic.Bool // subscribed: acquisitions may go
+	mu   sync.Mutex
+	ps   *redis.PubSub
+	done chan struct{} // closed when run returns; nil until started
+	// since is when the current subscription was confirmed (o's clock);
+	// ready is closed then, and replaced when it breaks; err is the last
+	// refusal (NOPERM), told to the calls that wait.
+	since time.Time
+	ready chan struct{}
+	err   error
+}
+
+func newPresence(o *Owner) *presence {
+	return &presence{o: o, channel: wire.PresenceChannel(o.ids.Client()), ready: make(chan struct{})}
+}
+
+// await returns once the owner is subscribed, starting the subscription at
+// the first call; a refusal (the user may not SUBSCRIBE) is returned as it
+// came, so the caller's wait gives up.
+func (p *presence) await(ctx context.Context) error {
+	for !p.up.Load() {
+		p.mu.Lock()
+		if p.done == nil {
+			p.ps = p.o.client.Subscribe(context.Background(), p.channel)
+			p.done = make(chan struct{})
+			go p.run(p.ps)
+		}
+		ready, err := p.ready, p.err
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ready: // up, or refused: look again
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// covers reports whether a hold whose acquisition was sent at since is
+// covered by the presence: the subscription that is up now was confirmed
+// before then, so no waiter can have found it gone since the hold began.
+func (p *presence) covers(since time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up.Load() && !p.since.After(since)
+}
+
+// run reads the subscription until it is closed: a confirmation brings the
+// presence up, an error takes it down (ending every hold), and the next
+// read subscribes again (go-redis re-subscribes on a new connection).
+func (p *presence) run(ps *redis.PubSub) {
+	defer close(p.done)
+	failed := false // the last read failed too: pause before the next
+	for {
+		msg, err := ps.Receive(context.Background())
+		if p.o.closed.Load() {
+			return
+		}
+		if err != nil {
+			p.broke(err)
+			if failed && !p.pause() {
+				return
+			}
+			failed = true
+			continue
+		}
+		failed = false
+		if s, ok := msg.(*redis.Subscription); ok && s.Kind == "subscribe" {
+			p.mu.Lock()
+			if !p.up.Load() {
+				p.since = p.o.clock.Now()
+				p.err = nil
+				p.up.Store(true)
+				close(p.ready)
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// broke takes the presence down after err: the holds end first, so that
+// they end before any waiter can have seen the presence gone for the grace.
+func (p *presence) broke(err error) {
+	p.mu.Lock()
+	was := p.up.Load()
+	if was {
+		p.up.Store(false)
+		p.ready = make(chan struct{})
+	}
+	if Refused(err) {
+		p.err = fmt.Errorf("fairlock: WithPresence: subscribing to %s: %w", p.channel, err)
+		// Let the waiting calls see it.
+		close(p.ready)
+		p.ready = make(chan struct{})
+	}
+	p.mu.Unlock()
+	if was {
+		p.o.endAllHolds(presenceGone)
+	}
+}
+
+// pause waits presenceRetry on o's clock; false if the owner closed meanwhile.
+func (p *presence) pause() bool {
+	t := make(chan struct{})
+	timer := p.o.clock.AfterFunc(presenceRetry, func() { close(t) })
+	select {
+	case <-t:
+		return !p.o.closed.Load()
+	case <-p.o.closing.Done():
+		timer.Stop()
+		return false
+	}
+}
+
+// stop closes the subscription and waits for run to return.
+func (p *presence) stop() {
+	p.mu.Lock()
+	ps, done := p.ps, p.done
+	p.mu.Unlock()
+	if ps == nil {
+		return
+	}
+	_ = ps.Close()
+	<-done
+}
+
+// endAllHolds ends every hold of o as lost (why), and releases each in
+// Redis in the background (tracked as a clean-up: Close waits for it), so
+// the lock goes to the next in line at once.
+func (o *Owner) endAllHolds(why string) {
+	o.mu.Lock()
+	holds := make([]*hold, 0, len(o.holds))
+	for h := range o.holds {
+		holds = append(holds, h)
+	}
+	o.mu.Unlock()
+	for _, h := range holds {
+		o.giveUp(h, why)
+	}
+}
+
+// giveUp ends h as lost (why) and, if that ended it, releases it in Redis
+// in the background (counted as Bounded's background calls are, from
+// before the hold ends).
+func (o *Owner) giveUp(h *hold, why string) {
+	o.hubs.ProbeBackground(1)
+	o.cleanups.add(nil)
+	done := func() {
+		o.cleanups.done()
+		o.hubs.ProbeBackground(-1)
+	}
+	if !h.end(ErrLockLost, why) {
+		done()
+		return
+	}
+	go func() {
+		defer done()
+		_ = h.releaseAll()
+	}()
+}

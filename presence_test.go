@@ -1,0 +1,162 @@
+package fairlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// presenceHolder is a fair lock handle on an owner made WithPresence, on a
+// client of its own whose connections the test can cut (cut: every call
+// fails; sever: every connection breaks), holding the lock "p", and a
+// waiter queued behind it on another owner.
+type presenceHolder struct {
+	holder, waiter *fair.Mutex
+	cut            *redistest.Partition
+	sever          *redistest.Severable
+	clk            *clock.Fake
+	got            chan error // the waiter's Lock
+	order          atomic.Int32
+	lostAt, gotAt  atomic.Int32 // the order in which Lost closed and the waiter's Lock returned
+}
+
+func newPresenceHolder(t *testing.T) *presenceHolder {
+	t.Helper()
+	mr, clk, c := redistest.Mini(t)
+	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = hc.Close() })
+	ph := &presenceHolder{cut: &redistest.Partition{}, sever: &redistest.Severable{}, clk: clk, got: make(chan error, 1)}
+	hc.AddHook(ph.cut)
+	hc.AddHook(ph.sever)
+	owner, err := redistest.PresentOwner(hc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ph.holder, err = fair.New(owner, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if ph.waiter, err = fair.New(redistest.OwnerOn(c, clk, nil), "p"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := ph.holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-ph.holder.Lost()
+		ph.lostAt.Store(ph.order.Add(1))
+	}()
+	go func() {
+		err := ph.waiter.Lock(ctx)
+		ph.gotAt.Store(ph.order.Add(1))
+		ph.got <- err
+	}()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	return ph
+}
+
+// waitFor polls cond (real time) for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not within 10 s", what)
+		}
+	}
+}
+
+// step advances the fake clock by d, then lets the waiter act on it.
+func (ph *presenceHolder) step(t *testing.T, d time.Duration) {
+	t.Helper()
+	ph.clk.Advance(d)
+	waitFor(t, "the waiter to settle", func() bool {
+		return redistest.Asleep() == 1 || len(ph.got) == 1
+	})
+}
+
+// A holder that lives keeps its lock however long a waiter polls; one whose
+// process dies (every connection gone, none made again) loses it within the
+// grace and two polls of its death, with its lease far from its end.
+func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
+	redistest.NoLeaks(t)
+	ph := newPresenceHolder(t)
+	for range 3 * core.PresenceGrace / core.PresencePoll {
+		ph.step(t, core.PresencePoll)
+	}
+	if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
+		t.Fatalf("a live holder lost its lock to a polling waiter (waiter: %v, Lost closed: %v)", len(ph.got), isClosed(ph.holder.Lost()))
+	}
+	// Death: nothing of the process reaches Redis again.
+	ph.cut.On.Store(true)
+	ph.sever.Sever()
+	died := ph.clk.Now()
+	for len(ph.got) == 0 {
+		if ph.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
+			t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death")
+		}
+		ph.step(t, 10*time.Millisecond)
+	}
+	if err := <-ph.got; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("taken %v (fake clock) after the holder's death; lease 30s", ph.clk.Now().Sub(died))
+	if err := ph.waiter.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose connections break while it lives ends its hold (Lost
+// closes, Unlock says ErrLockLost) before the waiter's Lock returns, and
+// hands the lock on at once, with no time passing.
+func TestPresenceBrokenConnectionEndsTheHoldFirst(t *testing.T) {
+	redistest.NoLeaks(t)
+	ph := newPresenceHolder(t)
+	ph.sever.Sever()
+	select {
+	case err := <-ph.got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lock was not handed on when the holder's presence broke")
+	}
+	if lost, got := ph.lostAt.Load(), ph.gotAt.Load(); lost == 0 || lost > got {
+		t.Fatalf("Lost closed %d-th, the waiter's Lock returned %d-th: the holder was not the first to know", lost, got)
+	}
+	if err := ph.holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
+	}
+	if err := ph.waiter.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Its presence comes back, and it takes the lock again.
+	if err := ph.holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WithPresence is refused on Cluster, and a zero OwnerOption is refused.
+func TestPresenceOptionIsChecked(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer func() { _ = cc.Close() }()
+	if _, err := fairlock.NewOwner(cc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("NewOwner(cluster, WithPresence()) = %v, want ErrInvalidArgument", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer func() { _ = c.Close() }()
+	if _, err := fairlock.NewOwner(c, fairlock.OwnerOption{}); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("NewOwner(client, OwnerOption{}) = %v, want ErrInvalidArgument", err)
+	}
+}
