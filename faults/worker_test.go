@@ -35,12 +35,14 @@ func TestMain(m *testing.M) {
 }
 
 // workerSpec says what a worker does: "<lock> <addr> <name> <lease> <wait
-// timeout> <label>", lock being fair or reentrant, or semaphore (all 2
-// permits of a semaphore of 2). It takes the lock with Lock (the watchdog
+// timeout> <label>", lock being fair or reentrant, fair+presence (a fair
+// lock on an owner made WithPresence), election+presence (a candidate of
+// an election on such an owner, campaigning with the label as its value),
+// or semaphore (all 2 permits of a semaphore of 2). It takes the lock with Lock (the watchdog
 // keeping the lease), prints "held <token>", and holds it until killed or
 // until its stdin closes.
 type workerSpec struct {
-	Lock        string // "fair", "reentrant" or "semaphore"
+	Lock        string // "fair", "fair+presence", "election+presence", "reentrant" or "semaphore"
 	Addr, Name  string
 	Lease, Wait time.Duration
 	Label       string
@@ -72,6 +74,15 @@ func runWorker(spec string) int {
 	switch f[0] {
 	case "fair":
 		m, err = fair.New(redistest.Owner(c), f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+	case "fair+presence", "election+presence":
+		var o *fairlock.Owner
+		if o, err = fairlock.NewOwner(c, fairlock.WithPresence()); err == nil && f[0] == "fair+presence" {
+			m, err = fair.New(o, f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		} else if err == nil {
+			var e *fair.Election
+			e, err = fair.NewElection(o, f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait))
+			m = &candidate{e: e, value: f[5]}
+		}
 	case "semaphore":
 		var s *fair.Semaphore
 		s, err = fair.NewSemaphore(redistest.Owner(c), f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
@@ -94,6 +105,20 @@ func runWorker(spec string) int {
 	fmt.Printf("held %d\n", m.Token())
 	select {}
 }
+
+// candidate campaigns in an election as its Lock, its term the token.
+type candidate struct {
+	e     *fair.Election
+	value string
+	lead  context.Context
+}
+
+func (c *candidate) Lock(ctx context.Context) (err error) {
+	c.lead, err = c.e.Campaign(ctx, c.value)
+	return err
+}
+
+func (c *candidate) Token() int64 { return c.e.Term(c.lead) }
 
 // allPermits takes both permits of a semaphore of 2 as one Lock.
 type allPermits struct {

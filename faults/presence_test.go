@@ -1,0 +1,255 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Scenario 8: presence (fairlock.WithPresence, docs/presence.md). A holder
+// whose process dies loses its fair lock within the grace and two polls; a
+// paused or cut-off one keeps it until its lease ends; one whose presence
+// connection is killed while it lives ends its hold before anyone else
+// takes the lock. Each test logs what it measured (go test -v -run
+// Presence ./... prints it; docs/presence.md has a run).
+
+// presenceBound is the longest a waiter already queued behind a killed
+// holder should wait: the grace, counted from the first look that finds the
+// presence gone (within a poll of the kill), and the look at its end; slack
+// covers process scheduling on a loaded 2-core machine.
+const presenceBound = core.PresenceGrace + 2*core.PresencePoll + slack
+
+// The default lease (30 s): without presence the lock would move on only
+// at its end.
+const presenceLease = 30 * time.Second
+
+func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
+	for _, kind := range []string{"fair", "election"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := sharedServer(t)
+			c := client(t, srv.Addr)
+			const runs = 20
+			var delays []time.Duration
+			for i := range runs {
+				name := fmt.Sprintf("%s-%d", lockName(t), i)
+				w := startWorker(t, workerSpec{Lock: kind + "+presence", Addr: srv.Addr, Name: name, Lease: presenceLease, Wait: killWait, Label: "holder"})
+				token := w.held(30 * time.Second)
+				next, queue := nextInLine(t, kind, c, name)
+				done := acquired(next.Lock, presenceLease/2)
+				eventually(t, 5*time.Second, "the waiter queued", func() bool {
+					n, err := c.LLen(context.Background(), queue).Result()
+					return err == nil && n == 1
+				})
+				killed := time.Now()
+				w.kill()
+				r := <-done
+				if r.err != nil {
+					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign"}[kind], r.err)
+				}
+				delay := r.at.Sub(killed)
+				delays = append(delays, delay)
+				if delay > presenceBound {
+					t.Errorf("run %d: passed on %v after SIGKILL; want within %v (grace %v, poll %v, slack %v)",
+						i, delay, presenceBound, core.PresenceGrace, core.PresencePoll, slack)
+				}
+				if next.Token() <= token {
+					t.Errorf("run %d: the next holder's token %d is not greater than the dead holder's %d", i, next.Token(), token)
+				}
+			}
+			slices.Sort(delays)
+			t.Logf("%s, lease %v: passed on after SIGKILL in %v (min), %v (median), %v (p95), %v (max) over %d runs; bound %v",
+				kind, presenceLease, delays[0].Round(time.Millisecond), delays[runs/2].Round(time.Millisecond),
+				delays[runs*95/100].Round(time.Millisecond), delays[runs-1].Round(time.Millisecond), runs, presenceBound)
+		})
+	}
+}
+
+// nextInLine is the one that waits for a killed holder: a fair lock's handle
+// or an election's candidate (on an owner without presence), and the key of
+// the queue it waits in.
+func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker, string) {
+	t.Helper()
+	if kind == "fair" {
+		return newHandle(t, "fair", c, name, presenceLease), "fairlock:f:{" + name + "}:queue"
+	}
+	e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &candidate{e: e, value: "next"}, "fairlock:e:{" + name + "}:queue"
+}
+
+// A paused process (SIGSTOP) keeps its connections, so its presence stays:
+// the waiter takes the lock only when the lease runs out.
+func TestPresencePausedHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
+	srv := sharedServer(t)
+	c := client(t, srv.Addr)
+	name := lockName(t)
+	w := startWorker(t, workerSpec{Lock: "fair+presence", Addr: srv.Addr, Name: name, Lease: killLease, Wait: killWait, Label: "holder"})
+	w.held(30 * time.Second)
+	next := newHandle(t, "fair", c, name, killLease)
+	done := acquired(next.Lock, 10*killLease)
+	eventually(t, 5*time.Second, "the waiter queued", func() bool {
+		return slices.Equal(queueOf(t, c, name), []int{os.Getpid()})
+	})
+	if err := syscall.Kill(w.pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(w.pid(), syscall.SIGCONT) })
+	stopped := time.Now()
+	ttl, err := next.TTL(context.Background())
+	if err != nil || ttl <= 0 {
+		t.Fatalf("TTL right after the pause = %v, %v; want the paused holder's remaining lease", ttl, err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	delay := r.at.Sub(stopped)
+	t.Logf("paused holder (SIGSTOP), lease %v: the waiter took the lock %v after the pause; the lease had %v left",
+		killLease, delay.Round(time.Millisecond), ttl.Round(time.Millisecond))
+	if delay < ttl-5*time.Millisecond {
+		t.Errorf("taken %v after the pause, before the lease's end (%v left): a paused holder was evicted", delay, ttl)
+	}
+	if err := next.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder cut off by a black hole (the proxy holds its traffic) keeps its
+// connections open on the server, so its presence stays: the waiter takes
+// the lock only when the lease runs out, after the holder's Lost closed.
+func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
+	const lease = 3 * time.Second
+	srv := sharedServer(t)
+	direct := client(t, srv.Addr)
+	p, viaProxy := proxied(t, srv, redis.Options{ReadTimeout: time.Second})
+	owner, err := fairlock.NewOwner(viaProxy, fairlock.WithPresence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	name := lockName(t)
+	holder, err := fair.New(owner, name, fairlock.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next := newHandle(t, "fair", direct, name, lease)
+	done := acquired(next.Lock, 5*lease)
+	eventually(t, 5*time.Second, "the waiter queued", func() bool {
+		return slices.Equal(queueOf(t, direct, name), []int{os.Getpid()})
+	})
+	lost := make(chan time.Time, 1)
+	go func() { <-holder.Lost(); lost <- time.Now() }()
+	p.Hold()
+	cut := time.Now()
+	ttl, err := next.TTL(context.Background())
+	if err != nil || ttl <= 0 {
+		t.Fatalf("TTL right after the cut = %v, %v", ttl, err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	delay := r.at.Sub(cut)
+	var lostAt time.Time
+	select {
+	case lostAt = <-lost:
+	case <-time.After(lease):
+		t.Fatal("the cut-off holder's Lost() did not close")
+	}
+	t.Logf("cut-off holder, lease %v: the waiter took the lock %v after the cut (%v left); the holder's Lost closed %v before that",
+		lease, delay.Round(time.Millisecond), ttl.Round(time.Millisecond), r.at.Sub(lostAt).Round(time.Millisecond))
+	if delay < ttl-5*time.Millisecond {
+		t.Errorf("taken %v after the cut, before the lease's end (%v left)", delay, ttl)
+	}
+	if !lostAt.Before(r.at) {
+		t.Errorf("the holder's Lost closed at %v, not before the waiter's Lock returned at %v", lostAt, r.at)
+	}
+	p.Release()
+	if err := next.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose presence connection is killed (CLIENT KILL) while its
+// process lives ends its hold (Lost closes, ErrLockLost) before the waiter's
+// Lock returns, and gives the lock back at once rather than at its lease's
+// end.
+func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
+	srv := sharedServer(t)
+	direct := client(t, srv.Addr)
+	const runs = 20
+	var handedOn []time.Duration
+	for i := range runs {
+		named, connName := redistest.Named(t, direct)
+		owner, err := fairlock.NewOwner(named, fairlock.WithPresence())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%s-%d", lockName(t), i)
+		holder, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		next := newHandle(t, "fair", direct, name, presenceLease)
+		done := acquired(next.Lock, presenceLease/2)
+		eventually(t, 5*time.Second, "the waiter queued", func() bool {
+			return slices.Equal(queueOf(t, direct, name), []int{os.Getpid()})
+		})
+		lost := make(chan time.Time, 1)
+		go func() { <-holder.Lost(); lost <- time.Now() }()
+		killedAt := time.Now()
+		if n, err := redistest.KillPubSub(context.Background(), direct, connName); err != nil || n != 1 {
+			t.Fatalf("run %d: killed %d presence connections, %v; want 1", i, n, err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
+		}
+		var lostAt time.Time
+		select {
+		case lostAt = <-lost:
+		default:
+			t.Fatalf("run %d: the waiter's Lock returned and the holder's Lost had not closed", i)
+		}
+		if !lostAt.Before(r.at) {
+			t.Errorf("run %d: Lost closed at %v, not before the waiter's Lock returned at %v", i, lostAt, r.at)
+		}
+		if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+			t.Errorf("run %d: the holder's Unlock after the kill = %v, want ErrLockLost", i, err)
+		}
+		handedOn = append(handedOn, r.at.Sub(killedAt))
+		if err := next.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = owner.Close(ctx)
+		cancel()
+	}
+	slices.Sort(handedOn)
+	t.Logf("presence connection killed (CLIENT KILL), %d runs: Lost closed before the waiter's Lock returned in every run; "+
+		"the waiter had the lock %v (median), %v (max) after the kill", runs,
+		handedOn[runs/2].Round(time.Millisecond), handedOn[runs-1].Round(time.Millisecond))
+}
