@@ -53,6 +53,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Release:     scripts.FairRelease,
 		ForceUnlock: scripts.FairForceUnlock,
 		NewWaiter:   func(h core.Agent) core.Waiter { return newQueue(h) },
+		Presence:    true,
 	}
 }
 

@@ -522,9 +522,6 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	if gate != nil {
 		gateOwner, gateToken = gate.ID(), gate.Token()
 	}
-	if err := h.Present(ctx); err != nil {
-		return semReply{}, err
-	}
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()

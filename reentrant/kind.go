@@ -39,9 +39,6 @@ func place(name string, scripts *lua.Scripts) core.Place {
 // wake-up went to this waiter.
 func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFreed bool) (g *core.Grant, ttl time.Duration, freed bool, err error) {
 	h := k.h
-	if err := h.Present(ctx); err != nil {
-		return nil, 0, false, err
-	}
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{

@@ -33,6 +33,10 @@ type Place struct {
 	// the fair queue, the reentrant lock's waiter; nil for a kind whose
 	// turns do not wait through it.
 	NewWaiter func(h Agent) Waiter
+	// Presence: the place's scripts end a hold whose owner's presence is
+	// gone (fairlock.WithPresence; the fair queue's). Such holds are taken
+	// only while the owner's presence is up, and end when it breaks.
+	Presence bool
 	// Calls are the scripts bound to Keys; nil: each handle binds its own.
 	// A kind that makes a handle per hold (the semaphore) shares one among
 	// them: only handles on the very same Keys may share it.
@@ -227,12 +231,13 @@ func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
 }
 
-// Present returns once the owner's presence is up (WithPresence; at once
-// without it): an acquisition calls it before it notes its send time, so
-// that its hold is covered (presence.go). A refusal to subscribe is
-// returned as Redis gave it.
+// Present returns once the owner's presence is up, on a place whose scripts
+// honour it (at once elsewhere, and without WithPresence): an acquisition
+// calls it before it notes its send time, so that its hold is covered
+// (presence.go). While the presence is down it returns why (wrapping
+// Redis's refusal, NOPERM say, if it was refused).
 func (h Agent) Present(ctx context.Context) error {
-	if p := h.Owner.presence; p != nil {
+	if p := h.Owner.presence; p != nil && h.Presence {
 		return p.await(ctx)
 	}
 	return nil

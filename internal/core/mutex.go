@@ -229,7 +229,7 @@ func (m *Mutex) adopt(s *slot, g *Grant, a Attempt) *hold {
 		// clock's next Advance): end it now, so that Lost is closed before
 		// Lock returns and nobody counts on a hold Redis may have ended.
 		h.end(ErrLockLost, "the lease ran out before the acquisition returned")
-	} else if p := m.h.Owner.presence; p != nil && !p.covers(g.Since) {
+	} else if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(g.Since) {
 		// Taken while the owner's presence was down (or before it came
 		// back up): a waiter may end it any time. It is given back.
 		m.h.Owner.giveUp(h, "the owner's presence connection broke while the lock was being acquired (WithPresence)")

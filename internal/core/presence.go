@@ -19,7 +19,8 @@ import (
 // then ends the hold after PresenceGrace (queue.lua's holder_present).
 //
 // So the holder must never be the last to know: when the connection breaks
-// while the process lives, every hold of the owner ends at once (ErrLockLost)
+// while the process lives, every such hold of the owner (a fair lock's, an
+// election's, a semaphore's gate's: Place.Presence) ends at once (ErrLockLost)
 // and is released in the background, and a hold whose acquisition was sent
 // before the current subscription was confirmed is ended as soon as it is
 // made (covers). Acquisitions wait for the subscription (await).
@@ -38,19 +39,21 @@ const presenceRetry = 100 * time.Millisecond
 
 // presenceGone is why a hold ends when the owner's presence breaks.
 const presenceGone = "the owner's presence connection to Redis broke, so a waiter may take the lock " +
-	"(WithPresence): every hold of the owner ends"
+	"(WithPresence): every fair lock the owner holds ends"
 
 type presence struct {
 	o       *Owner
 	channel string
 
-	up   atomic.Bool // subscribed: acquisitions may go
+	up   atomic.Bool  // subscribed: acquisitions may go
+	ups  atomic.Int64 // how many times it came up (PresenceUps)
 	mu   sync.Mutex
 	ps   *redis.PubSub
 	done chan struct{} // closed when run returns; nil until started
 	// since is when the current subscription was confirmed (o's clock);
-	// ready is closed then, and replaced when it breaks; err is the last
-	// refusal (NOPERM), told to the calls that wait.
+	// ready is closed at the next outcome (up, or a failure) and replaced;
+	// err is why it is down, since its last failure (nil while up, and
+	// before the first outcome).
 	since time.Time
 	ready chan struct{}
 	err   error
@@ -60,9 +63,12 @@ func newPresence(o *Owner) *presence {
 	return &presence{o: o, channel: wire.PresenceChannel(o.ids.Client()), ready: make(chan struct{})}
 }
 
-// await returns once the owner is subscribed, starting the subscription at
-// the first call; a refusal (the user may not SUBSCRIBE) is returned as it
-// came, so the caller's wait gives up.
+// await returns nil once the owner is subscribed, starting the
+// subscription at the first call and waiting for its outcome. While it is
+// down after a failure, it returns at once why (wrapping Redis's refusal,
+// NOPERM say, so that the caller's wait gives up; any other failure is an
+// outage the caller's wait rides out, trying again later) and the
+// subscription is tried again in the background.
 func (p *presence) await(ctx context.Context) error {
 	for !p.up.Load() {
 		p.mu.Lock()
@@ -77,7 +83,7 @@ func (p *presence) await(ctx context.Context) error {
 			return err
 		}
 		select {
-		case <-ready: // up, or refused: look again
+		case <-ready: // an outcome: look again
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -120,7 +126,9 @@ func (p *presence) run(ps *redis.PubSub) {
 				p.since = p.o.clock.Now()
 				p.err = nil
 				p.up.Store(true)
+				p.ups.Add(1)
 				close(p.ready)
+				p.ready = make(chan struct{})
 			}
 			p.mu.Unlock()
 		}
@@ -132,16 +140,10 @@ func (p *presence) run(ps *redis.PubSub) {
 func (p *presence) broke(err error) {
 	p.mu.Lock()
 	was := p.up.Load()
-	if was {
-		p.up.Store(false)
-		p.ready = make(chan struct{})
-	}
-	if Refused(err) {
-		p.err = fmt.Errorf("fairlock: WithPresence: subscribing to %s: %w", p.channel, err)
-		// Let the waiting calls see it.
-		close(p.ready)
-		p.ready = make(chan struct{})
-	}
+	p.up.Store(false)
+	p.err = fmt.Errorf("fairlock: WithPresence: the owner's subscription to %s failed: %w", p.channel, err)
+	close(p.ready) // the calls that wait see it
+	p.ready = make(chan struct{})
 	p.mu.Unlock()
 	if was {
 		p.o.endAllHolds(presenceGone)
@@ -173,14 +175,27 @@ func (p *presence) stop() {
 	<-done
 }
 
-// endAllHolds ends every hold of o as lost (why), and releases each in
-// Redis in the background (tracked as a clean-up: Close waits for it), so
-// the lock goes to the next in line at once.
+// PresenceUps returns how many times o's presence was confirmed (0 without
+// WithPresence, or before its first acquisition): a test that breaks its
+// connections waits for the count to grow, to know the owner noticed.
+func PresenceUps(o *Owner) int64 {
+	if o.presence == nil {
+		return 0
+	}
+	return o.presence.ups.Load()
+}
+
+// endAllHolds ends every hold of o that a waiter may end once its presence
+// is gone (Place.Presence) as lost (why), and releases each in Redis in
+// the background (tracked as a clean-up: Close waits for it), so the lock
+// goes to the next in line at once.
 func (o *Owner) endAllHolds(why string) {
 	o.mu.Lock()
 	holds := make([]*hold, 0, len(o.holds))
 	for h := range o.holds {
-		holds = append(holds, h)
+		if h.agent.Presence {
+			holds = append(holds, h)
+		}
 	}
 	o.mu.Unlock()
 	for _, h := range holds {
