@@ -110,8 +110,8 @@ var mutations = []struct {
 	{
 		name: "no queue length with a join's answer",
 		file: "fair_acquire.lua",
-		from: "return {0, expiry - now, first, now, redis.call('ZCARD', Q.deadlines)}",
-		to:   "return {0, expiry - now, first, now}",
+		from: "return {0, look - now, first, now, redis.call('ZCARD', Q.deadlines)}",
+		to:   "return {0, look - now, first, now}",
 		seed: 14189720895671782733,
 	},
 	{
@@ -162,15 +162,15 @@ var mutations = []struct {
 	{
 		name: "a head notice at every heartbeat while the lock is held",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
-		to:   "if head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
+		from: "if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
+		to:   "if head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
 		seed: 9258370859139951867,
 	},
 	{
 		name: "no head notice when the heartbeat evicts a dead head",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
-		to:   "if popped and not head then tell_head(head, expiry, ARGV[1], ARGV[2]) end",
+		from: "if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
+		to:   "if popped and not head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
 		// A rare coincidence: caught after 45 to 218 checks in 3 runs (2026-11-24).
 		checks: 3000,
 		seed:   5387354038456174379,
@@ -185,7 +185,7 @@ var mutations = []struct {
 	{
 		name: "no head notice when the head takes the lock itself",
 		file: "fair_acquire.lua",
-		from: "if next_head then tell_head(next_head, now + lease, publish, channel) end",
+		from: "if next_head then tell_head(next_head, look_at(owner, now + lease, now), publish, channel) end",
 		to:   "-- (no notice)",
 		// A rare coincidence: caught after 283 to about 600 checks in 4 runs (2026-11-24).
 		checks: 5000,
@@ -194,8 +194,8 @@ var mutations = []struct {
 	{
 		name: "a head notice whenever a waiter leaves a held lock",
 		file: "fair_leave.lua",
-		from: "if popped and head then tell_head(head, expiry, ARGV[3], ARGV[4]) end",
-		to:   "if head then tell_head(head, expiry, ARGV[3], ARGV[4]) end",
+		from: "if popped and head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end",
+		to:   "if head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end",
 		seed: 932810529641631678,
 	},
 	{
@@ -812,6 +812,39 @@ var mutations = []struct {
 		to:   "if who == nil then return 0 end",
 		spec: electionSpecOf,
 		seed: 5493458930753157598,
+	},
+	// Presence (fairlock.WithPresence): the specification's last two
+	// processes keep one.
+	{
+		name: "presence: a holder that keeps no presence is ended as if it had lost one",
+		file: "queue.lua",
+		from: "if string.byte(client, -1) ~= 126 then return nil end",
+		to:   "-- (every holder keeps a presence)",
+		seed: 10921006628840156429,
+	},
+	{
+		name: "presence: a crashed holder's presence is never checked",
+		file: "fair_acquire.lua",
+		from: "if who and who ~= owner and not holder_present(s, w, now) then",
+		to:   "if false then",
+		seed: 7588116206888674955,
+	},
+	{
+		name: "presence: the head of a present holder's lock waits for the expiry",
+		file: "queue.lua",
+		from: "if presence_channel(holder) == nil then return expiry end",
+		to:   "do return expiry end",
+		seed: 11150729347534058892,
+	},
+	{
+		name: "presence: a hand-off's next head waits for the expiry",
+		file: "queue.lua",
+		from: "if next_head then message[2] = head_notice(next_head, look_at(w.o, expiry, now)) end",
+		to:   "if next_head then message[2] = head_notice(next_head, expiry) end",
+		// Needs a hand-off to a process that keeps a presence, a waiter
+		// behind it, then its crash: caught after 1,823 checks once.
+		checks: 3000,
+		seed:   5071053483010416747,
 	},
 }
 

@@ -40,6 +40,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
@@ -75,8 +76,10 @@ const (
 	lease       = 5 * time.Second
 	maxStep     = heartbeat / 4
 	processes   = 5
-	lockName    = "spec"
-	lockKey     = "fairlock:f:{" + lockName + "}" // the hold; its queue keys and channel add a suffix
+	// presentProcesses of them keep a presence (fairlock.WithPresence).
+	presentProcesses = 2
+	lockName         = "spec"
+	lockKey          = "fairlock:f:{" + lockName + "}" // the hold; its queue keys and channel add a suffix
 	// leaseEndSlack is how long after a hold's end (Redis's clock) the head
 	// may still wait: its timer fires 1 ms after the expiry, and one more
 	// for rounding. A real network adds one round trip.
@@ -111,6 +114,8 @@ type proc struct {
 	entryDied    bool // its entry was seen past its deadline: it lost its place
 
 	cut        *redistest.Partition // cuts the process off from Redis
+	sever      *redistest.Severable // breaks its connections (a reset, a CLIENT KILL)
+	presence   *fairlock.Owner      // its owner, if it keeps a presence (fairlock.WithPresence)
 	releases   *releaseLog          // its last final release, to replay
 	stalled    bool                 // cut off now
 	stalledAt  time.Time
@@ -152,6 +157,11 @@ type spec struct {
 	// the queue: when that hold ends, this waiter must take over at once.
 	holdEnds time.Time
 	headThen string
+	// The live head of the queue at the last check, and since which check
+	// it has been: the head of a lock held by a process that kept a
+	// presence looks every poll.
+	head      string
+	headSince time.Time
 
 	synced string // what had been published when the hubs were last synced
 
@@ -174,19 +184,31 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 	s.admin = admin
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-		cut := &redistest.Partition{}
+		cut, sever := &redistest.Partition{}, &redistest.Severable{}
 		c.AddHook(cut)
+		c.AddHook(sever)
 		rl := &releaseLog{script: scripts.FairRelease, seq: &s.finalReleases, clk: s.clk}
 		c.AddHook(rl)
 		c.AddHook(s.ledger.replies)
 		rec := &redistest.Recorder{}
-		m, err := fair.New(redistest.OwnerOn(c, s.clk, scripts), lockName,
+		// The last two processes keep a presence: their holds end soon
+		// after they crash, and when their connections break.
+		owner, presence := redistest.OwnerOn(c, s.clk, scripts), (*fairlock.Owner)(nil)
+		if i >= processes-presentProcesses {
+			var err error
+			if presence, err = redistest.PresentOwner(c, s.clk, scripts); err != nil {
+				t.Fatal(err)
+			}
+			owner = presence
+		}
+		m, err := fair.New(owner, lockName,
 			fair.WithLabel(fmt.Sprintf("p%d", i)), fairlock.WithWaitTimeout(waitTimeout), fairlock.WithLease(lease),
 			fairlock.WithObserver(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, releases: rl, rec: rec})
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, sever: sever,
+			presence: presence, releases: rl, rec: rec})
 	}
 	return s
 }
@@ -291,8 +313,11 @@ func (s *spec) tryWithoutWaiting(t *rapid.T) {
 	// ended first.
 	held := before.Holder != nil && !(before.Holder.Pending && p.isOrphan(before.Holder.Entry)) &&
 		!(p.lostToken != 0 && before.Holder.Token == p.lostToken)
+	// A hold of a process that kept a presence and crashed the grace ago
+	// or more may be ended by any attempt (once one found it gone).
+	gone := held && s.presenceGone(before.Holder)
 	// Guarantee 3, no barging: only a free lock with no live waiter is taken.
-	if ok && (held || live) {
+	if ok && ((held && !gone) || live) {
 		t.Fatalf("no barging: %s took the lock with TryLock(0) while holder=%v and queue=%+v", p.label, before.Holder, before.Queue)
 	}
 	if !ok && !held && !live {
@@ -470,7 +495,76 @@ func (s *spec) crash(t *rapid.T) {
 	p := rapid.SampledFrom(c).Draw(t, "handle")
 	p.crashedPhase, p.crashedAt, p.phase = p.phase, s.clk.Now(), crashed
 	_ = p.client.Close() // it falls silent: no heartbeat, renewal or unlock gets through
+	// Its socket closes, and with it its presence, if it kept one.
+	p.cut.On.Store(true)
+	p.sever.Sever()
 	s.settle()
+}
+
+// presenceGone reports whether h is the hold (or a grant not yet claimed)
+// of a process that kept a presence and crashed at least the grace ago: an
+// attempt may end it.
+func (s *spec) presenceGone(h *fair.Holder) bool {
+	for _, p := range s.procs {
+		if p.label == h.Label && p.phase == crashed && p.presence != nil &&
+			s.clk.Now().Sub(p.crashedAt) >= core.PresenceGrace {
+			return true
+		}
+	}
+	return false
+}
+
+// blip breaks every connection of a live process that keeps a presence (a
+// network reset, a CLIENT KILL), holding the lock or idle: it connects
+// again at once. A holder is the first to know: its hold has ended (Lost
+// closed) by the time anybody else can take the lock, and it gives the
+// lock back (to the live head of the queue, or free) rather than let its
+// lease run out.
+func (s *spec) blip(t *rapid.T) {
+	var c []*proc
+	for _, p := range s.procs {
+		if p.presence != nil && (p.phase == holding || p.phase == idle) && !p.stalled && !p.forced {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no live process that keeps a presence, holding or idle")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	before := s.inspect()
+	held := p.phase == holding && !isClosed(p.m.Lost()) && before.Holder != nil && before.Holder.Token == p.token
+	p.everCut = true
+	ups := redistest.PresenceUps(p.presence)
+	p.sever.Sever()
+	if ups > 0 {
+		// Its presence was up: the action ends once it noticed the break
+		// (ending its holds) and subscribed again, so that no acquisition
+		// of the model's is sent in between (one would be given up as it
+		// is made).
+		within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
+	}
+	if held {
+		within(t, "the holder's Lost to close after its presence broke", func() bool { return isClosed(p.m.Lost()) })
+		within(t, "the holder to give the lock back", func() bool {
+			h := s.inspect().Holder
+			return h == nil || h.Token != p.token
+		})
+		if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+			t.Fatalf("presence: Unlock of %s's hold, ended when its presence broke = %v, want ErrLockLost", p.label, err)
+		}
+		p.phase, p.count, p.lostToken = idle, 0, p.token
+		handedOn(t, p.label+"'s hold, given back when its presence broke", before, s.inspect())
+	}
+	s.settle()
+}
+
+// within polls cond (real time) for up to 10 s, failing t after.
+func within(t *rapid.T, what string, cond func() bool) {
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not within 10 s", what)
+		}
+	}
 }
 
 // stall cuts a waiter off from Redis: its heartbeats fail, so once its
@@ -1008,6 +1102,39 @@ func (s *spec) check(t *rapid.T) {
 		}
 	}
 
+	// Presence (fairlock.WithPresence): a process that kept a presence and
+	// crashed holding the lock loses it once it has been gone for the grace,
+	// to a live head that waits: within the grace and two polls of the later
+	// of the crash and that waiter becoming head, and one step.
+	head := ""
+	for _, w := range st.Queue {
+		if !w.Expired {
+			head = w.Entry
+			break
+		}
+	}
+	if head != s.head {
+		s.head, s.headSince = head, now
+	}
+	for _, p := range s.procs {
+		if p.phase != crashed || p.presence == nil || st.Holder == nil || st.Holder.Label != p.label || st.Holder.Token != p.token {
+			continue
+		}
+		for _, h := range live {
+			if h.entry != head || h.wasStalled {
+				continue
+			}
+			from := p.crashedAt
+			if s.headSince.After(from) {
+				from = s.headSince
+			}
+			if d := now.Sub(from); d > core.PresenceGrace+2*core.PresencePoll+maxStep {
+				t.Fatalf("presence: %s crashed %v ago holding the lock, and %s, the live head for %v, still waits",
+					p.label, now.Sub(p.crashedAt), h.label, now.Sub(s.headSince))
+			}
+		}
+	}
+
 	// Guarantee 6, hand-off: a free lock never keeps a live waiter waiting
 	// longer than one heartbeat (the fallback that covers lost messages).
 	if st.Holder == nil && len(live) > 0 {
@@ -1152,6 +1279,7 @@ func fairLockSpecOf(scripts *lua.Scripts, faults bool) func(*rapid.T) {
 			actions["stallFor"] = s.stallFor
 			actions["resume"] = s.resume
 			actions["lateRetry"] = s.lateRetry
+			actions["blip"] = s.blip
 		}
 		t.Repeat(actions)
 		s.finish()

@@ -83,6 +83,11 @@ func PresentOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Sc
 	return Public(o), nil
 }
 
+// PresenceUps returns how many times the presence of owner (made by
+// PresentOwner) was confirmed: a test that breaks its connections waits
+// for it to grow, to know the owner noticed and subscribed again.
+func PresenceUps(owner *fairlock.Owner) int64 { return core.PresenceUps(core.OwnerOf(owner)) }
+
 // newOwner makes an owner with the tests' probe installed.
 func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
 	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1})
