@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -252,4 +254,162 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 	t.Logf("presence connection killed (CLIENT KILL), %d runs: Lost closed before the waiter's Lock returned in every run; "+
 		"the waiter had the lock %v (median), %v (max) after the kill", runs,
 		handedOn[runs/2].Round(time.Millisecond), handedOn[runs-1].Round(time.Millisecond))
+}
+
+// What presence costs while a lock is held and waited for: the head looks
+// every poll (one fair_acquire call, with one PUBSUB NUMSUB in it), beside
+// the heartbeat every wait timeout / 3. Without presence only the heartbeat
+// calls. The figures go to docs/presence.md.
+func TestPresencePollsAreBounded(t *testing.T) {
+	srv := sharedServer(t)
+	c := client(t, srv.Addr)
+	const held = 2 * time.Second
+	calls := func() int64 {
+		t.Helper()
+		stats, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, line := range strings.Split(stats, "\n") {
+			if name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls="); ok &&
+				(name == "cmdstat_fcall" || name == "cmdstat_evalsha") {
+				v, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+				n += v
+			}
+		}
+		return n
+	}
+	for _, presence := range []bool{false, true} {
+		var opts []fairlock.OwnerOption
+		if presence {
+			opts = append(opts, fairlock.WithPresence())
+		}
+		owner, err := fairlock.NewOwner(c, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := lockName(t)
+		holder, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		next := newHandle(t, "fair", c, name, presenceLease)
+		done := acquired(next.Lock, presenceLease)
+		eventually(t, 5*time.Second, "the waiter queued", func() bool {
+			return slices.Equal(queueOf(t, c, name), []int{os.Getpid()})
+		})
+		before := calls()
+		time.Sleep(held)
+		n := calls() - before
+		perSecond := float64(n) / held.Seconds()
+		beats := float64(time.Second) / float64(killWait/3)
+		bound := beats + 1
+		if presence {
+			bound += float64(time.Second)/float64(core.PresencePoll) + 1
+		}
+		t.Logf("presence %v: %d script calls in %v while held and waited for (%.1f/s; the heartbeat alone %.1f/s); bound %.1f/s",
+			presence, n, held, perSecond, beats, bound)
+		if perSecond > bound*1.5 {
+			t.Errorf("presence %v: %.1f script calls a second while held, want at most about %.1f", presence, perSecond, bound)
+		}
+		if err := holder.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := next.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = owner.Close(ctx)
+		cancel()
+	}
+}
+
+// A user as managed services make them (every command but @dangerous's)
+// keeps a presence, and its waiters' polls (PUBSUB NUMSUB inside the
+// script) are refused nothing; a user without @pubsub is told NOPERM by its
+// first Lock, at once, rather than waiting.
+func TestPresenceForACLUsers(t *testing.T) {
+	srv := ownServer(t)
+	admin := client(t, srv.Addr)
+	must(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER"}, anys(strings.Fields(restrictedUser))...)...).Err())
+	must(t, admin.Do(context.Background(), "ACL", "SETUSER", "nopubsub", "on", ">pw", "~*", "&*", "+@all", "-@dangerous", "-@pubsub").Err())
+	userClient := func(user string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw"})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	rc := userClient("restricted")
+	owner, err := fairlock.NewOwner(rc, fairlock.WithPresence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	name := lockName(t)
+	holder, err := fair.New(owner, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next := newHandle(t, "fair", userClient("restricted"), name, presenceLease)
+	done := acquired(next.Lock, presenceLease)
+	time.Sleep(4 * core.PresencePoll) // the head looks a few times
+	if err := holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil {
+		t.Fatalf("the restricted waiter's Lock: %v", r.err)
+	}
+	if err := next.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	denied, err := admin.Do(context.Background(), "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(denied) != 0 {
+		t.Errorf("the restricted user was refused %d commands (ACL LOG): %v", len(denied), denied)
+	}
+
+	noPubSub, err := fairlock.NewOwner(userClient("nopubsub"), fairlock.WithPresence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = noPubSub.Close(ctx)
+	})
+	m, err := fair.New(noPubSub, lockName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = m.Lock(ctx)
+	t.Logf("a user without @pubsub: Lock returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || ctx.Err() != nil {
+		t.Errorf("Lock by a user without @pubsub = %v; want NOPERM at once", err)
+	}
+}
+
+func anys(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
