@@ -191,3 +191,28 @@ func ExampleMutex_Extend() {
 	// held: true
 	// lease: 1m0s
 }
+
+// An owner made WithPresence keeps a pub/sub subscription for its life:
+// when its process dies, Redis drops it, and whoever waits for a fair lock
+// it held takes the lock within about a quarter of a second instead of at
+// the lease's end. If the subscription breaks while the process lives, its
+// holds end at once (Lost closes) and go to the next in line.
+func ExampleWithPresence() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	owner, err := fairlock.NewOwner(client, fairlock.WithPresence())
+	if err != nil {
+		panic(err)
+	}
+	defer owner.Close(context.Background())
+	leader, _ := fair.New(owner, "scheduler")
+	if err := leader.Lock(context.Background()); err != nil {
+		panic(err)
+	}
+	defer leader.Unlock(context.Background())
+	fmt.Println("held, with a presence:", leader.Token() > 0)
+	// Output:
+	// held, with a presence: true
+}

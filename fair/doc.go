@@ -109,6 +109,17 @@
 //     waiter makes sure that everything Redis published to its client before
 //     it learned the news has arrived (a marker of its own on its inbox), so
 //     a message merely overtaken by a reply is not counted.
+//  10. Presence (an owner made with [fairlock.WithPresence]): a hold whose
+//     owner's presence subscription has been gone from Redis for 200 ms
+//     (its process died: the kernel closed its socket) is ended by the
+//     head's next attempt, as a lease end would be; the head of a lock so
+//     held looks every 50 ms, so the lock moves on within about a quarter
+//     of a second of the death. The holder is never the last to know: an
+//     owner whose presence connection breaks while it lives ends its holds
+//     at once (Lost closes, ErrLockLost) and gives them back, and a hold
+//     taken while its presence was not confirmed is given back as it is
+//     made. A paused or cut-off holder keeps its connections, and its hold
+//     until its lease ends. Not on Cluster. See docs/presence.md.
 //
 // Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
 // deadlines are per waiter and taken from Redis's clock (never "the
