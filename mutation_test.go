@@ -820,6 +820,7 @@ var mutations = []struct {
 		file: "queue.lua",
 		from: "if string.byte(client, -1) ~= 126 then return nil end",
 		to:   "-- (every holder keeps a presence)",
+		spec: fairLockPresenceSpec,
 		seed: 10921006628840156429,
 	},
 	{
@@ -827,6 +828,7 @@ var mutations = []struct {
 		file: "fair_acquire.lua",
 		from: "if who and who ~= owner and not holder_present(s, w, now) then",
 		to:   "if false then",
+		spec: fairLockPresenceSpec,
 		seed: 7588116206888674955,
 	},
 	{
@@ -834,6 +836,7 @@ var mutations = []struct {
 		file: "queue.lua",
 		from: "if presence_channel(holder) == nil then return expiry end",
 		to:   "do return expiry end",
+		spec: fairLockPresenceSpec,
 		seed: 11150729347534058892,
 	},
 	{
@@ -843,6 +846,7 @@ var mutations = []struct {
 		to:   "if next_head then message[2] = head_notice(next_head, expiry) end",
 		// Needs a hand-off to a process that keeps a presence, a waiter
 		// behind it, then its crash: caught after 1,823 checks once.
+		spec:   fairLockPresenceSpec,
 		checks: 3000,
 		seed:   5071053483010416747,
 	},
@@ -954,7 +958,7 @@ func TestSeededBugs(t *testing.T) {
 		t.Fatalf("%s: %v", path, err)
 	}
 	specs := map[string]func(*lua.Scripts) func(*rapid.T){
-		"": fairLockSpec, "fair": fairLockSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
+		"": fairLockSpec, "fair": fairLockSpec, "presence": fairLockPresenceSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
 		"lost-hand-off": scenarioSpec(lostHandOffFoundByTheHeartbeat),
 		"reentry":       scenarioSpec(reentryNeverShortensAHold),
 		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),

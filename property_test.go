@@ -76,10 +76,8 @@ const (
 	lease       = 5 * time.Second
 	maxStep     = heartbeat / 4
 	processes   = 5
-	// presentProcesses of them keep a presence (fairlock.WithPresence).
-	presentProcesses = 2
-	lockName         = "spec"
-	lockKey          = "fairlock:f:{" + lockName + "}" // the hold; its queue keys and channel add a suffix
+	lockName    = "spec"
+	lockKey     = "fairlock:f:{" + lockName + "}" // the hold; its queue keys and channel add a suffix
 	// leaseEndSlack is how long after a hold's end (Redis's clock) the head
 	// may still wait: its timer fires 1 ms after the expiry, and one more
 	// for rounding. A real network adds one round trip.
@@ -171,7 +169,9 @@ type spec struct {
 	ledger *queueLedger // the messages Redis published, and the queue's keys
 }
 
-func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
+// newSpec makes the model; the last present of its processes keep a
+// presence (fairlock.WithPresence).
+func newSpec(t *rapid.T, scripts *lua.Scripts, present int) *spec {
 	mr, clk := fakeServer(t)
 	s := &spec{t: t, mr: mr, clk: clk}
 	s.probe = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
@@ -191,10 +191,10 @@ func newSpec(t *rapid.T, scripts *lua.Scripts) *spec {
 		c.AddHook(rl)
 		c.AddHook(s.ledger.replies)
 		rec := &redistest.Recorder{}
-		// The last two processes keep a presence: their holds end soon
-		// after they crash, and when their connections break.
+		// Those that keep a presence: their holds end soon after they
+		// crash, and when their connections break.
 		owner, presence := redistest.OwnerOn(c, s.clk, scripts), (*fairlock.Owner)(nil)
-		if i >= processes-presentProcesses {
+		if i >= processes-present {
 			var err error
 			if presence, err = redistest.PresentOwner(c, s.clk, scripts); err != nil {
 				t.Fatal(err)
@@ -1251,13 +1251,20 @@ func (s *spec) close() {
 }
 
 // fairLockSpec is the property: any sequence of actions keeps every guarantee.
-func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) { return fairLockSpecOf(scripts, true) }
+func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) { return fairLockSpecOf(scripts, true, 0) }
+
+// fairLockPresenceSpec is fairLockSpec with two of the five processes
+// keeping a presence (fairlock.WithPresence), and the blip action.
+func fairLockPresenceSpec(scripts *lua.Scripts) func(*rapid.T) {
+	return fairLockSpecOf(scripts, true, 2)
+}
 
 // fairLockSpecOf is fairLockSpec, with its fault actions (crashes, cuts from
-// Redis, late retries) or without them: without, nobody may be rescued.
-func fairLockSpecOf(scripts *lua.Scripts, faults bool) func(*rapid.T) {
+// Redis, late retries) or without them: without, nobody may be rescued;
+// present of its processes keep a presence.
+func fairLockSpecOf(scripts *lua.Scripts, faults bool, present int) func(*rapid.T) {
 	return func(t *rapid.T) {
-		s := newSpec(t, scripts)
+		s := newSpec(t, scripts, present)
 		defer s.close()
 		s.t = t
 		actions := map[string]func(*rapid.T){
@@ -1279,6 +1286,8 @@ func fairLockSpecOf(scripts *lua.Scripts, faults bool) func(*rapid.T) {
 			actions["stallFor"] = s.stallFor
 			actions["resume"] = s.resume
 			actions["lateRetry"] = s.lateRetry
+		}
+		if faults && present > 0 {
 			actions["blip"] = s.blip
 		}
 		t.Repeat(actions)
@@ -1297,12 +1306,22 @@ func TestFairLockSpecification(t *testing.T) {
 	checkWith(t, 1000, fairLockSpec(lua.Default()))
 }
 
+// The fair lock's specification with two processes that keep a presence
+// (fairlock.WithPresence), whose crashes end their holds within the grace
+// and whose connections break (blip). It runs 300 checks: while such a
+// process holds and another waits, the head looks every 50 ms of the fake
+// clock, which makes each check about three times as long as the plain
+// machine's; everything else it checks, the plain machine checks too.
+func TestFairLockSpecificationWithPresence(t *testing.T) {
+	checkWith(t, 300, fairLockPresenceSpec(lua.Default()))
+}
+
 // The fair lock's specification with its fault actions off: every turn of
 // every waiter is learned from its message (guarantee 9). It runs 300
 // checks: it draws from fewer actions, and its one extra property (no
 // rescues) is checked by the full machine too, for processes never cut off.
 func TestFairLockSpecificationWithoutFaults(t *testing.T) {
-	checkWith(t, 300, fairLockSpecOf(lua.Default(), false))
+	checkWith(t, 300, fairLockSpecOf(lua.Default(), false, 0))
 }
 
 // checkWith checks prop with n checks (a quarter of them under -race),

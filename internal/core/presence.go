@@ -73,7 +73,7 @@ func (p *presence) await(ctx context.Context) error {
 	for !p.up.Load() {
 		p.mu.Lock()
 		if p.done == nil {
-			p.ps = p.o.client.Subscribe(context.Background(), p.channel)
+			p.ps = p.o.client.Subscribe(context.Background()) // no channel yet: no call
 			p.done = make(chan struct{})
 			go p.run(p.ps)
 		}
@@ -100,12 +100,18 @@ func (p *presence) covers(since time.Time) bool {
 	return p.up.Load() && !p.since.After(since)
 }
 
-// run reads the subscription until it is closed: a confirmation brings the
-// presence up, an error takes it down (ending every hold), and the next
-// read subscribes again (go-redis re-subscribes on a new connection).
+// run subscribes, then reads the subscription until it is closed: a
+// confirmation brings the presence up, an error takes it down (ending every
+// hold), and the next read subscribes again (go-redis re-subscribes on a
+// new connection). It subscribes here, not in await: a server that does not
+// answer must hold up nobody but this goroutine.
 func (p *presence) run(ps *redis.PubSub) {
 	defer close(p.done)
 	failed := false // the last read failed too: pause before the next
+	if err := ps.Subscribe(context.Background(), p.channel); err != nil && !p.o.closed.Load() {
+		p.broke(err) // the channel is kept: the next read subscribes again
+		failed = true
+	}
 	for {
 		msg, err := ps.Receive(context.Background())
 		if p.o.closed.Load() {
