@@ -213,6 +213,49 @@ func BenchmarkUncontendedLockUnlockWithDeadline(b *testing.B) {
 	}
 }
 
+// BenchmarkUncontendedLockUnlockWithPresence is the pair on an owner made
+// with fairlock.WithPresence: the goal is nothing more than without it (the
+// owner's subscription is made once, before its first acquisition). It
+// reports the script calls per pair beside the allocations.
+func BenchmarkUncontendedLockUnlockWithPresence(b *testing.B) {
+	for _, presence := range []bool{false, true} {
+		b.Run(map[bool]string{false: "without", true: "with"}[presence], func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: redistest.Addrs(b, redistest.Single)[0]})
+			defer func() { _ = c.Close() }()
+			owner := redistest.Owner(c)
+			if presence {
+				var err error
+				if owner, err = redistest.PresentOwner(c, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m, err := fair.New(owner, redistest.Name(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := m.Lock(ctx); err != nil { // the presence's subscription, once
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			counter := &redistest.ScriptCounter{}
+			c.AddHook(counter)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(counter.Scripts.Load())/float64(b.N), "calls/op")
+		})
+	}
+}
+
 func benchUncontended(b *testing.B, opts ...fair.MutexOption) {
 	m, err := fair.New(redistest.Owner(redistest.Real(b)), redistest.Name(b), opts...)
 	if err != nil {
