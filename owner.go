@@ -39,8 +39,9 @@ type OwnerOption struct{ set func(*core.Rig) }
 // WithPresence makes a holder's death move its fair locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
 // one subscription on Redis, which Redis drops when the process dies. If
-// that connection breaks while the process lives, every hold of the owner
-// ends (ErrLockLost). Not on Cluster. See docs/presence.md.
+// that connection breaks while the process lives, every fair lock,
+// election and semaphore gate the owner holds ends (ErrLockLost). Not on
+// Cluster. See docs/presence.md.
 func WithPresence() OwnerOption {
 	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
 }
