@@ -41,7 +41,7 @@ type OwnerOption struct{ set func(*core.Rig) }
 // one subscription on Redis, which Redis drops when the process dies. If
 // that connection breaks while the process lives, every fair lock,
 // election and semaphore gate the owner holds ends (ErrLockLost). Not on
-// Cluster. See docs/presence.md.
+// Cluster or Sentinel. See docs/presence.md.
 func WithPresence() OwnerOption {
 	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
 }

@@ -147,12 +147,21 @@ func TestPresenceBrokenConnectionEndsTheHoldFirst(t *testing.T) {
 	}
 }
 
-// WithPresence is refused on Cluster, and a zero OwnerOption is refused.
+// WithPresence is refused on Cluster and on Sentinel (docs/presence.md),
+// and a zero OwnerOption is refused.
 func TestPresenceOptionIsChecked(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer func() { _ = cc.Close() }()
 	if _, err := fairlock.NewOwner(cc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("NewOwner(cluster, WithPresence()) = %v, want ErrInvalidArgument", err)
+	}
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	defer func() { _ = fc.Close() }()
+	if _, err := fairlock.NewOwner(fc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("NewOwner(sentinel, WithPresence()) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := fairlock.NewOwner(fc); err != nil {
+		t.Errorf("NewOwner(sentinel) = %v, want an owner", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = c.Close() }()

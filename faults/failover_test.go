@@ -19,7 +19,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -261,57 +260,4 @@ func shardOf(t *testing.T, c *redis.ClusterClient, key string) (master, replica 
 		t.Fatalf("no master and replica for slot %d: %+v", slot, shards)
 	}
 	return master, replica
-}
-
-// A gentle Sentinel failover under a holder that keeps a presence
-// (fairlock.WithPresence): Sentinel closes the old master's clients, pub/sub
-// ones included, when it demotes it, so the holder's presence breaks, its
-// hold ends (Lost closes, ErrLockLost) and a waiter on the new master takes
-// the lock, where a holder without presence keeps its hold
-// (TestSentinelFailoverDuringAHold, gentle). docs/presence.md says so.
-func TestSentinelFailoverEndsAPresenceHolder(t *testing.T) {
-	g := redistest.NewSentinelGroup(t)
-	addAppUser(t, g.Master, g.Replica)
-	newClient := func() *redis.Client {
-		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster,
-			SentinelAddrs: g.Sentinels, Username: appUser, Password: appPassword})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	ca, cb, probe := newClient(), newClient(), newClient()
-	ctx := context.Background()
-	owner, err := fairlock.NewOwner(ca, fairlock.WithPresence())
-	must(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
-	name := lockName(t)
-	a, err := fair.New(owner, name, fairlock.WithLease(failLease))
-	must(t, err)
-	b, err := fair.New(redistest.Owner(cb), name)
-	must(t, err)
-	must(t, a.Lock(ctx))
-	must(t, probe.Do(ctx, "WAIT", 1, 5000).Err())
-
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0]})
-	defer sentinel.Close()
-	start := time.Now()
-	must(t, sentinel.Failover(ctx, redistest.SentinelMaster).Err())
-	select {
-	case <-a.Lost():
-	case <-time.After(10 * failLease):
-		t.Fatal("the presence holder's Lost did not close after the failover")
-	}
-	lost := time.Since(start)
-	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
-		t.Errorf("the presence holder's Unlock after the failover = %v, want ErrLockLost", err)
-	}
-	lockCtx, cancel := context.WithTimeout(ctx, 10*failLease)
-	defer cancel()
-	must(t, b.Lock(lockCtx))
-	t.Logf("Sentinel, gentle failover under a presence holder: its Lost closed %v after SENTINEL FAILOVER; the waiter held the lock %v after it",
-		lost.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	must(t, b.Unlock(ctx))
 }

@@ -98,8 +98,8 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	}
 	ids := wire.NewIDs()
 	if rig.Presence {
-		if _, ok := client.(*redis.ClusterClient); ok {
-			return nil, Invalid("WithPresence does not work on Cluster: a script sees only the subscriptions of its own node (docs/presence.md)")
+		if err := presenceRefused(client); err != nil {
+			return nil, err
 		}
 		ids = wire.NewIDsWithPresence()
 	}

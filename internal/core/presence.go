@@ -181,6 +181,25 @@ func (p *presence) stop() {
 	<-done
 }
 
+// presenceRefused rejects the deployments presence cannot serve safely:
+// Cluster, where a script sees only the subscriptions of its own node, and
+// Sentinel, where a failover moves the locks to a master that never had the
+// holders' subscriptions while a holder may learn of it only when Sentinel
+// closes the old master's clients (10.6 s after SENTINEL FAILOVER in a
+// gentle failover measured here): its hold could be ended meanwhile.
+func presenceRefused(client redis.UniversalClient) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return Invalid("WithPresence does not work on Cluster: a script sees only the subscriptions of its own node (docs/presence.md)")
+	case *redis.Client:
+		if c.Options().Addr == "FailoverClient" { // go-redis's mark of a Sentinel client
+			return Invalid("WithPresence does not work on Sentinel: after a failover a holder's subscription is on the old master, " +
+				"and its hold could be ended on the new one before it knows (docs/presence.md)")
+		}
+	}
+	return nil
+}
+
 // PresenceUps returns how many times o's presence was confirmed (0 without
 // WithPresence, or before its first acquisition): a test that breaks its
 // connections waits for the count to grow, to know the owner noticed.
