@@ -92,6 +92,47 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	return &candidate{e: e, value: "next"}, "fairlock:e:{" + name + "}:queue"
 }
 
+// presentOwner is an owner of c made WithPresence, closed when the test
+// ends.
+func presentOwner(t *testing.T, c *redis.Client) *fairlock.Owner {
+	t.Helper()
+	owner, err := fairlock.NewOwner(c, fairlock.WithPresence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = owner.Close(ctx)
+	})
+	return owner
+}
+
+// waitsForTheLease reads, right after a holder of next's lock went silent
+// at since (what: paused, cut off), what is left of its lease, then waits
+// for next's Lock (done) and checks that it did not return before the
+// lease's end. It returns when Lock returned.
+func waitsForTheLease(t *testing.T, next interface {
+	TTL(context.Context) (time.Duration, error)
+}, done <-chan result, since time.Time, what string, lease time.Duration) time.Time {
+	t.Helper()
+	ttl, err := next.TTL(context.Background())
+	if err != nil || ttl <= 0 {
+		t.Fatalf("TTL right after the holder was %s = %v, %v; want what is left of its lease", what, ttl, err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	delay := r.at.Sub(since)
+	t.Logf("%s holder, lease %v: the waiter took the lock %v after, with %v of the lease left then",
+		what, lease, delay.Round(time.Millisecond), ttl.Round(time.Millisecond))
+	if delay < ttl-5*time.Millisecond {
+		t.Errorf("taken %v after the holder was %s, before the lease's end (%v left): it was evicted", delay, what, ttl)
+	}
+	return r.at
+}
+
 // A paused process (SIGSTOP) keeps its connections, so its presence stays:
 // the waiter takes the lock only when the lease runs out.
 func TestPresencePausedHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
@@ -109,21 +150,7 @@ func TestPresencePausedHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(w.pid(), syscall.SIGCONT) })
-	stopped := time.Now()
-	ttl, err := next.TTL(context.Background())
-	if err != nil || ttl <= 0 {
-		t.Fatalf("TTL right after the pause = %v, %v; want the paused holder's remaining lease", ttl, err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	delay := r.at.Sub(stopped)
-	t.Logf("paused holder (SIGSTOP), lease %v: the waiter took the lock %v after the pause; the lease had %v left",
-		killLease, delay.Round(time.Millisecond), ttl.Round(time.Millisecond))
-	if delay < ttl-5*time.Millisecond {
-		t.Errorf("taken %v after the pause, before the lease's end (%v left): a paused holder was evicted", delay, ttl)
-	}
+	waitsForTheLease(t, next, done, time.Now(), "paused (SIGSTOP)", killLease)
 	if err := next.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -137,17 +164,8 @@ func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
 	p, viaProxy := proxied(t, srv, redis.Options{ReadTimeout: time.Second})
-	owner, err := fairlock.NewOwner(viaProxy, fairlock.WithPresence())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
 	name := lockName(t)
-	holder, err := fair.New(owner, name, fairlock.WithLease(lease))
+	holder, err := fair.New(presentOwner(t, viaProxy), name, fairlock.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,29 +180,16 @@ func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 	lost := make(chan time.Time, 1)
 	go func() { <-holder.Lost(); lost <- time.Now() }()
 	p.Hold()
-	cut := time.Now()
-	ttl, err := next.TTL(context.Background())
-	if err != nil || ttl <= 0 {
-		t.Fatalf("TTL right after the cut = %v, %v", ttl, err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	delay := r.at.Sub(cut)
+	took := waitsForTheLease(t, next, done, time.Now(), "cut off (the proxy holds its traffic)", lease)
 	var lostAt time.Time
 	select {
 	case lostAt = <-lost:
 	case <-time.After(lease):
 		t.Fatal("the cut-off holder's Lost() did not close")
 	}
-	t.Logf("cut-off holder, lease %v: the waiter took the lock %v after the cut (%v left); the holder's Lost closed %v before that",
-		lease, delay.Round(time.Millisecond), ttl.Round(time.Millisecond), r.at.Sub(lostAt).Round(time.Millisecond))
-	if delay < ttl-5*time.Millisecond {
-		t.Errorf("taken %v after the cut, before the lease's end (%v left)", delay, ttl)
-	}
-	if !lostAt.Before(r.at) {
-		t.Errorf("the holder's Lost closed at %v, not before the waiter's Lock returned at %v", lostAt, r.at)
+	t.Logf("the cut-off holder's Lost closed %v before the waiter's Lock returned", took.Sub(lostAt).Round(time.Millisecond))
+	if !lostAt.Before(took) {
+		t.Errorf("the holder's Lost closed at %v, not before the waiter's Lock returned at %v", lostAt, took)
 	}
 	p.Release()
 	if err := next.Unlock(context.Background()); err != nil {
@@ -203,10 +208,7 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 	var handedOn []time.Duration
 	for i := range runs {
 		named, connName := redistest.Named(t, direct)
-		owner, err := fairlock.NewOwner(named, fairlock.WithPresence())
-		if err != nil {
-			t.Fatal(err)
-		}
+		owner := presentOwner(t, named)
 		name := fmt.Sprintf("%s-%d", lockName(t), i)
 		holder, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
 		if err != nil {
@@ -345,18 +347,8 @@ func TestPresenceForACLUsers(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	rc := userClient("restricted")
-	owner, err := fairlock.NewOwner(rc, fairlock.WithPresence())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
 	name := lockName(t)
-	holder, err := fair.New(owner, name)
+	holder, err := fair.New(presentOwner(t, userClient("restricted")), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,16 +375,7 @@ func TestPresenceForACLUsers(t *testing.T) {
 		t.Errorf("the restricted user was refused %d commands (ACL LOG): %v", len(denied), denied)
 	}
 
-	noPubSub, err := fairlock.NewOwner(userClient("nopubsub"), fairlock.WithPresence())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = noPubSub.Close(ctx)
-	})
-	m, err := fair.New(noPubSub, lockName(t))
+	m, err := fair.New(presentOwner(t, userClient("nopubsub")), lockName(t))
 	if err != nil {
 		t.Fatal(err)
 	}
