@@ -169,3 +169,70 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 		t.Errorf("NewOwner(client, OwnerOption{}) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A semaphore's permits held by a process that keeps a presence come back
+// within the grace and two polls of its death, to its first waiter (the
+// gate's holder, which looks every poll while such a holder holds); a live
+// holder keeps them however long the waiter looks.
+func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = hc.Close() })
+	cut, sever := &redistest.Partition{}, &redistest.Severable{}
+	hc.AddHook(cut)
+	hc.AddHook(sever)
+	owner, err := redistest.PresentOwner(hc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := fair.NewSemaphore(owner, "s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := held.Acquire(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := fair.NewSemaphore(redistest.OwnerOn(c, clk, nil), "s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fair.Permit, 1)
+	go func() {
+		p, err := waiter.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	step := func(d time.Duration) {
+		t.Helper()
+		clk.Advance(d)
+		waitFor(t, "the waiter to settle", func() bool { return redistest.Asleep() == 1 || len(got) == 1 })
+	}
+	for range 3 * core.PresenceGrace / core.PresencePoll {
+		step(core.PresencePoll)
+	}
+	if len(got) != 0 {
+		t.Fatal("a live holder's permits went to a polling waiter")
+	}
+	cut.On.Store(true)
+	sever.Sever()
+	died := clk.Now()
+	for len(got) == 0 {
+		if clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
+			t.Fatal("the waiter had no permit within the grace and two polls of the holder's death")
+		}
+		step(10 * time.Millisecond)
+	}
+	p := <-got
+	t.Logf("a permit %v (fake clock) after the holder's death; lease 30s", clk.Now().Sub(died))
+	if p == nil {
+		t.Fatal("no permit")
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

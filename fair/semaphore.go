@@ -128,6 +128,7 @@ func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 		Release:   scripts.SemRelease,
 		Renew:     scripts.SemRenew,
 		Calls:     s.calls,
+		Presence:  true, // its first waiter ends a gone holder's permits (permits.lua)
 	}
 }
 
@@ -521,6 +522,9 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	gateOwner, gateToken := "", int64(0)
 	if gate != nil {
 		gateOwner, gateToken = gate.ID(), gate.Token()
+	}
+	if err := h.Present(ctx); err != nil {
+		return semReply{}, err
 	}
 	clk := h.Config.Clock
 	sent := clk.Now()

@@ -11,7 +11,8 @@ local function next_token(s, w, now_us)
   -- No earlier request's retry may take this hold for its own (see
   -- acquired_answer); the caller that asked for it writes its own id.
   s.q, s.a = nil, nil
-  -- A new hold: whatever was seen of the last holder's presence is moot.
-  s.pa = nil
+  -- A new hold: whatever was seen of the last holder's presence is moot
+  -- (a semaphore's pa, its permit holders' absences, stays).
+  if type(s.pa) ~= 'table' then s.pa = nil end
   return token, text
 end

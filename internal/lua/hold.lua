@@ -71,6 +71,8 @@
 --          time (Redis ms) of permits served to a waiter until it claims
 --          them, 0 otherwise
 --       x  the latest expiry any permit hold ever had (for commit)
+--       pa object: permit holder's owner id -> when the first waiter first
+--          found that client's presence gone (Redis ms; permits.lua)
 --   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
 --       of the layout above: its holder is the first waiter, waiting for
 --       permits; everyone behind it waits in its queue. Each says what it

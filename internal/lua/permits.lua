@@ -28,6 +28,49 @@ local function permit_holds(s, w, now)
   return holds, used, earliest
 end
 
+-- Semaphore, presence (queue.lua, docs/presence.md): the first waiter's
+-- attempt ends the permit holds (holds, as permit_holds made it; used, the
+-- permits they use) of clients that keep a presence and whose presence has
+-- been gone for PRESENCE_GRACE_MS, counted from the first attempt that
+-- found it gone (s.pa: permit owner -> Redis ms), as a lease end would.
+-- Returns the permits still in use, and when the first waiter should look
+-- again (nil if no permit holder keeps a presence). One PUBSUB NUMSUB per
+-- permit hold of a client that keeps a presence.
+local function present_permits(s, w, holds, used, now)
+  local seen = s.pa
+  if type(seen) ~= 'table' then seen = {} end
+  local absent, look, gone = {}, nil, false
+  for owner, h in pairs(holds) do
+    local ch = presence_channel(owner)
+    if ch then
+      local at
+      if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then
+        at = now + PRESENCE_POLL_MS
+      else
+        local since = tonumber(seen[owner] or '') or now
+        if now - since >= PRESENCE_GRACE_MS then
+          s.p[owner], holds[owner], used, gone = nil, nil, used - h.n, true
+        else
+          absent[owner] = int(since)
+          at = since + PRESENCE_GRACE_MS
+        end
+      end
+      if at and (look == nil or at < look) then look = at end
+    end
+  end
+  if next(absent) then
+    s.pa, w.pa = absent, absent
+  elseif s.pa ~= nil then
+    s.pa = nil
+    changed = true
+  end
+  if gone then
+    w.p = s.p
+    changed = true
+  end
+  return used, look
+end
+
 -- Semaphore: the permit hold of owner with token, in force; nil (with the
 -- cleanup's changes saved) when it is gone.
 local function own_permit(s, w, now, owner, token)

@@ -20,7 +20,9 @@
 --                                 retry gets the same answer: owner ids are
 --                                 used once, so the hold itself tells it.
 --   {0, next expiry, K, used, now} not now: when the first permit hold
---                                 expires (Redis ms, 0 if none), the number
+--                                 expires (Redis ms, 0 if none; for the
+--                                 gate's holder, sooner while a permit
+--                                 holder keeps a presence), the number
 --                                 of permits, those in use, Redis's clock
 --   {-1}                          mode "gate": the caller no longer holds
 --                                 the gate (its lease ran out)
@@ -78,11 +80,18 @@ elseif holder(gate, now) or (may_have_waiters(gate, {}, now) and live_head(GATE,
   return {0, earliest or 0, k, used, now}
 end
 
+-- Still step 4: the first waiter ends the permit holds of clients whose
+-- presence is gone (permits.lua), and looks again within the poll while a
+-- holder keeps one.
+local look = nil
+if mode == 'gate' then used, look = present_permits(s, w, holds, used, now) end
+
 -- Step 5, take the permits if enough are free; else the caller waits (the
 -- release that frees them serves the gate's holder, which also retries when
 -- the first hold expires).
 if used + n > k then
   save_changes(s, w)
+  if look and (earliest == nil or look < earliest) then earliest = look end
   return {0, earliest or 0, k, used, now}
 end
 local expiry = now + lease
