@@ -565,6 +565,11 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 // The permits may come at any point of the wait: a release serves the
 // waiters at the head, queued or holding the gate, whose requests fit.
 func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
+	// The owner's presence first (WithPresence): a hold's lease counts from
+	// a send time after it was up.
+	if err := k.h.Present(ctx); err != nil {
+		return nil, err
+	}
 	clk := k.h.Config.Clock
 	sent := clk.Now()
 	r, err := k.attempt(ctx, a, wire.SemTry, nil)
@@ -729,6 +734,9 @@ type permitWait struct {
 // Try asks for the permits as the gate's holder.
 func (pw *permitWait) Try(ctx context.Context) (bool, error) {
 	k, a := pw.k, pw.a
+	if err := k.h.Present(ctx); err != nil {
+		return false, err // while it is down: an outage, ridden out
+	}
 	clk := k.h.Config.Clock
 	sent := clk.Now()
 	actx, cancel := pw.w.Bound(ctx)

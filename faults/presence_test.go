@@ -16,6 +16,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,7 +38,7 @@ const presenceBound = core.PresenceGrace + 2*core.PresencePoll + slack
 const presenceLease = 30 * time.Second
 
 func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
-	for _, kind := range []string{"fair", "election"} {
+	for _, kind := range []string{"fair", "election", "semaphore"} {
 		t.Run(kind, func(t *testing.T) {
 			srv := sharedServer(t)
 			c := client(t, srv.Addr)
@@ -47,17 +48,14 @@ func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
 				name := fmt.Sprintf("%s-%d", lockName(t), i)
 				w := startWorker(t, workerSpec{Lock: kind + "+presence", Addr: srv.Addr, Name: name, Lease: presenceLease, Wait: killWait, Label: "holder"})
 				token := w.held(30 * time.Second)
-				next, queue := nextInLine(t, kind, c, name)
+				next, waiting := nextInLine(t, kind, c, name)
 				done := acquired(next.Lock, presenceLease/2)
-				eventually(t, 5*time.Second, "the waiter queued", func() bool {
-					n, err := c.LLen(context.Background(), queue).Result()
-					return err == nil && n == 1
-				})
+				eventually(t, 5*time.Second, "the waiter queued", waiting)
 				killed := time.Now()
 				w.kill()
 				r := <-done
 				if r.err != nil {
-					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign"}[kind], r.err)
+					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign", "semaphore": "Acquire"}[kind], r.err)
 				}
 				delay := r.at.Sub(killed)
 				delays = append(delays, delay)
@@ -77,20 +75,51 @@ func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
 	}
 }
 
-// nextInLine is the one that waits for a killed holder: a fair lock's handle
-// or an election's candidate (on an owner without presence), and the key of
-// the queue it waits in.
-func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker, string) {
+// nextInLine is the one that waits for a killed holder, on an owner
+// without presence: a fair lock's handle, an election's candidate, or one
+// permit of the semaphore whose 2 permits the holder has; and what says it
+// waits (queued, or, for the semaphore, holding its gate: the first waiter).
+func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker, func() bool) {
 	t.Helper()
-	if kind == "fair" {
-		return newHandle(t, "fair", c, name, presenceLease), "fairlock:f:{" + name + "}:queue"
+	queued := func(key string) func() bool {
+		return func() bool {
+			n, err := c.LLen(context.Background(), key).Result()
+			return err == nil && n == 1
+		}
 	}
-	e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+	switch kind {
+	case "fair":
+		return newHandle(t, "fair", c, name, presenceLease), queued(wire.QueueKeys(wire.FairBase(name))[1])
+	case "election":
+		e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &candidate{e: e, value: "next"}, queued(wire.QueueKeys(wire.ElectionBase(name))[1])
+	}
+	s, err := fair.NewSemaphore(redistest.Owner(c), name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &candidate{e: e, value: "next"}, "fairlock:e:{" + name + "}:queue"
+	gate := wire.GateBase(wire.SemaphoreBase(name))
+	return &onePermit{s: s}, func() bool {
+		hold, err := c.Get(context.Background(), gate).Result()
+		return err == nil && strings.Contains(hold, `"o":`)
+	}
 }
+
+// onePermit takes one permit of a semaphore as its Lock.
+type onePermit struct {
+	s *fair.Semaphore
+	p *fair.Permit
+}
+
+func (o *onePermit) Lock(ctx context.Context) (err error) {
+	o.p, err = o.s.Acquire(ctx, 1)
+	return err
+}
+
+func (o *onePermit) Token() int64 { return o.p.Token() }
 
 // presentOwner is an owner of c made WithPresence, closed when the test
 // ends.

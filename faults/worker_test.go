@@ -38,11 +38,12 @@ func TestMain(m *testing.M) {
 // timeout> <label>", lock being fair or reentrant, fair+presence (a fair
 // lock on an owner made WithPresence), election+presence (a candidate of
 // an election on such an owner, campaigning with the label as its value),
-// or semaphore (all 2 permits of a semaphore of 2). It takes the lock with Lock (the watchdog
+// or semaphore (all 2 permits of a semaphore of 2), or semaphore+presence
+// (the same on an owner made WithPresence). It takes the lock with Lock (the watchdog
 // keeping the lease), prints "held <token>", and holds it until killed or
 // until its stdin closes.
 type workerSpec struct {
-	Lock        string // "fair", "fair+presence", "election+presence", "reentrant" or "semaphore"
+	Lock        string // "fair", "fair+presence", "election+presence", "reentrant", "semaphore" or "semaphore+presence"
 	Addr, Name  string
 	Lease, Wait time.Duration
 	Label       string
@@ -83,9 +84,15 @@ func runWorker(spec string) int {
 			e, err = fair.NewElection(o, f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait))
 			m = &candidate{e: e, value: f[5]}
 		}
-	case "semaphore":
+	case "semaphore", "semaphore+presence":
+		o := redistest.Owner(c)
+		if f[0] == "semaphore+presence" {
+			o, err = fairlock.NewOwner(c, fairlock.WithPresence())
+		}
 		var s *fair.Semaphore
-		s, err = fair.NewSemaphore(redistest.Owner(c), f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		if err == nil {
+			s, err = fair.NewSemaphore(o, f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		}
 		m = &allPermits{s: s}
 	default:
 		m, err = reentrant.New(redistest.Owner(c), f[2], fairlock.WithLease(lease))
