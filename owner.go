@@ -40,8 +40,8 @@ type OwnerOption struct{ set func(*core.Rig) }
 // fraction of a second instead of at the end of the lease: the owner keeps
 // one subscription on Redis, which Redis drops when the process dies. If
 // that connection breaks while the process lives, every fair lock,
-// election and semaphore gate the owner holds ends (ErrLockLost). Not on
-// Cluster or Sentinel. See docs/presence.md.
+// election, semaphore permit and read-write lock the owner holds ends
+// (ErrLockLost). Not on Cluster or Sentinel. See docs/presence.md.
 func WithPresence() OwnerOption {
 	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
 }

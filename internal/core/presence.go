@@ -20,7 +20,7 @@ import (
 //
 // So the holder must never be the last to know: when the connection breaks
 // while the process lives, every such hold of the owner (a fair lock's, an
-// election's, a semaphore's gate's: Place.Presence) ends at once (ErrLockLost)
+// election's, a semaphore's or its gate's: Place.Presence) ends at once (ErrLockLost)
 // and is released in the background, and a hold whose acquisition was sent
 // before the current subscription was confirmed is ended as soon as it is
 // made (covers). Acquisitions wait for the subscription (await).
@@ -39,7 +39,7 @@ const presenceRetry = 100 * time.Millisecond
 
 // presenceGone is why a hold ends when the owner's presence breaks.
 const presenceGone = "the owner's presence connection to Redis broke, so a waiter may take the lock " +
-	"(WithPresence): every fair lock the owner holds ends"
+	"(WithPresence): every fair lock, election and semaphore permit the owner holds ends"
 
 type presence struct {
 	o       *Owner
