@@ -102,24 +102,11 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 		t.Fatal(err)
 	}
 	gate := wire.GateBase(wire.SemaphoreBase(name))
-	return &onePermit{s: s}, func() bool {
+	return &permits{s: s, n: 1}, func() bool {
 		hold, err := c.Get(context.Background(), gate).Result()
 		return err == nil && strings.Contains(hold, `"o":`)
 	}
 }
-
-// onePermit takes one permit of a semaphore as its Lock.
-type onePermit struct {
-	s *fair.Semaphore
-	p *fair.Permit
-}
-
-func (o *onePermit) Lock(ctx context.Context) (err error) {
-	o.p, err = o.s.Acquire(ctx, 1)
-	return err
-}
-
-func (o *onePermit) Token() int64 { return o.p.Token() }
 
 // presentOwner is an owner of c made WithPresence, closed when the test
 // ends.

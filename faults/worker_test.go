@@ -93,7 +93,7 @@ func runWorker(spec string) int {
 		if err == nil {
 			s, err = fair.NewSemaphore(o, f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
 		}
-		m = &allPermits{s: s}
+		m = &permits{s: s, n: 2}
 	default:
 		m, err = reentrant.New(redistest.Owner(c), f[2], fairlock.WithLease(lease))
 	}
@@ -127,18 +127,19 @@ func (c *candidate) Lock(ctx context.Context) (err error) {
 
 func (c *candidate) Token() int64 { return c.e.Term(c.lead) }
 
-// allPermits takes both permits of a semaphore of 2 as one Lock.
-type allPermits struct {
+// permits takes n permits of a semaphore as one Lock.
+type permits struct {
 	s *fair.Semaphore
+	n int
 	p *fair.Permit
 }
 
-func (a *allPermits) Lock(ctx context.Context) (err error) {
-	a.p, err = a.s.Acquire(ctx, 2)
+func (a *permits) Lock(ctx context.Context) (err error) {
+	a.p, err = a.s.Acquire(ctx, a.n)
 	return err
 }
 
-func (a *allPermits) Token() int64 { return a.p.Token() }
+func (a *permits) Token() int64 { return a.p.Token() }
 
 // worker is a running worker process.
 type worker struct {
