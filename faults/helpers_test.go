@@ -151,12 +151,10 @@ func (l *logSink) String() string {
 // logger returns a logger that writes to l.
 func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
-// ownedHolder returns a fair lock handle on a new owner of c, made as
-// fairlock.NewOwner makes it (the restart check on), that logs to the
-// returned sink; the owner is closed when the test ends.
-func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
+// newOwner is fairlock.NewOwner(c, opts...), closed when the test ends.
+func newOwner(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) *fairlock.Owner {
 	t.Helper()
-	owner, err := fairlock.NewOwner(c)
+	owner, err := fairlock.NewOwner(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +163,15 @@ func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
 		defer cancel()
 		_ = owner.Close(ctx)
 	})
+	return owner
+}
+
+// ownedHolder returns a fair lock handle on a new owner of c, made as
+// fairlock.NewOwner makes it (the restart check on), that logs to the
+// returned sink; the owner is closed when the test ends.
+func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
+	t.Helper()
+	owner := newOwner(t, c)
 	logs := &logSink{}
 	holder, err := fair.New(owner, lockName(t), fairlock.WithLogger(logs.logger()))
 	if err != nil {

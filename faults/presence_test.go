@@ -108,22 +108,6 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	}
 }
 
-// presentOwner is an owner of c made WithPresence, closed when the test
-// ends.
-func presentOwner(t *testing.T, c *redis.Client) *fairlock.Owner {
-	t.Helper()
-	owner, err := fairlock.NewOwner(c, fairlock.WithPresence())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = owner.Close(ctx)
-	})
-	return owner
-}
-
 // waitsForTheLease reads, right after a holder of next's lock went silent
 // at since (what: paused, cut off), what is left of its lease, then waits
 // for next's Lock (done) and checks that it did not return before the
@@ -181,7 +165,7 @@ func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 	direct := client(t, srv.Addr)
 	p, viaProxy := proxied(t, srv, redis.Options{ReadTimeout: time.Second})
 	name := lockName(t)
-	holder, err := fair.New(presentOwner(t, viaProxy), name, fairlock.WithLease(lease))
+	holder, err := fair.New(newOwner(t, viaProxy, fairlock.WithPresence()), name, fairlock.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +208,7 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 	var handedOn []time.Duration
 	for i := range runs {
 		named, connName := redistest.Named(t, direct)
-		owner := presentOwner(t, named)
+		owner := newOwner(t, named, fairlock.WithPresence())
 		name := fmt.Sprintf("%s-%d", lockName(t), i)
 		holder, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
 		if err != nil {
@@ -364,7 +348,7 @@ func TestPresenceForACLUsers(t *testing.T) {
 		return c
 	}
 	name := lockName(t)
-	holder, err := fair.New(presentOwner(t, userClient("restricted")), name)
+	holder, err := fair.New(newOwner(t, userClient("restricted"), fairlock.WithPresence()), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +375,7 @@ func TestPresenceForACLUsers(t *testing.T) {
 		t.Errorf("the restricted user was refused %d commands (ACL LOG): %v", len(denied), denied)
 	}
 
-	m, err := fair.New(presentOwner(t, userClient("nopubsub")), lockName(t))
+	m, err := fair.New(newOwner(t, userClient("nopubsub"), fairlock.WithPresence()), lockName(t))
 	if err != nil {
 		t.Fatal(err)
 	}
