@@ -99,6 +99,40 @@ func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	mustUnlock(t, blocker)
 }
 
+// Close gives a re-entered hold back in full even when a release gets no
+// answer (its connection broke, on a client that retries nothing): that
+// release is sent again, and the next in line has the lock at once rather
+// than at the lease's end.
+func TestCloseGivesTheLockBackWhenAReleaseGetsNoAnswer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.process()
+	lost := &redistest.LostReply{}
+	c.AddHook(lost)
+	closing, err := redistest.NewOwner(c, e.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := fair.New(closing, lockName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, held)
+	mustReenter(t, held)
+	next := e.enqueue(e.handleOn(e.process()), 1)
+
+	lost.Armed.Store(true) // the first release runs; its reply is lost
+	if err := closing.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if lost.Armed.Load() {
+		t.Fatal("Close sent no release")
+	}
+	if r := await(t, next); !r.ok || r.err != nil {
+		t.Errorf("the next in line got %v, %v; want the lock", r.ok, r.err)
+	}
+}
+
 // An owner needs a client, and a handle an owner.
 func TestOwnerRefusesBadInput(t *testing.T) {
 	if _, err := fairlock.NewOwner(nil); !errors.Is(err, fairlock.ErrInvalidArgument) {

@@ -258,11 +258,24 @@ func (h *hold) closeOut() error {
 // releaseAll releases the ended hold h in Redis, every level of its
 // re-entry, within the cleanup timeout: the lock goes to the next in line
 // at once. A hold Redis no longer has is left as it is.
+//
+// A release that got no answer (its connection broke) is sent again at
+// once, up to releaseRetries times: the reset that breaks an owner's
+// presence connection (WithPresence), and so ends its holds, often breaks
+// the pooled connections their releases take too, and a client made with
+// MaxRetries -1 retries nothing. Each try is safe to repeat: it releases
+// only the hold with h's token, so a try that ran after all releases
+// nothing more than what was left.
 func (h *hold) releaseAll() error {
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cfg.CleanupTimeout)
 	defer cancel()
+	retries := 0
 	for range maxReleases {
 		status, err := h.m.release(ctx, h.s, h.token)
+		if err != nil && !Refused(err) && ctx.Err() == nil && retries < releaseRetries {
+			retries++
+			continue
+		}
 		if err != nil || status != wire.StillHeld {
 			return err
 		}
@@ -272,3 +285,8 @@ func (h *hold) releaseAll() error {
 
 // maxReleases bounds closeOut's releases of one hold: its re-entries.
 const maxReleases = 1 << 16
+
+// releaseRetries is how many times releaseAll sends a release again after
+// one that got no answer: go-redis drops a connection that failed, so the
+// next try takes a fresh one.
+const releaseRetries = 2
