@@ -118,6 +118,7 @@ type proc struct {
 	stalled    bool                 // cut off now
 	stalledAt  time.Time
 	wasStalled bool     // stalled since its Lock call began: it may lose its place once
+	cutGrant   int64    // the token of a grant Redis made it while it was stalled
 	orphans    []orphan // entries left behind by calls that failed while cut off
 	token      int64    // the token of its latest hold
 	lostToken  int64    // the token of its latest hold that it lost
@@ -910,12 +911,20 @@ func (s *spec) grantPending(st fair.State) bool {
 		return false
 	}
 	for _, p := range s.procs {
+		if p.label != h.Label || p.phase != waiting {
+			continue
+		}
 		// A waiter cut off from Redis cannot claim its grant until it is
 		// reconnected (resume): the grant stays pending, and its lease
-		// runs out if the cut lasts.
-		if p.label == h.Label && p.phase == waiting && !p.stalled {
-			return true
+		// runs out if the cut lasts. One it heard of while cut off and
+		// failed to claim (a grant with too little of its first lease
+		// left to use unclaimed) it claims at its next try, after its
+		// backoff, which only the clock moving brings: not on the way.
+		if p.stalled {
+			p.cutGrant = h.Token
+			return false
 		}
+		return h.Token != p.cutGrant
 	}
 	return false
 }
