@@ -850,6 +850,22 @@ var mutations = []struct {
 		checks: 3000,
 		seed:   5071053483010416747,
 	},
+	{
+		name: "presence: a crashed permit holder's presence is never checked",
+		file: "permits.lua",
+		from: "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then",
+		to:   "if true then",
+		spec: semaphorePresenceSpec,
+		seed: 10880607142326997860,
+	},
+	{
+		name: "presence: the gate's holder waits for the permit holds' expiry",
+		file: "sem_acquire.lua",
+		from: "if look and (earliest == nil or look < earliest) then earliest = look end",
+		to:   "-- (no look sooner than an expiry)",
+		spec: semaphorePresenceSpec,
+		seed: 528796495417048776,
+	},
 }
 
 func TestSpecificationCatchesBrokenScripts(t *testing.T) {

@@ -38,6 +38,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -55,7 +56,9 @@ type semProc struct {
 	s         *fair.Semaphore
 	rw        *fair.RWMutex
 	cut       *redistest.Partition
-	still     *stillHook // held: its client's commands wait
+	sever     *redistest.Severable
+	still     *stillHook      // held: its client's commands wait
+	presence  *fairlock.Owner // its owner, if it keeps a presence (fairlock.WithPresence)
 	phase     phase
 	n         int           // permits asked for or held
 	fixed     time.Duration // fixed lease; 0: the watchdog's
@@ -66,6 +69,7 @@ type semProc struct {
 	permit    specHold
 	grantedAt time.Time
 	crashedAt time.Time
+	silentAt  time.Time // when it crashed (crashedAt is when its holds must end)
 }
 
 type semResult struct {
@@ -163,7 +167,9 @@ type semSpec struct {
 	allowance  time.Duration // how long it may take
 }
 
-func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
+// newSemSpec makes the model; the last present of its processes keep a
+// presence (fairlock.WithPresence).
+func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool, present int) *semSpec {
 	mr, clk := fakeServer(t)
 	s := &semSpec{t: t, scripts: scripts, mr: mr, clk: clk, k: 3, k0: 3, rw: rw}
 	if rw {
@@ -186,16 +192,25 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool) *semSpec {
 	}
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-		cut, still := &redistest.Partition{}, &stillHook{}
+		cut, sever, still := &redistest.Partition{}, &redistest.Severable{}, &stillHook{}
 		c.AddHook(cut)
+		c.AddHook(sever)
 		c.AddHook(still)
 		label := fmt.Sprintf("p%d", i)
-		p := &semProc{label: label, client: c, cut: cut, still: still}
+		p := &semProc{label: label, client: c, cut: cut, sever: sever, still: still}
+		owner := redistest.OwnerOn(c, s.clk, scripts)
+		if i >= processes-present {
+			var err error
+			if p.presence, err = redistest.PresentOwner(c, s.clk, scripts); err != nil {
+				t.Fatal(err)
+			}
+			owner = p.presence
+		}
 		var err error
 		if rw {
-			p.rw, err = fair.NewRWMutex(redistest.OwnerOn(c, s.clk, scripts), semName, opts(label)...)
+			p.rw, err = fair.NewRWMutex(owner, semName, opts(label)...)
 		} else {
-			p.s, err = fair.NewSemaphore(redistest.OwnerOn(c, s.clk, scripts), semName, 3, opts(label)...)
+			p.s, err = fair.NewSemaphore(owner, semName, 3, opts(label)...)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -284,8 +299,10 @@ func (s *semSpec) tryWithoutWaiting(t *rapid.T) {
 	}
 	live := slices.ContainsFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
 	fits := before.InUse+n <= s.k
-	// No barging: a newcomer passes no waiter, even with permits free.
-	if permit != nil && (live || !fits) {
+	// No barging: a newcomer passes no waiter, even with permits free. The
+	// permits of a process that kept a presence and crashed the grace ago
+	// or more may be taken back by any attempt.
+	if permit != nil && (live || !fits) && (live || before.InUse-s.presenceGone(before)+n > s.k) {
 		t.Fatalf("no barging: %s took %d permits with TryAcquire(0) with %d of %d in use and queue %+v",
 			p.label, n, before.InUse, s.k, before.Queue)
 	}
@@ -341,6 +358,10 @@ func (s *semSpec) crash(t *rapid.T) {
 		t.Skip("already crashed")
 	}
 	p.cut.On.Store(true)
+	p.silentAt = s.clk.Now()
+	if p.presence != nil {
+		p.sever.Sever() // its sockets close, and with them its presence
+	}
 	if p.phase == idle {
 		p.phase = crashed
 		p.crashedAt = s.clk.Now()
@@ -351,6 +372,64 @@ func (s *semSpec) crash(t *rapid.T) {
 	if was == holding && p.fixed > 0 {
 		// Its lease was fixed: it ends when it was always going to.
 		p.crashedAt = p.grantedAt.Add(p.fixed - lease)
+	}
+	s.settle()
+}
+
+// presenceGone is the permits st shows held by processes that kept a
+// presence and crashed at least the grace ago: the gate's holder may take
+// them back.
+func (s *semSpec) presenceGone(st fair.SemaphoreState) int {
+	n := 0
+	for _, h := range st.Holders {
+		if p := s.byLabel(h.Label); p != nil && p.phase == crashed && p.presence != nil &&
+			s.clk.Now().Sub(p.silentAt) >= core.PresenceGrace {
+			n += h.Permits
+		}
+	}
+	return n
+}
+
+// blip breaks every connection of a live process that keeps a presence (a
+// network reset, a CLIENT KILL), holding permits or idle: it connects again
+// at once. A holder is the first to know: its hold has ended (Lost closed)
+// by the time anybody else can take its permits, and it gives them back
+// rather than let its lease run out.
+func (s *semSpec) blip(t *rapid.T) {
+	var c []*semProc
+	for _, p := range s.procs {
+		if p.presence != nil && (p.phase == holding || p.phase == idle) {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no live process that keeps a presence, holding or idle")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	token := int64(0)
+	if p.phase == holding && !isClosed(p.permit.Lost()) {
+		token = p.permit.Token()
+	}
+	inRedis := func() bool {
+		return slices.ContainsFunc(s.inspect().Holders, func(h fair.PermitHolder) bool { return h.Token == token })
+	}
+	held := token != 0 && inRedis()
+	ups := redistest.PresenceUps(p.presence)
+	p.sever.Sever()
+	if ups > 0 {
+		// Its presence was up: the action ends once it noticed the break
+		// (ending its holds) and subscribed again, so that no acquisition
+		// of the model's is sent in between (one would be given up as it
+		// is made).
+		within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
+	}
+	if held {
+		within(t, "the holder's Lost to close after its presence broke", func() bool { return isClosed(p.permit.Lost()) })
+		within(t, "the holder to give its permits back", func() bool { return !inRedis() })
+		if err := p.permit.Release(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+			t.Fatalf("presence: Release of %s's hold, ended when its presence broke = %v, want ErrLockLost", p.label, err)
+		}
+		p.phase, p.permit = idle, nil
 	}
 	s.settle()
 }
@@ -770,11 +849,26 @@ func (s *semSpec) check(t *rapid.T) {
 		}
 		deadAhead = true
 	}
-	if p := s.byLabel(first); p != nil && p.phase == waiting && (st.InUse+p.n <= s.k || p.n > s.k) {
+	//
+	// Presence (fairlock.WithPresence): permits held by a process that kept
+	// a presence and crashed are the first waiter's once they have been
+	// gone for the grace, counted from the first look after the later of
+	// the crash and the waiter coming first: within the grace and two polls
+	// (and a step) of that.
+	gone := 0
+	for _, h := range st.Holders {
+		if o := s.byLabel(h.Label); o != nil && o.phase == crashed && o.presence != nil {
+			gone += h.Permits
+		}
+	}
+	if p := s.byLabel(first); p != nil && p.phase == waiting && (st.InUse-gone+p.n <= s.k || p.n > s.k) {
 		if s.servable.IsZero() || s.servableBy != first {
 			s.servable, s.servableBy, s.allowance = now, first, leaseEndSlack
+			if st.InUse+p.n > s.k && p.n <= s.k {
+				s.allowance = core.PresenceGrace + 2*core.PresencePoll + maxStep
+			}
 			if deadAhead {
-				s.allowance = heartbeat + leaseEndSlack
+				s.allowance += heartbeat
 			}
 		} else if now.Sub(s.servable) > s.allowance {
 			t.Fatalf("progress: %s waits for %d permits since %v with %d of %d in use",
@@ -820,16 +914,26 @@ func (s *semSpec) close() {
 
 // semaphoreSpec is the property: any sequence of actions keeps every
 // guarantee of the semaphore.
-func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, false) }
+func semaphoreSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, false, 0) }
 
 // rwMutexSpec is the RW lock's property.
-func rwMutexSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, true) }
+func rwMutexSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, true, 0) }
 
-func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
+// semaphorePresenceSpec is semaphoreSpec with two of the five processes
+// keeping a presence (fairlock.WithPresence), and the blip action.
+func semaphorePresenceSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, false, 2) }
+
+// rwMutexPresenceSpec is rwMutexSpec with presence, as
+// semaphorePresenceSpec.
+func rwMutexPresenceSpec(scripts *lua.Scripts) func(*rapid.T) { return semSpecOf(scripts, true, 2) }
+
+// semSpecOf is the semaphore's (rw: the RW lock's) property; present of
+// its processes keep a presence.
+func semSpecOf(scripts *lua.Scripts, rw bool, present int) func(*rapid.T) {
 	return func(t *rapid.T) {
-		s := newSemSpec(t, scripts, rw)
+		s := newSemSpec(t, scripts, rw, present)
 		defer s.close()
-		t.Repeat(map[string]func(*rapid.T){
+		actions := map[string]func(*rapid.T){
 			"join":              s.join,
 			"tryWithoutWaiting": s.tryWithoutWaiting,
 			"release":           s.release,
@@ -841,7 +945,11 @@ func semSpecOf(scripts *lua.Scripts, rw bool) func(*rapid.T) {
 			"advance":           s.advance,
 			"wait":              s.wait,
 			"":                  s.check,
-		})
+		}
+		if present > 0 {
+			actions["blip"] = s.blip
+		}
+		t.Repeat(actions)
 		s.finish()
 	}
 }
@@ -859,3 +967,22 @@ func TestSemaphoreSpecification(t *testing.T) {
 func TestRWMutexSpecification(t *testing.T) {
 	checkWith(t, semaphoreChecks, rwMutexSpec(lua.Default()))
 }
+
+// The semaphore's and the RW lock's specifications with two processes that
+// keep a presence (fairlock.WithPresence): a crashed one's permits go to the
+// first waiter within the grace and two polls, and a blip ends a live one's
+// holds, which it gives back. 100 checks each: while such a process holds
+// and another waits, the gate's holder looks every 50 ms of the fake clock,
+// which makes each check several times as long; everything else they check,
+// the plain machines check too.
+func TestSemaphoreSpecificationWithPresence(t *testing.T) {
+	checkWith(t, presenceChecks, semaphorePresenceSpec(lua.Default()))
+}
+
+func TestRWMutexSpecificationWithPresence(t *testing.T) {
+	checkWith(t, presenceChecks, rwMutexPresenceSpec(lua.Default()))
+}
+
+// presenceChecks is how many checks the semaphore's and the RW lock's
+// specifications with presence run unless told otherwise.
+const presenceChecks = 100
