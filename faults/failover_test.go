@@ -16,9 +16,13 @@ package faults
 // must find out at its next renewal (Lost closes), the next holder's token
 // must be above every token seen before, and so no hold is ever silently
 // doubled with a token that does not rise.
+//
+// Both also check that an owner with presence (fairlock.WithPresence) is
+// refused on these deployments (presenceRefused).
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,6 +157,7 @@ func TestSentinelFailoverDuringAHold(t *testing.T) {
 				return c
 			}
 			ca, cb, probe := newClient(), newClient(), newClient()
+			presenceRefused(t, "Sentinel", ca)
 			ctx := context.Background()
 			name := lockName(t)
 			a, err := fair.New(redistest.Owner(ca), name, fairlock.WithLease(failLease))
@@ -195,6 +200,7 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 				return c
 			}
 			ca, cb, probe := newClient(), newClient(), newClient()
+			presenceRefused(t, "Cluster", ca)
 			ctx := context.Background()
 			name := lockName(t)
 			key := holdKey("fair", name)
@@ -226,6 +232,21 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 				took.Round(time.Millisecond), map[bool]string{false: "", true: " FORCE"}[forced])
 			afterFailover(t, forced, a, tokA, b)
 		})
+	}
+}
+
+// presenceRefused checks that an owner with presence is refused on c, a
+// client of the deployment named (docs/presence.md, "Where it applies"): on
+// Sentinel, a failover leaves the holders' subscriptions on the old master
+// while waiters on the new one count them gone; on Cluster, a script sees
+// only its own node's subscriptions.
+func presenceRefused(t *testing.T, deployment string, c redis.UniversalClient) {
+	t.Helper()
+	if o, err := fairlock.NewOwner(c, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		if o != nil {
+			_ = o.Close(context.Background())
+		}
+		t.Errorf("%s: NewOwner(client, WithPresence()) = %v, want ErrInvalidArgument", deployment, err)
 	}
 }
 
