@@ -258,6 +258,64 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 		handedOn[runs/2].Round(time.Millisecond), handedOn[runs-1].Round(time.Millisecond))
 }
 
+// A connection reset (every connection of the holder's process closed at
+// once, new ones accepted: a proxy, a load balancer or a NAT dropping its
+// flows) costs a hold only with presence. Without it, go-redis dials again
+// and the next renewal keeps the hold; with it, the broken presence
+// connection ends the hold at once. This is the price docs/presence.md
+// weighs against failover in a quarter of a second.
+func TestPresenceConnectionResetCostsTheHold(t *testing.T) {
+	srv := sharedServer(t)
+	direct := client(t, srv.Addr)
+	const runs = 20
+	// Renewed every lease/3: a hold that Redis still has a lease after the
+	// reset was renewed after it.
+	const lease = 600 * time.Millisecond
+	lost := map[bool]int{}
+	for _, present := range []bool{false, true} {
+		var opts []fairlock.OwnerOption
+		if present {
+			opts = append(opts, fairlock.WithPresence())
+		}
+		for i := range runs {
+			proxy, c := proxied(t, srv, redis.Options{})
+			owner := newOwner(t, c, opts...)
+			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
+			holder, err := fair.New(owner, name, fairlock.WithLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			token := holder.Token()
+			proxy.Cut(false)
+			select {
+			case <-holder.Lost():
+				lost[present]++
+				if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+					t.Errorf("presence %v, run %d: Unlock of the lost hold = %v, want ErrLockLost", present, i, err)
+				}
+			case <-time.After(lease):
+				if st := holdState(t, direct, "fair", name); st.Token != token {
+					t.Errorf("presence %v, run %d: the hold's Lost is open a lease after the reset, and Redis has %+v", present, i, st)
+				}
+				if err := holder.Unlock(context.Background()); err != nil {
+					t.Errorf("presence %v, run %d: Unlock of the hold that survived the reset = %v", present, i, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = owner.Close(ctx)
+			cancel()
+		}
+	}
+	t.Logf("every connection of the holder reset, %d runs each: holds lost without presence %d, with presence %d",
+		runs, lost[false], lost[true])
+	if lost[false] != 0 || lost[true] != runs {
+		t.Errorf("holds lost to a connection reset: %d of %d without presence (want 0), %d with (want all)", lost[false], runs, lost[true])
+	}
+}
+
 // What presence costs while a lock is held and waited for: the head looks
 // every poll (one fair_acquire call, with one PUBSUB NUMSUB in it), beside
 // the heartbeat every wait timeout / 3. Without presence only the heartbeat
