@@ -121,6 +121,7 @@ func (p *Partition) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // as a CLIENT KILL or a reset would break them (pub/sub ones included),
 // and the client dials anew at its next command.
 type Severable struct {
+	connsOnly
 	mu    sync.Mutex
 	conns []net.Conn
 }
@@ -138,11 +139,15 @@ func (s *Severable) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+// connsOnly gives a hook that acts on its client's connections alone
+// (Severable, Muffle) the pass-through command hooks.
+type connsOnly struct{}
+
 // ProcessHook passes through.
-func (s *Severable) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (connsOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 // ProcessPipelineHook passes through.
-func (s *Severable) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (connsOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
