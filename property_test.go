@@ -10,11 +10,13 @@ package fairlock_test
 // the holder), give up, crash (fall silent for good), stall (a waiter cut off
 // from Redis for a while, then back), replay a release late (a go-redis retry
 // that comes after others used the lock), and let time pass in steps no
-// longer than a quarter of a heartbeat. After every step it checks what a
-// user can observe, one property per guarantee of package fair, and what
-// Redis itself shows: every message published on the lock's channel (read
-// by a subscriber of its own, counted per change of head and per hand-off)
-// and the queue's two keys (tidiness).
+// longer than a quarter of a heartbeat; where some processes keep a presence
+// (fairlock.WithPresence), break a live one's connections (blip) or drop a
+// holder's on the server's side alone (hide). After every step it checks
+// what a user can observe, one property per guarantee of package fair, and
+// what Redis itself shows: every message published on the lock's channel
+// (read by a subscriber of its own, counted per change of head and per
+// hand-off) and the queue's two keys (tidiness).
 //
 //	go test -run TestFairLockSpecification .                      # 1,000 checks (250 under -race)
 //	RAPID_CHECKS=100000 go test -run TestFairLockSpecification -timeout 0 .
@@ -113,6 +115,8 @@ type proc struct {
 
 	cut        *redistest.Partition // cuts the process off from Redis
 	sever      *redistest.Severable // breaks its connections (a reset, a CLIENT KILL)
+	muffle     *redistest.Muffle    // drops them on the server's side alone (hide)
+	hidden     time.Time            // when hide dropped its connections, until resume
 	presence   *fairlock.Owner      // its owner, if it keeps a presence (fairlock.WithPresence)
 	releases   *releaseLog          // its last final release, to replay
 	stalled    bool                 // cut off now
@@ -185,9 +189,12 @@ func newSpec(t *rapid.T, scripts *lua.Scripts, present int) *spec {
 	s.admin = admin
 	for i := 0; i < processes; i++ {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-		cut, sever := &redistest.Partition{}, &redistest.Severable{}
+		cut, sever, muffle := &redistest.Partition{}, &redistest.Severable{}, &redistest.Muffle{}
 		c.AddHook(cut)
 		c.AddHook(sever)
+		if i >= processes-present {
+			c.AddHook(muffle) // hide drops only the connections of those that keep a presence
+		}
 		rl := &releaseLog{script: scripts.FairRelease, seq: &s.finalReleases, clk: s.clk}
 		c.AddHook(rl)
 		c.AddHook(s.ledger.replies)
@@ -208,7 +215,7 @@ func newSpec(t *rapid.T, scripts *lua.Scripts, present int) *spec {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, sever: sever,
+		s.procs = append(s.procs, &proc{label: fmt.Sprintf("p%d", i), client: c, m: m, cut: cut, sever: sever, muffle: muffle,
 			presence: presence, releases: rl, rec: rec})
 	}
 	return s
@@ -503,16 +510,56 @@ func (s *spec) crash(t *rapid.T) {
 }
 
 // presenceGone reports whether h is the hold (or a grant not yet claimed)
-// of a process that kept a presence and crashed at least the grace ago: an
-// attempt may end it.
+// of a process whose presence has been gone from Redis for at least the
+// grace: an attempt may end it.
 func (s *spec) presenceGone(h *fair.Holder) bool {
 	for _, p := range s.procs {
-		if p.label == h.Label && p.phase == crashed && p.presence != nil &&
-			s.clk.Now().Sub(p.crashedAt) >= core.PresenceGrace {
+		if since, gone := p.presenceGoneSince(); p.label == h.Label && gone && s.clk.Now().Sub(since) >= core.PresenceGrace {
 			return true
 		}
 	}
 	return false
+}
+
+// presenceGoneSince reports whether p kept a presence that Redis no longer
+// has, and since when: since hide dropped its connections, or since it
+// crashed.
+func (p *proc) presenceGoneSince() (time.Time, bool) {
+	switch {
+	case p.presence == nil:
+		return time.Time{}, false
+	case !p.hidden.IsZero():
+		return p.hidden, true
+	case p.phase == crashed:
+		return p.crashedAt, true
+	}
+	return time.Time{}, false
+}
+
+// hide drops every connection of a process that keeps a presence and holds
+// the lock, on the server's side alone, and cuts it off: a partition that
+// the server noticed (its keepalive closed the connections) and the holder
+// did not. Its presence is gone from Redis while it believes it holds, and
+// a live head takes the lock once the grace has passed: the one case in
+// which two handles may both believe they hold (guarantee 10,
+// docs/presence.md), bounded by the fencing token, which must be greater
+// for the next holder. resume lets it learn.
+func (s *spec) hide(t *rapid.T) {
+	var c []*proc
+	for _, p := range s.procs {
+		if p.presence != nil && p.phase == holding && !p.stalled && !p.forced && !isClosed(p.m.Lost()) {
+			c = append(c, p)
+		}
+	}
+	if len(c) == 0 {
+		t.Skip("no live holder that keeps a presence")
+	}
+	p := rapid.SampledFrom(c).Draw(t, "handle")
+	p.cut.On.Store(true)
+	p.muffle.Drop()
+	p.stalled, p.stalledAt, p.wasStalled, p.everCut = true, s.clk.Now(), true, true
+	p.hidden = s.clk.Now()
+	s.settle()
 }
 
 // blip breaks every connection of a live process that keeps a presence (a
@@ -636,7 +683,33 @@ func (s *spec) resume(t *rapid.T) {
 	p := rapid.SampledFrom(c).Draw(t, "handle")
 	p.cut.On.Store(false)
 	p.stalled = false
+	if !p.hidden.IsZero() {
+		s.unhide(t, p)
+	}
 	s.settle()
+}
+
+// unhide lets a process that hide cut off learn that its connections were
+// dropped: its presence connection's read fails, which ends its hold (if
+// its lease had not run out first), and it gives the lock back if Redis
+// still has it.
+func (s *spec) unhide(t *rapid.T, p *proc) {
+	ups := redistest.PresenceUps(p.presence)
+	p.hidden = time.Time{}
+	p.muffle.Release()
+	within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
+	if p.phase != holding {
+		return
+	}
+	within(t, "the hidden holder's Lost to close", func() bool { return isClosed(p.m.Lost()) })
+	within(t, "the hidden holder's hold to be gone from Redis", func() bool {
+		h := s.inspect().Holder
+		return h == nil || h.Token != p.token
+	})
+	if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("presence: Unlock of %s's hold, ended when it learned its connections were dropped = %v, want ErrLockLost", p.label, err)
+	}
+	p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
 }
 
 func (s *spec) advance(t *rapid.T) {
@@ -992,6 +1065,16 @@ func (s *spec) check(t *rapid.T) {
 	var holders []*proc
 	for _, p := range s.procs {
 		if p.phase == holding && !p.forced && !isClosed(p.m.Lost()) {
+			if !p.hidden.IsZero() {
+				// Its presence was dropped where it could not hear of it
+				// (hide): another may hold the lock meanwhile, with a
+				// greater token.
+				if h := st.Holder; h != nil && h.Token != p.token && h.Token <= p.token {
+					t.Fatalf("fencing: %s holds token %d while %s, whose presence was dropped unheard, believes in %d",
+						h.Label, h.Token, p.label, p.token)
+				}
+				continue
+			}
 			holders = append(holders, p)
 		}
 	}
@@ -1126,20 +1209,21 @@ func (s *spec) check(t *rapid.T) {
 		s.head, s.headSince = head, now
 	}
 	for _, p := range s.procs {
-		if p.phase != crashed || p.presence == nil || st.Holder == nil || st.Holder.Label != p.label || st.Holder.Token != p.token {
+		since, gone := p.presenceGoneSince()
+		if !gone || st.Holder == nil || st.Holder.Label != p.label || st.Holder.Token != p.token {
 			continue
 		}
 		for _, h := range live {
 			if h.entry != head || h.wasStalled {
 				continue
 			}
-			from := p.crashedAt
+			from := since
 			if s.headSince.After(from) {
 				from = s.headSince
 			}
 			if d := now.Sub(from); d > core.PresenceGrace+2*core.PresencePoll+maxStep {
-				t.Fatalf("presence: %s crashed %v ago holding the lock, and %s, the live head for %v, still waits",
-					p.label, now.Sub(p.crashedAt), h.label, now.Sub(s.headSince))
+				t.Fatalf("presence: %s's presence is gone for %v and it held the lock, and %s, the live head for %v, still waits",
+					p.label, now.Sub(since), h.label, now.Sub(s.headSince))
 			}
 		}
 	}
@@ -1212,6 +1296,7 @@ func (s *spec) finish() {
 	for _, p := range s.procs {
 		p.cut.On.Store(false)
 		p.stalled = false
+		p.muffle.Release()
 	}
 	for _, p := range s.procs {
 		if p.running {
@@ -1260,18 +1345,28 @@ func (s *spec) close() {
 }
 
 // fairLockSpec is the property: any sequence of actions keeps every guarantee.
-func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) { return fairLockSpecOf(scripts, true, 0) }
+func fairLockSpec(scripts *lua.Scripts) func(*rapid.T) {
+	return fairLockSpecOf(scripts, true, 0, false)
+}
 
 // fairLockPresenceSpec is fairLockSpec with two of the five processes
 // keeping a presence (fairlock.WithPresence), and the blip action.
 func fairLockPresenceSpec(scripts *lua.Scripts) func(*rapid.T) {
-	return fairLockSpecOf(scripts, true, 2)
+	return fairLockSpecOf(scripts, true, 2, false)
+}
+
+// fairLockHiddenDropSpec is fairLockPresenceSpec with the hide action too.
+// (A machine of its own: the mutation test's witness seeds of
+// fairLockPresenceSpec stay as they were found.)
+func fairLockHiddenDropSpec(scripts *lua.Scripts) func(*rapid.T) {
+	return fairLockSpecOf(scripts, true, 2, true)
 }
 
 // fairLockSpecOf is fairLockSpec, with its fault actions (crashes, cuts from
 // Redis, late retries) or without them: without, nobody may be rescued;
-// present of its processes keep a presence.
-func fairLockSpecOf(scripts *lua.Scripts, faults bool, present int) func(*rapid.T) {
+// present of its processes keep a presence; with hide, a holder's
+// connections may be dropped on the server's side alone.
+func fairLockSpecOf(scripts *lua.Scripts, faults bool, present int, hide bool) func(*rapid.T) {
 	return func(t *rapid.T) {
 		s := newSpec(t, scripts, present)
 		defer s.close()
@@ -1299,6 +1394,9 @@ func fairLockSpecOf(scripts *lua.Scripts, faults bool, present int) func(*rapid.
 		if faults && present > 0 {
 			actions["blip"] = s.blip
 		}
+		if faults && present > 0 && hide {
+			actions["hide"] = s.hide
+		}
 		t.Repeat(actions)
 		s.finish()
 		if !faults {
@@ -1321,17 +1419,16 @@ func TestFairLockSpecification(t *testing.T) {
 // process holds and another waits, the head looks every 50 ms of the fake
 // clock, which makes each check about three times as long as the plain
 // machine's; everything else it checks, the plain machine checks too.
-//
-// Under -race it is skipped for now: one run under -race (CI, 2026-11-27,
-// -rapid.seed=7094316924363227444, not reproduced) found a hand-off to a
-// process that keeps a presence unclaimed past half its first lease; until
-// that is understood it runs in full without -race (.ci/run's
-// Specification step), where it has passed every run.
 func TestFairLockSpecificationWithPresence(t *testing.T) {
-	if raceEnabled {
-		t.Skip("flaky under -race (see above): go test -count=1 -run Specification .")
-	}
 	checkWith(t, 300, fairLockPresenceSpec(lua.Default()))
+}
+
+// The same, with a holder's connections dropped on the server's side while
+// it is cut off and cannot hear of it (hide): the one case in which two
+// handles may believe they hold at once, bounded by the fencing token. 100
+// checks: it adds one action to the machine above.
+func TestFairLockSpecificationWithHiddenDrops(t *testing.T) {
+	checkWith(t, 100, fairLockHiddenDropSpec(lua.Default()))
 }
 
 // The fair lock's specification with its fault actions off: every turn of
@@ -1339,7 +1436,7 @@ func TestFairLockSpecificationWithPresence(t *testing.T) {
 // checks: it draws from fewer actions, and its one extra property (no
 // rescues) is checked by the full machine too, for processes never cut off.
 func TestFairLockSpecificationWithoutFaults(t *testing.T) {
-	checkWith(t, 300, fairLockSpecOf(lua.Default(), false, 0))
+	checkWith(t, 300, fairLockSpecOf(lua.Default(), false, 0, false))
 }
 
 // checkWith checks prop with n checks (a quarter of them under -race),
