@@ -119,9 +119,13 @@
 //     at once (Lost closes, ErrLockLost) and gives them back, and a hold
 //     taken while its presence was not confirmed is given back as it is
 //     made. A paused or cut-off holder keeps its connections, and its hold
-//     until its lease ends. The semaphore and the read-write lock alike: their
-//     first waiter ends the permit holds of a client gone for 200 ms. Not on
-//     Cluster or Sentinel. See docs/presence.md.
+//     until its lease ends. The exception is a partition in which the server
+//     closes the holder's connections unheard by the holder: the lock moves
+//     on after the grace while the holder still believes it holds, until its
+//     lease runs out by its own count or it hears of the drop; the next
+//     holder's fencing token is greater. The semaphore and the read-write
+//     lock alike: their first waiter ends the permit holds of a client gone
+//     for 200 ms. Not on Cluster or Sentinel. See docs/presence.md.
 //
 // Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
 // deadlines are per waiter and taken from Redis's clock (never "the
