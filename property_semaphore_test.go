@@ -849,7 +849,6 @@ func (s *semSpec) check(t *rapid.T) {
 		}
 		deadAhead = true
 	}
-	//
 	// Presence (fairlock.WithPresence): permits held by a process that kept
 	// a presence and crashed are the first waiter's once they have been
 	// gone for the grace, counted from the first look after the later of
