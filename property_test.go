@@ -592,18 +592,25 @@ func (s *spec) blip(t *rapid.T) {
 		within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
 	}
 	if held {
-		within(t, "the holder's Lost to close after its presence broke", func() bool { return isClosed(p.m.Lost()) })
-		within(t, "the holder to give the lock back", func() bool {
-			h := s.inspect().Holder
-			return h == nil || h.Token != p.token
-		})
-		if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
-			t.Fatalf("presence: Unlock of %s's hold, ended when its presence broke = %v, want ErrLockLost", p.label, err)
-		}
-		p.phase, p.count, p.lostToken = idle, 0, p.token
+		s.gaveBack(t, p, "its presence broke")
 		handedOn(t, p.label+"'s hold, given back when its presence broke", before, s.inspect())
 	}
 	s.settle()
+}
+
+// gaveBack waits until p, a holder whose presence connection failed (why),
+// has ended its hold (Lost closed) and given the lock back (Redis no longer
+// has its token), then checks that its Unlock says ErrLockLost.
+func (s *spec) gaveBack(t *rapid.T, p *proc, why string) {
+	within(t, p.label+"'s Lost to close after "+why, func() bool { return isClosed(p.m.Lost()) })
+	within(t, p.label+" to give the lock back after "+why, func() bool {
+		h := s.inspect().Holder
+		return h == nil || h.Token != p.token
+	})
+	if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("presence: Unlock of %s's hold, ended when %s = %v, want ErrLockLost", p.label, why, err)
+	}
+	p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
 }
 
 // within polls cond (real time) for up to 10 s, failing t after.
@@ -701,15 +708,7 @@ func (s *spec) unhide(t *rapid.T, p *proc) {
 	if p.phase != holding {
 		return
 	}
-	within(t, "the hidden holder's Lost to close", func() bool { return isClosed(p.m.Lost()) })
-	within(t, "the hidden holder's hold to be gone from Redis", func() bool {
-		h := s.inspect().Holder
-		return h == nil || h.Token != p.token
-	})
-	if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
-		t.Fatalf("presence: Unlock of %s's hold, ended when it learned its connections were dropped = %v, want ErrLockLost", p.label, err)
-	}
-	p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
+	s.gaveBack(t, p, "it learned its connections were dropped")
 }
 
 func (s *spec) advance(t *rapid.T) {
