@@ -988,18 +988,28 @@ func (s *spec) grantPending(st fair.State) bool {
 		}
 		// A waiter cut off from Redis cannot claim its grant until it is
 		// reconnected (resume): the grant stays pending, and its lease
-		// runs out if the cut lasts. One it heard of while cut off and
-		// failed to claim (a grant with too little of its first lease
-		// left to use unclaimed) it claims at its next try, after its
-		// backoff, which only the clock moving brings: not on the way.
+		// runs out if the cut lasts. One with too little of its first
+		// lease left to use unclaimed (fair/queue.go, usable) it tried to
+		// claim as it heard of it, failed, and claims at its next try,
+		// after its backoff, which only the clock moving brings: not on
+		// the way. (One with more it takes without a round trip, cut off
+		// or not.)
 		if p.stalled {
-			p.cutGrant = h.Token
+			if h.TTL <= claimedFirst {
+				p.cutGrant = h.Token
+			}
 			return false
 		}
 		return h.Token != p.cutGrant
 	}
 	return false
 }
+
+// claimedFirst is the most of a hand-off's first lease that a waiter
+// claims before it uses it (fair/queue.go, usable): twice the safety margin
+// of the longest first lease here (the wait timeout's, 1% plus 2 ms), and
+// 1 ms of rounding.
+const claimedFirst = 2*(waitTimeout/100+2*time.Millisecond) + time.Millisecond
 
 // lostEarlySlack is how long before Redis's expiry a handle may give up its
 // hold: the safety margin of the longest lease here (1% plus 2 ms), and 1 ms
