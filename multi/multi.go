@@ -223,7 +223,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 
 // TryLock takes every member within wait in all (0: one attempt each, never
 // queueing), with a fixed lease when lease > 0, as the members' TryLock
-// does. It returns false, having released whatever it took (as Lock
+// does. It returns false, nil, having released whatever it took (as Lock
 // releases it), when a member could not be taken in time. A fixed lease counts from each member's own
 // acquisition, so the first member's runs out first.
 func (l *Lock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
