@@ -21,19 +21,26 @@ import (
 // (election_leader.lua) when a message may have been lost, or when a lease
 // may have run out with nobody to take over (which publishes nothing):
 //   - when its subscription is confirmed, and again after every reconnect;
-//   - at the expiry of the leader's lease, as the last news told it
-//     (placed on this client's clock), and observeGrace after, so that a
-//     candidate behind a leader that died, which takes over within 1 ms and
-//     a round trip of that expiry, is seen without a moment of no leader
-//     between;
+//   - observeGrace after the expiry of the leader's lease as the last news
+//     told it (placed on this client's clock). A renewal publishes nothing,
+//     so a read that finds the lease renewed reads again observeGrace after
+//     the new expiry. A takeover at a lease's end is published by the
+//     script of the candidate that takes over, within 1 ms and a round trip
+//     of the expiry, so its message comes before this read, and observers
+//     see no moment of no leader between; a takeover later than
+//     observeGrace shows no leader at the read, then the new leader by its
+//     message;
 //   - once per lease of the handle that observes (fairlock.WithLease) while nobody
 //     leads, and after a failed read, within a second;
 //   - when its pub/sub connection fails (inbox.Sub.WakeOnLoss).
 // So an observer learns of every change within a round trip of the script
-// that made it, and of a leader that died with nobody behind it within one
-// lease and a round trip. A read that fails (or a subscription that cannot
-// be made) is told to every observer once, as a Leadership with Err; the
-// next read that succeeds tells who leads, even if nothing changed.
+// that made it, a takeover at a lease's end included: about when the new
+// leader's Campaign returns, whose reply leaves Redis with the message
+// (either may arrive first). Of a leader that died with nobody behind it,
+// it learns observeGrace and a round trip after the lease ran out. A read
+// that fails (or a subscription that cannot be made) is told to every
+// observer once, as a Leadership with Err; the next read that succeeds
+// tells who leads, even if nothing changed.
 
 // observeGrace is how long after a lease's expiry a watch reads who leads.
 const observeGrace = 50 * time.Millisecond
@@ -76,10 +83,13 @@ type watch struct {
 // channel gives the zero Leadership).
 //
 // Changes arrive by message: one per observing client however many
-// Observe calls it serves, within a round trip of the change. A message
-// lost with a connection is made good when the subscription is confirmed
-// again; a leader that dies with no candidate behind it (a lease that runs
-// out publishes nothing) is seen within its lease and a round trip.
+// Observe calls it serves, within a round trip of the change. A takeover
+// at a lease's end is a change too, published by the call that makes it
+// (the new leader's own, or a heartbeat's hand-off): an observer hears of
+// it about when that leader's Campaign returns, not necessarily before. A message lost with a connection is made good
+// when the subscription is confirmed again; a leader that dies with no
+// candidate behind it (a lease that runs out publishes nothing) is seen
+// 50 ms and a round trip after its lease ran out.
 // A nil ctx, a zero handle or a closed owner gets a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	out := make(chan Leadership, 1)
