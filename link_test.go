@@ -32,8 +32,8 @@ func TestPublicValuesAreTheLibrarys(t *testing.T) {
 			t.Errorf("%s: the library returns %v, not the public value", name, v[1])
 		}
 	}
-	if !errors.Is(fairlock.ErrLockLost, fairlock.ErrNotHeld) {
-		t.Error("ErrLockLost does not match ErrNotHeld")
+	if errors.Is(fairlock.ErrLockLost, fairlock.ErrNotHeld) || errors.Is(fairlock.ErrNotHeld, fairlock.ErrLockLost) {
+		t.Error("ErrLockLost matches ErrNotHeld: code that ignores a second Unlock's ErrNotHeld would swallow a loss")
 	}
 	if fairlock.MaxNameLen != core.MaxNameLen {
 		t.Errorf("MaxNameLen says %d, the library enforces %d", fairlock.MaxNameLen, core.MaxNameLen)

@@ -59,8 +59,14 @@ func TestCloseEndsTheOwnersHoldsAndWaits(t *testing.T) {
 	if cause := context.Cause(holdCtx); !errors.Is(cause, fairlock.ErrClosed) {
 		t.Errorf("the hold's context ended with %v, want ErrClosed", cause)
 	}
-	if !isClosed(held.Lost()) || !isClosed(rh.Lost()) {
-		t.Error("Lost is open after Close ended the holds")
+	if isClosed(held.Lost()) || isClosed(rh.Lost()) {
+		t.Error("Lost is closed after Close ended the holds: it is for a lost hold alone")
+	}
+	if err := held.Unlock(holdCtx); !errors.Is(err, fairlock.ErrClosed) {
+		t.Errorf("Unlock after Close = %v, want ErrClosed", err)
+	}
+	if err := rh.Unlock(ctx); !errors.Is(err, fairlock.ErrClosed) {
+		t.Errorf("the reentrant lock's Unlock after Close = %v, want ErrClosed", err)
 	}
 	if r := await(t, next); !r.ok || r.err != nil {
 		t.Errorf("the next in line got %v, %v; want the lock", r.ok, r.err)
@@ -240,8 +246,8 @@ func TestCloseEndsPermitsAndReadHolds(t *testing.T) {
 	if err := closing.Close(ctx); err != nil {
 		t.Fatalf("Close = %v", err)
 	}
-	if !isClosed(held.Lost()) || !errors.Is(context.Cause(held.HoldContext()), fairlock.ErrClosed) {
-		t.Error("the permit hold did not end with ErrClosed")
+	if isClosed(held.Lost()) || !errors.Is(context.Cause(held.HoldContext()), fairlock.ErrClosed) {
+		t.Error("the permit hold did not end with ErrClosed alone (Lost is for loss)")
 	}
 	for what, c := range map[string]chan error{"the closed owner's Acquire": waiting} {
 		select {

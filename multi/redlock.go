@@ -459,7 +459,7 @@ func (r *RedLock) unlock(ctx context.Context) error {
 		switch {
 		case err == nil:
 			released++
-		case errors.Is(err, fairlock.ErrNotHeld): // lost on that master: fairlock.ErrLockLost wraps fairlock.ErrNotHeld
+		case errors.Is(err, fairlock.ErrNotHeld), errors.Is(err, fairlock.ErrLockLost): // lost on that master
 		default:
 			failed = append(failed, err)
 		}

@@ -12,7 +12,7 @@ import (
 // (ErrReleased), by loss (ErrLockLost) or by its owner's Close (ErrClosed).
 // Its context is the primary signal, cancelled with the cause; Lost is
 // derived from it, a channel closed when the hold was taken from its
-// holder (takenAway: lost, or closed). Both are made when first asked for:
+// holder (takenAway: lost; never at Unlock or Close). Both are made when first asked for:
 // most holds are never asked, and end without them. End also owns the
 // hold's watchdog timer (Renew), which ending stops.
 //
@@ -86,9 +86,9 @@ func (e *End) FinishAfter(cause error, first, say func()) bool {
 }
 
 // takenAway reports whether a hold ended by cause was taken from its holder
-// rather than released by it: lost, or ended by its owner's Close. Lost
-// closes for these.
-func takenAway(cause error) bool { return cause == ErrLockLost || cause == ErrClosed }
+// (lost) rather than ended by it: by Unlock, or by its owner's Close. Lost
+// closes for these alone.
+func takenAway(cause error) bool { return cause == ErrLockLost }
 
 // EndedLocked reports, with the lock held, whether the hold has ended.
 func (e *End) EndedLocked() bool { return e.ended }
@@ -163,8 +163,7 @@ func (e *End) Context() context.Context {
 	return e.ctx
 }
 
-// Lost is closed once the hold's context ends with cause ErrLockLost or
-// ErrClosed.
+// Lost is closed once the hold's context ends with cause ErrLockLost.
 func (e *End) Lost() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
