@@ -20,7 +20,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	return err
 }
 
-// LockContext is Lock, returning a context that ends with the hold and carries it.
+// LockContext is Lock, returning the context to do the work in: it carries
+// the hold (Lock given it re-enters) and ends when the hold ends or ctx ends,
+// whichever is first. ctx's end ends the context, not the hold: Unlock it.
 func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
 	e, err := m.acquire(ctx, core.LockAttempt(m.impl().Config()))
 	if err != nil {
@@ -29,8 +31,9 @@ func (m *Mutex) LockContext(ctx context.Context) (context.Context, error) {
 	return core.Bind(ctx, e), nil
 }
 
-// Do runs fn holding the lock, with the hold's context, then releases it.
-// It returns fn's error, joined with the release's (ErrLockLost if lost).
+// Do runs fn holding the lock, with the context LockContext returns (ended
+// if the hold ends or ctx ends), then releases it when fn returns. It
+// returns fn's error, joined with the release's (ErrLockLost if lost).
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	if err := core.CheckFunc(fn); err != nil {
 		return err
@@ -43,7 +46,8 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 }
 
 // TryLock is Lock for up to wait (0: one attempt), with a fixed lease if
-// lease > 0. It returns false, nil when the wait elapsed.
+// lease > 0. It returns false, nil when the wait elapsed (a Semaphore's
+// TryAcquire, which has no bool, returns fair.ErrNotAcquired).
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := core.TryAttempt(m.impl().Config(), wait, lease)
 	if err != nil {
@@ -54,16 +58,14 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 }
 
 func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) {
-	t, err := m.impl().Begin(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	g, err := t.Waiter().Acquire(t.Context(), t.Attempt())
-	return m.impl().Keep(t, g, err)
+	return m.impl().Acquire(ctx, a, func(t *core.Turn) (*core.Grant, error) {
+		return t.Waiter().Acquire(t.Context(), t.Attempt())
+	})
 }
 
 // Unlock undoes one Lock; the last frees the lock for the next waiter. An
-// error wraps ErrNotHeld, ErrLockLost, or ErrPending (the release goes on).
+// error wraps ErrNotHeld (nothing held), ErrLockLost (the hold was lost),
+// ErrClosed (the owner's Close ended it), or ErrPending (the release goes on).
 func (m *Mutex) Unlock(ctx context.Context) error { return m.impl().Unlock(ctx) }
 
 // Extend makes the current hold's lease d from now, never shorter.
@@ -87,10 +89,12 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) { return m.impl(
 // Token returns the current hold's fencing token (growing), 0 if none.
 func (m *Mutex) Token() int64 { return m.impl().Token() }
 
-// Lost returns a channel closed if the current hold is lost, not unlocked.
+// Lost returns a channel closed if the current hold is lost: taken from it,
+// never at Unlock or the owner's Close (HoldContext ends then, with the cause).
 func (m *Mutex) Lost() <-chan struct{} { return m.impl().Lost() }
 
-// HoldContext returns a context that ends with the current hold, and carries it.
+// HoldContext returns the current hold's context: it carries the hold and
+// ends when the hold ends (Unlock, loss, Close: context.Cause says which).
 func (m *Mutex) HoldContext() context.Context { return m.impl().HoldContext() }
 
 func (m *Mutex) impl() *core.Mutex {

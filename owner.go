@@ -11,7 +11,9 @@ import (
 const MaxNameLen = 1024
 
 // Owner is what handles share (client, pub/sub, heartbeats, restart
-// checks): make one per client and process, share it, Close it at the end.
+// checks): one per client and process is enough and the cheapest (a second
+// works, with connections and heartbeats of its own); share it, and Close
+// (or Drain) it at the end.
 type Owner struct {
 	core *core.Owner
 }
@@ -49,6 +51,15 @@ func WithPresence() OwnerOption {
 // Close ends the owner: waiters leave, holds go to the next in line, calls
 // get ErrClosed. It returns when Redis confirmed it or ctx ended.
 func (o *Owner) Close(ctx context.Context) error { return o.impl().Close(ctx) }
+
+// Drain is the graceful shutdown of a rolling deploy: the owner's handles
+// take no new locks and join no queue (their calls get ErrClosed) and its
+// waiters leave their queues, while its running holds go on until their
+// Unlock (re-entries included); once none is left, the owner closes as
+// Close does. If ctx ends first, Close begins at once: the holds left end
+// (their contexts with cause ErrClosed) and go to the next in line, and
+// Drain returns ctx's error. See docs/getting-started.md, "Rolling deploys".
+func (o *Owner) Drain(ctx context.Context) error { return o.impl().Drain(ctx) }
 
 // Client returns the go-redis client the owner's handles use.
 func (o *Owner) Client() redis.UniversalClient { return o.impl().Client() }

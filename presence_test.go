@@ -236,3 +236,72 @@ func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Lock whose grant is made while its owner's presence is down never
+// returns success without the lock: the waiter's connections break just
+// before the holder hands the lock on, over and over, and every Lock that
+// returns nil
+// holds (Redis counts its hold, its context lasts, Lost is open): a grant
+// made while the presence was down is confirmed once it is back, or given
+// back and waited past.
+func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = wc.Close() })
+	sever := &redistest.Severable{}
+	wc.AddHook(sever)
+	wo, err := redistest.PresentOwner(wc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := fair.New(wo, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const runs = 40
+	for run := range runs {
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		waitFor(t, "the waiter to queue", func() bool { return redistest.Asleep() == 1 })
+		ups := redistest.PresenceUps(wo)
+		// The waiter's connections break just before the lock is handed
+		// to it: the grant meets the presence down, or coming back up.
+		sever.Sever()
+		time.Sleep(time.Duration(run%4) * 200 * time.Microsecond)
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var lerr error
+		waitFor(t, "the waiter's Lock to return", func() bool {
+			select {
+			case lerr = <-got:
+				return true
+			default:
+				clk.Advance(core.PresencePoll) // the presence's retries, the waiter's timers
+				return false
+			}
+		})
+		if lerr != nil {
+			t.Fatalf("run %d: the waiter's Lock = %v, want the lock (it waits past a grant it gave back)", run, lerr)
+		}
+		if n, err := waiter.HoldCount(ctx); err != nil || n != 1 {
+			t.Fatalf("run %d: Lock returned nil, yet HoldCount = %d, %v: a success without the lock", run, n, err)
+		}
+		if isClosed(waiter.Lost()) || waiter.HoldContext().Err() != nil {
+			t.Fatalf("run %d: Lock returned nil with its hold already ended (%v)", run, context.Cause(waiter.HoldContext()))
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatalf("run %d: Unlock = %v", run, err)
+		}
+		waitFor(t, "the waiter's presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
+	}
+}

@@ -237,14 +237,11 @@ func (s *Semaphore) acquire(ctx context.Context, n int, a core.Attempt) (*Permit
 	if err != nil {
 		return nil, err
 	}
-	t, err := m.Begin(ctx, a)
-	if err != nil {
-		return nil, err // named by the permit hold's handle
-	}
-	g, err := (&semKind{h: t.Agent(), s: s, n: n}).Acquire(t.Context(), t.Attempt())
-	end, err := m.Keep(t, g, err)
+	end, err := m.Acquire(ctx, a, func(t *core.Turn) (*core.Grant, error) {
+		return (&semKind{h: t.Agent(), s: s, n: n}).Acquire(t.Context(), t.Attempt())
+	})
 	if end == nil {
-		return nil, err
+		return nil, err // named by the permit hold's handle
 	}
 	if !s.compared.Swap(true) {
 		s.comparePermits(ctx)

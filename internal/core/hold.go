@@ -123,8 +123,8 @@ func (h *hold) bornLost() bool {
 
 // claim turns a handed-off grant into a full hold, then hands over to the
 // watchdog (or, for a fixed lease, to the loss timer alone).
-func (h *hold) claim(g Grant) {
-	h.round(func(ctx context.Context) (time.Time, bool, error) {
+func (h *hold) claim(g Grant) bool {
+	return h.round(func(ctx context.Context) (time.Time, bool, error) {
 		return h.agent.Claim(ctx, g, h.lease, h.fixed)
 	}, func() { h.claim(g) }, "claiming a handed-off lock", "the lock was gone when its hand-off was claimed")
 }
@@ -132,12 +132,12 @@ func (h *hold) claim(g Grant) {
 // watchdog renews a lease kept alive by the library, every lease/3; the
 // lease counts from when the renewal was sent. A failed call is retried
 // sooner; if none succeeds, the loss timer ends the hold.
-func (h *hold) watchdog() { h.renewal("the lock was deleted or taken by another owner") }
+func (h *hold) watchdog() { _ = h.renewal("the lock was deleted or taken by another owner") }
 
 // renewal is one round of the watchdog; gone says why the hold ended if
-// Redis no longer has it.
-func (h *hold) renewal(gone string) {
-	h.round(func(ctx context.Context) (time.Time, bool, error) {
+// Redis no longer has it. It reports whether the renewal succeeded.
+func (h *hold) renewal(gone string) bool {
+	return h.round(func(ctx context.Context) (time.Time, bool, error) {
 		since := h.cfg.Clock.Now()
 		ok, err := h.agent.renew(ctx, h.token, h.lease, false)
 		return since, ok, err
@@ -160,8 +160,8 @@ func (h *hold) recheck(gone string) {
 // is retried (again) after lease/RetryEvery, what logs call it; a
 // successful one extends the local deadline to a full lease from the time
 // call returns, and the watchdog goes on every lease/RenewEvery unless the
-// lease is fixed.
-func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) {
+// lease is fixed. It reports whether the call succeeded and the hold lasts.
+func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) bool {
 	cfg := h.cfg
 	h.Lock()
 	if h.expiry == nil && !h.EndedLocked() {
@@ -173,24 +173,25 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	since, ok, err := call(ctx)
 	if err == nil && !ok {
 		h.end(ErrLockLost, gone)
-		return
+		return false
 	}
 	h.Lock()
 	defer h.Unlock()
 	if h.EndedLocked() {
-		return
+		return false
 	}
 	if err != nil {
 		h.agent.logWarn(what+" failed; retrying", err)
 		h.renewalFailed(err)
 		h.RenewLocked(cfg.Clock, h.lease/RetryEvery, again)
-		return
+		return false
 	}
 	h.extendLocked(since, h.lease)
 	if !h.fixed {
 		h.watched = true
 		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
 	}
+	return true
 }
 
 // reenter applies a re-entry's grant: a lease that may only grow. It
@@ -244,7 +245,7 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 }
 
 // closeOut is Close's end of the hold: the holder stops believing in it
-// (its context ends with cause ErrClosed, Lost closes), then it is released
+// (its context ends with cause ErrClosed; Lost stays open), then it is released
 // in Redis, every level of its re-entry, so that the lock goes to the next
 // in line at once. A hold that ended meanwhile is left as it is.
 func (h *hold) closeOut() error {

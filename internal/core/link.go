@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/inbox"
@@ -40,6 +41,10 @@ func Link(p Public) {
 	inbox.ErrClosed = p.Closed
 	// What is made of them once.
 	errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
+	errDraining = fmt.Errorf("%w: the owner is draining (Owner.Drain): no new acquisitions", ErrClosed)
+	errBornLost = fmt.Errorf("%w: granted, but its lease ran out before Redis's answer arrived (a longer lease, or a faster link to Redis)", ErrLockLost)
+	errGivenBack = fmt.Errorf("%w: granted while the owner's presence connection was down (WithPresence), "+
+		"and taken over before it came back; given back", ErrLockLost)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(ErrNotHeld)
 	notHeldCtx = ctx

@@ -209,8 +209,13 @@ func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 	return a, nil
 }
 
-// adopt makes g, granted to slot s, this handle's hold, and returns it.
-func (m *Mutex) adopt(s *slot, g *Grant, a Attempt) *hold {
+// adopt makes g, granted to slot s, this handle's hold, and returns it
+// with nil, or, when the hold cannot be counted on, ended, with why: its
+// lease ran out before the acquisition returned (errBornLost), or it was
+// made while the owner's presence was down and was taken over before the
+// presence came back (errGivenBack: confirm). No acquisition returns
+// success with such a hold.
+func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold, error) {
 	h := newHold(m, s, *g, a.Lease, a.Fixed)
 	m.mu.Lock()
 	old := m.cur
@@ -226,20 +231,52 @@ func (m *Mutex) adopt(s *slot, g *Grant, a Attempt) *hold {
 	}
 	if h.bornLost() {
 		// Its loss timer would only fire at the clock's next tick (a fake
-		// clock's next Advance): end it now, so that Lost is closed before
-		// Lock returns and nobody counts on a hold Redis may have ended.
-		h.end(ErrLockLost, "the lease ran out before the acquisition returned")
-	} else if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(g.Since) {
-		// Taken while the owner's presence was down (or before it came
-		// back up): a waiter may end it any time. It is given back.
-		m.h.Owner.giveUp(h, "the owner's presence connection broke while the lock was being acquired (WithPresence)")
+		// clock's next Advance): end it now, so that nobody counts on a
+		// hold Redis may have ended, and give back what Redis may still
+		// count of it.
+		m.h.Owner.giveUp(h, "the lease ran out before the acquisition returned")
+		return h, errBornLost
 	}
-	return h
+	if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(g.Since) {
+		// Taken while the owner's presence was down (or before it came
+		// back up): a waiter may have ended it. It is the caller's only
+		// once the presence is back and Redis still has it.
+		if !m.confirm(ctx, p, h, *g) {
+			m.h.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down (WithPresence), "+
+				"and could not be confirmed once it was back")
+			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
+				if context.Cause(ctx) == ErrClosed {
+					return h, ErrClosed
+				}
+				return h, ctx.Err()
+			}
+			return h, errGivenBack
+		}
+	}
+	return h, nil
+}
+
+// confirm keeps a hold made while the owner's presence was down: once the
+// presence is up again (within ctx, and while the hold lasts), a renewal
+// (or, for a hand-off, its claim) sent after that tells whether Redis still
+// has the hold. A waiter ends a holder's hold only while its presence is
+// gone, and tokens never come back, so a hold Redis still has then was
+// never taken over: from now on every waiter sees the presence. It reports
+// whether the hold was confirmed; the caller gives back one that was not.
+func (m *Mutex) confirm(ctx context.Context, p *presence, h *hold, g Grant) bool {
+	if !p.awaitUp(ctx, h.Context()) {
+		return false
+	}
+	if g.Handoff {
+		return h.claim(g)
+	}
+	return h.renewal("the lock was taken while the owner's presence was down")
 }
 
 // target is the hold an Unlock or Extend given ctx acts on: the one ctx
 // carries, or else the handle's current one. A hold that ended gets
-// ErrLockLost (lost) or ErrNotHeld.
+// ErrLockLost (lost), ErrClosed (Close ended it) or ErrNotHeld; with none,
+// ErrClosed once the owner has closed, ErrNotHeld before.
 func (m *Mutex) target(ctx context.Context) (*hold, error) {
 	h := m.carried(ctx)
 	if h == nil {
@@ -247,6 +284,9 @@ func (m *Mutex) target(ctx context.Context) (*hold, error) {
 		h = m.cur
 		m.mu.Unlock()
 		if h == nil {
+			if m.h.Owner.closed.Load() {
+				return nil, ErrClosed // Close ended the hold, if there was one
+			}
 			return nil, ErrNotHeld
 		}
 	}

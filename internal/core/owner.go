@@ -42,9 +42,15 @@ type Owner struct {
 
 	// closing is cancelled, with cause ErrClosed, when Close begins: the
 	// acquisitions in flight give up, and leave their queues.
-	closing  context.Context
-	close    context.CancelCauseFunc
-	closed   atomic.Bool   // Close has begun: new calls get ErrClosed
+	closing context.Context
+	close   context.CancelCauseFunc
+	closed  atomic.Bool // Close has begun: new calls get ErrClosed
+	// draining is cancelled, with cause ErrClosed, when Drain (or Close)
+	// begins: fresh acquisitions in flight give up, new ones are refused
+	// (drained), and re-entries of running holds go on.
+	draining context.Context
+	drain    context.CancelCauseFunc
+	drained  atomic.Bool
 	done     chan struct{} // closed when Close's work is done
 	closeErr error         // what it failed to release; set before done closes
 	once     sync.Once
@@ -56,8 +62,9 @@ type Owner struct {
 	mu       sync.Mutex
 	services map[any]any // by *Service: what a primitive keeps per owner
 	holds    map[*hold]struct{}
-	calls    tracker // acquisitions in flight
-	cleanups tracker // clean-up calls in flight (Bounded)
+	noHolds  chan struct{} // closed when holds empties; nil while nobody waits (Drain)
+	calls    tracker       // acquisitions in flight
+	cleanups tracker       // clean-up calls in flight (Bounded)
 }
 
 // NewOwner checks client and makes an owner of handles on it.
@@ -111,6 +118,7 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
+	o.draining, o.drain = context.WithCancelCause(context.Background())
 	if rig.Presence {
 		o.presence = newPresence(o)
 	}
@@ -146,7 +154,8 @@ func (o *Owner) Client() redis.UniversalClient {
 // processes waits for it: new calls of its handles get ErrClosed, its
 // waiters leave their queues (their Lock returns an error wrapping
 // ErrClosed), its holds are ended (each hold's context with cause
-// ErrClosed, and Lost closes) and then released in Redis, handing each lock
+// ErrClosed; Lost, which is for loss, stays open; Unlock then returns
+// ErrClosed) and then released in Redis, handing each lock
 // to the next in line at once, and its pub/sub connections close. It
 // returns once Redis has confirmed all of it, or with ctx's error when ctx
 // ends first (what is left goes on in the background, within the cleanup
@@ -162,6 +171,8 @@ func (o *Owner) Close(ctx context.Context) error {
 	}
 	o.once.Do(func() {
 		o.closed.Store(true)
+		o.drained.Store(true)
+		o.drain(ErrClosed)
 		o.close(ErrClosed)
 		o.stopRestartCheck()
 		// The work goes on whatever ctx does: a go-redis client without
@@ -206,20 +217,68 @@ func (o *Owner) shutdown() error {
 	return errors.Join(errs...)
 }
 
-// enter admits an acquisition: ErrClosed once Close has begun; otherwise a
-// context that also ends, with cause ErrClosed, when Close begins, and the
-// function that ends the acquisition's stay.
-func (o *Owner) enter(ctx context.Context) (context.Context, func(), error) {
+// enter admits an acquisition: ErrClosed once Close has begun, or, for a
+// fresh one (not a re-entry of a running hold), once Drain has; otherwise a
+// context that also ends, with cause ErrClosed, when Close (fresh: or
+// Drain) begins, and the function that ends the acquisition's stay.
+func (o *Owner) enter(ctx context.Context, fresh bool) (context.Context, func(), error) {
+	if fresh && o.drained.Load() && !o.closed.Load() {
+		return nil, nil, errDraining
+	}
 	if !o.calls.add(&o.closed) {
 		return nil, nil, ErrClosed
 	}
+	ends := o.closing
+	if fresh {
+		ends = o.draining // cancelled by Close too
+	}
 	c, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(o.closing, func() { cancel(ErrClosed) })
+	stop := context.AfterFunc(ends, func() { cancel(ErrClosed) })
 	return c, func() {
 		stop()
 		cancel(nil)
 		o.calls.done()
 	}, nil
+}
+
+// errDraining is what a fresh acquisition gets once Drain has begun; it
+// wraps ErrClosed (made by Link).
+var errDraining error
+
+// Drain is a graceful Close for a rolling deploy: fresh acquisitions of the
+// owner's handles are refused (ErrClosed) and those that wait give up and
+// leave their queues, while the holds that run go on, re-entries included,
+// until their Unlock; once none is left, the owner closes (Close). When
+// ctx ends first, Close begins at once, as Close does (the holds left end
+// with cause ErrClosed and go to the next in line), and Drain returns
+// ctx's error.
+func (o *Owner) Drain(ctx context.Context) error {
+	if o == nil || o.client == nil {
+		return Invalid("owner must not be nil; make one with fairlock.NewOwner")
+	}
+	if err := CheckContext(ctx); err != nil {
+		return err
+	}
+	o.drained.Store(true)
+	o.drain(ErrClosed)
+	o.mu.Lock()
+	var gone chan struct{}
+	if len(o.holds) > 0 {
+		if o.noHolds == nil {
+			o.noHolds = make(chan struct{})
+		}
+		gone = o.noHolds
+	}
+	o.mu.Unlock()
+	if gone != nil {
+		select {
+		case <-gone:
+		case <-ctx.Done():
+			_ = o.Close(ctx) // begins Close's work, which goes on in the background
+			return ctx.Err()
+		}
+	}
+	return o.Close(ctx)
 }
 
 // track and untrack keep the owner's live holds, for Close.
@@ -233,6 +292,10 @@ func (o *Owner) track(h *hold) {
 func (o *Owner) untrack(h *hold) {
 	o.mu.Lock()
 	delete(o.holds, h)
+	if len(o.holds) == 0 && o.noHolds != nil {
+		close(o.noHolds)
+		o.noHolds = nil
+	}
 	o.mu.Unlock()
 }
 

@@ -21,7 +21,7 @@ func BenchmarkOwnerEnter(b *testing.B) {
 	defer cancel()
 	b.ReportAllocs()
 	for b.Loop() {
-		_, leave, err := o.enter(ctx)
+		_, leave, err := o.enter(ctx, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func TestEnterAfterCloseIsRefused(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
 	o, _ := NewOwner(client)
-	bound, leave, err := o.enter(context.Background())
+	bound, leave, err := o.enter(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestEnterAfterCloseIsRefused(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close = %v", err)
 	}
-	if _, _, err := o.enter(context.Background()); err != ErrClosed {
+	if _, _, err := o.enter(context.Background(), true); err != ErrClosed {
 		t.Fatalf("enter after Close = %v, want ErrClosed", err)
 	}
 }

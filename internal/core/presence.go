@@ -100,6 +100,27 @@ func (p *presence) covers(since time.Time) bool {
 	return p.up.Load() && !p.since.After(since)
 }
 
+// awaitUp waits, unlike await, through failures, until the presence is up
+// (true), or ctx or stop ends (false).
+func (p *presence) awaitUp(ctx, stop context.Context) bool {
+	for !p.up.Load() {
+		p.mu.Lock()
+		ready := p.ready
+		p.mu.Unlock()
+		if p.up.Load() {
+			break
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return false
+		case <-stop.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // run subscribes, then reads the subscription until it is closed: a
 // confirmation brings the presence up, an error takes it down (ending every
 // hold), and the next read subscribes again (go-redis re-subscribes on a

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/config"
@@ -56,7 +57,7 @@ func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
 		return nil, t.report(nil, err)
 	}
 	// The wait also ends when the owner closes; the call then says so.
-	bound, done, err := m.h.Owner.enter(t.call)
+	bound, done, err := m.h.Owner.enter(t.call, t.want == nil)
 	if err != nil {
 		return nil, t.report(nil, err)
 	}
@@ -109,13 +110,48 @@ func (m *Mutex) Keep(t *Turn, g *Grant, err error) (*End, error) {
 	case err != nil || g == nil:
 		m.put(t.s)
 	default:
-		h = m.adopt(t.s, g, t.a)
+		var why error
+		if h, why = m.adopt(t.ctx, t.s, g, t.a); why != nil {
+			h, err = nil, why // ended: never a success
+		}
 	}
 	err = t.report(h, err)
 	if h == nil {
 		return nil, err
 	}
 	return &h.End, err
+}
+
+// Errors of a grant Keep could not make a hold of (adopt), made by Link:
+// both wrap ErrLockLost. Acquire waits past errGivenBack.
+var errBornLost, errGivenBack error
+
+// Acquire is a whole acquisition of a: Begin, wait (the primitive's wait
+// for the turn's grant), Keep. A grant that had to be given back as it was
+// made (errGivenBack) is waited past: the call queues again with a fresh
+// turn, while ctx and a's wait last. The End of the hold is returned; nil,
+// nil when the wait elapsed.
+func (m *Mutex) Acquire(ctx context.Context, a Attempt, wait func(t *Turn) (*Grant, error)) (*End, error) {
+	var start time.Time
+	if !a.Forever && m.made() {
+		start = m.h.Config.Clock.Now()
+	}
+	for wait0 := a.Wait; ; {
+		t, err := m.Begin(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		g, err := wait(t)
+		e, err := m.Keep(t, g, err)
+		if !errors.Is(err, errGivenBack) || ctx.Err() != nil {
+			return e, err
+		}
+		if !a.Forever {
+			if a.Wait = wait0 - m.h.Config.Clock.Now().Sub(start); a.Wait <= 0 {
+				return nil, err
+			}
+		}
+	}
 }
 
 // reentered applies a re-entry's outcome to the hold the turn re-enters.
