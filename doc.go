@@ -55,8 +55,33 @@
 // on in the background, bounded by the cleanup timeout, and the error wraps
 // ErrPending.
 //
-// Lost is closed when a hold is lost, never by Unlock; HoldContext ends with
-// any end of the hold, and context.Cause tells ErrLockLost from ErrReleased.
+// No acquisition (Lock, LockContext, TryLock, Do, a semaphore's Acquire,
+// RLock, Campaign) returns success without holding: a grant whose hold ends
+// as it is made (with WithPresence, one made while the owner's presence
+// connection was down and taken over before it came back) is waited past,
+// the call queueing again while ctx and its wait last, or the call returns
+// an error wrapping ErrLockLost that says why.
+//
+// # A hold's context
+//
+// Every primitive follows one contract. A hold ends by its holder's Unlock
+// (Release, Resign), by its loss (ErrLockLost: its lease ran out, Redis lost
+// it, ForceUnlock), or by its owner's Close (ErrClosed); nothing else ends
+// it, and the end of the ctx an acquisition was given never does: ctx bounds
+// the wait alone. A hold's context (HoldContext, a Permit's Context) ends
+// when the hold ends, and context.Cause says which of the three. The context
+// a call hands back (LockContext, RLockContext, Campaign, the one Do passes
+// to fn) is derived from the ctx given to it: it has ctx's values and
+// deadline, and ends when the hold ends or when ctx ends, whichever comes
+// first, so work under it stops either way; the hold itself then lasts
+// until Unlock, which the work's caller runs once the work has stopped (as
+// Do does when fn returns), so that the next holder never starts while
+// this one's work still runs.
+//
+// Lost is closed when a hold is lost, and only then: never by Unlock, nor by
+// the owner's Close (the hold's context ends then, with cause ErrClosed,
+// and Unlock returns ErrClosed). ErrLockLost does not match ErrNotHeld:
+// code that ignores ErrNotHeld for a second Unlock never swallows a loss.
 // Before the first hold, Lost is never closed and HoldContext has ended with
 // cause ErrNotHeld. ForceUnlock ends whoever holds the lock; that holder
 // learns it at its next renewal, and until then believes it holds the lock.
@@ -72,4 +97,9 @@
 // go-redis client's options; the rest goes on in the background, each
 // release within its handle's cleanup timeout. It is idempotent. Close the
 // go-redis client after the owner.
+//
+// Owner.Drain is the gentler end of a rolling deploy: the owner takes no new
+// lock and joins no queue (those calls get ErrClosed), its waiters leave
+// their queues, and its running holds go on until their Unlock; then it
+// closes. If Drain's ctx ends first, Close begins at once.
 package fairlock

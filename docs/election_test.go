@@ -67,7 +67,7 @@ func runScheduler(ctx context.Context, owner *fairlock.Owner, addr string, store
 			case <-time.After(every):
 			}
 		}
-		_ = e.Resign(lead) // a no-op error if it already ended
+		_ = e.Resign(lead) // after the work stopped; a no-op error if the term already ended
 	}
 }
 

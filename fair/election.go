@@ -96,14 +96,16 @@ func electionPlace(name string, scripts *lua.Scripts) core.Place {
 }
 
 // Campaign joins the election's queue of candidates with value and waits
-// until it leads; it returns the leadership's context. lead has ctx's values
-// and deadline, and ends when the leadership ends, for any reason:
+// until it leads; it returns the leadership's context. As every hold's
+// context does (fairlock's package doc), lead has ctx's values and deadline
+// and ends when the leadership ends or ctx ends, whichever is first:
 // context.Cause(lead) is ErrResigned after Resign, fairlock.ErrLockLost when the
 // leadership was lost (a renewal failed, Redis lost the keys), fairlock.ErrClosed
-// when the owner closed, or ctx's own cause once ctx ends. The leadership
-// lasts until then: when ctx ends, the leader resigns (in the background,
-// within the cleanup timeout), so a candidate's ctx bounds both its wait and
-// its term.
+// when the owner closed, or ctx's own cause. ctx bounds the wait; its end
+// after Campaign returned ends lead, so the leader's code stops, but not the
+// term, which lasts until Resign (or loss, or the owner's Close): resign
+// once the leader's work has stopped (defer e.Resign(lead)), and no other
+// candidate leads while this one still acts.
 //
 // When ctx ends before it leads, Campaign leaves the queue and returns an
 // error wrapping ctx's error. With a ctx that carries a leadership of this
@@ -122,26 +124,15 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	if end := m.Carried(ctx); end != nil && !end.IsEnded() {
 		return core.Bind(ctx, end), nil
 	}
-	t, err := m.Begin(ctx, core.LockAttempt(m.Config()))
-	if err != nil {
-		return nil, err
-	}
-	q := t.Waiter().(*queue)
-	q.value = wire.EscapeValue(value)
-	g, err := q.Acquire(t.Context(), t.Attempt())
-	end, err := m.Keep(t, g, err)
-	if err != nil {
-		return nil, err
-	}
-	lead := core.Bind(ctx, end)
-	// The leadership ends with ctx: its end resigns.
-	stop := context.AfterFunc(ctx, func() {
-		c, cancel := context.WithTimeout(context.Background(), m.Config().CleanupTimeout)
-		defer cancel()
-		_ = m.Unlock(core.Bind(c, end))
+	end, err := m.Acquire(ctx, core.LockAttempt(m.Config()), func(t *core.Turn) (*core.Grant, error) {
+		q := t.Waiter().(*queue)
+		q.value = wire.EscapeValue(value)
+		return q.Acquire(t.Context(), t.Attempt())
 	})
-	end.OnEnd(func() bool { stop(); return true })
-	return lead, nil
+	if err != nil {
+		return nil, err
+	}
+	return core.Bind(ctx, end), nil
 }
 
 // Proclaim changes the leader's value to value, for every observer, without

@@ -291,7 +291,11 @@ func TestElectionCampaignWithTheLeadershipReturnsItAtOnce(t *testing.T) {
 	}
 }
 
-func TestElectionEndOfTheCampaignContextResigns(t *testing.T) {
+// The hold's-context contract, for an election: the end of the campaign's
+// ctx ends lead (the leader's code stops) but not the term, which lasts
+// until Resign, so nobody else leads while the old leader's code may still
+// act; Resign with lead then hands over.
+func TestElectionEndOfTheCampaignContextEndsLeadNotTheTerm(t *testing.T) {
 	e := newEnv(t)
 	a := e.candidate(e.process(), "a")
 	b := e.candidate(e.process(), "b")
@@ -303,12 +307,18 @@ func TestElectionEndOfTheCampaignContextResigns(t *testing.T) {
 	gotB := campaignAsync(context.Background(), b, "b")
 	e.candidates(1, 0)
 	cancelA()
-	awaitLead(t, gotB)
 	if !errors.Is(context.Cause(lead), context.Canceled) {
-		t.Fatalf("cause of the leadership: %v, want the campaign's", context.Cause(lead))
+		t.Fatalf("cause of the leadership's context: %v, want the campaign's", context.Cause(lead))
 	}
+	if l := mustLeader(t, a); l.Value != "a" {
+		t.Fatalf("leader after a's ctx ended, before its Resign: %+v, want a (the term lasts until Resign)", l)
+	}
+	if err := a.Resign(lead); err != nil {
+		t.Fatalf("Resign after the campaign's ctx ended: %v", err)
+	}
+	awaitLead(t, gotB)
 	if l := mustLeader(t, a); l.Value != "b" {
-		t.Fatalf("leader after a's ctx ended: %+v", l)
+		t.Fatalf("leader after a resigned: %+v", l)
 	}
 }
 
@@ -709,7 +719,8 @@ func TestElectionObserverIsToldWhenItsConnectionFails(t *testing.T) {
 }
 
 // The leader and every candidate stop at once (one ctx, as a SIGTERM to
-// each process cancels): the leader's resign may hand the leadership to a
+// each process cancels, and the leader resigns as its code stops): the
+// leader's resign may hand the leadership to a
 // candidate whose own leave has not reached Redis yet. That candidate's
 // Campaign still returns its ctx's error, never a leadership, and its leave
 // ends the term it was granted at once; observers may see such terms
@@ -740,6 +751,9 @@ func TestElectionCandidatesThatLeaveTogetherLeaveNobodyLeading(t *testing.T) {
 		}
 	}
 	<-lead.Done()
+	if err := a.Resign(lead); err != nil { // its code stopped: it resigns
+		t.Fatal(err)
+	}
 	seen := []string{"a"}
 	term := int64(0)
 	l := until(t, ch, "nobody leading", func(l fair.Leadership) bool {
