@@ -583,7 +583,10 @@ func (s *semSpec) staleCall(t *rapid.T) {
 		owner, token = h.Owner, h.Token
 	}
 	if rapid.Bool().Draw(t, "stale token (else a hold id that holds nothing)") {
-		token += 1000003
+		// A token never issued: tokens are Redis's time in ms times 1000
+		// plus a count, and the fake clock moves in whole seconds, so one
+		// a second on (+1000003) can be a real token, released since.
+		token += 900_000_000_000_003
 	} else {
 		owner = ghost
 	}

@@ -477,6 +477,9 @@ func (s *spec) giveUp(t *rapid.T) {
 		s.acquired(p)
 		return
 	}
+	if s.lockFailed(p, err) {
+		return
+	}
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("%s gave up with %v, want context.Canceled", p.label, err)
 	}
@@ -883,22 +886,31 @@ func (s *spec) acquired(p *proc) {
 			s.t.Fatalf("FIFO: %s (joined #%d) got the lock while %s (joined #%d) still waits", p.label, p.joined, o.label, o.joined)
 		}
 	}
+	// Guarantee 12: no acquisition returns success without holding. (A hold
+	// whose lease ran out as it was made, or that its presence could not
+	// confirm, makes Lock fail with ErrLockLost instead: lockFailed.)
 	tok := p.m.Token()
-	if tok == 0 && isClosed(p.m.Lost()) {
-		// Lock returned a hold whose lease had already run out as this
-		// client counts it (a hand-off claimed a margin before its end, and
-		// the clock moved past that before Lock returned): Lost is closed
-		// before Lock returns, and there is no token to fence with. The
-		// check of lost holds judges the loss (only a fixed lease or a
-		// stall may lose one).
-		p.phase, p.count, p.token = holding, 1, 0
-		return
+	if tok == 0 || isClosed(p.m.Lost()) || p.m.HoldContext().Err() != nil {
+		s.t.Fatalf("%s's Lock returned success without the lock: token %d, Lost closed %v, hold's context %v",
+			p.label, tok, isClosed(p.m.Lost()), context.Cause(p.m.HoldContext()))
 	}
 	if tok <= s.lastToken {
 		s.t.Fatalf("fencing: %s got token %d, not above the previous %d", p.label, tok, s.lastToken)
 	}
 	s.lastToken = tok
 	p.phase, p.count, p.token = holding, 1, tok
+}
+
+// lockFailed reports, and records, a Lock of p that failed with
+// ErrLockLost: it was granted, yet could not count on the hold (its lease
+// ran out as the grant came back, the clock having moved past it), so it
+// says why rather than return a hold already lost. Its grant is given back.
+func (s *spec) lockFailed(p *proc, err error) bool {
+	if !errors.Is(err, fairlock.ErrLockLost) {
+		return false
+	}
+	p.phase = idle
+	return true
 }
 
 // settle lets every background reaction finish: each live waiter has either
@@ -924,6 +936,9 @@ func (s *spec) settle() {
 					// (seen here possibly only after it was reconnected).
 					p.orphans = append(p.orphans, orphan{entry: p.entry, since: p.stalledAt})
 					p.phase = idle
+					continue
+				}
+				if s.lockFailed(p, err) {
 					continue
 				}
 				if err != nil {

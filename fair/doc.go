@@ -114,11 +114,15 @@
 //     (its process died: the kernel closed its socket) is ended by the
 //     head's next attempt, as a lease end would be; the head of a lock so
 //     held looks every 50 ms, so the lock moves on within about a quarter
-//     of a second of the death. The holder is never the last to know: an
+//     of a second of the death, to a live head (a head that died with the
+//     holder keeps its place until its wait timeout: guarantee 4). The
+//     holder is never the last to know: an
 //     owner whose presence connection breaks while it lives ends its holds
 //     at once (Lost closes, ErrLockLost) and gives them back, and a hold
-//     taken while its presence was not confirmed is given back as it is
-//     made. A paused or cut-off holder keeps its connections, and its hold
+//     granted while its presence was not confirmed is the caller's only once
+//     the presence is back and a renewal finds the hold still in Redis
+//     (tokens never come back, so it was never taken over); one that is not
+//     confirmed is given back and the call queues again (guarantee 12). A paused or cut-off holder keeps its connections, and its hold
 //     until its lease ends. The exception is a partition in which the server
 //     closes the holder's connections unheard by the holder: the lock moves
 //     on after the grace while the holder still believes it holds, until its
@@ -126,6 +130,16 @@
 //     holder's fencing token is greater. The semaphore and the read-write
 //     lock alike: their first waiter ends the permit holds of a client gone
 //     for 200 ms. Not on Cluster or Sentinel. See docs/presence.md.
+//  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
+//     never at Unlock or the owner's Close; the hold's context ends at each,
+//     with ErrLockLost, ErrReleased or ErrClosed as its cause, and Unlock
+//     after Close returns ErrClosed. ErrLockLost does not match ErrNotHeld.
+//  12. Every success holds: no acquisition (Lock, LockContext, TryLock, Do,
+//     Acquire, RLock, Campaign) returns success with a hold already ended.
+//     A grant whose lease ran out before its answer arrived makes the call
+//     fail with an error wrapping ErrLockLost that says why; one its owner's
+//     presence could not confirm (guarantee 10) is given back and waited
+//     past, the call queueing again while ctx and its wait last.
 //
 // Unlike Redisson's RedissonFairLock, from which the queue's shape descends,
 // deadlines are per waiter and taken from Redis's clock (never "the
@@ -254,8 +268,8 @@
 //
 //	e, err := fair.NewElection(owner, "scheduler")
 //	lead, err := e.Campaign(ctx, "host-a:8080") // waits its turn to lead
-//	defer e.Resign(lead)                        // hands over at once
-//	run(lead)                                   // lead ends when leadership does
+//	defer e.Resign(lead)                        // hands over once run has returned
+//	run(lead)                                   // lead ends when the term or ctx does
 //
 // Every change of leader, term or value is published in the script that
 // makes it, once, on the election's leader channel

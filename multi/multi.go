@@ -191,7 +191,8 @@ func lockMember(ctx context.Context, m Locker) (bool, error) {
 // LockContext is Lock, and returns the context to do the work in: ctx's
 // values and deadline, cancelled also when the hold ends (a member's loss,
 // or the last Unlock), and carrying the hold, so that Lock given it
-// re-enters and Unlock given it releases exactly this hold.
+// re-enters and Unlock given it releases exactly this hold. As for every
+// primitive, ctx's end ends that context, never the hold: Unlock it.
 func (l *Lock) LockContext(ctx context.Context) (context.Context, error) {
 	if !l.made() {
 		return nil, core.Unmade()

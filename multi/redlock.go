@@ -131,7 +131,8 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // LockContext is Lock, and returns the context to do the work in: ctx's
 // values and deadline, cancelled also when the hold ends, and carrying the
 // hold, so that Lock given it re-enters and Unlock given it releases
-// exactly this hold.
+// exactly this hold. As for every primitive, ctx's end ends that context,
+// never the hold: Unlock it.
 func (r *RedLock) LockContext(ctx context.Context) (context.Context, error) {
 	if !r.made() {
 		return nil, core.Unmade()
