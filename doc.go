@@ -68,7 +68,7 @@
 // (Release, Resign), by its loss (ErrLockLost: its lease ran out, Redis lost
 // it, ForceUnlock), or by its owner's Close (ErrClosed); nothing else ends
 // it, and the end of the ctx an acquisition was given never does: ctx bounds
-// the wait alone. A hold's context (HoldContext, a Permit's Context) ends
+// the wait alone. A hold's context (HoldContext, a Permit's too) ends
 // when the hold ends, and context.Cause says which of the three. The context
 // a call hands back (LockContext, RLockContext, Campaign, the one Do passes
 // to fn) is derived from the ctx given to it: it has ctx's values and
