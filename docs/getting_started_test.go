@@ -522,4 +522,3 @@ func TestGettingStartedRollingDeployDrainsTheRunningJob(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

@@ -186,8 +186,8 @@ var ErrNotAcquired = errors.New("fairlock: not acquired within the wait")
 
 // Do runs fn holding n permits: it acquires them as Acquire does, runs fn
 // with the hold's context (ended when the hold ends or ctx ends; ctx's end
-// never ends the hold), and releases them when fn returns, on a context of its own bounded by the
-// cleanup timeout. It returns fn's error, joined with the release's if that
+// never ends the hold), and releases them when fn returns, on a context of
+// its own bounded by the cleanup timeout. It returns fn's error, joined with the release's if that
 // failed (fairlock.ErrLockLost when the hold was lost while fn ran).
 func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
 	if !s.made() {

@@ -12,8 +12,8 @@ import (
 // (ErrReleased), by loss (ErrLockLost) or by its owner's Close (ErrClosed).
 // Its context is the primary signal, cancelled with the cause; Lost is
 // derived from it, a channel closed when the hold was taken from its
-// holder (takenAway: lost; never at Unlock or Close). Both are made when first asked for:
-// most holds are never asked, and end without them. End also owns the
+// holder (takenAway: lost; never at Unlock or Close). Both are made when
+// first asked for: most holds are never asked, and end without them. End also owns the
 // hold's watchdog timer (Renew), which ending stops.
 //
 // Its mutex guards the hold built on it too (Lock, Unlock): a round of

@@ -261,6 +261,12 @@ func (o *Owner) Drain(ctx context.Context) error {
 	}
 	o.drained.Store(true)
 	o.drain(ErrClosed)
+	// The acquisitions in flight end first (their waits have ended): one
+	// granted as the drain began is a running hold, waited for like any.
+	if err := o.calls.wait(ctx); err != nil {
+		_ = o.Close(ctx) // begins Close's work, which goes on in the background
+		return err
+	}
 	o.mu.Lock()
 	var gone chan struct{}
 	if len(o.holds) > 0 {
