@@ -9,7 +9,8 @@ var (
 	// ErrNotHeld is returned by Unlock when the handle holds nothing.
 	ErrNotHeld = errors.New("fairlock: lock not held")
 	// ErrLockLost: the hold was taken from its holder (its lease ran out, Redis
-	// lost it, another owner or ForceUnlock ended it). It does not match
+	// lost it, another owner or ForceUnlock ended it); an acquisition whose
+	// grant could not be kept wraps it too, saying why. It does not match
 	// ErrNotHeld: a lost hold is never mistaken for a second Unlock.
 	ErrLockLost = errors.New("fairlock: lock lost")
 	// ErrReleased is the cause of a hold's context ended by Unlock.

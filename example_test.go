@@ -50,6 +50,39 @@ func ExampleOwner_Close() {
 	// new calls: true
 }
 
+// A rolling deploy drains the owner: the job that holds the lock finishes
+// and unlocks, a call that would join the queue is refused, and then the
+// owner closes.
+func ExampleOwner_Drain() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)
+	ctx := context.Background()
+	jobs, _ := fair.New(owner, "jobs")
+	job, _ := jobs.LockContext(ctx) // a job is running
+	drained := make(chan error, 1)
+	go func() { drained <- owner.Drain(ctx) }()
+	for {
+		// The drain has begun once a new acquisition is refused.
+		if _, err := jobs.TryLock(ctx, 0, 0); errors.Is(err, fairlock.ErrClosed) {
+			fmt.Println("a new Lock while draining:", errors.Is(err, fairlock.ErrClosed))
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("the running job's context while draining:", job.Err())
+	_ = jobs.Unlock(job) // the job finishes
+	fmt.Println("Drain:", <-drained)
+	fmt.Println("the job's hold ended by its Unlock:", errors.Is(context.Cause(job), fairlock.ErrReleased))
+	// Output:
+	// a new Lock while draining: true
+	// the running job's context while draining: <nil>
+	// Drain: <nil>
+	// the job's hold ended by its Unlock: true
+}
+
 // One handle, shared by goroutines: they take turns, each Lock in the
 // queue in arrival order; the context LockContext returns re-enters.
 func ExampleMutex_LockContext() {
