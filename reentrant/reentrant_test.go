@@ -699,3 +699,57 @@ func TestObserverOfTheReentrantLock(t *testing.T) {
 		t.Fatalf("holds: %+v", got.Holds)
 	}
 }
+
+// A hold whose acquisition's answer came back late, yet inside its lease (a
+// slow network, a paused process), is watched from its start: its holder
+// never believes in it past the lease Redis granted. The watchdog's first
+// round used to be due a third of a lease after the answer, with no loss
+// timer until then: with the answer 24 s into a 30 s lease, Redis ended the
+// hold 4 s before that round, and the holder went on believing. Now the
+// first round comes before the deadline: renewed in time, the hold is
+// kept; cut off, it is lost at its deadline, before Redis ends it.
+func TestHoldWhoseAnswerCameLateIsWatchedFromItsStart(t *testing.T) {
+	for _, cutOff := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cut off %v", cutOff), func(t *testing.T) {
+			e := newEnv(t)
+			slow := &slowReply{clk: e.clk, delay: 24 * time.Second}
+			cut := &redistest.Partition{}
+			c := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = c.Close() })
+			c.AddHook(cut)
+			c.AddHook(slow)
+			m, err := reentrant.New(redistest.OwnerOn(c, e.clk, nil), "jobs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := e.handle() // on a client of its own, never cut off
+			mustLock(t, m)      // loads the scripts
+			unlockAll(t, m)
+			slow.armed.Store(true)
+			mustLock(t, m)
+			cut.On.Store(cutOff)
+			for i := 0; i < 120; i++ { // 12 s: past Redis's end of the first lease
+				e.clk.Advance(100 * time.Millisecond)
+				held, err := other.IsLocked(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !isClosed(m.Lost()) && !held {
+					t.Fatalf("%v after the acquisition was sent: Redis has ended the hold, and its holder still believes in it",
+						24*time.Second+time.Duration(i+1)*100*time.Millisecond)
+				}
+			}
+			cut.On.Store(false)
+			if lost := isClosed(m.Lost()); lost != cutOff {
+				t.Fatalf("Lost closed = %v; want %v (renewed in time unless cut off)", lost, cutOff)
+			}
+			if cutOff {
+				if err := m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+					t.Fatalf("Unlock of the lost hold = %v, want ErrLockLost", err)
+				}
+				return
+			}
+			unlockAll(t, m)
+		})
+	}
+}

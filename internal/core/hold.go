@@ -84,9 +84,20 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 		half := h.deadline.Sub(clk.Now()) / 2
 		h.RenewLocked(clk, max(half, 0), func() { h.claim(g) })
 	} else if !fixed {
-		h.RenewLocked(clk, lease/RenewEvery, h.watchdog)
+		h.RenewLocked(clk, h.roundDueLocked(), h.watchdog)
 	}
 	return h
+}
+
+// roundDueLocked is when the watchdog's next round is due, from now: every
+// lease/RenewEvery, but never later than halfway to the deadline. A watched
+// hold arms its loss timer only in that round (armLossLocked), so the round
+// must come before the deadline: an acquisition or renewal whose answer
+// came back late (a slow network, a paused process) leaves less of the
+// lease than a round's spacing, and Redis would end the hold while its
+// holder still believed in it.
+func (h *hold) roundDueLocked() time.Duration {
+	return max(min(h.lease/RenewEvery, h.deadline.Sub(h.cfg.Clock.Now())/2), 0)
 }
 
 // extendLocked moves the local deadline to since+d minus the safety margin,
@@ -189,7 +200,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	h.extendLocked(since, h.lease)
 	if !h.fixed {
 		h.watched = true
-		h.RenewLocked(cfg.Clock, h.lease/RenewEvery, h.watchdog)
+		h.RenewLocked(cfg.Clock, h.roundDueLocked(), h.watchdog)
 	}
 	return true
 }
