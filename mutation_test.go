@@ -975,6 +975,7 @@ func TestSeededBugs(t *testing.T) {
 	}
 	specs := map[string]func(*lua.Scripts) func(*rapid.T){
 		"": fairLockSpec, "fair": fairLockSpec, "presence": fairLockPresenceSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
+		"semaphore-presence": semaphorePresenceSpec,
 		"lost-hand-off": scenarioSpec(lostHandOffFoundByTheHeartbeat),
 		"reentry":       scenarioSpec(reentryNeverShortensAHold),
 		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),

@@ -131,6 +131,12 @@ type proc struct {
 	// by lostBy (its next renewal or claim, or its fixed lease's end).
 	forced bool
 	lostBy time.Time
+	// forcedGrant: the token of a grant that ForceUnlock ended while it was
+	// on its way to this waiter (a cut-off waiter hears of a hand-off with
+	// no round trip, and SyncHubs cannot wait for its hub): if its Lock
+	// returns that hold, the hold is forced (lostBy: forcedBy).
+	forcedGrant int64
+	forcedBy    time.Time
 
 	rec *redistest.Recorder // its observer: what its calls reported
 
@@ -256,7 +262,7 @@ func (s *spec) join(t *rapid.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.joins++
 	p.phase, p.joined, p.cancel, p.entry, p.wasStalled, p.fixed = waiting, s.joins, cancel, "", false, fixed
-	p.entryDied = false
+	p.entryDied, p.forcedGrant = false, 0
 	p.result, p.running = make(chan error, 1), true
 	news, before := len(p.rec.Snapshot().Queue), s.inspect().Queue
 	go func() {
@@ -392,6 +398,15 @@ func (s *spec) forceUnlock(t *rapid.T) {
 	was, err := caller.ForceUnlock(context.Background())
 	if err != nil {
 		t.Fatalf("ForceUnlock: %v", err)
+	}
+	if old == nil && before.Holder != nil {
+		// A grant still on its way to a waiter: its Lock may return it
+		// later, a hold already forced open (acquired).
+		for _, p := range s.procs {
+			if p.phase == waiting && p.label == before.Holder.Label {
+				p.forcedGrant, p.forcedBy = before.Holder.Token, s.clk.Now().Add(before.Holder.TTL+time.Millisecond)
+			}
+		}
 	}
 	if was != (before.Holder != nil) {
 		t.Fatalf("ForceUnlock reported held=%v; the holder was %+v", was, before.Holder)
@@ -893,6 +908,15 @@ func (s *spec) acquired(p *proc) {
 	if tok == 0 || isClosed(p.m.Lost()) || p.m.HoldContext().Err() != nil {
 		s.t.Fatalf("%s's Lock returned success without the lock: token %d, Lost closed %v, hold's context %v",
 			p.label, tok, isClosed(p.m.Lost()), context.Cause(p.m.HoldContext()))
+	}
+	if tok == p.forcedGrant {
+		// A grant forced open before its Lock returned (it heard of its
+		// hand-off while cut off, with no round trip): it learns at its
+		// claim or its lease's end, as a holder forced open does, and the
+		// next holder may have a greater token already.
+		p.phase, p.count, p.token = holding, 1, tok
+		p.forced, p.lostBy = true, p.forcedBy
+		return
 	}
 	if tok <= s.lastToken {
 		s.t.Fatalf("fencing: %s got token %d, not above the previous %d", p.label, tok, s.lastToken)
