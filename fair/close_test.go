@@ -3,6 +3,7 @@ package fair_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -267,6 +268,43 @@ func TestCloseEndsPermitsAndReadHolds(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s did not get its turn after Close", what)
+		}
+	}
+}
+
+// After Close, an RW lock's Unlock and RUnlock say ErrClosed, as a mutex's
+// Unlock does, with the hold's context or a plain one: Close is not loss,
+// and never "not held". (They said ErrLockLost and ErrNotHeld.)
+func TestRWMutexUnlockAfterCloseSaysErrClosed(t *testing.T) {
+	ctx := context.Background()
+	for _, write := range []bool{true, false} {
+		for _, carried := range []bool{true, false} {
+			t.Run(fmt.Sprintf("write %v, the hold's context %v", write, carried), func(t *testing.T) {
+				e := newEnv(t)
+				owner, _ := redistest.NewOwner(e.process(), e.clk)
+				rw, _ := fair.NewRWMutex(owner, "catalog")
+				lock, unlock := rw.RLockContext, rw.RUnlock
+				if write {
+					lock, unlock = rw.LockContext, rw.Unlock
+				}
+				hctx, err := lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := owner.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if isClosed(rw.Lost()) {
+					t.Error("Lost closed at Close (it is for loss)")
+				}
+				uctx := ctx
+				if carried {
+					uctx = hctx
+				}
+				if err := unlock(uctx); !errors.Is(err, fairlock.ErrClosed) || errors.Is(err, fairlock.ErrLockLost) {
+					t.Errorf("unlock after Close = %v, want ErrClosed", err)
+				}
+			})
 		}
 	}
 }

@@ -276,7 +276,8 @@ func (m *RWMutex) dropEndedLocked() {
 // plain RLock).
 // The last one of a hold gives the read lock back (the next in the queue
 // takes it if it can), unless it is inside a write hold. A handle without
-// the read lock gets fairlock.ErrNotHeld; a lost hold gets fairlock.ErrLockLost.
+// the read lock gets fairlock.ErrNotHeld; a lost hold gets fairlock.ErrLockLost;
+// after the owner's Close, fairlock.ErrClosed.
 func (m *RWMutex) RUnlock(ctx context.Context) error {
 	if !m.made() {
 		return core.Unmade()
@@ -297,6 +298,9 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 			switch {
 			case lost:
 				return m.s.named(ctx, fairlock.ErrLockLost)
+			case core.CheckOwner(m.s.owner) != nil:
+				// Close ended the read holds, if there were any: not a loss.
+				return m.s.named(ctx, fairlock.ErrClosed)
 			case m.write != nil:
 				return m.s.named(ctx, fmt.Errorf("%w: this handle holds the write lock, not the read lock: use Unlock (or RUnlock with the write hold's context, for a read lock taken inside it)", fairlock.ErrNotHeld))
 			}
@@ -329,7 +333,8 @@ func (m *RWMutex) RUnlock(ctx context.Context) error {
 // back, or, if the hold still has read locks inside it, keeps one permit of
 // it as a read hold (a downgrade: no other writer can come in between). A
 // handle without the write lock gets fairlock.ErrNotHeld (which says to use RUnlock
-// if it holds the read lock); a lost hold gets fairlock.ErrLockLost.
+// if it holds the read lock); a lost hold gets fairlock.ErrLockLost; after the
+// owner's Close, fairlock.ErrClosed.
 func (m *RWMutex) Unlock(ctx context.Context) error {
 	if !m.made() {
 		return core.Unmade()
@@ -351,6 +356,9 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 		if reading {
 			return m.s.named(ctx, fmt.Errorf("%w: this handle holds the read lock, not the write lock: use RUnlock", fairlock.ErrNotHeld))
 		}
+		if core.CheckOwner(m.s.owner) != nil {
+			return m.s.named(ctx, fairlock.ErrClosed) // Close ended the hold, if there was one
+		}
 		return m.s.named(ctx, fairlock.ErrNotHeld)
 	}
 	if h.p.end.IsEnded() {
@@ -358,7 +366,7 @@ func (m *RWMutex) Unlock(ctx context.Context) error {
 			m.write = nil
 		}
 		m.mu.Unlock()
-		return m.s.named(ctx, fairlock.ErrLockLost)
+		return m.s.named(ctx, h.p.end.EndedErr()) // ErrLockLost, or ErrClosed after Close: not a loss
 	}
 	h.wn--
 	if h.wn > 0 {
