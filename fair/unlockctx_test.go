@@ -2,10 +2,16 @@ package fair_test
 
 import (
 	"context"
+	"errors"
 	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // goroutinesCreated is how many goroutines the process has started so far.
@@ -97,5 +103,74 @@ func TestUnlockWhoseContextIsCancelledMidCallReleases(t *testing.T) {
 	}
 	if h := e.inspect().Holder; h != nil {
 		t.Errorf("the lock is still held by %s after the Unlock", h.Owner)
+	}
+}
+
+// An Unlock (or Resign) made after its ctx's deadline had passed, as a
+// deferred one is when the work ran late, gets its grace of 50 ms from the
+// call, as under a cancelled ctx: it returns nil with the lock released,
+// or, if Redis takes longer than the grace, ErrPending after waiting it.
+// (It counted the grace from the deadline: called 60 ms or more after it,
+// it returned ErrPending at once, the lock still held.) The owner runs on
+// the real clock: the grace is real time.
+func TestUnlockAfterTheDeadlineGetsItsGraceFromTheCall(t *testing.T) {
+	e := newEnv(t)
+	owner, err := redistest.NewOwner(e.process(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = owner.Close(context.Background()) }()
+	for _, late := range []time.Duration{60 * time.Millisecond, 2 * time.Second} {
+		for _, resign := range []bool{false, true} {
+			name := "invoices"
+			unlock := func(ctx context.Context) error { return nil }
+			var hctx context.Context
+			far, cancelFar := context.WithTimeout(context.Background(), time.Hour)
+			if resign {
+				el, err := fair.NewElection(owner, "scheduler")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hctx, err = el.Campaign(far, "a"); err != nil {
+					t.Fatal(err)
+				}
+				name, unlock = "scheduler", el.Resign
+			} else {
+				m, err := fair.New(owner, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hctx, err = m.LockContext(far); err != nil {
+					t.Fatal(err)
+				}
+				unlock = m.Unlock
+			}
+			// The hold's context, its deadline passed late ago.
+			ended, cancel := context.WithDeadline(hctx, time.Now().Add(-late))
+			start := time.Now()
+			err := unlock(ended)
+			took := time.Since(start)
+			cancel()
+			cancelFar()
+			if err != nil && !(errors.Is(err, fairlock.ErrPending) && took >= core.Grace) {
+				t.Fatalf("%s %v after the deadline: %v after %v; want nil, or ErrPending after the 50 ms grace",
+					name, late, err, took)
+			}
+			if err == nil {
+				holder, err := (*fair.Holder)(nil), error(nil)
+				if resign {
+					var st fair.ElectionState
+					st, err = fair.InspectElection(context.Background(), e.client, name)
+					holder = st.Holder
+				} else {
+					var st fair.State
+					st, err = fair.Inspect(context.Background(), e.client, name)
+					holder = st.Holder
+				}
+				if err != nil || holder != nil {
+					t.Fatalf("%s: the call returned nil with the hold still in Redis: %+v, %v", name, holder, err)
+				}
+			}
+		}
 	}
 }

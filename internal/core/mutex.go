@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,6 +309,15 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	h, err := m.target(ctx)
 	if err != nil {
 		return m.h.Wrap(ctx, err)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Called after ctx's deadline had passed (a deferred Unlock after
+		// work that ran late): its Grace runs from now, as under a ctx
+		// that was cancelled, not from the deadline, whose grace is for
+		// the clean-ups of a call that was running when it passed.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(context.WithoutCancel(ctx), time.Now(), context.Cause(ctx))
+		defer cancel()
 	}
 	h.releasing.Store(true)
 	if o := m.h.Config.Observer; o != nil && o.Tracer() != nil {
