@@ -45,7 +45,7 @@ func fromRedislock(ctx context.Context, owner *fairlock.Owner) error {
 	if !ok {
 		return errors.New("not obtained") // redislock.ErrNotObtained
 	}
-	return m.Unlock(ctx) // ErrLockLost (errors.Is ErrNotHeld) if the lease ran out
+	return m.Unlock(ctx) // ErrLockLost if the lease ran out
 }
 
 // fromRedissonSemaphore is Redisson's RSemaphore.trySetPermits(3) and

@@ -432,8 +432,10 @@ func (m *RWMutex) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the most recent hold ends;
-// context.Cause tells fairlock.ErrLockLost from fairlock.ErrReleased. It carries that hold,
-// as LockContext's does: call it only from the call chain that holds it.
+// context.Cause tells fairlock.ErrLockLost (lost) from fairlock.ErrReleased
+// (released) and fairlock.ErrClosed (the owner's Close ended it). It carries
+// that hold, as LockContext's does: call it only from the call chain that
+// holds it.
 // Before the first hold it is already cancelled with cause fairlock.ErrNotHeld.
 func (m *RWMutex) HoldContext() context.Context {
 	if !m.made() {

@@ -353,7 +353,8 @@ func (p *Permit) Lost() <-chan struct{} {
 }
 
 // HoldContext returns a context cancelled when the hold ends for any reason;
-// context.Cause tells fairlock.ErrLockLost from fairlock.ErrReleased.
+// context.Cause tells fairlock.ErrLockLost (lost) from fairlock.ErrReleased
+// (released) and fairlock.ErrClosed (the owner's Close ended it).
 func (p *Permit) HoldContext() context.Context {
 	if !p.made() {
 		_, ctx := core.Unheld()

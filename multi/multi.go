@@ -6,8 +6,9 @@
 // Each member keeps its own lease, watchdog and fencing token. The Lock is
 // lost as soon as any member's hold is lost.
 //
-//	a, _ := fair.New(client, "invoices")
-//	b, _ := fair.New(client, "ledger")
+//	owner, _ := fairlock.NewOwner(client) // one per client, for the process
+//	a, _ := fair.New(owner, "invoices")
+//	b, _ := fair.New(owner, "ledger")
 //	both, err := multi.New(a, b) // safe to share, as its members are
 //	if err != nil { ... }
 //	ctx, err := both.LockContext(ctx) // both, in order, or neither

@@ -7,7 +7,7 @@
 // OpenTelemetry. Give the Observer New returns to each primitive:
 //
 //	obs, err := fairlockotel.New()
-//	m, err := fair.New(client, "jobs", fairlock.WithObserver(obs))
+//	m, err := fair.New(owner, "jobs", fairlock.WithObserver(obs)) // owner: fairlock.NewOwner(client)
 //
 // Metric names are in a namespace of fairlock's own (OpenTelemetry has no
 // conventions for locks); spans follow the database conventions where they

@@ -9,7 +9,7 @@
 //
 //	c, err := fairlockprom.New()
 //	prometheus.MustRegister(c)
-//	m, err := fair.New(client, "jobs", fairlock.WithObserver(c))
+//	m, err := fair.New(owner, "jobs", fairlock.WithObserver(c)) // owner: fairlock.NewOwner(client)
 //
 // The measures are those of the OpenTelemetry module
 // (extra/fairlockotel), under the names its Prometheus exporter would give
