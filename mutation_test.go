@@ -976,13 +976,13 @@ func TestSeededBugs(t *testing.T) {
 	specs := map[string]func(*lua.Scripts) func(*rapid.T){
 		"": fairLockSpec, "fair": fairLockSpec, "presence": fairLockPresenceSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
 		"semaphore-presence": semaphorePresenceSpec,
-		"lost-hand-off": scenarioSpec(lostHandOffFoundByTheHeartbeat),
-		"reentry":       scenarioSpec(reentryNeverShortensAHold),
-		"long-permits":  scenarioSpec(longPermitHoldsKeepTheirKeys),
-		"lost-head":     scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
-		"lost-wake-up":  scenarioSpec(reentrantLostWakeUp),
-		"reentrant":     reentrantSpecOf,
-		"election":      electionSpecOf,
+		"lost-hand-off":      scenarioSpec(lostHandOffFoundByTheHeartbeat),
+		"reentry":            scenarioSpec(reentryNeverShortensAHold),
+		"long-permits":       scenarioSpec(longPermitHoldsKeepTheirKeys),
+		"lost-head":          scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
+		"lost-wake-up":       scenarioSpec(reentrantLostWakeUp),
+		"reentrant":          reentrantSpecOf,
+		"election":           electionSpecOf,
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0
