@@ -123,6 +123,11 @@ func TestDrainWhoseCtxEndsCloses(t *testing.T) {
 	if err := <-drained; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Drain whose ctx ended = %v, want context.Canceled", err)
 	}
+	// The holder stopped believing before Drain returned: its release in
+	// Redis may still be on its way, its context has ended.
+	if err := r.hctx.Err(); err == nil {
+		t.Fatal("Drain returned ctx's error while the hold's context still lasts")
+	}
 	if err := <-r.nextGot; err != nil {
 		t.Fatalf("the next in line after the drain's ctx ended: %v", err)
 	}

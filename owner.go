@@ -49,7 +49,8 @@ func WithPresence() OwnerOption {
 }
 
 // Close ends the owner: waiters leave, holds go to the next in line, calls
-// get ErrClosed. It returns when Redis confirmed it or ctx ended.
+// get ErrClosed. It returns when Redis confirmed it or ctx ended; either
+// way the holds' contexts have ended (cause ErrClosed) by then.
 func (o *Owner) Close(ctx context.Context) error { return o.impl().Close(ctx) }
 
 // Drain is the graceful shutdown of a rolling deploy: the owner's handles
@@ -57,8 +58,8 @@ func (o *Owner) Close(ctx context.Context) error { return o.impl().Close(ctx) }
 // waiters leave their queues, while its running holds go on until their
 // Unlock (re-entries included); once none is left, the owner closes as
 // Close does. If ctx ends first, Close begins at once: the holds left end
-// (their contexts with cause ErrClosed) and go to the next in line, and
-// Drain returns ctx's error. See docs/getting-started.md, "Rolling deploys".
+// (their contexts with cause ErrClosed, before Drain returns) and go to the
+// next in line, and Drain returns ctx's error. See docs/getting-started.md, "Rolling deploys".
 func (o *Owner) Drain(ctx context.Context) error { return o.impl().Drain(ctx) }
 
 // Client returns the go-redis client the owner's handles use.

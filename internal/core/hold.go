@@ -260,11 +260,17 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 // in Redis, every level of its re-entry, so that the lock goes to the next
 // in line at once. A hold that ended meanwhile is left as it is.
 func (h *hold) closeOut() error {
-	h.m.forget(h)
-	if !h.end(ErrClosed, "") {
+	if !h.closeEnd() {
 		return nil
 	}
 	return h.releaseAll()
+}
+
+// closeEnd is closeOut's first half: the holder stops believing in h. It
+// reports whether this call ended it (then h is to be released).
+func (h *hold) closeEnd() bool {
+	h.m.forget(h)
+	return h.end(ErrClosed, "")
 }
 
 // releaseAll releases the ended hold h in Redis, every level of its

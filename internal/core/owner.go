@@ -159,7 +159,8 @@ func (o *Owner) Client() redis.UniversalClient {
 // to the next in line at once, and its pub/sub connections close. It
 // returns once Redis has confirmed all of it, or with ctx's error when ctx
 // ends first (what is left goes on in the background, within the cleanup
-// timeout, whatever the go-redis client's options). Close is idempotent:
+// timeout, whatever the go-redis client's options); either way the holds
+// it found have ended (their contexts) before it returns. Close is idempotent:
 // every call waits for the same work, while its own ctx lasts, and returns
 // its outcome. Close does not close the go-redis client.
 func (o *Owner) Close(ctx context.Context) error {
@@ -175,11 +176,15 @@ func (o *Owner) Close(ctx context.Context) error {
 		o.drain(ErrClosed)
 		o.close(ErrClosed)
 		o.stopRestartCheck()
+		// The holders stop believing before Close returns, whatever ctx
+		// does (each hold's context ends with cause ErrClosed); their
+		// releases in Redis come in shutdown.
+		ended := o.endHolds()
 		// The work goes on whatever ctx does: a go-redis client without
 		// ContextTimeoutEnabled does not end a call at ctx's deadline, and
 		// Close must not outlast it.
 		go func() {
-			o.closeErr = o.shutdown()
+			o.closeErr = o.shutdown(ended)
 			close(o.done)
 		}()
 	})
@@ -191,11 +196,31 @@ func (o *Owner) Close(ctx context.Context) error {
 	}
 }
 
+// endHolds ends the owner's holds as Close's (closeOut's first half: their
+// contexts end with cause ErrClosed), and returns those it ended, for
+// shutdown to release.
+func (o *Owner) endHolds() []*hold {
+	o.mu.Lock()
+	holds := make([]*hold, 0, len(o.holds))
+	for h := range o.holds {
+		holds = append(holds, h)
+	}
+	o.mu.Unlock()
+	ended := holds[:0]
+	for _, h := range holds {
+		if h.closeEnd() {
+			ended = append(ended, h)
+		}
+	}
+	return ended
+}
+
 // shutdown is Close's work: the waits end first (their contexts have
 // ended), so that no hold is taken after the holds are released; then the
-// holds, each release bounded by its handle's cleanup timeout; then, with
-// no waiter left, the hubs.
-func (o *Owner) shutdown() error {
+// holds, those Close ended as it began (ended) and any an acquisition in
+// flight made since, each release bounded by its handle's cleanup timeout;
+// then, with no waiter left, the hubs.
+func (o *Owner) shutdown(ended []*hold) error {
 	_ = o.calls.wait(context.Background())
 	o.mu.Lock()
 	holds := make([]*hold, 0, len(o.holds))
@@ -204,6 +229,11 @@ func (o *Owner) shutdown() error {
 	}
 	o.mu.Unlock()
 	var errs []error
+	for _, h := range ended {
+		if err := h.releaseAll(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, h := range holds {
 		if err := h.closeOut(); err != nil {
 			errs = append(errs, err)
