@@ -46,8 +46,9 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 }
 
 // TryLock is Lock for up to wait (0: one attempt), with a fixed lease if
-// lease > 0. It returns false, nil when the wait elapsed (a Semaphore's
-// TryAcquire, which has no bool, returns fair.ErrNotAcquired).
+// lease > 0 (at least 10 ms, as WithLease). It returns false, nil when the
+// wait elapsed (a Semaphore's TryAcquire, which has no bool, returns
+// fair.ErrNotAcquired).
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := core.TryAttempt(m.impl().Config(), wait, lease)
 	if err != nil {

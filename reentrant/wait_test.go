@@ -299,6 +299,13 @@ func TestBadInput(t *testing.T) {
 			_, err := m.TryLock(context.Background(), 0, -1)
 			return err
 		},
+		// Shorter than its own safety margin (1% and 2 ms): it could never
+		// hold. It used to be sent, and fail as born lost.
+		"a TryLock lease under the 10 ms WithLease accepts": func() error {
+			m, _ := reentrant.New(redistest.Owner(client), "x")
+			_, err := m.TryLock(context.Background(), 0, 2*time.Millisecond)
+			return err
+		},
 	}
 	for name, f := range cases {
 		if err := f(); !errors.Is(err, fairlock.ErrInvalidArgument) {

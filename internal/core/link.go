@@ -42,7 +42,7 @@ func Link(p Public) {
 	// What is made of them once.
 	errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
 	errDraining = fmt.Errorf("%w: the owner is draining (Owner.Drain): no new acquisitions", ErrClosed)
-	errBornLost = fmt.Errorf("%w: granted, but its lease ran out before Redis's answer arrived (a longer lease, or a faster link to Redis)", ErrLockLost)
+	errBornLost = fmt.Errorf("%w: granted, but its lease, less the safety margin for clock drift (1%% and 2 ms), ran out before Redis's answer arrived (a longer lease, or a faster link to Redis)", ErrLockLost)
 	errGivenBack = fmt.Errorf("%w: granted while the owner's presence connection was down (WithPresence), "+
 		"and taken over before it came back; given back", ErrLockLost)
 	ctx, cancel := context.WithCancelCause(context.Background())

@@ -200,8 +200,10 @@ func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 	if wait < 0 {
 		return Attempt{}, Invalid("wait must not be negative, got %v", wait)
 	}
-	if lease < 0 {
-		return Attempt{}, Invalid("lease must not be negative, got %v", lease)
+	if lease < 0 || (lease > 0 && lease < config.MinLease) {
+		// As WithLease: a shorter one is shorter than its own safety margin
+		// (config.Margin: 1% and 2 ms) and a round trip, and could never hold.
+		return Attempt{}, Invalid("lease must be 0 (the watchdog's) or at least %v, got %v", config.MinLease, lease)
 	}
 	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
 	if lease == 0 && c != nil {
