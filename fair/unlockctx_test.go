@@ -123,7 +123,7 @@ func TestUnlockAfterTheDeadlineGetsItsGraceFromTheCall(t *testing.T) {
 	for _, late := range []time.Duration{60 * time.Millisecond, 2 * time.Second} {
 		for _, resign := range []bool{false, true} {
 			name := "invoices"
-			unlock := func(ctx context.Context) error { return nil }
+			var unlock func(context.Context) error
 			var hctx context.Context
 			far, cancelFar := context.WithTimeout(context.Background(), time.Hour)
 			if resign {
