@@ -953,7 +953,7 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // TestSeededBugs is the tool behind a hunt for blind spots: it runs the
 // specifications against every candidate bug of a file and prints which
 // were caught. It runs only when FAIRLOCK_SEEDED names the file, a JSON
-// list of {"name", "file", "from", "to", "spec"} (spec: fair, semaphore,
+// list of {"name", "file", "from", "to", "spec"} (spec: fair, presence, semaphore, semaphore-presence,
 // rw, retry, reentrant or election; fair if empty), with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
