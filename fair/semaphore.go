@@ -647,6 +647,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	cfg := *k.h.Config
 	cfg.Lease = cfg.WaitTimeout
 	cfg.Observer = cfg.Observer.QueueOnly() // the gate's own holds are not the user's
+	cfg.Turn = true                         // nor are they for Close to end first
 	ga := core.LockAttempt(&cfg)
 	if !a.Forever {
 		left := end.Sub(cfg.Clock.Now())

@@ -27,6 +27,10 @@ type Config struct {
 	// Fair lock only.
 	WaitTimeout time.Duration
 	Label       string
+	// Turn marks a primitive's own lock, held only inside one of its calls
+	// (a semaphore's gate): Close ends its holds once that call has
+	// returned, not as Close begins (core.Owner.endHolds).
+	Turn bool
 }
 
 // Defaults.

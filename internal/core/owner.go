@@ -198,12 +198,17 @@ func (o *Owner) Close(ctx context.Context) error {
 
 // endHolds ends the owner's holds as Close's (closeOut's first half: their
 // contexts end with cause ErrClosed), and returns those it ended, for
-// shutdown to release.
+// shutdown to release. A primitive's own lock held inside a call (a
+// semaphore's gate: config.Config.Turn) is left to that call, which
+// Close's cancellation ends, and to shutdown after it: its holder's calls
+// give it on in order.
 func (o *Owner) endHolds() []*hold {
 	o.mu.Lock()
 	holds := make([]*hold, 0, len(o.holds))
 	for h := range o.holds {
-		holds = append(holds, h)
+		if !h.cfg.Turn {
+			holds = append(holds, h)
+		}
 	}
 	o.mu.Unlock()
 	ended := holds[:0]
