@@ -11,9 +11,9 @@
 //	b, _ := fair.New(owner, "ledger")
 //	both, err := multi.New(a, b) // safe to share, as its members are
 //	if err != nil { ... }
-//	ctx, err := both.LockContext(ctx) // both, in order, or neither
+//	hctx, err := both.LockContext(ctx) // both, in order, or neither
 //	if err != nil { ... }
-//	defer both.Unlock(ctx) // ctx carries the hold: Lock given it re-enters
+//	defer both.Unlock(hctx) // hctx carries the hold: Lock given it re-enters
 //
 // The members may be fair or reentrant locks, or fair read-write locks
 // (taken as their write lock), on one Redis or on several.
