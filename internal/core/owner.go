@@ -203,14 +203,7 @@ func (o *Owner) Close(ctx context.Context) error {
 // Close's cancellation ends, and to shutdown after it: its holder's calls
 // give it on in order.
 func (o *Owner) endHolds() []*hold {
-	o.mu.Lock()
-	holds := make([]*hold, 0, len(o.holds))
-	for h := range o.holds {
-		if !h.cfg.Turn {
-			holds = append(holds, h)
-		}
-	}
-	o.mu.Unlock()
+	holds := o.heldWhere(func(h *hold) bool { return !h.cfg.Turn })
 	ended := holds[:0]
 	for _, h := range holds {
 		if h.closeEnd() {
@@ -227,12 +220,7 @@ func (o *Owner) endHolds() []*hold {
 // then, with no waiter left, the hubs.
 func (o *Owner) shutdown(ended []*hold) error {
 	_ = o.calls.wait(context.Background())
-	o.mu.Lock()
-	holds := make([]*hold, 0, len(o.holds))
-	for h := range o.holds {
-		holds = append(holds, h)
-	}
-	o.mu.Unlock()
+	holds := o.heldWhere(func(*hold) bool { return true })
 	var errs []error
 	for _, h := range ended {
 		if err := h.releaseAll(); err != nil {
@@ -320,6 +308,20 @@ func (o *Owner) Drain(ctx context.Context) error {
 		}
 	}
 	return o.Close(ctx)
+}
+
+// heldWhere returns the owner's live holds for which keep is true, to act
+// on outside o.mu (a hold that ends untracks itself).
+func (o *Owner) heldWhere(keep func(*hold) bool) []*hold {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	holds := make([]*hold, 0, len(o.holds))
+	for h := range o.holds {
+		if keep(h) {
+			holds = append(holds, h)
+		}
+	}
+	return holds
 }
 
 // track and untrack keep the owner's live holds, for Close.

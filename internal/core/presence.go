@@ -236,15 +236,7 @@ func PresenceUps(o *Owner) int64 {
 // the background (tracked as a clean-up: Close waits for it), so the lock
 // goes to the next in line at once.
 func (o *Owner) endAllHolds(why string) {
-	o.mu.Lock()
-	holds := make([]*hold, 0, len(o.holds))
-	for h := range o.holds {
-		if h.agent.Presence {
-			holds = append(holds, h)
-		}
-	}
-	o.mu.Unlock()
-	for _, h := range holds {
+	for _, h := range o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
 		o.giveUp(h, why)
 	}
 }

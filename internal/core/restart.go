@@ -132,15 +132,7 @@ func (o *Owner) checkRestart() {
 	answered := o.pingLinks(ctx)
 	cancel()
 	if !answered.IsZero() {
-		o.mu.Lock()
-		holds := make([]*hold, 0, len(o.holds))
-		for h := range o.holds {
-			if h.sent.Before(answered) {
-				holds = append(holds, h)
-			}
-		}
-		o.mu.Unlock()
-		for _, h := range holds { // not under o.mu: a hold that ends untracks itself
+		for _, h := range o.heldWhere(func(h *hold) bool { return h.sent.Before(answered) }) {
 			h.recheck(restartGone)
 		}
 	}
