@@ -21,6 +21,7 @@ import (
 // waiter queued behind it on another owner.
 type presenceHolder struct {
 	holder, waiter *fair.Mutex
+	holderOwner    *fairlock.Owner
 	cut            *redistest.Partition
 	sever          *redistest.Severable
 	clk            *clock.Fake
@@ -41,6 +42,7 @@ func newPresenceHolder(t *testing.T) *presenceHolder {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ph.holderOwner = owner
 	if ph.holder, err = fair.New(owner, "p"); err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +53,14 @@ func newPresenceHolder(t *testing.T) *presenceHolder {
 	if err := ph.holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
 	go func() {
-		<-ph.holder.Lost()
-		ph.lostAt.Store(ph.order.Add(1))
+		select {
+		case <-ph.holder.Lost():
+			ph.lostAt.Store(ph.order.Add(1))
+		case <-stop:
+		}
 	}()
 	go func() {
 		err := ph.waiter.Lock(ctx)
@@ -72,6 +79,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waiting for %s: not within 10 s", what)
 		}
 	}
+}
+
+// pinged advances the fake clock to the holder's next session PING and
+// waits for its answer: from then on a break leaves the holder most of the
+// grace to come back.
+func (ph *presenceHolder) pinged(t *testing.T) {
+	t.Helper()
+	ph.step(t, core.SessionPing)
+	now := ph.clk.Now()
+	waitFor(t, "the holder's PING to be answered", func() bool { return !redistest.PresenceAlive(ph.holderOwner).Before(now) })
 }
 
 // step advances the fake clock by d, then lets the waiter act on it.
@@ -114,31 +131,73 @@ func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
 	}
 }
 
-// A holder whose connections break while it lives ends its hold (Lost
-// closes, Unlock says ErrLockLost) before the waiter's Lock returns, and
-// hands the lock on at once, with no time passing.
-func TestPresenceBrokenConnectionEndsTheHoldFirst(t *testing.T) {
+// A blip costs nothing: a holder whose connections all break while it
+// lives, and come back at once, keeps its hold (Lost stays open, its
+// Unlock succeeds) however long the waiter looks afterwards, and the
+// waiter gets the lock from that Unlock.
+func TestPresenceBlipKeepsTheHold(t *testing.T) {
 	redistest.NoLeaks(t)
 	ph := newPresenceHolder(t)
+	ph.pinged(t)
+	ups := redistest.PresenceUps(ph.holderOwner)
 	ph.sever.Sever()
-	select {
-	case err := <-ph.got:
-		if err != nil {
-			t.Fatal(err)
+	waitFor(t, "the holder's presence to come back", func() bool { return redistest.PresenceUps(ph.holderOwner) > ups })
+	// Its hold's renewal, due at once, runs at the fake clock's next tick.
+	ph.clk.Advance(time.Millisecond)
+	waitFor(t, "the holder's hold to be confirmed", func() bool { return redistest.PresenceConfirmed(ph.holderOwner) })
+	for range 3 * core.PresenceGrace / core.PresencePoll {
+		ph.step(t, core.PresencePoll)
+	}
+	if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
+		t.Fatalf("a blip cost the hold (the waiter's Lock returned: %v, Lost closed: %v)", len(ph.got) != 0, isClosed(ph.holder.Lost()))
+	}
+	if err := ph.holder.Unlock(context.Background()); err != nil {
+		t.Fatalf("the holder's Unlock after a blip = %v, want nil", err)
+	}
+	if err := <-ph.got; err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.waiter.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder whose connections break while it lives and cannot come back
+// ends its hold (Lost closes, Unlock says ErrLockLost) before the waiter,
+// which waits out the grace, can take the lock; once it can reach Redis
+// again, it takes the lock again.
+func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
+	redistest.NoLeaks(t)
+	ph := newPresenceHolder(t)
+	ph.pinged(t)
+	ph.cut.On.Store(true)
+	ph.sever.Sever()
+	broke := ph.clk.Now()
+	for len(ph.got) == 0 {
+		if ph.clk.Now().Sub(broke) > core.PresenceGrace+2*core.PresencePoll {
+			t.Fatalf("the waiter did not take the lock within the grace and two polls of the break")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lock was not handed on when the holder's presence broke")
+		ph.step(t, 10*time.Millisecond)
+	}
+	if err := <-ph.got; err != nil {
+		t.Fatal(err)
 	}
 	if lost, got := ph.lostAt.Load(), ph.gotAt.Load(); lost == 0 || lost > got {
 		t.Fatalf("Lost closed %d-th, the waiter's Lock returned %d-th: the holder was not the first to know", lost, got)
 	}
+	ph.cut.On.Store(false)
 	if err := ph.holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
 	}
 	if err := ph.waiter.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// Its presence comes back, and it takes the lock again.
+	// Its presence comes back at its next try, and it takes the lock again.
+	ups := redistest.PresenceUps(ph.holderOwner)
+	for redistest.PresenceUps(ph.holderOwner) == ups {
+		ph.clk.Advance(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
 	if err := ph.holder.Lock(context.Background()); err != nil {
 		t.Fatal(err)
 	}

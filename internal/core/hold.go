@@ -43,9 +43,14 @@ type hold struct {
 	releasing atomic.Bool
 	fixed     bool
 	lease     time.Duration
-	// sent is when its acquisition was sent, at the latest (Grant.Since):
-	// a restart check's answer after it covers the hold (restart.go).
-	sent time.Time
+	// sent is when the latest call that found the hold in Redis was sent,
+	// at the latest (its acquisition's Grant.Since, then each renewal or
+	// claim that succeeded): a restart check's answer after it covers the
+	// hold (restart.go), and so does a presence confirmed before it
+	// (presence.go). Read with sentAt.
+	sent atomic.Pointer[time.Time]
+	// grant is a direct hand-off's, until claimed (claimNow).
+	grant Grant
 	// watched: its watchdog keeps it (under its lock): not a fixed lease,
 	// nor a hand-off not yet claimed.
 	watched bool
@@ -62,7 +67,8 @@ type hold struct {
 const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
-	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, sent: g.Since}
+	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
+	h.sent.Store(&g.Since)
 	m.h.Owner.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
@@ -166,6 +172,79 @@ func (h *hold) recheck(gone string) {
 	h.RenewLocked(h.cfg.Clock, 0, func() { h.renewal(gone) })
 }
 
+// confirmAfterBreak is recheck after the owner's presence came back from a
+// break (presence.go), for every kind of hold: a watched one is renewed, a
+// direct hand-off not yet claimed is claimed, and a fixed lease is checked
+// (check), each at once; each finds the hold in Redis, or ends it for gone.
+// A call that gets no answer is sent again at once, up to confirmTries in
+// all: the break that took the presence down often broke every connection
+// of the pool too (each failed call drops one, and a client made with
+// MaxRetries -1 retries nothing itself), and the jeopardy will not wait
+// for the watchdog's next try.
+func (h *hold) confirmAfterBreak(gone string) {
+	h.Lock()
+	defer h.Unlock()
+	if h.EndedLocked() {
+		return
+	}
+	var try func() bool
+	switch {
+	case h.watched:
+		try = func() bool { return h.renewal(gone) }
+	case h.grant.Handoff:
+		g := h.grant
+		try = func() bool { return h.claim(g) }
+	default:
+		try = func() bool { return h.check(gone) }
+	}
+	h.RenewLocked(h.cfg.Clock, 0, func() {
+		for range confirmTries {
+			if try() || h.IsEnded() {
+				return
+			}
+		}
+
+	})
+}
+
+// check asks Redis whether it still has the hold, a fixed lease, without
+// lengthening it (a renewal by nothing: renew.lua never shortens): ended
+// for gone if not, covered from the call's send time if so. It reports
+// whether Redis has it; a failed call leaves it to the jeopardy.
+func (h *hold) check(gone string) bool {
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cfg.CleanupTimeout)
+	defer cancel()
+	since := h.cfg.Clock.Now()
+	ok, err := h.agent.renew(ctx, h.token, 0, false)
+	switch {
+	case err != nil:
+		h.agent.logWarn("checking the lease after the presence came back failed", err)
+		return false
+	case !ok:
+		h.end(ErrLockLost, gone)
+		return false
+	}
+	h.noteSent(since)
+	return true
+}
+
+// noteSent records that a call sent at t found the hold in Redis.
+func (h *hold) noteSent(t time.Time) {
+	for {
+		old := h.sent.Load()
+		if !t.After(*old) || h.sent.CompareAndSwap(old, &t) {
+			return
+		}
+	}
+}
+
+// confirmTries bounds confirmAfterBreak's calls of one hold: more than a
+// pool's worth of broken connections is an outage, which the jeopardy ends.
+const confirmTries = 16
+
+// sentAt is sent's time.
+func (h *hold) sentAt() time.Time { return *h.sent.Load() }
+
 // round is one call of the hold's timer, a claim or a renewal (call): the
 // hold ends as lost if Redis no longer has it (gone says why); a failed call
 // is retried (again) after lease/RetryEvery, what logs call it; a
@@ -181,6 +260,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	h.Unlock()
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), cfg.CleanupTimeout) // nobody waits on it
 	defer cancel()
+	sent := cfg.Clock.Now()
 	since, ok, err := call(ctx)
 	if err == nil && !ok {
 		h.end(ErrLockLost, gone)
@@ -198,6 +278,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 		return false
 	}
 	h.extendLocked(since, h.lease)
+	h.noteSent(sent)
 	if !h.fixed {
 		h.watched = true
 		h.RenewLocked(cfg.Clock, h.roundDueLocked(), h.watchdog)

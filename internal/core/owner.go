@@ -112,6 +112,9 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	}
 	if rig.RestartCheck == 0 {
 		rig.RestartCheck = DefaultRestartCheck
+		if rig.Presence {
+			rig.RestartCheck = SessionPing
+		}
 	}
 	o := &Owner{client: client, ids: ids, publish: PublishCommand(client),
 		clock: rig.Clock, scripts: rig.Scripts, restartEvery: max(rig.RestartCheck, 0),

@@ -2,11 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,12 +21,20 @@ import (
 // drops the subscription when the process dies, and a fair lock's waiter
 // then ends the hold after PresenceGrace (queue.lua's holder_present).
 //
-// So the holder must never be the last to know: when the connection breaks
-// while the process lives, every such hold of the owner (a fair lock's, an
-// election's, a semaphore's or its gate's: Place.Presence) ends at once (ErrLockLost)
-// and is released in the background, and a hold whose acquisition was sent
-// before the current subscription was confirmed is ended as soon as it is
-// made (covers). Acquisitions wait for the subscription (await).
+// A blip costs nothing, and the holder is never the last to know. While the
+// owner holds anything it PINGs that connection every SessionPing; alive
+// is when the latest PING that was answered was sent, so Redis had the
+// subscription at least until then, and no waiter can have counted its
+// absence from before alive. When the connection breaks while the process
+// lives, the owner subscribes again at once, and every hold it had is
+// renewed (or claimed) on its return: one that Redis still has then was
+// never taken over, since from its return every waiter sees the presence
+// again. A hold that is not so confirmed by alive + PresenceGrace -
+// sessionMargin (its jeopardy) ends then as lost (ErrLockLost), before any
+// waiter can take it, and is released in the background. A hold whose
+// acquisition was sent before the current subscription was confirmed is
+// confirmed the same way before it is handed to its caller (covers).
+// Acquisitions wait for the subscription (await).
 
 // PresenceGrace is how long a holder's presence must have been gone before
 // a waiter ends its hold; PresencePoll how often the head of a lock whose
@@ -33,13 +44,25 @@ const (
 	PresencePoll  = 50 * time.Millisecond
 )
 
+// SessionPing is how often an owner that keeps a presence PINGs its
+// presence connection while it holds anything: a break finds the latest
+// answer at most this long (and a round trip) before it, which leaves the
+// owner most of the grace to come back before its holds' jeopardy.
+const SessionPing = 50 * time.Millisecond
+
+// sessionMargin is what the jeopardy keeps back from the grace: a waiter
+// counts the grace on Redis's clock from its first look, the holder on its
+// own from alive, and the holder must have stopped believing first.
+const sessionMargin = 20 * time.Millisecond
+
 // presenceRetry is the pause between tries to subscribe again, after the
 // first (at once) failed.
 const presenceRetry = 100 * time.Millisecond
 
 // presenceGone is why a hold ends when the owner's presence breaks.
-const presenceGone = "the owner's presence connection to Redis broke, so a waiter may take the lock " +
-	"(WithPresence): every fair lock, election and semaphore permit the owner holds ends"
+const presenceGone = "the owner's presence connection to Redis broke and did not come back, or its holds could not be confirmed, " +
+	"within the grace (WithPresence), so a waiter may take the lock: every fair lock, election and semaphore permit " +
+	"of the owner that was not confirmed ends"
 
 type presence struct {
 	o       *Owner
@@ -57,6 +80,18 @@ type presence struct {
 	since time.Time
 	ready chan struct{}
 	err   error
+	// alive is when the latest answered PING was sent (o's clock), pings
+	// the send times of those in flight by payload, and seq the last
+	// payload; jeopardy ends the unconfirmed holds once a break has lasted
+	// too long (nil while up).
+	alive    time.Time
+	pings    map[string]time.Time
+	seq      int64
+	jeopardy clock.Timer
+	// broken: the connection broke since it was last up (the next up
+	// confirms the holds); pausing: run waits presenceRetry before its
+	// next try.
+	broken, pausing bool
 }
 
 func newPresence(o *Owner) *presence {
@@ -65,11 +100,15 @@ func newPresence(o *Owner) *presence {
 
 // await returns nil once the owner is subscribed, starting the
 // subscription at the first call and waiting for its outcome. While it is
-// down after a failure, it returns at once why (wrapping Redis's refusal,
-// NOPERM say, so that the caller's wait gives up; any other failure is an
-// outage the caller's wait rides out, trying again later) and the
-// subscription is tried again in the background.
+// down after a failure, it waits for the outcome of a try under way (the
+// first after a break comes at once: a blip is ridden out as go-redis's
+// own retry rides out a pooled connection's), then returns why it is still
+// down; between tries (presenceRetry apart), it returns why at once.
+// Redis's refusal (NOPERM, say) makes the caller give up; any other
+// failure is an outage that a waiting caller rides out, trying again
+// later.
 func (p *presence) await(ctx context.Context) error {
+	waited := false
 	for !p.up.Load() {
 		p.mu.Lock()
 		if p.done == nil {
@@ -77,10 +116,13 @@ func (p *presence) await(ctx context.Context) error {
 			p.done = make(chan struct{})
 			go p.run(p.ps)
 		}
-		ready, err := p.ready, p.err
+		ready, err, pausing := p.ready, p.err, p.pausing
 		p.mu.Unlock()
-		if err != nil {
+		if err != nil && (waited || pausing || isRefusal(err)) {
 			return err
+		}
+		if err != nil {
+			waited = true
 		}
 		select {
 		case <-ready: // an outcome: look again
@@ -89,6 +131,13 @@ func (p *presence) await(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// isRefusal reports whether err is an answer of Redis's (NOPERM, an
+// unknown command), which trying again would only repeat.
+func isRefusal(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // covers reports whether a hold whose acquisition was sent at since is
@@ -147,23 +196,82 @@ func (p *presence) run(ps *redis.PubSub) {
 			continue
 		}
 		failed = false
-		if s, ok := msg.(*redis.Subscription); ok && s.Kind == "subscribe" {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				p.cameUp()
+			}
+		case *redis.Pong:
 			p.mu.Lock()
-			if !p.up.Load() {
-				p.since = p.o.clock.Now()
-				p.err = nil
-				p.up.Store(true)
-				p.ups.Add(1)
-				close(p.ready)
-				p.ready = make(chan struct{})
+			if sent, ok := p.pings[m.Payload]; ok {
+				delete(p.pings, m.Payload)
+				if sent.After(p.alive) {
+					p.alive = sent
+				}
 			}
 			p.mu.Unlock()
 		}
 	}
 }
 
-// broke takes the presence down after err: the holds end first, so that
-// they end before any waiter can have seen the presence gone for the grace.
+// cameUp brings the presence up on a confirmed subscription. After a break,
+// it PINGs at once (alive moves on) and renews or claims every hold the
+// owner had: each one Redis still has is covered from then on, and one it
+// lost (a restart) ends as lost. A confirmation while up means that
+// go-redis subscribed again on a new connection without a read of the old
+// one failing (a PING's write found it broken): a break all the same,
+// whose jeopardy is armed here. ups counts the confirmation last, once the
+// holds' renewals are scheduled.
+func (p *presence) cameUp() {
+	p.mu.Lock()
+	now := p.o.clock.Now()
+	was := p.up.Load()
+	back := p.broken || was
+	if was {
+		p.armJeopardyLocked()
+	} else {
+		p.up.Store(true)
+		close(p.ready)
+		p.ready = make(chan struct{})
+	}
+	p.since = now
+	p.err = nil
+	p.broken = false
+	p.mu.Unlock()
+	if back {
+		p.ping()
+		for _, h := range p.o.heldWhere(func(h *hold) bool { return h.sentAt().Before(now) }) {
+			h.confirmAfterBreak(restartGone)
+		}
+	}
+	p.ups.Add(1)
+}
+
+// ping sends a PING on the presence connection, if it is up; its answer
+// moves alive on. It does not wait for the answer (run reads it).
+func (p *presence) ping() {
+	p.mu.Lock()
+	ps := p.ps
+	if ps == nil || !p.up.Load() {
+		p.mu.Unlock()
+		return
+	}
+	p.seq++
+	payload := strconv.FormatInt(p.seq, 10)
+	if p.pings == nil {
+		p.pings = map[string]time.Time{}
+	}
+	p.pings[payload] = p.o.clock.Now()
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), SessionPing)
+	defer cancel()
+	_ = ps.Ping(ctx, payload) // a failure shows in run's read
+}
+
+// broke takes the presence down after err, and arms the jeopardy: the
+// holds not confirmed by alive + PresenceGrace - sessionMargin end then
+// (at once if that has passed), before any waiter can have seen the
+// presence gone for the grace.
 func (p *presence) broke(err error) {
 	p.mu.Lock()
 	was := p.up.Load()
@@ -171,14 +279,45 @@ func (p *presence) broke(err error) {
 	p.err = fmt.Errorf("fairlock: WithPresence: the owner's subscription to %s failed: %w", p.channel, err)
 	close(p.ready) // the calls that wait see it
 	p.ready = make(chan struct{})
-	p.mu.Unlock()
+	p.pings = nil // answers to them will never come
 	if was {
-		p.o.endAllHolds(presenceGone)
+		p.broken = true
+		p.armJeopardyLocked()
+	}
+	p.mu.Unlock()
+}
+
+// armJeopardyLocked arms the jeopardy of a break: the holds not confirmed
+// by then end; p.mu held.
+func (p *presence) armJeopardyLocked() {
+	if p.jeopardy != nil {
+		p.jeopardy.Stop()
+	}
+	p.jeopardy = clock.AtFunc(p.o.clock, p.alive.Add(PresenceGrace-sessionMargin), p.endUnconfirmed)
+}
+
+// endUnconfirmed ends, as lost, every hold of the owner that a waiter may
+// end once its presence is gone (Place.Presence) and that the presence up
+// now does not cover: the break lasted too long, or the hold's renewal
+// since has not been answered.
+func (p *presence) endUnconfirmed() {
+	for _, h := range p.o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
+		if !p.covers(h.sentAt()) {
+			p.o.giveUp(h, presenceGone)
+		}
 	}
 }
 
 // pause waits presenceRetry on o's clock; false if the owner closed meanwhile.
 func (p *presence) pause() bool {
+	p.mu.Lock()
+	p.pausing = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.pausing = false
+		p.mu.Unlock()
+	}()
 	t := make(chan struct{})
 	timer := p.o.clock.AfterFunc(presenceRetry, func() { close(t) })
 	select {
@@ -194,12 +333,41 @@ func (p *presence) pause() bool {
 func (p *presence) stop() {
 	p.mu.Lock()
 	ps, done := p.ps, p.done
+	if p.jeopardy != nil {
+		p.jeopardy.Stop()
+	}
 	p.mu.Unlock()
 	if ps == nil {
 		return
 	}
 	_ = ps.Close()
 	<-done
+}
+
+// PresenceAlive returns o's alive (zero without WithPresence): a test that
+// breaks its connections waits for a PING to be answered first.
+func PresenceAlive(o *Owner) time.Time {
+	if o.presence == nil {
+		return time.Time{}
+	}
+	o.presence.mu.Lock()
+	defer o.presence.mu.Unlock()
+	return o.presence.alive
+}
+
+// PresenceConfirmed reports whether o's presence is up and covers every
+// hold of o that a waiter may end (true without WithPresence): a test that
+// broke its connections waits for it before it lets the jeopardy come.
+func PresenceConfirmed(o *Owner) bool {
+	if o.presence == nil {
+		return true
+	}
+	for _, h := range o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
+		if !o.presence.covers(h.sentAt()) {
+			return false
+		}
+	}
+	return o.presence.up.Load()
 }
 
 // presenceRefused rejects the deployments presence cannot serve safely:
@@ -229,16 +397,6 @@ func PresenceUps(o *Owner) int64 {
 		return 0
 	}
 	return o.presence.ups.Load()
-}
-
-// endAllHolds ends every hold of o that a waiter may end once its presence
-// is gone (Place.Presence) as lost (why), and releases each in Redis in
-// the background (tracked as a clean-up: Close waits for it), so the lock
-// goes to the next in line at once.
-func (o *Owner) endAllHolds(why string) {
-	for _, h := range o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
-		o.giveUp(h, why)
-	}
 }
 
 // giveUp ends h as lost (why) and, if that ended it, releases it in Redis

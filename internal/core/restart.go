@@ -92,12 +92,20 @@ func (dialCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 }
 
 // watchRestartsLocked starts the check, if it is not running; o.mu held.
+// An owner that keeps a presence checks on its presence connection
+// instead, every SessionPing, the first at once (presence.go): a break of
+// it is a restart's sign, and its return renews every hold; it needs no
+// link.
 func (o *Owner) watchRestartsLocked() {
 	o.idleSince = time.Time{}
 	if o.restartEvery <= 0 || o.restartTimer != nil || o.closed.Load() {
 		return
 	}
-	o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
+	first := o.restartEvery
+	if o.presence != nil {
+		first = 0
+	}
+	o.restartTimer = o.clock.AfterFunc(first, o.checkRestart)
 }
 
 // checkRestart is one round of the check: it PINGs every link, renews at
@@ -108,6 +116,19 @@ func (o *Owner) checkRestart() {
 	if o.closed.Load() {
 		o.restartTimer = nil
 		o.mu.Unlock()
+		return
+	}
+	if o.presence != nil {
+		// The presence connection is the link: PING it while o holds
+		// anything, and stop when it holds nothing.
+		if len(o.holds) == 0 {
+			o.restartTimer = nil
+			o.mu.Unlock()
+			return
+		}
+		o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
+		o.mu.Unlock()
+		o.presence.ping()
 		return
 	}
 	if len(o.holds) == 0 {
@@ -132,7 +153,7 @@ func (o *Owner) checkRestart() {
 	answered := o.pingLinks(ctx)
 	cancel()
 	if !answered.IsZero() {
-		for _, h := range o.heldWhere(func(h *hold) bool { return h.sent.Before(answered) }) {
+		for _, h := range o.heldWhere(func(h *hold) bool { return h.sentAt().Before(answered) }) {
 			h.recheck(restartGone)
 		}
 	}

@@ -73,7 +73,7 @@ func NewOwner(client redis.UniversalClient, clk clock.Clock) (*fairlock.Owner, e
 // PresentOwner is NewOwner for an owner made as fairlock.WithPresence
 // makes it, running scripts (nil: the library's).
 func PresentOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
-	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, RestartCheck: -1, Presence: true})
+	o, err := core.NewOwnerWith(client, core.Rig{Clock: clk, Scripts: scripts, Probe: theProbe, Presence: true})
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +87,16 @@ func PresentOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Sc
 // PresentOwner) was confirmed: a test that breaks its connections waits
 // for it to grow, to know the owner noticed and subscribed again.
 func PresenceUps(owner *fairlock.Owner) int64 { return core.PresenceUps(core.OwnerOf(owner)) }
+
+// PresenceAlive is core.PresenceAlive of owner: when its latest answered
+// PING was sent.
+func PresenceAlive(owner *fairlock.Owner) time.Time { return core.PresenceAlive(core.OwnerOf(owner)) }
+
+// PresenceConfirmed is core.PresenceConfirmed of owner: its presence is up
+// and covers every hold a waiter may end.
+func PresenceConfirmed(owner *fairlock.Owner) bool {
+	return core.PresenceConfirmed(core.OwnerOf(owner))
+}
 
 // newOwner makes an owner with the tests' probe installed.
 func newOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Scripts) (*fairlock.Owner, error) {
