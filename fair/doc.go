@@ -115,10 +115,19 @@
 //     head's next attempt, as a lease end would be; the head of a lock so
 //     held looks every 50 ms, so the lock moves on within about a quarter
 //     of a second of the death, to a live head (a head that died with the
-//     holder keeps its place until its wait timeout: guarantee 4). The
-//     holder is never the last to know: an
-//     owner whose presence connection breaks while it lives ends its holds
-//     at once (Lost closes, ErrLockLost) and gives them back, and a hold
+//     holder keeps its place until its wait timeout: guarantee 4). A blip
+//     costs nothing, and the holder is never the last to know: an owner
+//     whose presence connection breaks while it lives subscribes again at
+//     once and renews (claims, checks) every hold it had; a hold not so
+//     confirmed within the grace, less 20 ms, counted from the send of the
+//     owner's latest answered PING (it PINGs every 50 ms while it holds),
+//     ends then (Lost closes, ErrLockLost) and is given back, before any
+//     waiter can count the grace; a break after which Redis cannot be
+//     reached at once (a restart, a partition) ends them at once. An empty
+//     restart that is back before the owner's first reconnect is taken for
+//     a blip: the holder learns from its confirming renewal, so two may
+//     believe for less than the grace (1 run in 20 in the fault suite, 36
+//     ms). A hold
 //     granted while its presence was not confirmed is the caller's only once
 //     the presence is back and a renewal finds the hold still in Redis
 //     (tokens never come back, so it was never taken over); one that is not

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,15 +198,15 @@ func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 	}
 }
 
-// A holder whose presence connection is killed (CLIENT KILL) while its
-// process lives ends its hold (Lost closes, ErrLockLost) before the waiter's
-// Lock returns, and gives the lock back at once rather than at its lease's
-// end.
-func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
+// A blip costs nothing: a holder whose presence connection is killed
+// (CLIENT KILL) while its process lives keeps its hold: the owner
+// subscribes again within the grace and confirms it, the waiter queued
+// behind it does not get the lock before the holder's Unlock, and gets it
+// from that Unlock.
+func TestPresenceKilledConnectionCostsNothing(t *testing.T) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
 	const runs = 20
-	var handedOn []time.Duration
 	for i := range runs {
 		named, connName := redistest.Named(t, direct)
 		owner := newOwner(t, named, fairlock.WithPresence())
@@ -222,29 +223,26 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 		eventually(t, 5*time.Second, "the waiter queued", func() bool {
 			return slices.Equal(queueOf(t, direct, name), []int{os.Getpid()})
 		})
-		lost := make(chan time.Time, 1)
-		go func() { <-holder.Lost(); lost <- time.Now() }()
-		killedAt := time.Now()
+		time.Sleep(2 * core.SessionPing) // a PING answered: alive is recent
 		if n, err := redistest.KillPubSub(context.Background(), direct, connName); err != nil || n != 1 {
 			t.Fatalf("run %d: killed %d presence connections, %v; want 1", i, n, err)
 		}
-		r := <-done
-		if r.err != nil {
+		// Past the grace, the waiter's polls and the holder's jeopardy.
+		time.Sleep(core.PresenceGrace + 4*core.PresencePoll)
+		select {
+		case r := <-done:
+			t.Fatalf("run %d: the waiter took the lock (%v) from a live holder whose presence connection was killed", i, r.err)
+		default:
+		}
+		if isClosed(holder.Lost()) {
+			t.Fatalf("run %d: the holder lost its hold to a CLIENT KILL of its presence connection", i)
+		}
+		if err := holder.Unlock(context.Background()); err != nil {
+			t.Fatalf("run %d: the holder's Unlock after the kill = %v, want nil", i, err)
+		}
+		if r := <-done; r.err != nil {
 			t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
 		}
-		var lostAt time.Time
-		select {
-		case lostAt = <-lost:
-		default:
-			t.Fatalf("run %d: the waiter's Lock returned and the holder's Lost had not closed", i)
-		}
-		if !lostAt.Before(r.at) {
-			t.Errorf("run %d: Lost closed at %v, not before the waiter's Lock returned at %v", i, lostAt, r.at)
-		}
-		if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
-			t.Errorf("run %d: the holder's Unlock after the kill = %v, want ErrLockLost", i, err)
-		}
-		handedOn = append(handedOn, r.at.Sub(killedAt))
 		if err := next.Unlock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -252,10 +250,7 @@ func TestPresenceKilledConnectionEndsTheHoldFirst(t *testing.T) {
 		_ = owner.Close(ctx)
 		cancel()
 	}
-	slices.Sort(handedOn)
-	t.Logf("presence connection killed (CLIENT KILL), %d runs: Lost closed before the waiter's Lock returned in every run; "+
-		"the waiter had the lock %v (median), %v (max) after the kill", runs,
-		handedOn[runs/2].Round(time.Millisecond), handedOn[runs-1].Round(time.Millisecond))
+	t.Logf("presence connection killed (CLIENT KILL), %d runs: no hold lost, no waiter took a live hold", runs)
 }
 
 // A waiter of an owner made WithPresence whose pub/sub connections are
@@ -312,19 +307,23 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		took[runs/2].Round(time.Millisecond), took[runs-1].Round(time.Millisecond))
 }
 
-// A connection reset (every connection of the holder's process closed at
-// once, new ones accepted: a proxy, a load balancer or a NAT dropping its
-// flows) costs a hold only with presence. Without it, go-redis dials again
-// and the next renewal keeps the hold; with it, the broken presence
-// connection ends the hold at once. This is the price docs/presence.md
-// weighs against failover in a quarter of a second.
-func TestPresenceConnectionResetCostsTheHold(t *testing.T) {
+// A blip costs nothing, however often: every connection of a holder is
+// reset at once (the fault proxy closes them and accepts new ones), three
+// times a second apart, with a waiter queued behind it on a client of its
+// own. Without presence go-redis dials again and the next renewal keeps the
+// hold; with it the owner also subscribes again within the grace and
+// confirms its hold. In every run the hold lasts, and the waiter gets the
+// lock only from the holder's Unlock: 0 holds lost, 0 double holds. The
+// runs go side by side.
+func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
 	const runs = 20
 	// Renewed every lease/3; lost if no renewal gets through for a lease.
 	const lease = 1500 * time.Millisecond
+	var mu sync.Mutex
 	lost := map[bool]int{}
+	var wg sync.WaitGroup
 	for _, present := range []bool{false, true} {
 		var opts []fairlock.OwnerOption
 		if present {
@@ -341,41 +340,48 @@ func TestPresenceConnectionResetCostsTheHold(t *testing.T) {
 			if err := holder.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			token := holder.Token()
-			proxy.Cut(false)
-			readAt := time.Now()
-			before := holdState(t, direct, "fair", name).TTL // a renewal before the reset is in it
-			// The hold ends (Lost), or a renewal after the reset gets
-			// through (Redis's TTL is back above what the time passed left
-			// of it, by more than the round trips' skew): within a lease
-			// either way. With presence only the first counts: its presence
-			// connection broke with the rest.
-			renewed := func() bool {
-				st := holdState(t, direct, "fair", name)
-				return !present && st.Token == token && st.TTL > before-time.Since(readAt)+100*time.Millisecond
-			}
-			for deadline := time.Now().Add(lease); !isClosed(holder.Lost()) && !renewed(); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("presence %v, run %d: a lease after the reset, the hold neither ended nor was renewed", present, i)
+			next := newHandle(t, "fair", direct, name, lease)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				done := acquired(next.Lock, 10*time.Second)
+				for range 3 {
+					time.Sleep(time.Second)
+					proxy.Cut(false)
 				}
-			}
-			if isClosed(holder.Lost()) {
-				lost[present]++
-				if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
-					t.Errorf("presence %v, run %d: Unlock of the lost hold = %v, want ErrLockLost", present, i, err)
+				time.Sleep(lease) // a renewal after the last reset, or the loss
+				select {
+				case r := <-done:
+					t.Errorf("presence %v, run %d: the waiter took the lock (%v) while the holder lived", present, i, r.err)
+					return
+				default:
 				}
-			} else if err := holder.Unlock(context.Background()); err != nil {
-				t.Errorf("presence %v, run %d: Unlock of the hold that survived the reset = %v", present, i, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = owner.Close(ctx)
-			cancel()
+				if isClosed(holder.Lost()) {
+					mu.Lock()
+					lost[present]++
+					mu.Unlock()
+					if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+						t.Errorf("presence %v, run %d: Unlock of the lost hold = %v, want ErrLockLost", present, i, err)
+					}
+				} else if err := holder.Unlock(context.Background()); err != nil {
+					t.Errorf("presence %v, run %d: Unlock of the hold that lasted through the resets = %v", present, i, err)
+				}
+				if r := <-done; r.err != nil {
+					t.Errorf("presence %v, run %d: the waiter's Lock: %v", present, i, r.err)
+				} else {
+					_ = next.Unlock(context.Background())
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = owner.Close(ctx)
+				cancel()
+			}()
 		}
 	}
-	t.Logf("every connection of the holder reset, %d runs each: holds lost without presence %d, with presence %d",
+	wg.Wait()
+	t.Logf("every connection of the holder reset three times, a second apart, %d runs each: holds lost without presence %d, with presence %d",
 		runs, lost[false], lost[true])
-	if lost[false] != 0 || lost[true] != runs {
-		t.Errorf("holds lost to a connection reset: %d of %d without presence (want 0), %d with (want all)", lost[false], runs, lost[true])
+	if lost[false] != 0 || lost[true] != 0 {
+		t.Errorf("holds lost to connection resets: %d of %d without presence, %d with (want 0 and 0)", lost[false], runs, lost[true])
 	}
 }
 
@@ -516,4 +522,77 @@ func anys(s []string) []any {
 		out[i] = v
 	}
 	return out
+}
+
+// Two believers after a restart, bounded: Redis is killed and started
+// empty at once while a holder made WithPresence holds and another
+// process's handle waits. Mostly, the break of the holder's presence
+// connection is followed by a reconnect that fails (nobody listens yet), so
+// it is a restart, not a blip, and the holder's Lost closes before Redis is
+// back. When Redis is back before that reconnect (a loaded machine delays
+// it), the holder takes the break for a blip, and learns from its
+// confirming renewal, which races the waiter's new acquisition: the
+// overlap must stay below the grace (the jeopardy's bound), and the
+// closing line reports it. A server that grants nothing for the grace
+// after it lost its data would close that race (issue 57, item 4: not
+// built yet). Without presence the holder learns from its restart check
+// (PING every 500 ms), which the second line reports.
+func TestPresenceEmptyRestartOverlapIsBounded(t *testing.T) {
+	srv := ownServer(t)
+	const runs = 20
+	for _, present := range []bool{true, false} {
+		var overlaps []time.Duration
+		for i := range runs {
+			c := client(t, srv.Addr)
+			var opts []fairlock.OwnerOption
+			if present {
+				opts = append(opts, fairlock.WithPresence())
+			}
+			owner := newOwner(t, c, opts...)
+			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
+			holder, err := fair.New(owner, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			next := newHandle(t, "fair", client(t, srv.Addr), name, presenceLease)
+			done := acquired(next.Lock, 10*time.Second)
+			eventually(t, 5*time.Second, "the waiter queued", func() bool { return len(queueOf(t, client(t, srv.Addr), name)) == 1 })
+			time.Sleep(2 * core.SessionPing)
+			lost := make(chan time.Time, 1)
+			go func() { <-holder.Lost(); lost <- time.Now() }()
+			srv.Stop()
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("presence %v, run %d: the waiter's Lock after the restart: %v", present, i, r.err)
+			}
+			var lostAt time.Time
+			select {
+			case lostAt = <-lost:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("presence %v, run %d: the holder did not learn of the restart within 5 s of the waiter's Lock", present, i)
+			}
+			overlap := max(lostAt.Sub(r.at), 0)
+			overlaps = append(overlaps, overlap)
+			if present && overlap >= core.PresenceGrace {
+				t.Errorf("run %d: the waiter held %v before the holder's Lost closed: two believers for longer than the grace", i, overlap)
+			}
+			_ = next.Unlock(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = owner.Close(ctx)
+			cancel()
+		}
+		slices.Sort(overlaps)
+		n := len(overlaps) - slices.IndexFunc(overlaps, func(d time.Duration) bool { return d > 0 })
+		if overlaps[len(overlaps)-1] == 0 {
+			n = 0
+		}
+		t.Logf("presence %v: Redis killed and started empty under a holder, %d runs: two believers in %d, for %v (median), %v (max)",
+			present, runs, n, overlaps[runs/2], overlaps[runs-1])
+	}
 }

@@ -84,7 +84,8 @@ type Rig struct {
 	Probe   inbox.Probe
 	// RestartCheck is how often the owner, while it holds anything, PINGs
 	// its servers on connections of its own to learn of a restart
-	// (restart.go): 0 is DefaultRestartCheck, a negative value turns the
+	// (restart.go): 0 is DefaultRestartCheck (SessionPing, on its
+	// presence connection, with Presence), a negative value turns the
 	// check off.
 	RestartCheck time.Duration
 	// Presence makes the owner keep a presence (presence.go,

@@ -21,7 +21,12 @@ import (
 // drops the subscription when the process dies, and a fair lock's waiter
 // then ends the hold after PresenceGrace (queue.lua's holder_present).
 //
-// A blip costs nothing, and the holder is never the last to know. While the
+// A blip costs nothing, and the holder is never the last to know. A break
+// after which Redis cannot be reached at once (go-redis dials again inside
+// the read that failed, and the next read fails too: a restart, a
+// partition) ends every hold a waiter may end, as lost, at once: a server
+// that restarted empty would grant them as soon as it is back. A break of
+// a server that is still there is a blip. While the
 // owner holds anything it PINGs that connection every SessionPing; alive
 // is when the latest PING that was answered was sent, so Redis had the
 // subscription at least until then, and no waiter can have counted its
@@ -189,8 +194,16 @@ func (p *presence) run(ps *redis.PubSub) {
 		}
 		if err != nil {
 			p.broke(err)
-			if failed && !p.pause() {
-				return
+			if failed {
+				// go-redis dialled again inside the read that failed
+				// first, and this read failed too: Redis is not there
+				// (a restart, a partition), not a blip of a live server.
+				// A server that restarts empty could grant the holds
+				// to waiters as soon as it is back: they end now.
+				p.endUnconfirmed()
+				if !p.pause() {
+					return
+				}
 			}
 			failed = true
 			continue

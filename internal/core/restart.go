@@ -29,6 +29,10 @@ import (
 // timers. The links linger for linkLinger after the last hold ends, so
 // that the next hold needs no new connection nor a renewal of its own.
 //
+// An owner that keeps a presence has no link: its presence connection is
+// one, PINGed every SessionPing while it holds anything, and its return
+// after a break renews every hold (presence.go).
+//
 // PING is all the check sends (no INFO, which ACL users without
 // @dangerous may not run); a user that may not PING either is told once,
 // at Warn, and its holds learn of a restart at their next renewal.
