@@ -150,14 +150,14 @@ func ExampleWithObserver() {
 	ctx := context.Background()
 
 	m, _ := fair.New(owner, "reports", fairlock.WithObserver(waitLogger{}))
-	_ = m.Do(ctx, func(context.Context) error { return nil })
 	other, _ := fair.New(owner, "reports")
 	_ = other.Lock(ctx)
-	defer other.Unlock(ctx)
-	_, _ = m.TryLock(ctx, 0, 0)
+	_, _ = m.TryLock(ctx, 0, 0) // other holds it
+	_ = other.Unlock(ctx)
+	_ = m.Do(ctx, func(context.Context) error { return nil })
 	// Output:
-	// fair lock "reports": acquired, queued false
 	// fair lock "reports": timed_out, queued false
+	// fair lock "reports": acquired, queued false
 }
 
 // waitLogger is an observer of its own: it embeds observe.Nop and

@@ -44,6 +44,7 @@ func fakeServer(t tb) (*miniredis.Miniredis, *clock.Fake) {
 		t.Fatalf("miniredis: %v", err)
 	}
 	mr.ClockTTL(true)
+	redistest.Booted(mr)
 	return mr, clock.NewFake(redistest.Epoch, mr.SetTime)
 }
 

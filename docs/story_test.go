@@ -213,7 +213,7 @@ func (s *story) capture(step string) {
 		}
 		return "none"
 	}
-	keys := mr.Keys()
+	keys := redistest.LockKeys(mr)
 	if len(keys) == 0 {
 		b.WriteString("| (no keys) | | | |\n")
 	}

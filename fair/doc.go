@@ -125,9 +125,10 @@
 //     waiter can count the grace; a break after which Redis cannot be
 //     reached at once (a restart, a partition) ends them at once. An empty
 //     restart that is back before the owner's first reconnect is taken for
-//     a blip: the holder learns from its confirming renewal, so two may
-//     believe for less than the grace (1 run in 20 in the fault suite, 36
-//     ms). A hold
+//     a blip, and the holder learns from its confirming renewal; a server
+//     that lost its data (or a fresh one) grants nothing for 200 ms after
+//     its first acquisition, so that holder has stopped believing first. A
+//     hold
 //     granted while its presence was not confirmed is the caller's only once
 //     the presence is back and a renewal finds the hold still in Redis
 //     (tokens never come back, so it was never taken over); one that is not

@@ -505,6 +505,7 @@ type semReply struct {
 	tooMany   int64 // n is above the semaphore's number, this one
 	next      int64 // not now: when the first permit hold expires (Redis ms, 0: none)
 	now       int64 // Redis's clock (ms)
+	settling  bool  // not now: the server lost its data and settles until next
 	clock     redisClock
 }
 
@@ -555,7 +556,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	if r.Held {
 		return semReply{held: true, token: r.Token, grantedAt: r.Granted, expiry: r.Expiry, now: r.Now, clock: c}, nil
 	}
-	return semReply{next: r.Next, now: r.Now, clock: c}, nil
+	return semReply{next: r.Next, now: r.Now, settling: r.Settling, clock: c}, nil
 }
 
 // Acquire is one Acquire or TryAcquire: a first attempt that passes nobody,
@@ -571,6 +572,14 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	clk := k.h.Config.Clock
 	sent := clk.Now()
 	r, err := k.attempt(ctx, a, wire.SemTry, nil)
+	if err == nil && r.settling {
+		// Held by nobody's while a server that lost its data settles (at
+		// most the presence grace): wait it out, and try once more.
+		if err = core.Settle(ctx, clk, time.Duration(r.next-r.now)*time.Millisecond); err == nil {
+			sent = clk.Now()
+			r, err = k.attempt(ctx, a, wire.SemTry, nil)
+		}
+	}
 	if g, done, err := k.outcome(a, r, err, sent); done {
 		return g, err
 	}

@@ -39,6 +39,13 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
 		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
+		if err == nil && r.Settling {
+			// Held by nobody's while a server that lost its data settles
+			// (at most the presence grace): wait it out, and try once more.
+			if err = core.Settle(ctx, clk, time.Duration(r.HoldMs)*time.Millisecond); err == nil {
+				r, err = qu.attempt(ctx, a, entry, wire.ModeTry)
+			}
+		}
 		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, core.Step("trying to take the lock", err)
 	}
 	// On a busy lock the channel is already subscribed: listen for this

@@ -34,6 +34,7 @@ func newMasters(t *testing.T) *masters {
 			t.Fatal(err)
 		}
 		mr.ClockTTL(true)
+		redistest.Booted(mr)
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close(); mr.Close() })
 		m.mrs = append(m.mrs, mr)

@@ -64,6 +64,14 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 		}
 		return &core.Grant{Token: r.Token, Since: since}, 0, r.Freed, nil
 	}
+	if r.Settling && waiter == "" {
+		// Held by nobody's while a server that lost its data settles (at
+		// most the presence grace): a try waits it out, and tries once more.
+		if err := core.Settle(ctx, h.Config.Clock, time.Duration(r.HoldMs)*time.Millisecond); err != nil {
+			return nil, 0, false, core.Step("trying to take the lock", err)
+		}
+		return k.attempt(ctx, a, waiter, askFreed)
+	}
 	return nil, time.Duration(r.HoldMs) * time.Millisecond, false, nil
 }
 

@@ -431,3 +431,25 @@ func (o *Owner) giveUp(h *hold, why string) {
 		_ = h.releaseAll()
 	}()
 }
+
+// BootKey is where a server records when it first served an acquisition
+// (hold.lua's settling): for a while after, it grants nothing, and a try
+// that meets that pause waits it out (Settle). Tests that start a server
+// and mean to skip the pause set it to "0".
+const BootKey = "fairlock:boot"
+
+// Settle waits d on clk, the pause of a server that lost its data (at most
+// the presence grace): a try that met it tries once more after, rather
+// than report a free lock as taken. It returns ctx's cause if ctx ends
+// first.
+func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	done := make(chan struct{})
+	t := clk.AfterFunc(min(max(d, 0), PresenceGrace), func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return context.Cause(ctx)
+	}
+}

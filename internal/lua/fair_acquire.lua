@@ -17,9 +17,13 @@
 --   {1, token, 0}     held: a fresh acquisition or a re-entry
 --   {1, token, 1, g}  held: handed to this entry at Redis time g (ms),
 --                            not yet claimed
---   {0, hold ms, head, now}  waiting: ms until the current hold expires, 1 if
---                            the caller's entry is the live head, and Redis's
---                            clock in ms (head notices give absolute expiries)
+--   {0, hold ms, head, now, queue[, settling]}  waiting: ms until the
+--                            current hold expires, 1 if the caller's entry is
+--                            the live head, Redis's clock in ms (head notices
+--                            give absolute expiries), the queue's length (a
+--                            join; 0 for a try), and, for a try, 1 if what
+--                            holds it is a server that lost its data and
+--                            settles (hold.lua's settling)
 --   {-1}                     the entry was evicted (deadline passed) or removed
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
@@ -35,13 +39,27 @@ if bad then return bad end
 if s.q == req then return acquired_answer(s, entry) end
 
 local now, now_us = clock()
+-- A lock whose hold is missing on a server that lost its data waits for it
+-- to settle (hold.lua): it is held by nobody's (SETTLING) until then, a
+-- hold with a token of its own, saved with this call's writes, so that
+-- every call meanwhile finds it held. No election announces it.
+local settle = nil
+if missing then
+  settle = settling(now)
+  if settle then
+    announce = nil
+    next_token(s, s, now_us)
+    s.o, s.c, s.x = SETTLING, '1', int(settle)
+    changed = true
+  end
+end
 
 -- The uncontended path, written straight: the lock is free, no waiter can
 -- be live (so no queue key is read), and this is neither an election's nor
 -- a semaphore's gate's hold. Step 4 below would take it so; here the hold
 -- is changed in place, with no tables or closures (docs/performance.md,
 -- round six).
-if announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then
+if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then
   clear_hold(s)
   local token = next_token(s, s, now_us)
   s.o, s.c, s.x, s.b, s.q = owner, '1', int(now + lease), label, req
@@ -133,6 +151,9 @@ if mode == 'try' then
   if changed or next(w) ~= nil then
     commit(s, w, now, false, Q.list, Q.deadlines)
   end
+  -- A try that met a settling server is told so (the sixth field): it may
+  -- wait the pause out, where one that met a holder may not.
+  if who == SETTLING then return {0, expiry - now, 0, now, 0, 1} end
   return {0, expiry - now, 0, now}
 end
 -- A join's entry id is fresh, so its first run adds it: ZADD NX answers 1,

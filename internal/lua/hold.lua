@@ -186,6 +186,39 @@ local function layout_error(s, key)
   return nil
 end
 
+-- A server that lost its data (restarted without persistence, flushed)
+-- grants nothing for SETTLE_MS after it first serves an acquisition: a
+-- holder made WithPresence that took the restart's broken connection for a
+-- blip has that long to learn from its confirming renewal that its hold is
+-- gone (docs/presence.md). A fresh server is one too: its first acquisition
+-- waits as long. BOOT_KEY records when the server first served one (Redis
+-- ms), refreshed to BOOT_TTL_MS by every acquisition that finds its lock's
+-- hold missing, the only one that can follow a loss of data. Reached only
+-- when the hold is missing, so a hot lock never reads it.
+local BOOT_KEY = 'fairlock:boot'
+local SETTLE_MS = 200
+local BOOT_TTL_MS = 30 * 24 * 3600 * 1000
+
+-- settling returns until when (Redis ms) the server grants nothing, or nil
+-- if it may grant now. A call the server refuses (Cluster, where BOOT_KEY
+-- is in another slot; an ACL key pattern that leaves it out; GETEX before
+-- Redis 6.2) settles nothing: the pause is skipped there.
+local function settling(now)
+  local born = redis.pcall('GETEX', BOOT_KEY, 'PX', BOOT_TTL_MS)
+  if type(born) == 'table' then return nil end
+  if not born then
+    redis.pcall('SET', BOOT_KEY, int(now), 'PX', BOOT_TTL_MS)
+    born = now
+  end
+  local till = (tonumber(born) or 0) + SETTLE_MS
+  if till > now then return till end
+  return nil
+end
+
+-- The holder settling puts in a hold that a server that lost its data
+-- grants to nobody, for as long as it settles.
+local SETTLING = '\0settling'
+
 -- Is the lock held now? Returns owner, count, expiry, token (owner nil if free).
 local function holder(s, now)
   if s.o and tonumber(s.x) > now then

@@ -23,6 +23,19 @@ if s.q == req then return acquired_answer(s) end
 
 local now, now_us = clock()
 local who, count, expiry, token = holder(s, now)
+-- A lock whose hold is missing on a server that lost its data waits for it
+-- to settle (hold.lua): it is held by nobody's (SETTLING) until then, a
+-- hold with a token of its own, saved before the answer.
+if who == nil and missing then
+  local settle = settling(now)
+  if settle then
+    next_token(s, s, now_us)
+    s.o, s.c, s.x = SETTLING, '1', int(settle)
+    commit(s, s, now, false, KEYS[2], KEYS[3])
+    missing = false
+    who, count, expiry, token = holder(s, now)
+  end
+end
 if who == owner and token == tonumber(ARGV[4]) then
   -- A hold this handle gave up for lost (its lease ran out as the client
   -- counts it, a margin before Redis's): end it, as its release would have,
@@ -32,7 +45,10 @@ if who == owner and token == tonumber(ARGV[4]) then
 end
 if who ~= nil and who ~= owner then
   -- Held by another handle: tell the caller how long the hold can last.
-  if waiter == nil then return {0, expiry - now} end
+  if waiter == nil then
+    if who == SETTLING then return {0, expiry - now, 1} end
+    return {0, expiry - now}
+  end
   -- A waiter joins the waiters at the tail, or, already there, pushes its
   -- deadline forward (a sign of life): ZADD answers 1 only for a new member.
   -- A release wakes the longest-waiting live one (reentrant_release.lua).

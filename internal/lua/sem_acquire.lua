@@ -64,6 +64,18 @@ if n > k then
   return {-2, k}
 end
 
+-- Still step 3: a semaphore whose permits are missing on a server that
+-- lost its data waits for it to settle (hold.lua): every permit is held by
+-- nobody's until then.
+if missing then
+  local settle = settling(now)
+  if settle then
+    grant_permit(s, w, SETTLING, k, settle, 0, now_us, '')
+    commit(s, w, now, false)
+    return {0, settle, k, k, now, 1}
+  end
+end
+
 -- Step 4, order: only the first waiter (the gate's holder) may take
 -- permits while anyone waits.
 local gate = load(GATE.hold)

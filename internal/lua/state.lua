@@ -6,5 +6,7 @@ local bad = layout_error(s)
 if bad then return bad end
 local now = clock()
 local who, count, expiry, token = holder(s, now)
-if who == nil then return {} end
+-- A lock held by nobody's while the server settles (hold.lua) is free to
+-- look at: its first acquisition waits the pause out.
+if who == nil or who == SETTLING then return {} end
 return {who, count, expiry - now, token, s.b or ''}

@@ -115,7 +115,11 @@ func Clients(t testing.TB, d Deployment, n int) []redis.UniversalClient {
 func startDeployment(bin, kind string) (string, error) {
 	switch Deployment(kind) {
 	case Single:
-		return start(bin, false)
+		addr, err := start(bin, false)
+		if err == nil {
+			err = BootedServer(addr)
+		}
+		return addr, err
 	case Cluster1:
 		return start(bin, true)
 	case Cluster3:

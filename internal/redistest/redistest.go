@@ -14,6 +14,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"github.com/fairlock/fairlock/internal/core"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -40,6 +41,7 @@ func Mini(t testing.TB) (*miniredis.Miniredis, *clock.Fake, *redis.Client) {
 		t.Fatalf("starting miniredis: %v", err)
 	}
 	mr.ClockTTL(true)
+	Booted(mr)
 	clk := clock.NewFake(Epoch, mr.SetTime)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() {
@@ -175,7 +177,9 @@ func RealOrMini(t testing.TB) *redis.Client {
 	t.Helper()
 	addr := os.Getenv(envSingle)
 	if addr == "" {
-		addr = miniredis.RunT(t).Addr()
+		mr := miniredis.RunT(t)
+		Booted(mr)
+		addr = mr.Addr()
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
@@ -256,4 +260,32 @@ func KillPubSub(ctx context.Context, admin *redis.Client, name string) (int, err
 		killed++
 	}
 	return killed, nil
+}
+
+// Booted marks mr as a server that has served fairlock since long ago
+// (core.BootKey): its first acquisitions do not wait for the pause of a
+// server that lost its data (hold.lua's settling), which a test's fake
+// clock would never reach.
+func Booted(mr *miniredis.Miniredis) {
+	_ = mr.Set(core.BootKey, "0")
+	mr.SetTTL(core.BootKey, 30*24*time.Hour)
+}
+
+// LockKeys returns mr's keys but core.BootKey, which outlives every lock
+// by design (30 days, refreshed by acquisitions): what a lock leaves.
+func LockKeys(mr *miniredis.Miniredis) []string {
+	var keys []string
+	for _, k := range mr.Keys() {
+		if k != core.BootKey {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// BootedServer is Booted for a real server at addr.
+func BootedServer(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	return c.Set(context.Background(), core.BootKey, "0", 30*24*time.Hour).Err()
 }

@@ -58,11 +58,14 @@ type FairAcquireReply struct {
 	Head    bool  // waiting: the entry is the live head
 	Now     int64 // waiting: Redis's clock, ms
 	Queue   int   // waiting in the queue: its length, the caller included (0 for a try)
+	// Settling: a try found the lock held by nobody's while a server that
+	// lost its data settles (hold.lua's settling), for HoldMs.
+	Settling bool
 }
 
 // DecodeFairAcquire reads {1, token, 0}, {1, token, 1, g},
-// {0, hold ms, head, now, queue length} ({0, hold ms, 0, now} for a try)
-// or {-1}.
+// {0, hold ms, head, now, queue length} ({0, hold ms, 0, now} for a try,
+// {0, hold ms, 0, now, 0, 1} for one that met a settling server) or {-1}.
 func DecodeFairAcquire(v any) (FairAcquireReply, error) {
 	r, err := ints(v, 1, "fair_acquire")
 	if err != nil {
@@ -76,7 +79,7 @@ func DecodeFairAcquire(v any) (FairAcquireReply, error) {
 	case r[0] == -1:
 		return FairAcquireReply{Evicted: true}, nil
 	case r[0] == 0 && len(r) >= 5:
-		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3], Queue: int(r[4])}, nil
+		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3], Queue: int(r[4]), Settling: len(r) >= 6 && r[5] == 1}, nil
 	case r[0] == 0 && len(r) >= 4:
 		return FairAcquireReply{HoldMs: r[1], Head: r[2] == 1, Now: r[3]}, nil
 	}
@@ -118,6 +121,9 @@ type ReentrantAcquireReply struct {
 	Held   bool
 	Token  int64
 	HoldMs int64
+	// Settling: a try found the lock held by nobody's while a server that
+	// lost its data settles (hold.lua's settling), for HoldMs.
+	Settling bool
 	// Freed: a fresh hold of a lock that was free because its last wake-up
 	// went to this waiter (whose message should have reached it); asked for
 	// with AskFreed, false otherwise.
@@ -133,7 +139,7 @@ func DecodeReentrantAcquire(v any) (ReentrantAcquireReply, error) {
 	if r[0] == 1 {
 		return ReentrantAcquireReply{Held: true, Token: r[1], Freed: len(r) >= 3 && r[2] == 1}, nil
 	}
-	return ReentrantAcquireReply{HoldMs: r[1]}, nil
+	return ReentrantAcquireReply{HoldMs: r[1], Settling: len(r) >= 3 && r[2] == 1}, nil
 }
 
 // Release is the ARGV of every release script (fair_release.lua,
@@ -379,6 +385,9 @@ type SemAcquireReply struct {
 	Checked  bool  // SemCheck: nothing was served to the caller
 	Next     int64 // not now: when the first permit hold expires (Redis ms, 0: none)
 	Now      int64 // Redis's clock (ms), for Held and not now
+	// Settling: the permits are held by nobody's while a server that lost
+	// its data settles (hold.lua's settling), until Next.
+	Settling bool
 }
 
 // DecodeSemAcquire reads {1, 1, token, g, expiry, now}, {0, next expiry, K,
@@ -398,7 +407,7 @@ func DecodeSemAcquire(v any) (SemAcquireReply, error) {
 	case r[0] == 1 && len(r) >= 6:
 		return SemAcquireReply{Held: true, Token: r[2], Granted: r[3], Expiry: r[4], Now: r[5]}, nil
 	case r[0] == 0 && len(r) >= 5:
-		return SemAcquireReply{Next: r[1], Now: r[4]}, nil
+		return SemAcquireReply{Next: r[1], Now: r[4], Settling: len(r) >= 6 && r[5] == 1}, nil
 	}
 	return SemAcquireReply{}, fmt.Errorf("fairlock: unexpected sem_acquire reply %v", r)
 }
