@@ -15,13 +15,13 @@ package fairlocktest
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock/internal/core"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
 )
 

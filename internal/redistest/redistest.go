@@ -14,7 +14,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"github.com/fairlock/fairlock/internal/core"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
