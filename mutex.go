@@ -48,7 +48,10 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // TryLock is Lock for up to wait (0: one attempt), with a fixed lease if
 // lease > 0 (at least 10 ms, as WithLease). It returns false, nil when the
 // wait elapsed (a Semaphore's TryAcquire, which has no bool, returns
-// fair.ErrNotAcquired).
+// fair.ErrNotAcquired). One attempt (wait 0) may take up to 200 ms: a
+// server that lost its data, or a fresh one, grants nothing for that long
+// after its first acquisition (docs/presence.md), and a try that meets the
+// pause waits it out, then tries once more.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	a, err := core.TryAttempt(m.impl().Config(), wait, lease)
 	if err != nil {

@@ -40,10 +40,13 @@ type OwnerOption struct{ set func(*core.Rig) }
 
 // WithPresence makes a holder's death move its fair locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
-// one subscription on Redis, which Redis drops when the process dies. If
-// that connection breaks while the process lives, every fair lock,
-// election, semaphore permit and read-write lock the owner holds ends
-// (ErrLockLost). Not on Cluster or Sentinel. See docs/presence.md.
+// one subscription on Redis, which Redis drops when the process dies. A
+// blip costs nothing: if that connection breaks while the process lives,
+// the owner subscribes again at once and confirms its holds; a fair lock,
+// election, semaphore permit or read-write lock it cannot confirm within
+// the grace (200 ms, less a margin, from its last answered PING), or at
+// once if Redis cannot be reached again, ends (ErrLockLost) before anyone
+// else can take it. Not on Cluster or Sentinel. See docs/presence.md.
 func WithPresence() OwnerOption {
 	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
 }
