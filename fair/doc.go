@@ -90,7 +90,8 @@
 //     when it reaches the head.
 //  8. Nothing leaks: every key carries a TTL, kept past the later of the
 //     hold's lease and the last waiter's deadline by 30 to 40 s. When every
-//     client is gone, nothing is left. An owner's Close takes its waiters out
+//     client is gone, nothing of the lock is left; the server's one key,
+//     fairlock:boot (guarantee 10), lives 30 days. An owner's Close takes its waiters out
 //     of their queues and releases its holds at once, so a process that shuts
 //     down gracefully delays nobody.
 //  9. No rescues without faults: every waiter learns of its turn (a grant,
