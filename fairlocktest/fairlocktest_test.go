@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/fairlocktest"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A hold is lost once the server's clock passes its lease: the test moves
@@ -124,4 +126,26 @@ func TestTheQueueKeepsTheServersTime(t *testing.T) {
 // compiled (and the Example run).
 func TestTestingPageCodeIsCompiled(t *testing.T) {
 	redistest.CodeBlocksIn(t, "../docs/testing.md", "fairlocktest_test.go", 2)
+}
+
+// docs/testing.md, "A miniredis of your own": a server you start yourself,
+// marked as long in use, grants at once, though its clock stands still.
+func TestWithMyOwnMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	_ = mr.Set("fairlock:boot", "0")                        // a server long in use: no pause
+	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // its clock stands still
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	owner, err := fairlock.NewOwner(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close(context.Background())
+	m, err := fair.New(owner, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.TryLock(context.Background(), 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
 }
