@@ -736,18 +736,26 @@ func (s *spec) resume(t *rapid.T) {
 }
 
 // unhide lets a process that hide cut off learn that its connections were
-// dropped: its presence connection's read fails, which ends its hold (if
-// its lease had not run out first), and it gives the lock back if Redis
-// still has it.
+// dropped: its presence connection's read fails, and it subscribes again.
+// Its hold ends (Lost, and it gives the lock back if Redis still has it)
+// at its jeopardy, or when its confirming renewal finds it taken over, both
+// due at the fake clock's next tick; a hold Redis still has at that renewal
+// was never taken over, and is kept (the checks see Redis agree).
 func (s *spec) unhide(t *rapid.T, p *proc) {
 	ups := redistest.PresenceUps(p.presence)
 	p.hidden = time.Time{}
 	p.muffle.Release()
 	within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
+	s.clk.Advance(time.Millisecond)
 	if p.phase != holding {
 		return
 	}
-	s.gaveBack(t, p, "it learned its connections were dropped")
+	within(t, p.label+"'s hold to be confirmed or ended", func() bool {
+		return isClosed(p.m.Lost()) || redistest.PresenceConfirmed(p.presence)
+	})
+	if isClosed(p.m.Lost()) {
+		s.gaveBack(t, p, "it learned its connections were dropped")
+	}
 }
 
 func (s *spec) advance(t *rapid.T) {
