@@ -49,7 +49,8 @@ type hold struct {
 	// hold (restart.go), and so does a presence confirmed before it
 	// (presence.go). Read with sentAt.
 	sent atomic.Pointer[time.Time]
-	// grant is a direct hand-off's, until claimed (claimNow).
+	// grant is the acquisition's: a direct hand-off not yet claimed is
+	// claimed with it at once after a break (confirmAfterBreak).
 	grant Grant
 	// watched: its watchdog keeps it (under its lock): not a fixed lease,
 	// nor a hand-off not yet claimed.
@@ -203,7 +204,6 @@ func (h *hold) confirmAfterBreak(gone string) {
 				return
 			}
 		}
-
 	})
 }
 
