@@ -314,11 +314,24 @@ func (p *presence) armJeopardyLocked() {
 // now does not cover: the break lasted too long, or the hold's renewal
 // since has not been answered.
 func (p *presence) endUnconfirmed() {
-	for _, h := range p.o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
+	for _, h := range p.unconfirmed() {
+		p.o.giveUp(h, presenceGone)
+	}
+}
+
+// unconfirmed returns the holds of the owner that a waiter may end once
+// its presence is gone (Place.Presence) and that the presence up now does
+// not cover.
+func (p *presence) unconfirmed() []*hold {
+	holds := p.o.heldWhere(func(h *hold) bool { return h.agent.Presence })
+	n := 0
+	for _, h := range holds {
 		if !p.covers(h.sentAt()) {
-			p.o.giveUp(h, presenceGone)
+			holds[n] = h
+			n++
 		}
 	}
+	return holds[:n]
 }
 
 // pause waits presenceRetry on o's clock; false if the owner closed meanwhile.
@@ -375,12 +388,7 @@ func PresenceConfirmed(o *Owner) bool {
 	if o.presence == nil {
 		return true
 	}
-	for _, h := range o.heldWhere(func(h *hold) bool { return h.agent.Presence }) {
-		if !o.presence.covers(h.sentAt()) {
-			return false
-		}
-	}
-	return o.presence.up.Load()
+	return len(o.presence.unconfirmed()) == 0 && o.presence.up.Load()
 }
 
 // presenceRefused rejects the deployments presence cannot serve safely:
