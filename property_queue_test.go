@@ -234,7 +234,10 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil || !h.script.Calls(args) {
 			return err
 		}
-		v, ok := cmd.(*redis.Cmd)
+		// Not only *redis.Cmd: a call with a deadline is made on one of the
+		// client's views (internal/transport/views.go), as a type that
+		// embeds it.
+		v, ok := cmd.(interface{ Slice() ([]any, error) })
 		if !ok {
 			return err
 		}

@@ -903,7 +903,9 @@ func (r *releaseLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil || !r.script.Calls(args) {
 			return err
 		}
-		if v, ok := cmd.(*redis.Cmd); ok {
+		// A call with a deadline comes as a type embedding *redis.Cmd (see
+		// headReplies).
+		if v, ok := cmd.(interface{ Slice() ([]any, error) }); ok {
 			if res, _ := v.Slice(); len(res) == 1 && res[0] == int64(1) {
 				n := r.seq.Add(1)
 				// owner, request, token, publish, channel: no request to undo.
