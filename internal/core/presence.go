@@ -338,6 +338,11 @@ func (p *presence) unconfirmed() []*hold {
 func (p *presence) pause() bool {
 	p.mu.Lock()
 	p.pausing = true
+	// A caller that began to wait for this try's outcome sees the pause
+	// now, and returns why the presence is down rather than wait it out:
+	// on a fake clock, the pause ends only when the test advances it.
+	close(p.ready)
+	p.ready = make(chan struct{})
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
