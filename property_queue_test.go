@@ -234,14 +234,10 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil || !h.script.Calls(args) {
 			return err
 		}
-		// Not only *redis.Cmd: a call with a deadline is made on one of the
-		// client's views (internal/transport/views.go), as a type that
-		// embeds it.
-		v, ok := cmd.(interface{ Slice() ([]any, error) })
+		res, ok := reply(cmd)
 		if !ok {
 			return err
 		}
-		res, _ := v.Slice()
 		// FCALL fn numkeys keys... owner entry ... (EVALSHA alike).
 		keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
 		if len(res) >= 3 && res[0] == int64(0) && res[2] == int64(1) && len(args) > 4+keys {
@@ -251,6 +247,18 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// reply is a script call's reply as a hook sees it. Not only a *redis.Cmd:
+// a call with a deadline is made on one of the client's views
+// (internal/transport/views.go), as a type that embeds it.
+func reply(cmd redis.Cmder) ([]any, bool) {
+	v, ok := cmd.(interface{ Slice() ([]any, error) })
+	if !ok {
+		return nil, false
+	}
+	res, _ := v.Slice()
+	return res, true
 }
 
 func (h *headReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

@@ -903,10 +903,8 @@ func (r *releaseLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil || !r.script.Calls(args) {
 			return err
 		}
-		// A call with a deadline comes as a type embedding *redis.Cmd (see
-		// headReplies).
-		if v, ok := cmd.(interface{ Slice() ([]any, error) }); ok {
-			if res, _ := v.Slice(); len(res) == 1 && res[0] == int64(1) {
+		if res, ok := reply(cmd); ok {
+			if len(res) == 1 && res[0] == int64(1) {
 				n := r.seq.Add(1)
 				// owner, request, token, publish, channel: no request to undo.
 				if len(args) == 3+3+5 {
