@@ -345,7 +345,12 @@ func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				lostAt := make(chan time.Time, 1)
-				go func() { <-holder.Lost(); lostAt <- time.Now() }()
+				go func() { // returns when the hold ends, lost or released
+					<-holder.HoldContext().Done()
+					if errors.Is(context.Cause(holder.HoldContext()), fairlock.ErrLockLost) {
+						lostAt <- time.Now()
+					}
+				}()
 				done := acquired(next.Lock, 10*time.Second)
 				for range 3 {
 					time.Sleep(time.Second)
