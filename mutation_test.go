@@ -851,6 +851,16 @@ var mutations = []struct {
 		seed:   5071053483010416747,
 	},
 	{
+		name: "presence: a blip's second claim of a fixed lease extends it",
+		file: "renew.lua",
+		from: "elseif s.g then\n  x = math.max(expiry, tonumber(s.g) + lease)",
+		to:   "else\n  x = math.max(expiry, tonumber(s.g or now) + lease)",
+		// A hand-off with a fixed lease to a process that keeps a
+		// presence, claimed, then a blip: CI's failure, seed and all.
+		spec: fairLockPresenceSpec,
+		seed: 11869611121600901587,
+	},
+	{
 		name: "presence: a crashed permit holder's presence is never checked",
 		file: "permits.lua",
 		from: "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then",

@@ -365,3 +365,83 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		waitFor(t, "the waiter's presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
 	}
 }
+
+// A blip leaves a fixed lease as it was: a waiter on an owner made
+// WithPresence is handed a lock with a fixed lease, claims it halfway
+// through, and its connections break; the owner confirms the hold (a second
+// claim of the same grant), and Redis still ends the hold when the lease
+// counted from its grant ends, not a lease later: the holder, which counts
+// from the grant, stops believing as Redis stops keeping it.
+func TestPresenceBlipLeavesAFixedLeaseAsItWas(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = wc.Close() })
+	sever := &redistest.Severable{}
+	wc.AddHook(sever)
+	wo, err := redistest.PresentOwner(wc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := fair.New(wo, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const fixed = 500 * time.Millisecond
+	got := make(chan error, 1)
+	go func() {
+		ok, err := waiter.TryLock(ctx, time.Hour, fixed)
+		if err == nil && !ok {
+			err = errors.New("TryLock gave up")
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool { return redistest.Asleep() == 1 })
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted := clk.Now()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(fixed / 2) // the hand-off's claim
+	waitFor(t, "the hand-off to be claimed", func() bool { h := inspectHolder(t, c, "f"); return h != nil && !h.Pending })
+	ups := redistest.PresenceUps(wo)
+	sever.Sever()
+	waitFor(t, "the presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
+	clk.Advance(time.Millisecond) // the confirmation, due at once
+	waitFor(t, "the hold to be confirmed", func() bool { return redistest.PresenceConfirmed(wo) })
+	if isClosed(waiter.Lost()) {
+		t.Fatal("a blip cost a fixed lease its hold")
+	}
+	ttl, err := waiter.TTL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := fixed - clk.Now().Sub(granted); ttl > left+time.Millisecond {
+		t.Fatalf("after the blip Redis keeps the hold %v more, want at most the %v left of its fixed lease", ttl, left)
+	}
+	clk.Advance(fixed)
+	waitFor(t, "the holder to stop believing", func() bool { return isClosed(waiter.Lost()) })
+	if err := waiter.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("Unlock after the fixed lease ended = %v, want ErrLockLost", err)
+	}
+}
+
+// inspectHolder is the lock's holder as Redis shows it, nil when free.
+func inspectHolder(t *testing.T, c redis.UniversalClient, name string) *fair.Holder {
+	t.Helper()
+	st, err := fair.Inspect(context.Background(), c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Holder
+}

@@ -14,9 +14,17 @@ local now = clock()
 
 local who, _, expiry, held_token = holder(s, now)
 if who ~= owner or held_token ~= token then return {0} end
-local from = now
-if fixed and s.g then from = tonumber(s.g) end
-local w = {x = int(math.max(expiry, from + lease))}
+-- A renewal counts from now. A fixed lease counts from its grant, and only
+-- its first claim may lengthen it: the claim clears the grant time (below),
+-- so a second claim (an owner confirming its holds after a break, a retried
+-- call) extends nothing, as sem_renew.lua's does.
+local x = expiry
+if not fixed then
+  x = math.max(expiry, now + lease)
+elseif s.g then
+  x = math.max(expiry, tonumber(s.g) + lease)
+end
+local w = {x = int(x)}
 if s.e then
   -- The grant is claimed: it is now an ordinary hold.
   s.e, s.g = nil, nil
