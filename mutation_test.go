@@ -829,7 +829,7 @@ var mutations = []struct {
 		from: "if who and who ~= owner and not holder_present(s, w, now) then",
 		to:   "if false then",
 		spec: fairLockPresenceSpec,
-		seed: 7588116206888674955,
+		seed: 7588116206888711540,
 	},
 	{
 		name: "presence: the head of a present holder's lock waits for the expiry",

@@ -22,6 +22,7 @@ import (
 type presenceHolder struct {
 	holder, waiter *fair.Mutex
 	holderOwner    *fairlock.Owner
+	server         *redis.Client // a client of the waiter's, never cut
 	cut            *redistest.Partition
 	sever          *redistest.Severable
 	clk            *clock.Fake
@@ -35,7 +36,7 @@ func newPresenceHolder(t *testing.T) *presenceHolder {
 	mr, clk, c := redistest.Mini(t)
 	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = hc.Close() })
-	ph := &presenceHolder{cut: &redistest.Partition{}, sever: &redistest.Severable{}, clk: clk, got: make(chan error, 1)}
+	ph := &presenceHolder{server: c, cut: &redistest.Partition{}, sever: &redistest.Severable{}, clk: clk, got: make(chan error, 1)}
 	hc.AddHook(ph.cut)
 	hc.AddHook(ph.sever)
 	owner, err := redistest.PresentOwner(hc, clk, nil)
@@ -69,6 +70,18 @@ func newPresenceHolder(t *testing.T) *presenceHolder {
 	}()
 	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
 	return ph
+}
+
+// presenceGone waits (real time) until Redis has dropped every presence
+// subscription, as it does when a process dies: a severed connection's
+// subscription goes when the server has read its close, which the fake
+// clock does not wait for.
+func presenceGone(t *testing.T, c *redis.Client) {
+	t.Helper()
+	waitFor(t, "Redis to drop the dead holder's presence", func() bool {
+		chans, err := c.PubSubChannels(context.Background(), "fairlock:presence:*").Result()
+		return err == nil && len(chans) == 0
+	})
 }
 
 // waitFor polls cond (real time) for up to 10 s.
@@ -116,6 +129,7 @@ func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
 	ph.cut.On.Store(true)
 	ph.sever.Sever()
 	died := ph.clk.Now()
+	presenceGone(t, ph.server)
 	for len(ph.got) == 0 {
 		if ph.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
 			t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death")
@@ -281,6 +295,7 @@ func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 	cut.On.Store(true)
 	sever.Sever()
 	died := clk.Now()
+	presenceGone(t, c)
 	for len(got) == 0 {
 		if clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
 			t.Fatal("the waiter had no permit within the grace and two polls of the holder's death")
@@ -414,6 +429,11 @@ func TestPresenceBlipLeavesAFixedLeaseAsItWas(t *testing.T) {
 	}
 	clk.Advance(fixed / 2) // the hand-off's claim
 	waitFor(t, "the hand-off to be claimed", func() bool { h := inspectHolder(t, c, "f"); return h != nil && !h.Pending })
+	// A session PING answered just now: the break leaves the owner most of
+	// the grace to confirm its hold.
+	clk.Advance(core.SessionPing)
+	pinged := clk.Now()
+	waitFor(t, "the owner's PING to be answered", func() bool { return !redistest.PresenceAlive(wo).Before(pinged) })
 	ups := redistest.PresenceUps(wo)
 	sever.Sever()
 	waitFor(t, "the presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
