@@ -1,0 +1,295 @@
+package fairlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// presenceScripts plays the scripts of one fair lock as its clients would,
+// call by call, under a fake clock, with presence subscriptions that a
+// scenario opens and closes itself: what the specifications' processes do
+// too, without the timing of their Go side.
+type presenceScripts struct {
+	t       tb
+	scripts *lua.Scripts
+	c       *redis.Client
+	base    string
+	subs    map[string]*redis.PubSub // client id -> its presence subscription
+	n       int
+}
+
+// present subscribes client's presence channel, as an owner made
+// WithPresence does, and waits for the server to count it.
+func (ps *presenceScripts) present(client string) {
+	ps.t.Helper()
+	sub := ps.c.Subscribe(context.Background(), wire.PresenceChannel(client))
+	if _, err := sub.Receive(context.Background()); err != nil {
+		ps.t.Fatalf("subscribing %s's presence: %v", client, err)
+	}
+	ps.subs[client] = sub
+}
+
+// gone closes client's presence subscription and waits until the server
+// has dropped it, as when the client's connection breaks.
+func (ps *presenceScripts) gone(client string) {
+	ps.t.Helper()
+	_ = ps.subs[client].Close()
+	delete(ps.subs, client)
+	ch := wire.PresenceChannel(client)
+	redistest.Quiet(ps.t, client+"'s presence to be dropped", func() bool {
+		n, err := ps.c.PubSubNumSub(context.Background(), ch).Result()
+		return err == nil && n[ch] == 0
+	})
+}
+
+func (ps *presenceScripts) close() {
+	for _, sub := range ps.subs {
+		_ = sub.Close()
+	}
+}
+
+// acquire runs one attempt of fair_acquire.lua for owner's entry.
+func (ps *presenceScripts) acquire(owner, entry, mode string) wire.FairAcquireReply {
+	ps.t.Helper()
+	ps.n++
+	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.FairAcquire{
+		Owner: owner, Entry: entry, Request: fmt.Sprintf("%s#%d", owner, ps.n), Lease: int64(30000), Wait: int64(10000),
+		Mode: mode, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(ps.base),
+	}.Args()...).Result()
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", owner, err)
+	}
+	r, err := wire.DecodeFairAcquire(v)
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", owner, err)
+	}
+	return r
+}
+
+// release runs owner's final release of its hold with token.
+func (ps *presenceScripts) release(owner string, token int64) {
+	ps.t.Helper()
+	ps.n++
+	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.Release{
+		Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(ps.base),
+	}.Args()...).Result()
+	if err != nil {
+		ps.t.Fatalf("%s's release: %v", owner, err)
+	}
+	if r, err := wire.DecodeRelease(v); err != nil || r != wire.Released {
+		ps.t.Fatalf("%s's release: %v, %v; want released", owner, r, err)
+	}
+}
+
+// holder is the lock's holder as Inspect shows it ("" when free).
+func (ps *presenceScripts) holder(name string) string {
+	ps.t.Helper()
+	st, err := fair.Inspect(context.Background(), ps.c, name)
+	if err != nil {
+		ps.t.Fatalf("Inspect: %v", err)
+	}
+	if st.Holder == nil {
+		return ""
+	}
+	return st.Holder.Owner
+}
+
+// staleAbsenceIsForgotten: what waiters saw of a holder's absence ends with
+// its hold. Holder A, which keeps a presence, drops it while B waits (B's
+// look records when it first found A gone); A comes back and hands the lock
+// to B before anyone looks again. Two graces later B, which keeps a
+// presence too, drops its own, and C's look must count B's absence from
+// that look, not from what was seen of A: B keeps the lock through a blip
+// shorter than the grace, and loses it only once the grace has passed.
+func staleAbsenceIsForgotten(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "stale-absence"
+	mr, clk := fakeServer(t)
+	defer mr.Close()
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.FairBase(name), subs: map[string]*redis.PubSub{}}
+	defer ps.close()
+	a := "AbsentHolderAbsentHolde" + wire.PresenceMark
+	b := "BlippingGranteeBlipping" + wire.PresenceMark
+	const cw = "PlainWaiterPlainWaiterP" // keeps no presence
+	ps.present(a)
+	ps.present(b)
+
+	held := ps.acquire(a+".1", a+".1/1", wire.ModeJoin)
+	if !held.Held {
+		t.Fatalf("A's Lock: %+v, want held", held)
+	}
+	if r := ps.acquire(b+".1", b+".1/1", wire.ModeJoin); r.Held || !r.Head {
+		t.Fatalf("B's join: %+v, want queued as head", r)
+	}
+	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeJoin); r.Held || r.Head {
+		t.Fatalf("C's join: %+v, want queued behind B", r)
+	}
+	ps.gone(a)
+	if r := ps.acquire(b+".1", b+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("B's look at A's absence: %+v; want the grace to start", r)
+	}
+	ps.present(a) // back within the grace, and it hands the lock on
+	ps.release(a+".1", held.Token)
+	if got := ps.holder(name); got != b+".1" {
+		t.Fatalf("holder after A's release: %q, want B", got)
+	}
+
+	clk.Advance(2 * core.PresenceGrace)
+	ps.gone(b)
+	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeQueued); r.Held {
+		t.Fatalf("C took the lock at its first look at B's absence: A's absence, seen before the hand-off, was counted for B")
+	}
+	if got := ps.holder(name); got != b+".1" {
+		t.Fatalf("holder after C's first look at B's absence: %q, want B still (the grace starts now)", got)
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeQueued); !r.Held {
+		t.Fatalf("C's look a grace after B's presence went: %+v; want the lock", r)
+	}
+}
+
+func TestStaleAbsenceIsForgotten(t *testing.T) {
+	staleAbsenceIsForgotten(t, lua.Default())
+}
+
+// absenceSeenBackIsForgotten: a head that sees the holder's presence back
+// forgets the absence it saw. Holder A, which keeps a presence, drops it
+// (B's look records when it first found A gone), comes back (B's next look
+// sees it), and two graces later drops it again: B's look must count this
+// absence from now, not from the first: A keeps the lock through a blip
+// shorter than the grace, and loses it only once the grace has passed.
+func absenceSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "absence-seen-back"
+	mr, clk := fakeServer(t)
+	defer mr.Close()
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.FairBase(name), subs: map[string]*redis.PubSub{}}
+	defer ps.close()
+	a := "BlippingHolderBlippingH" + wire.PresenceMark
+	const bw = "PlainWaiterPlainWaiterP" // keeps no presence
+	ps.present(a)
+	if r := ps.acquire(a+".1", a+".1/1", wire.ModeJoin); !r.Held {
+		t.Fatalf("A's Lock: %+v, want held", r)
+	}
+	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeJoin); r.Held || !r.Head {
+		t.Fatalf("B's join: %+v, want queued as head", r)
+	}
+	ps.gone(a)
+	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("B's look at A's absence: %+v; want the grace to start", r)
+	}
+	ps.present(a)
+	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresencePoll.Milliseconds() {
+		t.Fatalf("B's look at A back: %+v; want the poll", r)
+	}
+
+	clk.Advance(2 * core.PresenceGrace)
+	ps.gone(a)
+	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held {
+		t.Fatalf("B took the lock at its first look at A's second absence: the first, seen before A came back, was counted")
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); !r.Held {
+		t.Fatalf("B's look a grace after A's presence went: %+v; want the lock", r)
+	}
+}
+
+func TestAbsenceSeenBackIsForgotten(t *testing.T) {
+	absenceSeenBackIsForgotten(t, lua.Default())
+}
+
+// semAcquire runs one attempt of sem_acquire.lua on the semaphore at base.
+func (ps *presenceScripts) semAcquire(a wire.SemAcquire) wire.SemAcquireReply {
+	ps.t.Helper()
+	keys := append([]string{ps.base}, wire.QueueKeys(wire.GateBase(ps.base))...)
+	a.Lease, a.Permits, a.Origin, a.Publish, a.Channel = 30000, 2, wire.EncodeOrigin("host", 1, ""), "PUBLISH", wire.Channel(wire.GateBase(ps.base))
+	v, err := ps.scripts.SemAcquire.Run(context.Background(), ps.c, nil, keys, a.Args()...).Result()
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
+	}
+	r, err := wire.DecodeSemAcquire(v)
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
+	}
+	return r
+}
+
+// staleAbsenceOfAPermitHolderIsForgotten: the semaphore's first waiter
+// forgets a permit holder's absence once it sees the holder back. P, which
+// keeps a presence, holds both permits; W holds the gate and looks. P drops
+// its presence (W's look records when it first found P gone) and comes
+// back (W's next look sees it). Two graces later P drops it again: W's look
+// must count this absence from now, not from the first: P keeps its
+// permits through a blip shorter than the grace, and loses them only once
+// the grace has passed.
+func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	mr, clk := fakeServer(t)
+	defer mr.Close()
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.SemaphoreBase("stale-permits"), subs: map[string]*redis.PubSub{}}
+	defer ps.close()
+	p := "PermitHolderPermitHolde" + wire.PresenceMark
+	const wc = "PlainWaiterPlainWaiterP" // keeps no presence
+	ps.present(p)
+	if r := ps.semAcquire(wire.SemAcquire{Owner: p + ".1#1", N: 2, Mode: wire.SemTry}); !r.Held {
+		t.Fatalf("P's TryAcquire of both permits: %+v, want held", r)
+	}
+	// W queues on the gate, which is free: it holds the gate, and waits
+	// there for a permit.
+	gate := wire.GateBase(ps.base)
+	v, err := scripts.FairAcquire.Run(context.Background(), c, nil, wire.QueueKeys(gate), wire.FairAcquire{
+		Owner: wc + ".1", Entry: wc + ".1/1", Request: wc + ".1#gate", Lease: int64(30000), Wait: int64(10000),
+		Mode: wire.ModeJoin, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(gate),
+		Permit: wire.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000},
+	}.Args()...).Result()
+	if err != nil {
+		t.Fatalf("W's gate: %v", err)
+	}
+	g, err := wire.DecodeFairAcquire(v)
+	if err != nil || !g.Held {
+		t.Fatalf("W's gate: %+v, %v; want held", g, err)
+	}
+	look := func() wire.SemAcquireReply {
+		t.Helper()
+		return ps.semAcquire(wire.SemAcquire{Owner: wc + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: wc + ".1", GateToken: g.Token})
+	}
+	if r := look(); r.Held {
+		t.Fatalf("W took a permit from a present holder: %+v", r)
+	}
+	ps.gone(p)
+	if r := look(); r.Held || r.Next-r.Now != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's look at P's absence: %+v; want the grace to start", r)
+	}
+	ps.present(p)
+	if r := look(); r.Held || r.Next-r.Now != core.PresencePoll.Milliseconds() {
+		t.Fatalf("W's look at P back: %+v; want the poll", r)
+	}
+
+	clk.Advance(2 * core.PresenceGrace)
+	ps.gone(p)
+	if r := look(); r.Held {
+		t.Fatalf("W took a permit at its first look at P's second absence: the first, seen before P came back, was counted")
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := look(); !r.Held {
+		t.Fatalf("W's look a grace after P's presence went: %+v; want a permit", r)
+	}
+}
+
+func TestStaleAbsenceOfAPermitHolderIsForgotten(t *testing.T) {
+	staleAbsenceOfAPermitHolderIsForgotten(t, lua.Default())
+}
