@@ -312,6 +312,37 @@ func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 	}
 }
 
+// presenceWaiter is a fair lock named by the test, held on a plain owner
+// (holder), with a handle on an owner made WithPresence (waiter), on a
+// client of its own whose connections the test can break (sever).
+type presenceWaiter struct {
+	clk            *clock.Fake
+	c              *redis.Client // the holder's
+	sever          *redistest.Severable
+	owner          *fairlock.Owner // the waiter's
+	waiter, holder *fair.Mutex
+}
+
+func newPresenceWaiter(t *testing.T, name string) *presenceWaiter {
+	t.Helper()
+	mr, clk, c := redistest.Mini(t)
+	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = wc.Close() })
+	pw := &presenceWaiter{clk: clk, c: c, sever: &redistest.Severable{}}
+	wc.AddHook(pw.sever)
+	var err error
+	if pw.owner, err = redistest.PresentOwner(wc, clk, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pw.waiter, err = fair.New(pw.owner, name); err != nil {
+		t.Fatal(err)
+	}
+	if pw.holder, err = fair.New(redistest.OwnerOn(c, clk, nil), name); err != nil {
+		t.Fatal(err)
+	}
+	return pw
+}
+
 // A Lock whose grant is made while its owner's presence is down never
 // returns success without the lock: the waiter's connections break just
 // before the holder hands the lock on, over and over, and every Lock that
@@ -321,23 +352,8 @@ func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 // back and waited past.
 func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 	redistest.NoLeaks(t)
-	mr, clk, c := redistest.Mini(t)
-	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = wc.Close() })
-	sever := &redistest.Severable{}
-	wc.AddHook(sever)
-	wo, err := redistest.PresentOwner(wc, clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := fair.New(wo, "g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "g")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pw := newPresenceWaiter(t, "g")
+	clk, sever, wo, waiter, holder := pw.clk, pw.sever, pw.owner, pw.waiter, pw.holder
 	ctx := context.Background()
 	const runs = 40
 	for run := range runs {
@@ -389,23 +405,8 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 // from the grant, stops believing as Redis stops keeping it.
 func TestPresenceBlipLeavesAFixedLeaseAsItWas(t *testing.T) {
 	redistest.NoLeaks(t)
-	mr, clk, c := redistest.Mini(t)
-	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = wc.Close() })
-	sever := &redistest.Severable{}
-	wc.AddHook(sever)
-	wo, err := redistest.PresentOwner(wc, clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := fair.New(wo, "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pw := newPresenceWaiter(t, "f")
+	clk, c, sever, wo, waiter, holder := pw.clk, pw.c, pw.sever, pw.owner, pw.waiter, pw.holder
 	ctx := context.Background()
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -24,6 +25,21 @@ type presenceScripts struct {
 	base    string
 	subs    map[string]*redis.PubSub // client id -> its presence subscription
 	n       int
+}
+
+// newPresenceScripts starts a miniredis under a fake clock (fakeServer)
+// and plays the lock or semaphore at base on it; stop closes everything.
+func newPresenceScripts(t tb, scripts *lua.Scripts, base string) (ps *presenceScripts, clk *clock.Fake, stop func()) {
+	mr, clk := fakeServer(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	ps = &presenceScripts{t: t, scripts: scripts, c: c, base: base, subs: map[string]*redis.PubSub{}}
+	return ps, clk, func() {
+		for _, sub := range ps.subs {
+			_ = sub.Close()
+		}
+		_ = c.Close()
+		mr.Close()
+	}
 }
 
 // present subscribes client's presence channel, as an owner made
@@ -48,12 +64,6 @@ func (ps *presenceScripts) gone(client string) {
 		n, err := ps.c.PubSubNumSub(context.Background(), ch).Result()
 		return err == nil && n[ch] == 0
 	})
-}
-
-func (ps *presenceScripts) close() {
-	for _, sub := range ps.subs {
-		_ = sub.Close()
-	}
 }
 
 // acquire runs one attempt of fair_acquire.lua for owner's entry.
@@ -112,12 +122,8 @@ func (ps *presenceScripts) holder(name string) string {
 func staleAbsenceIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "stale-absence"
-	mr, clk := fakeServer(t)
-	defer mr.Close()
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer c.Close()
-	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.FairBase(name), subs: map[string]*redis.PubSub{}}
-	defer ps.close()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
 	a := "AbsentHolderAbsentHolde" + wire.PresenceMark
 	b := "BlippingGranteeBlipping" + wire.PresenceMark
 	const cw = "PlainWaiterPlainWaiterP" // keeps no presence
@@ -171,12 +177,8 @@ func TestStaleAbsenceIsForgotten(t *testing.T) {
 func absenceSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "absence-seen-back"
-	mr, clk := fakeServer(t)
-	defer mr.Close()
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer c.Close()
-	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.FairBase(name), subs: map[string]*redis.PubSub{}}
-	defer ps.close()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
 	a := "BlippingHolderBlippingH" + wire.PresenceMark
 	const bw = "PlainWaiterPlainWaiterP" // keeps no presence
 	ps.present(a)
@@ -236,12 +238,8 @@ func (ps *presenceScripts) semAcquire(a wire.SemAcquire) wire.SemAcquireReply {
 // the grace has passed.
 func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	mr, clk := fakeServer(t)
-	defer mr.Close()
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer c.Close()
-	ps := &presenceScripts{t: t, scripts: scripts, c: c, base: wire.SemaphoreBase("stale-permits"), subs: map[string]*redis.PubSub{}}
-	defer ps.close()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("stale-permits"))
+	defer stop()
 	p := "PermitHolderPermitHolde" + wire.PresenceMark
 	const wc = "PlainWaiterPlainWaiterP" // keeps no presence
 	ps.present(p)
@@ -251,7 +249,7 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	// W queues on the gate, which is free: it holds the gate, and waits
 	// there for a permit.
 	gate := wire.GateBase(ps.base)
-	v, err := scripts.FairAcquire.Run(context.Background(), c, nil, wire.QueueKeys(gate), wire.FairAcquire{
+	v, err := scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(gate), wire.FairAcquire{
 		Owner: wc + ".1", Entry: wc + ".1/1", Request: wc + ".1#gate", Lease: int64(30000), Wait: int64(10000),
 		Mode: wire.ModeJoin, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(gate),
 		Permit: wire.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000},
