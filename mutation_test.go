@@ -988,7 +988,7 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // specifications against every candidate bug of a file and prints which
 // were caught. It runs only when FAIRLOCK_SEEDED names the file, a JSON
 // list of {"name", "file", "from", "to", "spec"} (spec: fair, presence, semaphore, semaphore-presence,
-// rw, retry, reentrant or election; fair if empty), with the checks that -rapid.checks says:
+// rw, retry, reentrant, election, or a scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up, stale-absence, absence-seen-back, stale-permit-absence; fair if empty), with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
 //
@@ -1009,14 +1009,17 @@ func TestSeededBugs(t *testing.T) {
 	}
 	specs := map[string]func(*lua.Scripts) func(*rapid.T){
 		"": fairLockSpec, "fair": fairLockSpec, "presence": fairLockPresenceSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
-		"semaphore-presence": semaphorePresenceSpec,
-		"lost-hand-off":      scenarioSpec(lostHandOffFoundByTheHeartbeat),
-		"reentry":            scenarioSpec(reentryNeverShortensAHold),
-		"long-permits":       scenarioSpec(longPermitHoldsKeepTheirKeys),
-		"lost-head":          scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
-		"lost-wake-up":       scenarioSpec(reentrantLostWakeUp),
-		"reentrant":          reentrantSpecOf,
-		"election":           electionSpecOf,
+		"semaphore-presence":   semaphorePresenceSpec,
+		"lost-hand-off":        scenarioSpec(lostHandOffFoundByTheHeartbeat),
+		"reentry":              scenarioSpec(reentryNeverShortensAHold),
+		"long-permits":         scenarioSpec(longPermitHoldsKeepTheirKeys),
+		"lost-head":            scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
+		"lost-wake-up":         scenarioSpec(reentrantLostWakeUp),
+		"stale-absence":        scenarioSpec(staleAbsenceIsForgotten),
+		"absence-seen-back":    scenarioSpec(absenceSeenBackIsForgotten),
+		"stale-permit-absence": scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
+		"reentrant":            reentrantSpecOf,
+		"election":             electionSpecOf,
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0
