@@ -987,8 +987,11 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // TestSeededBugs is the tool behind a hunt for blind spots: it runs the
 // specifications against every candidate bug of a file and prints which
 // were caught. It runs only when FAIRLOCK_SEEDED names the file, a JSON
-// list of {"name", "file", "from", "to", "spec"} (spec: fair, presence, semaphore, semaphore-presence,
-// rw, retry, reentrant, election, or a scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up, stale-absence, absence-seen-back, stale-permit-absence; fair if empty), with the checks that -rapid.checks says:
+// list of {"name", "file", "from", "to", "spec"} (spec: fair, presence,
+// semaphore, semaphore-presence, rw, retry, reentrant, election, or a
+// scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up,
+// stale-absence, absence-seen-back, stale-permit-absence; fair if empty),
+// with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
 //
