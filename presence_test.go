@@ -466,3 +466,56 @@ func inspectHolder(t *testing.T, c redis.UniversalClient, name string) *fair.Hol
 	}
 	return st.Holder
 }
+
+// A Lock on an owner made WithPresence that starts while the presence is
+// down, between its tries to subscribe again, has the next try made at
+// once rather than answer with the failure the presence saw before it:
+// while Redis cannot be reached the Lock fails with why after a few fresh
+// tries, with no clock moving; once Redis can be reached again it takes
+// the lock, although the presence's last try failed and its next is not
+// due (a newcomer's job runner found every Lock failing for 100 ms after
+// Redis was back).
+func TestPresenceLockAfterAnOutageIsNotRefusedForIt(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, _ := redistest.Mini(t)
+	hc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = hc.Close() })
+	cut, sever := &redistest.Partition{}, &redistest.Severable{}
+	hc.AddHook(cut)
+	hc.AddHook(sever)
+	owner, err := redistest.PresentOwner(hc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fair.New(owner, "outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ups := redistest.PresenceUps(owner)
+
+	cut.On.Store(true) // Redis cannot be reached
+	sever.Sever()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second) // real time: the fake clock stands still
+	defer cancel()
+	if err := m.Lock(lctx); !errors.Is(err, redistest.ErrPartitioned) {
+		t.Fatalf("Lock while Redis cannot be reached = %v, want the presence's failure (%v)", err, redistest.ErrPartitioned)
+	}
+
+	cut.On.Store(false) // back; the presence waits for its next try, not due
+	if err := m.Lock(lctx); err != nil {
+		t.Fatalf("Lock once Redis can be reached again = %v, want the lock", err)
+	}
+	if redistest.PresenceUps(owner) <= ups {
+		t.Fatal("the Lock held without the presence back up")
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

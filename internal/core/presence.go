@@ -61,8 +61,16 @@ const SessionPing = 50 * time.Millisecond
 const sessionMargin = 20 * time.Millisecond
 
 // presenceRetry is the pause between tries to subscribe again, after the
-// first (at once) failed.
+// first (at once) failed. An acquisition that waits for the presence cuts
+// it short (await).
 const presenceRetry = 100 * time.Millisecond
+
+// presenceTries is how many fresh tries to subscribe an acquisition waits
+// for while the presence is down before it fails with why: as many as
+// go-redis makes of one command by default (MaxRetries 3: four), each of
+// which dials again as a command's try does, so that an owner made
+// WithPresence rides out about the outage a plain owner's call rides out.
+const presenceTries = 4
 
 // presenceGone is why a hold ends when the owner's presence breaks.
 const presenceGone = "the owner's presence connection to Redis broke and did not come back, or its holds could not be confirmed, " +
@@ -94,9 +102,12 @@ type presence struct {
 	seq      int64
 	jeopardy clock.Timer
 	// broken: the connection broke since it was last up (the next up
-	// confirms the holds); pausing: run waits presenceRetry before its
-	// next try.
-	broken, pausing bool
+	// confirms the holds).
+	broken bool
+	// fails counts the failed tries; kick, while run pauses presenceRetry
+	// before its next try (nil otherwise), ends the pause when closed.
+	fails int64
+	kick  chan struct{}
 }
 
 func newPresence(o *Owner) *presence {
@@ -105,15 +116,15 @@ func newPresence(o *Owner) *presence {
 
 // await returns nil once the owner is subscribed, starting the
 // subscription at the first call and waiting for its outcome. While it is
-// down after a failure, it waits for the outcome of a try under way (the
-// first after a break comes at once: a blip is ridden out as go-redis's
-// own retry rides out a pooled connection's), then returns why it is still
-// down; between tries (presenceRetry apart), it returns why at once.
-// Redis's refusal (NOPERM, say) makes the caller give up; any other
-// failure is an outage that a waiting caller rides out, trying again
-// later.
+// down after a failure, it has the next try made at once (a pause between
+// tries is cut short: a failure seen before this call is never its answer,
+// and an acquisition right after Redis came back is not refused for an
+// outage that is over), and waits for up to presenceTries fresh tries
+// before it returns why the presence is still down. Redis's refusal
+// (NOPERM, say) makes the caller give up at once; any other failure is an
+// outage that a caller already queued rides out, trying again later.
 func (p *presence) await(ctx context.Context) error {
-	waited := false
+	first := int64(-1) // the failed tries when this call began
 	for !p.up.Load() {
 		p.mu.Lock()
 		if p.done == nil {
@@ -121,13 +132,17 @@ func (p *presence) await(ctx context.Context) error {
 			p.done = make(chan struct{})
 			go p.run(p.ps)
 		}
-		ready, err, pausing := p.ready, p.err, p.pausing
-		p.mu.Unlock()
-		if err != nil && (waited || pausing || isRefusal(err)) {
-			return err
+		ready, err, fails := p.ready, p.err, p.fails
+		if err != nil && p.kick != nil {
+			close(p.kick) // the next try now, for this call
+			p.kick = nil
 		}
-		if err != nil {
-			waited = true
+		p.mu.Unlock()
+		if first < 0 {
+			first = fails
+		}
+		if err != nil && (isRefusal(err) || fails-first >= presenceTries) {
+			return err
 		}
 		select {
 		case <-ready: // an outcome: look again
@@ -290,6 +305,7 @@ func (p *presence) broke(err error) {
 	was := p.up.Load()
 	p.up.Store(false)
 	p.err = fmt.Errorf("fairlock: WithPresence: the owner's subscription to %s failed: %w", p.channel, err)
+	p.fails++
 	close(p.ready) // the calls that wait see it
 	p.ready = make(chan struct{})
 	p.pings = nil // answers to them will never come
@@ -334,30 +350,37 @@ func (p *presence) unconfirmed() []*hold {
 	return holds[:n]
 }
 
-// pause waits presenceRetry on o's clock; false if the owner closed meanwhile.
+// pause waits presenceRetry on o's clock, or until an acquisition that
+// waits for the presence cuts it short (await); false if the owner closed
+// meanwhile.
 func (p *presence) pause() bool {
+	kick := make(chan struct{})
 	p.mu.Lock()
-	p.pausing = true
+	p.kick = kick
 	// A caller that began to wait for this try's outcome sees the pause
-	// now, and returns why the presence is down rather than wait it out:
-	// on a fake clock, the pause ends only when the test advances it.
+	// now, and has the next try made at once: on a fake clock the pause
+	// would end only when the test advances it.
 	close(p.ready)
 	p.ready = make(chan struct{})
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		p.pausing = false
+		if p.kick == kick {
+			p.kick = nil
+		}
 		p.mu.Unlock()
 	}()
 	t := make(chan struct{})
 	timer := p.o.clock.AfterFunc(presenceRetry, func() { close(t) })
 	select {
 	case <-t:
-		return !p.o.closed.Load()
+	case <-kick:
+		timer.Stop()
 	case <-p.o.closing.Done():
 		timer.Stop()
 		return false
 	}
+	return !p.o.closed.Load()
 }
 
 // stop closes the subscription and waits for run to return.
