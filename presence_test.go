@@ -187,6 +187,11 @@ func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
 	ph.cut.On.Store(true)
 	ph.sever.Sever()
 	broke := ph.clk.Now()
+	// Its holds end at once, with no clock moving: its first try to
+	// subscribe again fails, so Redis is not there. (The loop below would
+	// otherwise race the holder's goroutine in real time: a step does not
+	// wait for it.)
+	waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
 	for len(ph.got) == 0 {
 		if ph.clk.Now().Sub(broke) > core.PresenceGrace+2*core.PresencePoll {
 			t.Fatalf("the waiter did not take the lock within the grace and two polls of the break")
