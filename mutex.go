@@ -9,6 +9,12 @@ import (
 
 // Mutex is a handle on a fair (fair.New) or reentrant (reentrant.New) lock,
 // safe for concurrent use; a call re-enters only with a ctx carrying a hold.
+// A handle holds for whichever of its goroutines took the lock, as a
+// sync.Mutex does: Token, Lost and HoldContext are that hold's, whoever
+// reads them (read them after your own Lock returns, or use the context
+// LockContext returns), and any of its goroutines may Unlock it. A
+// goroutine that calls Lock again with a ctx that does not carry the hold
+// waits behind it, as another goroutine would.
 type Mutex struct {
 	core *core.Mutex
 }

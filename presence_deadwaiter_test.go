@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Presence covers holders, not waiters (docs/presence.md, its opening): a
-// holder that keeps a presence and the first waiter die together, and the
+// Presence covers a waiter only through the live waiter right behind it
+// (docs/presence.md, its opening): a holder that keeps a presence and the
+// first waiter die together, nobody alive is behind the holder, and the
 // live waiter behind them gets the lock only once the dead waiter's place
 // runs out, its wait timeout (and up to a heartbeat) after the deaths, then
 // the grace and two polls: not in a quarter of a second. If this gets

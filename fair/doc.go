@@ -71,7 +71,9 @@
 //     to its own). The grant lasts no longer than the waiter's
 //     queue deadline until the new holder claims it (in the background, halfway through
 //     that first lease; a shorter hold never needs to), so a grant to a
-//     waiter that died frees itself when its eviction would have. The
+//     waiter that died frees itself when its eviction would have (with
+//     presence, sooner: the waiter behind it, if it lives, ends it as it
+//     would a dead holder's hold, guarantee 10). The
 //     waiter's Lock returns on the message, with no further round trip.
 //     Progress after a lease ends: a hold that ends because its lease ran out
 //     (a fixed lease, a holder that died, a grant never claimed) sends no
