@@ -68,8 +68,9 @@ const presenceRetry = 100 * time.Millisecond
 // presenceTries is how many fresh tries to subscribe an acquisition waits
 // for while the presence is down before it fails with why: as many as
 // go-redis makes of one command by default (MaxRetries 3: four), each of
-// which dials again as a command's try does, so that an owner made
-// WithPresence rides out about the outage a plain owner's call rides out.
+// which dials again. A count, not a time: a process whose connections all
+// fail at once (a test's crashed one) fails at once, on any clock. It
+// rides out less of an outage than a plain owner's call (docs/presence.md).
 const presenceTries = 4
 
 // presenceGone is why a hold ends when the owner's presence breaks.
