@@ -72,6 +72,23 @@ func newPresenceHolder(t *testing.T) *presenceHolder {
 	return ph
 }
 
+// cuttableOwner is an owner made WithPresence on a client of its own (opts),
+// whose calls the test can fail (cut) and whose connections it can break
+// (sever).
+func cuttableOwner(t *testing.T, opts *redis.Options, clk *clock.Fake) (*fairlock.Owner, *redistest.Partition, *redistest.Severable) {
+	t.Helper()
+	hc := redis.NewClient(opts)
+	t.Cleanup(func() { _ = hc.Close() })
+	cut, sever := &redistest.Partition{}, &redistest.Severable{}
+	hc.AddHook(cut)
+	hc.AddHook(sever)
+	owner, err := redistest.PresentOwner(hc, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, cut, sever
+}
+
 // presenceGone waits (real time) until Redis has dropped every presence
 // subscription, as it does when a process dies: a severed connection's
 // subscription goes when the server has read its close, which the fake
@@ -256,15 +273,7 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 	redistest.NoLeaks(t)
 	mr, clk, c := redistest.Mini(t)
-	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = hc.Close() })
-	cut, sever := &redistest.Partition{}, &redistest.Severable{}
-	hc.AddHook(cut)
-	hc.AddHook(sever)
-	owner, err := redistest.PresentOwner(hc, clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner, cut, sever := cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
 	held, err := fair.NewSemaphore(owner, "s", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -483,15 +492,7 @@ func inspectHolder(t *testing.T, c redis.UniversalClient, name string) *fair.Hol
 func TestPresenceLockAfterAnOutageIsNotRefusedForIt(t *testing.T) {
 	redistest.NoLeaks(t)
 	mr, clk, _ := redistest.Mini(t)
-	hc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = hc.Close() })
-	cut, sever := &redistest.Partition{}, &redistest.Severable{}
-	hc.AddHook(cut)
-	hc.AddHook(sever)
-	owner, err := redistest.PresentOwner(hc, clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner, cut, sever := cuttableOwner(t, &redis.Options{Addr: mr.Addr()}, clk)
 	m, err := fair.New(owner, "outage")
 	if err != nil {
 		t.Fatal(err)
