@@ -34,17 +34,10 @@ type presenceHolder struct {
 func newPresenceHolder(t *testing.T) *presenceHolder {
 	t.Helper()
 	mr, clk, c := redistest.Mini(t)
-	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = hc.Close() })
-	ph := &presenceHolder{server: c, cut: &redistest.Partition{}, sever: &redistest.Severable{}, clk: clk, got: make(chan error, 1)}
-	hc.AddHook(ph.cut)
-	hc.AddHook(ph.sever)
-	owner, err := redistest.PresentOwner(hc, clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ph.holderOwner = owner
-	if ph.holder, err = fair.New(owner, "p"); err != nil {
+	ph := &presenceHolder{server: c, clk: clk, got: make(chan error, 1)}
+	ph.holderOwner, ph.cut, ph.sever = cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
+	var err error
+	if ph.holder, err = fair.New(ph.holderOwner, "p"); err != nil {
 		t.Fatal(err)
 	}
 	if ph.waiter, err = fair.New(redistest.OwnerOn(c, clk, nil), "p"); err != nil {
@@ -89,22 +82,25 @@ func cuttableOwner(t *testing.T, opts *redis.Options, clk *clock.Fake) (*fairloc
 	return owner, cut, sever
 }
 
-// presenceGone waits (real time) until Redis has dropped every presence
-// subscription, as it does when a process dies: a severed connection's
-// subscription goes when the server has read its close, which the fake
-// clock does not wait for.
-func presenceGone(t *testing.T, c *redis.Client) {
+// allPresences matches every presence channel (presenceDropped).
+const allPresences = "fairlock:presence:*"
+
+// presenceDropped waits (real time) until Redis has no subscriber left on the
+// presence channels that pattern matches, as when their processes die: a
+// severed connection's subscription goes when the server has read its
+// close, which the fake clock does not wait for.
+func presenceDropped(t tb, c *redis.Client, pattern string) {
 	t.Helper()
-	waitFor(t, "Redis to drop the dead holder's presence", func() bool {
-		chans, err := c.PubSubChannels(context.Background(), "fairlock:presence:*").Result()
+	waitFor(t, "Redis to drop the presence of "+pattern, func() bool {
+		chans, err := c.PubSubChannels(context.Background(), pattern).Result()
 		return err == nil && len(chans) == 0
 	})
 }
 
 // waitFor polls cond (real time) for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t tb, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waiting for %s: not within 10 s", what)
 		}
@@ -146,7 +142,7 @@ func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
 	ph.cut.On.Store(true)
 	ph.sever.Sever()
 	died := ph.clk.Now()
-	presenceGone(t, ph.server)
+	presenceDropped(t, ph.server, allPresences)
 	for len(ph.got) == 0 {
 		if ph.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
 			t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death")
@@ -172,10 +168,7 @@ func TestPresenceBlipKeepsTheHold(t *testing.T) {
 	ph.pinged(t)
 	ups := redistest.PresenceUps(ph.holderOwner)
 	ph.sever.Sever()
-	waitFor(t, "the holder's presence to come back", func() bool { return redistest.PresenceUps(ph.holderOwner) > ups })
-	// Its hold's renewal, due at once, runs at the fake clock's next tick.
-	ph.clk.Advance(time.Millisecond)
-	waitFor(t, "the holder's hold to be confirmed", func() bool { return redistest.PresenceConfirmed(ph.holderOwner) })
+	riddenOut(t, "the holder", ph.holderOwner, ph.clk, ups) // its renewal, due at once, runs at the clock's next tick
 	for range 3 * core.PresenceGrace / core.PresencePoll {
 		ph.step(t, core.PresencePoll)
 	}
@@ -309,7 +302,7 @@ func TestPresenceDeadPermitHolderLosesItsPermitsAfterTheGrace(t *testing.T) {
 	cut.On.Store(true)
 	sever.Sever()
 	died := clk.Now()
-	presenceGone(t, c)
+	presenceDropped(t, c, allPresences)
 	for len(got) == 0 {
 		if clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
 			t.Fatal("the waiter had no permit within the grace and two polls of the holder's death")
@@ -340,14 +333,9 @@ type presenceWaiter struct {
 func newPresenceWaiter(t *testing.T, name string) *presenceWaiter {
 	t.Helper()
 	mr, clk, c := redistest.Mini(t)
-	wc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = wc.Close() })
-	pw := &presenceWaiter{clk: clk, c: c, sever: &redistest.Severable{}}
-	wc.AddHook(pw.sever)
+	pw := &presenceWaiter{clk: clk, c: c}
+	pw.owner, _, pw.sever = cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
 	var err error
-	if pw.owner, err = redistest.PresentOwner(wc, clk, nil); err != nil {
-		t.Fatal(err)
-	}
 	if pw.waiter, err = fair.New(pw.owner, name); err != nil {
 		t.Fatal(err)
 	}
@@ -444,16 +432,12 @@ func TestPresenceBlipLeavesAFixedLeaseAsItWas(t *testing.T) {
 	}
 	clk.Advance(fixed / 2) // the hand-off's claim
 	waitFor(t, "the hand-off to be claimed", func() bool { h := inspectHolder(t, c, "f"); return h != nil && !h.Pending })
-	// A session PING answered just now: the break leaves the owner most of
-	// the grace to confirm its hold.
-	clk.Advance(core.SessionPing)
-	pinged := clk.Now()
-	waitFor(t, "the owner's PING to be answered", func() bool { return !redistest.PresenceAlive(wo).Before(pinged) })
+	// A session PING answered lately, as on a live link: the break leaves
+	// the owner most of the grace to confirm its hold.
+	pingAnswered(t, "the waiter", wo, clk)
 	ups := redistest.PresenceUps(wo)
 	sever.Sever()
-	waitFor(t, "the presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
-	clk.Advance(time.Millisecond) // the confirmation, due at once
-	waitFor(t, "the hold to be confirmed", func() bool { return redistest.PresenceConfirmed(wo) })
+	riddenOut(t, "the waiter", wo, clk, ups)
 	if isClosed(waiter.Lost()) {
 		t.Fatal("a blip cost a fixed lease its hold")
 	}

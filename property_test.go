@@ -616,33 +616,31 @@ func (s *spec) blip(t *rapid.T) {
 // pingAnswered makes sure that owner, a holder, has had a session PING
 // answered within the last SessionPing, as an owner that holds has had
 // on a live link: the fake clock's due PINGs run at its next tick.
-func pingAnswered(t *rapid.T, label string, owner *fairlock.Owner, clk *clock.Fake) {
+func pingAnswered(t tb, label string, owner *fairlock.Owner, clk *clock.Fake) {
+	t.Helper()
 	if redistest.PresenceAlive(owner).Before(clk.Now().Add(-core.SessionPing)) {
 		clk.Advance(time.Millisecond)
 	}
 	since := clk.Now().Add(-core.SessionPing)
-	within(t, label+"'s session PING to be answered", func() bool { return !redistest.PresenceAlive(owner).Before(since) })
+	waitFor(t, label+"'s session PING to be answered", func() bool { return !redistest.PresenceAlive(owner).Before(since) })
 }
 
 // riddenOut waits, after a blip of owner's connections, for its presence
 // to come back (it had come up ups times) and to confirm its holds: their
 // renewals, due at once, run at the fake clock's next tick.
-func riddenOut(t *rapid.T, label string, owner *fairlock.Owner, clk *clock.Fake, ups int64) {
-	within(t, label+"'s presence to come back", func() bool { return redistest.PresenceUps(owner) > ups })
+func riddenOut(t tb, label string, owner *fairlock.Owner, clk *clock.Fake, ups int64) {
+	t.Helper()
+	waitFor(t, label+"'s presence to come back", func() bool { return redistest.PresenceUps(owner) > ups })
 	clk.Advance(time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); !redistest.PresenceConfirmed(owner); time.Sleep(100 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s's holds to be confirmed: not within 10 s", label)
-		}
-	}
+	waitFor(t, label+"'s holds to be confirmed", func() bool { return redistest.PresenceConfirmed(owner) })
 }
 
 // gaveBack waits until p, a holder whose presence connection failed (why),
 // has ended its hold (Lost closed) and given the lock back (Redis no longer
 // has its token), then checks that its Unlock says ErrLockLost.
 func (s *spec) gaveBack(t *rapid.T, p *proc, why string) {
-	within(t, p.label+"'s Lost to close after "+why, func() bool { return isClosed(p.m.Lost()) })
-	within(t, p.label+" to give the lock back after "+why, func() bool {
+	waitFor(t, p.label+"'s Lost to close after "+why, func() bool { return isClosed(p.m.Lost()) })
+	waitFor(t, p.label+" to give the lock back after "+why, func() bool {
 		h := s.inspect().Holder
 		return h == nil || h.Token != p.token
 	})
@@ -650,15 +648,6 @@ func (s *spec) gaveBack(t *rapid.T, p *proc, why string) {
 		t.Fatalf("presence: Unlock of %s's hold, ended when %s = %v, want ErrLockLost", p.label, why, err)
 	}
 	p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
-}
-
-// within polls cond (real time) for up to 10 s, failing t after.
-func within(t *rapid.T, what string, cond func() bool) {
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not within 10 s", what)
-		}
-	}
 }
 
 // stall cuts a waiter off from Redis: its heartbeats fail, so once its
@@ -745,12 +734,12 @@ func (s *spec) unhide(t *rapid.T, p *proc) {
 	ups := redistest.PresenceUps(p.presence)
 	p.hidden = time.Time{}
 	p.muffle.Release()
-	within(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
+	waitFor(t, p.label+"'s presence to come back", func() bool { return redistest.PresenceUps(p.presence) > ups })
 	s.clk.Advance(time.Millisecond)
 	if p.phase != holding {
 		return
 	}
-	within(t, p.label+"'s hold to be confirmed or ended", func() bool {
+	waitFor(t, p.label+"'s hold to be confirmed or ended", func() bool {
 		return isClosed(p.m.Lost()) || redistest.PresenceConfirmed(p.presence)
 	})
 	if isClosed(p.m.Lost()) {

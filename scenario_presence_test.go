@@ -9,7 +9,6 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -59,27 +58,30 @@ func (ps *presenceScripts) gone(client string) {
 	ps.t.Helper()
 	_ = ps.subs[client].Close()
 	delete(ps.subs, client)
-	ch := wire.PresenceChannel(client)
-	redistest.Quiet(ps.t, client+"'s presence to be dropped", func() bool {
-		n, err := ps.c.PubSubNumSub(context.Background(), ch).Result()
-		return err == nil && n[ch] == 0
-	})
+	presenceDropped(ps.t, ps.c, wire.PresenceChannel(client))
 }
 
 // acquire runs one attempt of fair_acquire.lua for owner's entry.
 func (ps *presenceScripts) acquire(owner, entry, mode string) wire.FairAcquireReply {
 	ps.t.Helper()
+	return ps.acquireOn(ps.base, wire.FairAcquire{Owner: owner, Entry: entry, Mode: mode})
+}
+
+// acquireOn runs one attempt of fair_acquire.lua on the fair queue at base
+// (a lock, or a semaphore's gate), a's request id, lease, wait timeout,
+// origin and channel filled in.
+func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairAcquireReply {
+	ps.t.Helper()
 	ps.n++
-	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.FairAcquire{
-		Owner: owner, Entry: entry, Request: fmt.Sprintf("%s#%d", owner, ps.n), Lease: int64(30000), Wait: int64(10000),
-		Mode: mode, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(ps.base),
-	}.Args()...).Result()
+	a.Request, a.Lease, a.Wait = fmt.Sprintf("%s#%d", a.Owner, ps.n), int64(30000), int64(10000)
+	a.Origin, a.Publish, a.Channel = wire.EncodeOrigin("host", 1, ""), "PUBLISH", wire.Channel(base)
+	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(base), a.Args()...).Result()
 	if err != nil {
-		ps.t.Fatalf("%s's attempt: %v", owner, err)
+		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
 	r, err := wire.DecodeFairAcquire(v)
 	if err != nil {
-		ps.t.Fatalf("%s's attempt: %v", owner, err)
+		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
 	return r
 }
@@ -248,18 +250,10 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	}
 	// W queues on the gate, which is free: it holds the gate, and waits
 	// there for a permit.
-	gate := wire.GateBase(ps.base)
-	v, err := scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(gate), wire.FairAcquire{
-		Owner: wc + ".1", Entry: wc + ".1/1", Request: wc + ".1#gate", Lease: int64(30000), Wait: int64(10000),
-		Mode: wire.ModeJoin, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(gate),
-		Permit: wire.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000},
-	}.Args()...).Result()
-	if err != nil {
-		t.Fatalf("W's gate: %v", err)
-	}
-	g, err := wire.DecodeFairAcquire(v)
-	if err != nil || !g.Held {
-		t.Fatalf("W's gate: %+v, %v; want held", g, err)
+	g := ps.acquireOn(wire.GateBase(ps.base), wire.FairAcquire{Owner: wc + ".1", Entry: wc + ".1/1", Mode: wire.ModeJoin,
+		Permit: wire.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000}})
+	if !g.Held {
+		t.Fatalf("W's gate: %+v; want held", g)
 	}
 	look := func() wire.SemAcquireReply {
 		t.Helper()

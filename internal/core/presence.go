@@ -366,9 +366,7 @@ func (p *presence) pause() bool {
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		if p.kick == kick {
-			p.kick = nil
-		}
+		p.kick = nil
 		p.mu.Unlock()
 	}()
 	t := make(chan struct{})
