@@ -5,71 +5,153 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
-// Presence covers a waiter only through the live waiter right behind it
-// (docs/presence.md, its opening): a holder that keeps a presence and the
-// first waiter die together, nobody alive is behind the holder, and the
-// live waiter behind them gets the lock only once the dead waiter's place
-// runs out, its wait timeout (and up to a heartbeat) after the deaths, then
-// the grace and two polls: not in a quarter of a second. If this gets
-// faster, the page and the README overstate the cost: fix them.
-func TestPresenceDeadFirstWaiterCostsItsWaitTimeout(t *testing.T) {
-	redistest.NoLeaks(t)
-	mr, clk, c := redistest.Mini(t)
-	ctx := context.Background()
-	const wait = 10 * time.Second // the default wait timeout, said so below
-	// dying is a client whose process the test can kill: every call fails,
-	// every connection breaks (its presence subscription with them).
-	type dying struct {
-		cut   *redistest.Partition
-		sever *redistest.Severable
-	}
-	client := func() (*redis.Client, dying) {
-		hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = hc.Close() })
-		d := dying{&redistest.Partition{}, &redistest.Severable{}}
-		hc.AddHook(d.cut)
-		hc.AddHook(d.sever)
-		return hc, d
-	}
-	kill := func(d dying) {
-		d.cut.On.Store(true)
-		d.sever.Sever()
-	}
-	hc, holderDies := client()
-	owner, err := redistest.PresentOwner(hc, clk, nil)
+// deadWaitTimeout is the default wait timeout: what a dead waiter would
+// cost the live ones behind it if nothing looked at its presence.
+const deadWaitTimeout = 10 * time.Second
+
+// doomed is a process the test can kill: a handle on an owner made
+// WithPresence on a client of its own, waiting in a Lock of its own.
+type doomed struct {
+	m    *fair.Mutex
+	cut  *redistest.Partition
+	sev  *redistest.Severable
+	stop context.CancelFunc
+	done chan error
+}
+
+// queueDoomed starts a Lock of a process that keeps a presence, and waits
+// until it (and the asleep before it) sleep in the queue.
+func queueDoomed(t *testing.T, mr *miniredis.Miniredis, clk *clock.Fake, name string, asleep int) *doomed {
+	t.Helper()
+	owner, cut, sev := cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
+	m, err := fair.New(owner, name, fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := fair.New(owner, "p", fairlock.WithWaitTimeout(wait))
+	ctx, stop := context.WithCancel(context.Background())
+	d := &doomed{m: m, cut: cut, sev: sev, stop: stop, done: make(chan error, 1)}
+	go func() { d.done <- m.Lock(ctx) }()
+	waitFor(t, "the doomed waiter to sleep", func() bool { return redistest.Asleep() == asleep })
+	t.Cleanup(func() {
+		stop()
+		<-d.done
+	})
+	return d
+}
+
+// kill makes the process die: every call fails, and every connection
+// breaks, its presence subscription with them.
+func (d *doomed) kill() {
+	d.cut.On.Store(true)
+	d.sev.Sever()
+}
+
+// survive steps the fake clock 10 ms at a time, letting the waiters react
+// (asleep of them sleep, having read what Redis published, while got is
+// empty), until got has the survivor's Lock result; it fails if that takes
+// longer than bound after from.
+func survive(t *testing.T, clk *clock.Fake, got chan error, asleep int, from time.Time, bound time.Duration, what string) time.Duration {
+	t.Helper()
+	settled := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		redistest.SyncHubs(ctx) // the dead's hubs answer nothing: the timeout
+		cancel()
+		waitFor(t, "the waiters to settle", func() bool {
+			return (redistest.Asleep() == asleep && redistest.Unread() == 0) || len(got) == 1
+		})
+	}
+	settled()
+	for len(got) == 0 {
+		if clk.Now().Sub(from) > bound {
+			t.Fatalf("the survivor did not take the lock within %v of %s", bound, what)
+		}
+		clk.Advance(10 * time.Millisecond)
+		settled()
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	return clk.Now().Sub(from)
+}
+
+// Dead waiters are passed over (docs/presence.md): three processes that
+// keep a presence die while queued ahead of a live one; when the holder
+// unlocks a second later, the live one holds the lock within the grace
+// and two polls of the Unlock, not a wait timeout.
+func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	ctx := context.Background()
+	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The first waiter, in a process of its own that keeps a presence too
-	// (it does not help: nothing looks at a waiter's presence).
-	fc, firstDies := client()
-	fowner, err := redistest.PresentOwner(fc, clk, nil)
+	var dead []*doomed
+	for i := range 3 {
+		dead = append(dead, queueDoomed(t, mr, clk, "p", i+1))
+	}
+	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := fair.New(fowner, "p", fairlock.WithWaitTimeout(wait))
+	got := make(chan error, 1)
+	go func() { got <- survivor.Lock(ctx) }()
+	waitFor(t, "the survivor to sleep", func() bool { return redistest.Asleep() == 4 })
+
+	for _, d := range dead {
+		d.kill()
+	}
+	presenceDropped(t, c, allPresences)
+	for range 100 { // a second
+		clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the waiters to settle", func() bool { return redistest.Asleep() == 4 })
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := survive(t, clk, got, 4, clk.Now(), core.PresenceGrace+2*core.PresencePoll, "the Unlock")
+	t.Logf("the survivor took the lock %v (fake clock) after the Unlock, past three dead waiters", took)
+	if err := survivor.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		if d.m.Token() != 0 {
+			t.Errorf("a dead waiter was left believing it holds token %d", d.m.Token())
+		}
+	}
+}
+
+// A holder and the first waiter, both keeping a presence, die together:
+// nobody alive is the head, so nobody looks at them until the live waiter
+// behind them sends its heartbeat, which finds the head's client gone and
+// tells it to look at the grace's end: the survivor takes the lock within
+// a heartbeat, the grace and two polls of the deaths, not a wait timeout.
+func TestPresenceDeadHolderAndFirstWaiterCostAHeartbeat(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	ctx := context.Background()
+	howner, hcut, hsev := cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
+	holder, err := fair.New(howner, "p", fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstCtx, stopFirst := context.WithCancel(ctx)
-	firstDone := make(chan error, 1)
-	go func() { firstDone <- first.Lock(firstCtx) }()
-	waitFor(t, "the first waiter to sleep", func() bool { return redistest.Asleep() == 1 })
-	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(wait))
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := queueDoomed(t, mr, clk, "p", 1)
+	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,31 +159,16 @@ func TestPresenceDeadFirstWaiterCostsItsWaitTimeout(t *testing.T) {
 	go func() { got <- survivor.Lock(ctx) }()
 	waitFor(t, "both waiters to sleep", func() bool { return redistest.Asleep() == 2 })
 
-	kill(holderDies)
-	kill(firstDies)
+	hcut.On.Store(true)
+	hsev.Sever()
+	first.kill()
+	presenceDropped(t, c, allPresences)
 	died := clk.Now()
-	// The bound of guarantee 4 (one wait timeout, a heartbeat) and then of
-	// guarantee 10 (the grace, two polls) once the survivor is the head.
-	bound := wait + wait/3 + core.PresenceGrace + 2*core.PresencePoll
-	for len(got) == 0 {
-		if clk.Now().Sub(died) > bound {
-			t.Fatalf("the survivor did not take the lock within %v of the deaths (wait timeout %v, a heartbeat, the grace and two polls)", bound, wait)
-		}
-		clk.Advance(10 * time.Millisecond)
-		waitFor(t, "the waiters to settle", func() bool { return redistest.Asleep() == 2 || len(got) == 1 })
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	took := clk.Now().Sub(died)
-	t.Logf("the survivor took the lock %v (fake clock) after the holder and the first waiter died together; wait timeout %v", took, wait)
-	if took < wait {
-		t.Errorf("the survivor took the lock %v after the deaths, sooner than the dead first waiter's wait timeout (%v): "+
-			"docs/presence.md and the README say a dead waiter costs it; update them", took, wait)
-	}
+	heartbeat := deadWaitTimeout / 3
+	took := survive(t, clk, got, 2, died, heartbeat+core.PresenceGrace+2*core.PresencePoll, "the deaths")
+	t.Logf("the survivor took the lock %v (fake clock) after the holder and the first waiter died together; wait timeout %v",
+		took, deadWaitTimeout)
 	if err := survivor.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stopFirst()
-	<-firstDone
 }

@@ -18,8 +18,11 @@
 --   {1, token, 1, g}  held: handed to this entry at Redis time g (ms),
 --                            not yet claimed
 --   {0, hold ms, head, now, queue[, settling]}  waiting: ms until the
---                            current hold expires, 1 if the caller's entry is
---                            the live head, Redis's clock in ms (head notices
+--                            current hold expires (until the caller should
+--                            look again), 1 if the caller's entry is the live
+--                            head, or the first behind it whose client is
+--                            there while the head's is gone (present_head),
+--                            Redis's clock in ms (head notices
 --                            give absolute expiries), the queue's length (a
 --                            join; 0 for a try), and, for a try, 1 if what
 --                            holds it is a server that lost its data and
@@ -76,9 +79,17 @@ local function answer(t)
 end
 
 -- Step 1, queue cleanup: pop given-up and dead waiters off the head (when
--- there can be a live one at all). popped: the live head changed.
-local head, popped = nil, false
-if may_have_waiters(s, w, now) then head, popped = live_head(Q, now) end
+-- there can be a live one at all), those whose client's presence has been
+-- gone for the grace included. popped: the live head changed. first, from:
+-- while the head's client is gone (for less than the grace), the first
+-- entry whose client is there, and when those ahead of it may be passed
+-- over (present_head).
+local head, popped, first, from = nil, false, nil, nil
+local function cleanup()
+  local _, _
+  head, popped, _, _, first, from = present_head(s, Q, now)
+end
+if may_have_waiters(s, w, now) then cleanup() end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
@@ -108,11 +119,11 @@ if who == owner then
   if mode ~= 'try' then
     redis.call('ZREM', Q.deadlines, entry)
     -- If it was the head, its tombstone goes now.
-    if head == entry then head, popped = live_head(Q, now) end
+    if head == entry then cleanup() end
   end
   if popped and head then
     -- The head changed while the lock stays held: tell the new one.
-    tell_head(head, look_at(owner, tonumber(w.x), now), publish, channel)
+    tell_heads(head, first, from, look_at(owner, tonumber(w.x), now), publish, channel)
   end
   return answer({1, token, 0})
 end
@@ -129,21 +140,26 @@ if who == nil then
       -- waiter behind it is head now, and must hear when this lease ends.
       redis.call('LPOP', Q.list)
       redis.call('ZREM', Q.deadlines, entry)
-      local next_head = live_head(Q, now)
-      if next_head then tell_head(next_head, look_at(owner, now + lease, now), publish, channel) end
+      cleanup()
+      if head then tell_heads(head, first, from, look_at(owner, now + lease, now), publish, channel) end
     end
     return answer({1, token, 0})
   end
   -- Step 5, hand-off: free, but a live waiter is first (the last hold
   -- expired, or the head just became first): it gets the lock, and its
-  -- wake-up, now.
-  hand_off(s, w, Q, now, now_us, publish, channel)
-  head = live_head(Q, now)
+  -- wake-up, now. The hand-off may pass over waiters whose client is gone
+  -- and reach the caller's own entry: its reply says so (its message, sent
+  -- too, finds the wait over).
+  if hand_off(s, w, Q, now, now_us, publish, channel) == entry then
+    return answer({1, tonumber(w.f), 1, now})
+  end
+  cleanup()
   expiry = tonumber(w.x)
-elseif popped and head and head ~= entry then
-  -- Held by another, and cleanup removed the head (dead past its deadline):
-  -- the new head must hear when the hold ends.
-  tell_head(head, look_at(who, expiry, now, w.pa or s.pa), publish, channel)
+elseif popped and head then
+  -- Held by another, and cleanup removed the head (dead past its deadline,
+  -- or its client gone): the new head must hear when the hold ends. The
+  -- caller learns from its reply.
+  tell_heads(head, first, from, look_at(who, expiry, now, w.pa or s.pa), publish, channel, entry)
 end
 
 -- Step 6, the caller waits. "try" never queues: no barging past waiters.
@@ -173,8 +189,9 @@ if added then
   -- could create them set their TTL; with none, they may be new.
   created = head == nil
   -- Cleanup was skipped if no waiter could be live; dead entries may still
-  -- be ahead of this one.
-  if head == nil then head = live_head(Q, now) end
+  -- be ahead of this one. Behind a head whose client is gone, the scan may
+  -- not have found a present entry before this one was added.
+  if head == nil or (first == nil and from ~= nil) then cleanup() end
 elseif deadline and tonumber(deadline) > now then
   -- Already queued: being here is a sign of life, so refresh the deadline.
   redis.call('ZADD', Q.deadlines, 'XX', int(now + wait), entry)
@@ -189,12 +206,18 @@ else
 end
 horizon(s, w, now + wait)
 commit(s, w, now, created, Q.list, Q.deadlines)
-local first = 0
-if head == entry then first = 1 end
 -- The queue's length, this waiter included, for the caller's observer:
 -- every entry with a deadline (one past its deadline goes at the next
 -- cleanup that reaches it).
 -- The head of a lock whose holder keeps a presence looks again sooner than
--- the expiry (look_at).
+-- the expiry (look_at). The first waiter whose client is there, behind a
+-- head whose client is gone, is told it is head too: it looks once those
+-- ahead of it may be passed over.
 local look = look_at(w.o or s.o, expiry, now, w.pa or s.pa)
-return {0, look - now, first, now, redis.call('ZCARD', Q.deadlines)}
+local told = 0
+if head == entry then
+  told = 1
+elseif first == entry then
+  told, look = 1, math.max(look, from)
+end
+return {0, look - now, told, now, redis.call('ZCARD', Q.deadlines)}

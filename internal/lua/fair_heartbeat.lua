@@ -7,7 +7,8 @@
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -2 queued as the live head of
--- a held lock, -1 evicted or gone, or the token of a hold granted to it;
+-- a held lock (or as the first waiter whose client is there behind a head
+-- whose client is gone: queue.lua's present_head), -1 evicted or gone, or the token of a hold granted to it;
 -- then the grant's time (Redis ms, 0: none), 1 if this call made that grant
 -- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
 -- 0: free).
@@ -21,19 +22,32 @@ local w = {}
 
 -- Cleanup, and the hand-off that a lost release or an expired lease left
 -- undone. While the lock is held, cleanup may evict a dead head: the waiter
--- behind it is told it is head now.
-local _, _, expiry = holder(s, now)
-local head
+-- behind it is told it is head now. It looks at presences as an attempt
+-- does: a holder whose client has been gone for the grace loses the lock
+-- (queue.lua's holder_present), a waiter whose client has is passed over,
+-- and behind a head whose client is gone the first waiter whose client is
+-- there is told to look (present_head). So a head that died together with
+-- the holder costs the waiters behind at most a heartbeat, not their wait
+-- timeout.
+local who, _, expiry = holder(s, now)
+if who and not holder_present(s, w, now) then
+  clear_hold(s)
+  who, expiry = nil, nil
+end
+local head, first, from
 if expiry == nil then
   if hand_off(s, w, Q, now, now_us, ARGV[1], ARGV[2]) then
-    head, expiry = live_head(Q, now), tonumber(w.x)
+    local _
+    head, _, _, _, first, from = present_head(s, Q, now)
+    expiry = tonumber(w.x)
   end
 else
-  local popped
-  head, popped = live_head(Q, now)
-  if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end
+  local popped, _
+  head, popped, _, _, first, from = present_head(s, Q, now)
+  if popped and head then tell_heads(head, first, from, look_at(s.o, expiry, now, w.pa or s.pa), ARGV[1], ARGV[2]) end
 end
 local granted, token = w.e or s.e, w.f or s.f
+local first_looks = false
 
 local status = {}
 for i = 3, #ARGV, 2 do
@@ -46,7 +60,9 @@ for i = 3, #ARGV, 2 do
     horizon(s, w, now + wait)
     -- The head learns it is head from its head notice; this says it again,
     -- in case that message was lost.
-    if entry == head then status[#status + 1] = -2 else status[#status + 1] = 0 end
+    -- So does the first waiter behind a head whose client is gone.
+    if entry == head or entry == first then status[#status + 1] = -2 else status[#status + 1] = 0 end
+    if entry == first and first ~= head then first_looks = true end
   else
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
     -- not reached its list element yet.
@@ -57,6 +73,11 @@ end
 commit(s, w, now, false, Q.list, Q.deadlines)
 status[#status + 1] = tonumber(w.g or s.g or '0')
 if w.e then status[#status + 1] = 1 else status[#status + 1] = 0 end
--- The head of a lock whose holder keeps a presence looks again sooner.
-status[#status + 1] = (expiry and look_at(w.o or s.o, expiry, now, w.pa or s.pa)) or 0
+-- The head of a lock whose holder keeps a presence looks again sooner; the
+-- first waiter behind a head whose client is gone, once those ahead of it
+-- may be passed over. (The two are never of one client: one is there, the
+-- other gone.)
+local look = (expiry and look_at(w.o or s.o, expiry, now, w.pa or s.pa)) or 0
+if first_looks and look > 0 then look = math.max(look, from) end
+status[#status + 1] = look
 return status

@@ -28,7 +28,9 @@ if who == nil then
 elseif may_have_waiters(s, {}, now) then
   -- Held: if the leaver was the head, its tombstone goes now and the waiter
   -- behind it is told it is head (it must hear when the hold ends).
-  local head, popped = live_head(Q, now)
-  if popped and head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end
+  local head, popped, _, _, first, from = present_head(s, Q, now)
+  if popped and head then tell_heads(head, first, from, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end
+  -- Absences that the cleanup recorded or forgot (present_head).
+  save_changes(s, {})
 end
 return returned

@@ -35,6 +35,9 @@
 --       fair lock only:
 --       pa when a waiter's attempt first found the holder's presence gone
 --          (Redis ms; queue.lua's holder_present); cleared with the hold
+--       wa object: client id -> when a look first found the presence of a
+--          queued waiter's client gone (Redis ms; queue.lua's
+--          waiter_absent_since); forgotten when found back; survives holds
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
 --       a semaphore's gate only: po, pn, pl  the permit request its holder

@@ -76,6 +76,52 @@ local function look_at(holder, expiry, now, since)
   return math.min(expiry, at)
 end
 
+-- Waiters' presence (docs/presence.md). A queued entry of a client that
+-- keeps a presence is passed over once that presence has been gone for
+-- PRESENCE_GRACE_MS: its process died, and it would never claim a grant.
+-- As for a holder, absence is counted from the first look that found it
+-- gone, per client (s.wa: client id -> Redis ms), and forgotten by the
+-- first look that finds the client back; a record older than
+-- ABSENCE_KEPT_MS is counted afresh. A client that is merely slow (paused,
+-- cut off) keeps its connections, so its presence, and the wait timeout's
+-- rule. Looks are bounded: present_head reads at most PRESENCE_SCAN
+-- entries behind an absent head.
+local ABSENCE_KEPT_MS = 60000
+local PRESENCE_SCAN = 8
+
+-- When the presence of the client of queue entry e was first found gone
+-- (Redis ms), or nil while it is there or if the client keeps none. One
+-- PUBSUB NUMSUB, only for a client that keeps a presence. Records and
+-- forgets in s.wa (changed: the caller saves).
+local function waiter_absent_since(s, e, now)
+  local owner = entry_owner(e) or ''
+  local ch = presence_channel(owner)
+  if ch == nil then return nil end
+  local client = string.match(owner, '^[^.]*')
+  local wa = s.wa
+  if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then
+    if wa and wa[client] then
+      wa[client] = nil
+      if next(wa) == nil then s.wa = nil end
+      changed = true
+    end
+    return nil
+  end
+  local since = wa and tonumber(wa[client] or '')
+  if since == nil or now - since > ABSENCE_KEPT_MS then
+    since = now
+    wa = wa or {}
+    -- Records of clients nobody looked at for long go with this write.
+    for c, t in pairs(wa) do
+      if now - tonumber(t) > ABSENCE_KEPT_MS then wa[c] = nil end
+    end
+    wa[client] = int(now)
+    s.wa = wa
+    changed = true
+  end
+  return since
+end
+
 -- Fair lock, step 1 (queue cleanup): drop tombstones and waiters whose
 -- deadline passed from the head of q, until the head is a live waiter. Each
 -- entry is popped once in its life, so this is O(1) amortised per entry.
@@ -98,6 +144,46 @@ local function live_head(q, now)
   end
 end
 
+-- Fair lock, step 1 with presence: live_head, then the head is passed
+-- over (popped, as a dead one is) while its client's presence has been gone
+-- for the grace. Returns what live_head does, then first and from. While
+-- the head's client is there (or keeps no presence), first is the head and
+-- from nil. While it has been gone for less than the grace, from is when
+-- every absent entry ahead of first may be passed over, and first is the
+-- first entry behind the head, within PRESENCE_SCAN, whose client is there
+-- (nil if none): it is told to look then, since the head may never (a head
+-- that died with the holder). An entry found on the way gone for the grace
+-- loses its deadline (a tombstone, popped when it reaches the front).
+local function present_head(s, q, now)
+  local popped = false
+  while true do
+    local head, p, element, deadline = live_head(q, now)
+    popped = popped or p
+    if head == nil then return nil, popped end
+    local since = waiter_absent_since(s, head, now)
+    if since == nil then return head, popped, element, deadline, head, nil end
+    if now - since < PRESENCE_GRACE_MS then
+      local from = since + PRESENCE_GRACE_MS
+      for _, el in ipairs(redis.call('LRANGE', q.list, 1, PRESENCE_SCAN)) do
+        local e = element_entry(el)
+        if tonumber(redis.call('ZSCORE', q.deadlines, e) or '0') > now then
+          local gone = waiter_absent_since(s, e, now)
+          if gone == nil then return head, popped, element, deadline, e, from end
+          if now - gone >= PRESENCE_GRACE_MS then
+            redis.call('ZREM', q.deadlines, e)
+          elseif gone + PRESENCE_GRACE_MS > from then
+            from = gone + PRESENCE_GRACE_MS
+          end
+        end
+      end
+      return head, popped, element, deadline, nil, from
+    end
+    redis.call('LPOP', q.list)
+    redis.call('ZREM', q.deadlines, head)
+    popped = true
+  end
+end
+
 -- Fair lock, the head notice (head_notice in wire.lua): the waiter that just
 -- became the live head while the lock is held learns when that hold expires,
 -- so that it tries again the moment a lease runs out (a fixed lease, a
@@ -105,11 +191,22 @@ end
 -- a lease that runs out sends no message. One message per change of head.
 -- The expiry is absolute, so a notice read late still wakes its waiter on
 -- time (the waiter knows Redis's clock from its last reply).
-local function tell_head(head, expiry, publish, channel)
-  publish_notes(publish, channel, {head_notice(head, expiry)})
+-- The head is one that present_head found (first, from: what it returned
+-- with it): when the head's client is gone, the first entry behind it whose
+-- client is there is told too, to look once those ahead of it may be passed
+-- over (and no sooner than the head). skip: an entry that learns from its
+-- own reply, told nothing here.
+local function tell_heads(head, first, from, expiry, publish, channel, skip)
+  local list = {}
+  if head ~= skip then list[1] = head_notice(head, expiry) end
+  if first and first ~= head and first ~= skip then
+    list[#list + 1] = head_notice(first, math.max(expiry, from))
+  end
+  if #list > 0 then publish_notes(publish, channel, list) end
 end
 
--- Fair lock, direct hand-off: grant the lock to the live head of q and
+-- Fair lock, direct hand-off: grant the lock to the live head of q (passing
+-- over those whose client's presence has been gone for the grace) and
 -- publish the grant to that waiter's client alone (handoff_note, with the
 -- grant's Redis time, in its inbox: publish_notes): the waiter needs no
 -- further round trip, and counts its lease from the grant. The head notice
@@ -122,12 +219,18 @@ end
 -- freed by this very call (the last release, ForceUnlock): the new hold's
 -- fields in w replace whatever hold s still records, which those callers
 -- rely on.
--- Writes go to w (saved by the caller). Returns the grantee's entry, or nil.
+-- Writes go to w (saved by the caller; absences it records or forgets go
+-- to s.wa, which the caller's save keeps). Returns the grantee's entry, or
+-- nil.
 local function hand_off(s, w, q, now, now_us, publish, channel)
   if not may_have_waiters(s, w, now) then return nil end
   -- Step 1 and the grant in one pass: pop until a live entry is popped.
   -- An element that fairlock did not write is dropped like a dead entry.
-  local element, head, deadline, lease, label
+  -- A live entry whose client's presence has been gone for the grace is
+  -- passed over; one gone for less is granted, its absence counted from
+  -- when it was first found gone (pa), so that the waiter told below ends
+  -- the grant at the grace's end if the client does not come back.
+  local element, head, deadline, lease, label, since
   repeat
     element = redis.call('LPOP', q.list)
     if not element then return nil end
@@ -136,19 +239,29 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
     deadline = tonumber(score or '0')
     if score then redis.call('ZREM', q.deadlines, head) end
     lease, label = element_lease(element)
+    since = nil
+    if deadline > now and lease then
+      since = waiter_absent_since(s, head, now)
+      if since and now - since >= PRESENCE_GRACE_MS then lease = nil end
+    end
   until deadline > now and lease
   local _, token = next_token(s, w, now_us)
   local expiry = math.min(now + lease, deadline)
   w.o, w.c, w.x = entry_owner(head), '1', int(expiry)
   w.e, w.g, w.b = head, int(now), label
+  if since then w.pa = int(since) end
   -- On a semaphore's gate, what the new holder waits for (none elsewhere).
   local po, pn, pl = element_request(element)
   s.po, s.pn, s.pl = po, pn and int(pn), pl and int(pl)
   -- In an election, the new leader's value (none elsewhere).
   s.l = element_value(element)
   local message = {handoff_note(head, token, now)}
-  local next_head = live_head(q, now)
-  if next_head then message[2] = head_notice(next_head, look_at(w.o, expiry, now)) end
+  local next_head, _, _, _, first, from = present_head(s, q, now)
+  if next_head then
+    local at = look_at(w.o, expiry, now, w.pa)
+    message[2] = head_notice(next_head, at)
+    if first and first ~= next_head then message[3] = head_notice(first, math.max(at, from)) end
+  end
   publish_notes(publish, channel, message)
   return head
 end
