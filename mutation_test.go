@@ -110,8 +110,8 @@ var mutations = []struct {
 	{
 		name: "no queue length with a join's answer",
 		file: "fair_acquire.lua",
-		from: "return {0, look - now, first, now, redis.call('ZCARD', Q.deadlines)}",
-		to:   "return {0, look - now, first, now}",
+		from: "return {0, look - now, told, now, redis.call('ZCARD', Q.deadlines)}",
+		to:   "return {0, look - now, told, now}",
 		seed: 14189720895671782733,
 	},
 	{
@@ -143,8 +143,8 @@ var mutations = []struct {
 		// in check): a waiter behind a dead head that a join evicts is not.
 		name: "no head notice when a join's cleanup evicts a dead head",
 		file: "fair_acquire.lua",
-		from: "elseif popped and head and head ~= entry then",
-		to:   "elseif popped and head and head == entry then",
+		from: "elseif who and popped and head then",
+		to:   "elseif who and popped and head == entry then",
 		// It needs a dead head, a live waiter behind it and a join or try
 		// between the head's deadline and the next heartbeat: caught after
 		// 24 to 1,186 checks in 9 runs (2026-11-24).
@@ -155,22 +155,22 @@ var mutations = []struct {
 		// At most one head notice per entry (checkMessages).
 		name: "a head notice at every call while the lock is held",
 		file: "fair_acquire.lua",
-		from: "elseif popped and head and head ~= entry then",
-		to:   "elseif (popped or head) and head ~= entry then",
+		from: "elseif who and popped and head then",
+		to:   "elseif who and (popped or head) then",
 		seed: 5747366809188464186,
 	},
 	{
 		name: "a head notice at every heartbeat while the lock is held",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
-		to:   "if head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
+		from: "if popped and head then tell_heads(",
+		to:   "if head then tell_heads(",
 		seed: 9258370859139951867,
 	},
 	{
 		name: "no head notice when the heartbeat evicts a dead head",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
-		to:   "if popped and not head then tell_head(head, look_at(s.o, expiry, now, s.pa), ARGV[1], ARGV[2]) end",
+		from: "if popped and head then tell_heads(",
+		to:   "if popped and not head then tell_heads(",
 		// A rare coincidence: caught after 45 to 218 checks in 3 runs (2026-11-24).
 		checks: 3000,
 		seed:   5387354038456174379,
@@ -185,7 +185,7 @@ var mutations = []struct {
 	{
 		name: "no head notice when the head takes the lock itself",
 		file: "fair_acquire.lua",
-		from: "if next_head then tell_head(next_head, look_at(owner, now + lease, now), publish, channel) end",
+		from: "if head then tell_heads(head, first, from, look_at(owner, now + lease, now), publish, channel) end",
 		to:   "-- (no notice)",
 		// A rare coincidence: caught after 283 to about 600 checks in 4 runs (2026-11-24).
 		checks: 5000,
@@ -194,8 +194,8 @@ var mutations = []struct {
 	{
 		name: "a head notice whenever a waiter leaves a held lock",
 		file: "fair_leave.lua",
-		from: "if popped and head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end",
-		to:   "if head then tell_head(head, look_at(who, expiry, now, s.pa), ARGV[3], ARGV[4]) end",
+		from: "if popped and head then tell_heads(",
+		to:   "if head then tell_heads(",
 		seed: 932810529641631678,
 	},
 	{
@@ -218,8 +218,8 @@ var mutations = []struct {
 	{
 		name: "a head that takes the lock itself leaves its deadline behind",
 		file: "fair_acquire.lua",
-		from: "      redis.call('ZREM', Q.deadlines, entry)\n      local next_head",
-		to:   "      local next_head",
+		from: "    redis.call('ZREM', Q.deadlines, entry)\n    cleanup()",
+		to:   "    cleanup()",
 		seed: 4769116373754576925,
 	},
 	{
@@ -247,7 +247,7 @@ var mutations = []struct {
 		// takes the lock when the hold's lease runs out.
 		name:   "the heartbeat never says which waiter is the head",
 		file:   "fair_heartbeat.lua",
-		from:   "if entry == head then status[#status + 1] = -2 else status[#status + 1] = 0 end",
+		from:   "if entry == head or entry == first then status[#status + 1] = -2 else status[#status + 1] = 0 end",
 		to:     "status[#status + 1] = 0",
 		spec:   scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
 		checks: 1,
@@ -842,8 +842,8 @@ var mutations = []struct {
 	{
 		name: "presence: a hand-off's next head waits for the expiry",
 		file: "queue.lua",
-		from: "if next_head then message[2] = head_notice(next_head, look_at(w.o, expiry, now)) end",
-		to:   "if next_head then message[2] = head_notice(next_head, expiry) end",
+		from: "message[2] = head_notice(next_head, at)",
+		to:   "message[2] = head_notice(next_head, expiry)",
 		// Needs a hand-off to a process that keeps a presence, a waiter
 		// behind it, then its crash: caught after 1,823 checks once.
 		spec:   fairLockPresenceSpec,
@@ -882,6 +882,72 @@ var mutations = []struct {
 		from:   "elseif s.pa ~= nil then",
 		to:     "elseif false then",
 		spec:   scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
+		checks: 1,
+	},
+	// Dead waiters passed over (queue.lua's present_head and hand_off),
+	// each caught by a scenario of scenario_deadwaiter_test.go.
+	{
+		name:   "presence: a hand-off grants the lock to a waiter gone for the grace",
+		file:   "queue.lua",
+		from:   "if since and now - since >= PRESENCE_GRACE_MS then lease = nil end",
+		to:     "-- (never passed over)",
+		spec:   scenarioSpec(deadWaitersPassedOverByTheHandOff),
+		checks: 1,
+	},
+	{
+		name:   "presence: a waiter's presence is never checked",
+		file:   "queue.lua",
+		from:   "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then\n    if wa and",
+		to:     "if true then\n    if wa and",
+		spec:   scenarioSpec(deadWaitersPassedOverByTheHandOff),
+		checks: 1,
+	},
+	{
+		name:   "presence: cleanup never passes over a head gone for the grace",
+		file:   "queue.lua",
+		from:   "if now - since < PRESENCE_GRACE_MS then\n      local from",
+		to:     "if true then\n      local from",
+		spec:   scenarioSpec(deadWaitersPassedOverByALook),
+		checks: 1,
+	},
+	{
+		name:   "presence: a hand-off to a gone waiter tells nobody behind it",
+		file:   "queue.lua",
+		from:   "if first and first ~= next_head then message[3]",
+		to:     "if false then message[3]",
+		spec:   scenarioSpec(deadWaitersFoundByTheHandOff),
+		checks: 1,
+	},
+	{
+		name:   "presence: a join behind a gone head is not told to look",
+		file:   "fair_acquire.lua",
+		from:   "elseif first == entry then",
+		to:     "elseif false then",
+		spec:   scenarioSpec(joinBehindTheDead),
+		checks: 1,
+	},
+	{
+		name:   "presence: the heartbeat tells nobody behind a gone head",
+		file:   "fair_heartbeat.lua",
+		from:   "if entry == head or entry == first then",
+		to:     "if entry == head then",
+		spec:   scenarioSpec(heartbeatFindsTheDead),
+		checks: 1,
+	},
+	{
+		name:   "presence: the heartbeat never looks at the holder's presence",
+		file:   "fair_heartbeat.lua",
+		from:   "if who and not holder_present(s, w, now) then",
+		to:     "if false then",
+		spec:   scenarioSpec(heartbeatFindsTheDead),
+		checks: 1,
+	},
+	{
+		name:   "presence: a look that finds a waiter back keeps the absence it saw",
+		file:   "queue.lua",
+		from:   "      wa[client] = nil\n      if next(wa)",
+		to:     "      if next(wa)",
+		spec:   scenarioSpec(waiterSeenBackIsForgotten),
 		checks: 1,
 	},
 	{
@@ -990,7 +1056,9 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // list of {"name", "file", "from", "to", "spec"} (spec: fair, presence,
 // semaphore, semaphore-presence, rw, retry, reentrant, election, or a
 // scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up,
-// stale-absence, absence-seen-back, stale-permit-absence; fair if empty),
+// stale-absence, absence-seen-back, stale-permit-absence, passed-over,
+// passed-over-by-a-look, found-dead, join-behind, heartbeat-finds, waiter-seen-back; fair if
+// empty),
 // with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .
@@ -1012,17 +1080,23 @@ func TestSeededBugs(t *testing.T) {
 	}
 	specs := map[string]func(*lua.Scripts) func(*rapid.T){
 		"": fairLockSpec, "fair": fairLockSpec, "presence": fairLockPresenceSpec, "semaphore": semaphoreSpec, "rw": rwMutexSpec, "retry": retrySpecOf,
-		"semaphore-presence":   semaphorePresenceSpec,
-		"lost-hand-off":        scenarioSpec(lostHandOffFoundByTheHeartbeat),
-		"reentry":              scenarioSpec(reentryNeverShortensAHold),
-		"long-permits":         scenarioSpec(longPermitHoldsKeepTheirKeys),
-		"lost-head":            scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
-		"lost-wake-up":         scenarioSpec(reentrantLostWakeUp),
-		"stale-absence":        scenarioSpec(staleAbsenceIsForgotten),
-		"absence-seen-back":    scenarioSpec(absenceSeenBackIsForgotten),
-		"stale-permit-absence": scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
-		"reentrant":            reentrantSpecOf,
-		"election":             electionSpecOf,
+		"semaphore-presence":    semaphorePresenceSpec,
+		"lost-hand-off":         scenarioSpec(lostHandOffFoundByTheHeartbeat),
+		"reentry":               scenarioSpec(reentryNeverShortensAHold),
+		"long-permits":          scenarioSpec(longPermitHoldsKeepTheirKeys),
+		"lost-head":             scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
+		"lost-wake-up":          scenarioSpec(reentrantLostWakeUp),
+		"stale-absence":         scenarioSpec(staleAbsenceIsForgotten),
+		"absence-seen-back":     scenarioSpec(absenceSeenBackIsForgotten),
+		"stale-permit-absence":  scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
+		"passed-over":           scenarioSpec(deadWaitersPassedOverByTheHandOff),
+		"passed-over-by-a-look": scenarioSpec(deadWaitersPassedOverByALook),
+		"found-dead":            scenarioSpec(deadWaitersFoundByTheHandOff),
+		"join-behind":           scenarioSpec(joinBehindTheDead),
+		"heartbeat-finds":       scenarioSpec(heartbeatFindsTheDead),
+		"waiter-seen-back":      scenarioSpec(waiterSeenBackIsForgotten),
+		"reentrant":             reentrantSpecOf,
+		"election":              electionSpecOf,
 	}
 	defer setFlags(map[string]string{"rapid.shrinktime": "1ms", "rapid.nofailfile": "true"})()
 	caught := 0

@@ -177,8 +177,9 @@ func redisNow(t time.Time) int64 { return t.UnixMilli() }
 //   - a hand-off message names an entry no longer queued, once, with a
 //     token above every earlier hand-off's, and a hand-off not yet claimed
 //     (the hold's e) had its message;
-//   - an entry gets at most one head notice in its life, while it is the
-//     front of the list;
+//   - an entry gets at most one head notice in its life while it is the
+//     front of the list; one behind the front only while every live entry
+//     ahead of it is of a client that keeps a presence (present_head);
 //   - the live front of the list of a held lock knows when the hold ends:
 //     from its head notice or, when it joined at the front (the first time
 //     the entry is seen, it is there), from its join's reply;
@@ -313,7 +314,7 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map
 	q := readQueue(t, client, l.hold+":queue", l.hold+":deadlines")
 	q.checkTidy(t, l.what)
 	for _, text := range l.wire.take(t) {
-		l.note(t, text, q)
+		l.note(t, text, q, now)
 	}
 	// An entry seen for the first time joined in the last step: at the
 	// front, it joined as the head, and its join's reply said so.
@@ -350,7 +351,7 @@ func (l *queueLedger) check(t *rapid.T, client *redis.Client, now time.Time) map
 }
 
 // note accounts for one note published on the queue's channel.
-func (l *queueLedger) note(t *rapid.T, text string, q rawQueue) {
+func (l *queueLedger) note(t *rapid.T, text string, q rawQueue, now time.Time) {
 	f := strings.Fields(text)
 	switch {
 	case l.permits != "" && len(f) == 5 && f[1] == "permits":
@@ -385,14 +386,24 @@ func (l *queueLedger) note(t *rapid.T, text string, q rawQueue) {
 			t.Fatalf("messages: %q on %s's channel is not a note of the protocol", text, l.what)
 		}
 		if n.head {
+			// Nothing joins ahead of an entry: a head stays at the front.
+			// Behind a head whose client's presence is gone, the first
+			// entry whose client is there is told too (once per such
+			// head): only entries of clients that keep a presence, or dead
+			// ones, may be ahead of it.
+			if i := slices.Index(q.entries, n.entry); i > 0 {
+				for _, e := range q.entries[:i] {
+					if d, ok := q.deadlines[e]; ok && d > redisNow(now) && !keepsPresence(e) {
+						t.Fatalf("messages: a head notice to %s, which has %v ahead of it in the queue, %s of a client that keeps no presence",
+							n.entry, q.entries[:i], e)
+					}
+				}
+				return
+			}
 			if l.told[n.entry] {
 				t.Fatalf("messages: a second head notice to %s (%q): one message per change of head", n.entry, text)
 			}
 			l.told[n.entry] = true
-			// Nothing joins ahead of an entry: a head stays at the front.
-			if i := slices.Index(q.entries, n.entry); i > 0 {
-				t.Fatalf("messages: a head notice to %s, which has %v ahead of it in the queue", n.entry, q.entries[:i])
-			}
 			return
 		}
 		if tok, dup := l.grants[n.entry]; dup {
@@ -434,4 +445,10 @@ func parseFairNote(note string) (fairNote, bool) {
 		return fairNote{}, false
 	}
 	return fairNote{entry: f[0], token: token, number: n}, true
+}
+
+// keepsPresence reports whether the client of queue entry e keeps a
+// presence (its id ends in wire.PresenceMark).
+func keepsPresence(e string) bool {
+	return strings.HasSuffix(wire.ClientOf(e), wire.PresenceMark)
 }

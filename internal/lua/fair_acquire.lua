@@ -1,5 +1,7 @@
 -- fair_acquire.lua: one attempt of a fair-lock waiter, the seven steps of the
--- fair queue, numbered in the order they run (docs/queue-semantics.md).
+-- fair queue, numbered as docs/queue-semantics.md numbers them; they run in
+-- that order, but for the hand-off (5), tried before the caller's own
+-- acquisition (4), since passing over the dead may leave nobody ahead.
 -- KEYS[1..3]: hold, queue, deadlines (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
@@ -128,34 +130,40 @@ if who == owner then
   return answer({1, token, 0})
 end
 
-if who == nil then
-  if head == nil or head == entry then
-    -- Step 4, acquire: the lock is free and nobody live is ahead of the caller.
-    w.e, w.g, s.e, s.g = nil, nil, nil, nil
-    token = next_token(s, w, now_us)
-    w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
-    s.po, s.pn, s.pl, s.l = po, pn, pl, value
-    if head == entry then
-      -- The head took the lock itself (the last hold's lease ran out): the
-      -- waiter behind it is head now, and must hear when this lease ends.
-      redis.call('LPOP', Q.list)
-      redis.call('ZREM', Q.deadlines, entry)
-      cleanup()
-      if head then tell_heads(head, first, from, look_at(owner, now + lease, now), publish, channel) end
-    end
-    return answer({1, token, 0})
-  end
+local handed = false
+if who == nil and head and head ~= entry then
   -- Step 5, hand-off: free, but a live waiter is first (the last hold
   -- expired, or the head just became first): it gets the lock, and its
   -- wake-up, now. The hand-off may pass over waiters whose client is gone
   -- and reach the caller's own entry: its reply says so (its message, sent
-  -- too, finds the wait over).
-  if hand_off(s, w, Q, now, now_us, publish, channel) == entry then
-    return answer({1, tonumber(w.f), 1, now})
+  -- too, finds the wait over); if it passed over everyone, the caller takes
+  -- the lock below, as nobody live is ahead of it.
+  local granted = hand_off(s, w, Q, now, now_us, publish, channel)
+  if granted == entry then return answer({1, tonumber(w.f), 1, now}) end
+  if granted then
+    handed = true
+    cleanup()
+    expiry = tonumber(w.x)
+  else
+    head = nil
   end
-  cleanup()
-  expiry = tonumber(w.x)
-elseif popped and head then
+end
+if who == nil and not handed then
+  -- Step 4, acquire: the lock is free and nobody live is ahead of the caller.
+  w.e, w.g, s.e, s.g = nil, nil, nil, nil
+  token = next_token(s, w, now_us)
+  w.o, w.c, w.x, w.b = owner, '1', int(now + lease), label
+  s.po, s.pn, s.pl, s.l = po, pn, pl, value
+  if head == entry then
+    -- The head took the lock itself (the last hold's lease ran out): the
+    -- waiter behind it is head now, and must hear when this lease ends.
+    redis.call('LPOP', Q.list)
+    redis.call('ZREM', Q.deadlines, entry)
+    cleanup()
+    if head then tell_heads(head, first, from, look_at(owner, now + lease, now), publish, channel) end
+  end
+  return answer({1, token, 0})
+elseif who and popped and head then
   -- Held by another, and cleanup removed the head (dead past its deadline,
   -- or its client gone): the new head must hear when the hold ends. The
   -- caller learns from its reply.

@@ -1,0 +1,294 @@
+package fairlock_test
+
+// Dead waiters passed over (docs/presence.md), played on the scripts: a
+// queued entry whose client's presence has been gone for the grace is
+// passed over, and the first waiter behind a head whose client is gone is
+// told to look at the grace's end.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// Clients of the scenarios below: those with the mark keep a presence.
+const (
+	plainHolder = "PlainHolderPlainHolderP"
+	plainWaiter = "PlainWaiterPlainWaiterP"
+	deadHolder  = "DeadHolderDeadHolderDea" + wire.PresenceMark
+)
+
+// deadWaiter is the client id of the i-th dead waiter of a scenario.
+func deadWaiter(i int) string { return "DeadWaiterDeadWaiter" + strconv.Itoa(i) + wire.PresenceMark }
+
+// join queues client's first entry, and reports the reply.
+func (ps *presenceScripts) join(client string) wire.FairAcquireReply {
+	ps.t.Helper()
+	return ps.acquire(client+".1", client+".1/1", wire.ModeJoin)
+}
+
+// look is one more attempt of client's first entry, already queued.
+func (ps *presenceScripts) look(client string) wire.FairAcquireReply {
+	ps.t.Helper()
+	return ps.acquire(client+".1", client+".1/1", wire.ModeQueued)
+}
+
+// heartbeat runs fair_heartbeat.lua for client's first entry.
+func (ps *presenceScripts) heartbeat(client string) wire.HeartbeatReply {
+	ps.t.Helper()
+	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base),
+		wire.Heartbeat("PUBLISH", wire.Channel(ps.base), []string{client + ".1/1"}, []int64{10000})...).Result()
+	if err != nil {
+		ps.t.Fatalf("%s's heartbeat: %v", client, err)
+	}
+	r, err := wire.DecodeHeartbeat(v, 1)
+	if err != nil {
+		ps.t.Fatalf("%s's heartbeat: %v", client, err)
+	}
+	return r
+}
+
+// inbox subscribes to client's inbox of the lock; the caller closes it.
+func (ps *presenceScripts) inbox(client string) *redis.PubSub {
+	ps.t.Helper()
+	sub := ps.c.Subscribe(context.Background(), wire.Inbox(wire.Channel(ps.base), client))
+	if _, err := sub.Receive(context.Background()); err != nil {
+		ps.t.Fatalf("subscribing %s's inbox: %v", client, err)
+	}
+	return sub
+}
+
+// headNotice reads the head notice to client's first entry from its inbox
+// (sub), and returns its expiry (Redis ms); 0 if none came within a second.
+func headNotice(t tb, sub *redis.PubSub, client string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			return 0
+		}
+		for _, note := range strings.Split(msg.Payload, wire.NoteSeparator) {
+			if n, mine := wire.ParseNote(note, client+".1/1"); mine {
+				if h, ok := n.(wire.HeadNotice); ok {
+					return h.Expiry
+				}
+			}
+		}
+	}
+}
+
+// queueBehindTheDead: H (no presence) holds; three waiters that keep a
+// presence queue, then a waiter that keeps none, W; the three die.
+func queueBehindTheDead(t tb, ps *presenceScripts) (token int64) {
+	t.Helper()
+	h := ps.join(plainHolder)
+	if !h.Held {
+		t.Fatalf("H's Lock: %+v, want held", h)
+	}
+	for i := range 3 {
+		ps.present(deadWaiter(i))
+		if r := ps.join(deadWaiter(i)); r.Held {
+			t.Fatalf("dead waiter %d's join: %+v, want queued", i, r)
+		}
+	}
+	if r := ps.join(plainWaiter); r.Held || r.Head {
+		t.Fatalf("W's join: %+v, want queued behind the three", r)
+	}
+	for i := range 3 {
+		ps.gone(deadWaiter(i))
+	}
+	return h.Token
+}
+
+// deadWaitersPassedOverByTheHandOff: W looks after the three died (its look
+// records their absence, and tells it to look at H's expiry); a grace
+// later H unlocks, and the hand-off passes over the three: W holds.
+func deadWaitersPassedOverByTheHandOff(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "passed-over"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	token := queueBehindTheDead(t, ps)
+	if r := ps.look(plainWaiter); r.Held || !r.Head {
+		t.Fatalf("W's look behind the dead: %+v; want queued, told to look (as the head)", r)
+	}
+	clk.Advance(core.PresenceGrace)
+	ps.release(plainHolder+".1", token)
+	if got := ps.holder(name); got != plainWaiter+".1" {
+		t.Fatalf("holder after H's release, the three gone for the grace: %q, want W", got)
+	}
+}
+
+func TestDeadWaitersPassedOverByTheHandOff(t *testing.T) {
+	deadWaitersPassedOverByTheHandOff(t, lua.Default())
+}
+
+// deadWaitersPassedOverByALook: as deadWaitersPassedOverByTheHandOff, but
+// a grace after its first look W looks again while H holds: that look's
+// cleanup passes over the three, and W is the head.
+func deadWaitersPassedOverByALook(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase("passed-over-by-a-look"))
+	defer stop()
+	queueBehindTheDead(t, ps)
+	if r := ps.look(plainWaiter); r.Held || !r.Head {
+		t.Fatalf("W's look behind the dead: %+v; want queued, told to look (as the head)", r)
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); r.Held || !r.Head || r.Queue != 1 {
+		t.Fatalf("W's look a grace later: %+v; want the three passed over (a queue of 1), W the head", r)
+	}
+}
+
+func TestDeadWaitersPassedOverByALook(t *testing.T) {
+	deadWaitersPassedOverByALook(t, lua.Default())
+}
+
+// deadWaitersFoundByTheHandOff: nobody looked at the three before H
+// unlocks: the hand-off finds the first gone (for less than the grace), and
+// grants it the lock, counting its absence from now; W, the first waiter
+// behind them whose client is there, is told to look at the grace's end,
+// and then holds.
+func deadWaitersFoundByTheHandOff(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "found-dead"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	token := queueBehindTheDead(t, ps)
+	sub := ps.inbox(plainWaiter)
+	defer sub.Close()
+	released := clk.Now().UnixMilli()
+	ps.release(plainHolder+".1", token)
+	if got := ps.holder(name); got != deadWaiter(0)+".1" {
+		t.Fatalf("holder after H's release: %q, want the first dead waiter (gone for less than the grace)", got)
+	}
+	if at := headNotice(t, sub, plainWaiter); at == 0 || at > released+core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's head notice after the hand-off: expiry %d, want by the grace's end (%d)", at, released+core.PresenceGrace.Milliseconds())
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); !r.Held {
+		t.Fatalf("W's look a grace after the hand-off: %+v; want the lock", r)
+	}
+}
+
+func TestDeadWaitersFoundByTheHandOff(t *testing.T) {
+	deadWaitersFoundByTheHandOff(t, lua.Default())
+}
+
+// joinBehindTheDead: H and the first waiter, both keeping a presence, die;
+// W joins behind them: its join's reply tells it to look at the grace's
+// end (it is the first whose client is there), when it holds.
+func joinBehindTheDead(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "join-behind"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	ps.present(deadHolder)
+	ps.present(deadWaiter(0))
+	if r := ps.join(deadHolder); !r.Held {
+		t.Fatalf("H's Lock: %+v, want held", r)
+	}
+	if r := ps.join(deadWaiter(0)); r.Held || !r.Head {
+		t.Fatalf("the first waiter's join: %+v, want queued as head", r)
+	}
+	ps.gone(deadHolder)
+	ps.gone(deadWaiter(0))
+	if r := ps.join(plainWaiter); r.Held || !r.Head || r.HoldMs != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's join behind the dead: %+v; want queued, told to look at the grace's end", r)
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); !r.Held {
+		t.Fatalf("W's look a grace after its join: %+v; want the lock", r)
+	}
+}
+
+func TestJoinBehindTheDead(t *testing.T) {
+	joinBehindTheDead(t, lua.Default())
+}
+
+// heartbeatFindsTheDead: H and the first waiter, both keeping a presence,
+// die after W queued behind them. Nobody alive is the head; W's heartbeat
+// finds both gone and tells W to look at the grace's end, when it holds.
+func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "heartbeat-finds"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	ps.present(deadHolder)
+	ps.present(deadWaiter(0))
+	if r := ps.join(deadHolder); !r.Held {
+		t.Fatalf("H's Lock: %+v, want held", r)
+	}
+	if r := ps.join(deadWaiter(0)); r.Held || !r.Head {
+		t.Fatalf("the first waiter's join: %+v, want queued as head", r)
+	}
+	if r := ps.join(plainWaiter); r.Held || r.Head {
+		t.Fatalf("W's join: %+v, want queued behind the first", r)
+	}
+	ps.gone(deadHolder)
+	ps.gone(deadWaiter(0))
+	beat := clk.Now().UnixMilli()
+	if r := ps.heartbeat(plainWaiter); r.Status[0] != wire.BeatHead || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's heartbeat behind the dead: %+v; want told to look (as the head) at the grace's end, %d", r, beat+core.PresenceGrace.Milliseconds())
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); !r.Held {
+		t.Fatalf("W's look a grace after its heartbeat: %+v; want the lock", r)
+	}
+}
+
+func TestHeartbeatFindsTheDead(t *testing.T) {
+	heartbeatFindsTheDead(t, lua.Default())
+}
+
+// waiterSeenBackIsForgotten: a look that finds a waiter's client back
+// forgets the absence seen before. D, which keeps a presence, is the head
+// behind H; D drops its presence (W's look records it), comes back (W's
+// next look sees it), and two graces later drops it again just as H
+// unlocks: D's absence counts from the hand-off's look, so D is granted
+// the lock, not passed over.
+func waiterSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "waiter-seen-back"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	d := deadWaiter(0)
+	h := ps.join(plainHolder)
+	if !h.Held {
+		t.Fatalf("H's Lock: %+v, want held", h)
+	}
+	ps.present(d)
+	if r := ps.join(d); r.Held || !r.Head {
+		t.Fatalf("D's join: %+v, want queued as head", r)
+	}
+	if r := ps.join(plainWaiter); r.Held || r.Head {
+		t.Fatalf("W's join: %+v, want queued behind D", r)
+	}
+	ps.gone(d)
+	if r := ps.look(plainWaiter); r.Held || !r.Head {
+		t.Fatalf("W's look at D gone: %+v; want told to look at the grace's end", r)
+	}
+	ps.present(d)
+	if r := ps.look(plainWaiter); r.Held || r.Head {
+		t.Fatalf("W's look at D back: %+v; want queued behind D", r)
+	}
+	clk.Advance(2 * core.PresenceGrace)
+	ps.gone(d)
+	ps.release(plainHolder+".1", h.Token)
+	if got := ps.holder(name); got != d+".1" {
+		t.Fatalf("holder after H's release: %q, want D (its absence, seen before it came back, was counted)", got)
+	}
+}
+
+func TestWaiterSeenBackIsForgotten(t *testing.T) {
+	waiterSeenBackIsForgotten(t, lua.Default())
+}
