@@ -247,8 +247,8 @@ var mutations = []struct {
 		// takes the lock when the hold's lease runs out.
 		name:   "the heartbeat never says which waiter is the head",
 		file:   "fair_heartbeat.lua",
-		from:   "if entry == head or entry == first then status[#status + 1] = -2 else status[#status + 1] = 0 end",
-		to:     "status[#status + 1] = 0",
+		from:   "if entry == head then\n      status[#status + 1] = -2",
+		to:     "if false then\n      status[#status + 1] = -2",
 		spec:   scenarioSpec(lostHeadNoticeFoundByTheHeartbeat),
 		checks: 1,
 	},
@@ -929,8 +929,8 @@ var mutations = []struct {
 	{
 		name:   "presence: the heartbeat tells nobody behind a gone head",
 		file:   "fair_heartbeat.lua",
-		from:   "if entry == head or entry == first then",
-		to:     "if entry == head then",
+		from:   "elseif entry == first then\n      status[#status + 1] = -3",
+		to:     "elseif false then\n      status[#status + 1] = -3",
 		spec:   scenarioSpec(heartbeatFindsTheDead),
 		checks: 1,
 	},

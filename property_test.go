@@ -425,14 +425,15 @@ func (s *spec) forceUnlock(t *rapid.T) {
 		t.Fatalf("ForceUnlock reported held=%v; the holder was %+v", was, before.Holder)
 	}
 	after := s.inspect()
-	if next := handedOn(t, "ForceUnlock", before, after); next >= 0 {
+	if next := handedOn(t, "ForceUnlock", before, after, s.mayPass); next >= 0 {
 		if before.Holder != nil && after.Holder.Token <= before.Holder.Token {
 			t.Fatalf("fencing: the hand-off after ForceUnlock got token %d, not above %d", after.Holder.Token, before.Holder.Token)
 		}
 		// The dead entries before the new holder are popped, and so are
-		// those right behind it; the rest of the queue stays.
+		// those right behind it (and among them those passed over); the
+		// rest of the queue stays.
 		rest := before.Queue[next+1:]
-		for len(rest) > 0 && rest[0].Expired {
+		for len(rest) > 0 && (rest[0].Expired || (s.mayPass(rest[0]) && len(after.Queue) < len(rest))) {
 			rest = rest[1:]
 		}
 		if !slices.EqualFunc(after.Queue, rest, func(a, b fair.Waiter) bool { return a.Entry == b.Entry }) {
@@ -472,7 +473,7 @@ func (s *spec) unlock(t *rapid.T) {
 	p.count--
 	if p.count == 0 {
 		p.phase = idle
-		handedOn(t, p.label+"'s last Unlock", before, s.inspect())
+		handedOn(t, p.label+"'s last Unlock", before, s.inspect(), s.mayPass)
 	}
 	s.settle()
 }
@@ -480,19 +481,45 @@ func (s *spec) unlock(t *rapid.T) {
 // handedOn checks a call that ended the hold (what), from the states
 // before and after it: the first waiter whose deadline was ahead holds the
 // lock now, as a hand-off not yet claimed, or, with no such waiter, the lock
-// is free (guarantee 6). It returns that waiter's index in before.Queue, -1
-// if none.
-func handedOn(t *rapid.T, what string, before, after fair.State) int {
-	next := slices.IndexFunc(before.Queue, func(w fair.Waiter) bool { return !w.Expired })
-	switch {
-	case next < 0 && after.Holder != nil:
-		t.Fatalf("hand-off: %s, with no live waiter, left the lock held: %+v", what, after.Holder)
-	case next >= 0 && (after.Holder == nil || !after.Holder.Pending || after.Holder.Entry != before.Queue[next].Entry):
-		t.Fatalf("hand-off: %s did not hand the lock to the live head %s: the holder is %+v",
-			what, before.Queue[next].Entry, after.Holder)
+// is free (guarantee 6). Waiters that mayPass reports (their client's
+// presence gone for the grace) may have been passed over, or not, as the
+// scripts' record of their absence says. It returns the new holder's
+// index in before.Queue, -1 if none.
+func handedOn(t *rapid.T, what string, before, after fair.State, mayPass func(fair.Waiter) bool) int {
+	var next []int // who may hold it now: those that may be passed over, then the first that may not
+	for i, w := range before.Queue {
+		if w.Expired {
+			continue
+		}
+		next = append(next, i)
+		if !mayPass(w) {
+			break
+		}
 	}
-	return next
+	if len(next) == 0 {
+		if after.Holder != nil {
+			t.Fatalf("hand-off: %s, with no live waiter, left the lock held: %+v", what, after.Holder)
+		}
+		return -1
+	}
+	if after.Holder == nil && mayPass(before.Queue[next[len(next)-1]]) {
+		return -1 // every live waiter was passed over
+	}
+	if after.Holder != nil && after.Holder.Pending {
+		for _, i := range next {
+			if before.Queue[i].Entry == after.Holder.Entry {
+				return i
+			}
+		}
+	}
+	t.Fatalf("hand-off: %s did not hand the lock to the live head %s (or one of the waiters it may pass over before it): the holder is %+v",
+		what, before.Queue[next[len(next)-1]].Entry, after.Holder)
+	return -1
 }
+
+// mayPass reports whether w is a waiter that a hand-off may pass over: its
+// process kept a presence that has been gone for the grace.
+func (s *spec) mayPass(w fair.Waiter) bool { return s.goneFor(w.Label, core.PresenceGrace) }
 
 func (s *spec) giveUp(t *rapid.T) {
 	p := s.pick(waiting)

@@ -237,7 +237,7 @@ func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
 	ps.gone(deadHolder)
 	ps.gone(deadWaiter(0))
 	beat := clk.Now().UnixMilli()
-	if r := ps.heartbeat(plainWaiter); r.Status[0] != wire.BeatHead || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
+	if r := ps.heartbeat(plainWaiter); r.Status[0] != wire.BeatBehindGone || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's heartbeat behind the dead: %+v; want told to look (as the head) at the grace's end, %d", r, beat+core.PresenceGrace.Milliseconds())
 	}
 	clk.Advance(core.PresenceGrace)

@@ -187,6 +187,9 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 		case s == wire.BeatHead:
 			m.queuedAt(sent)
 			m.w.Fire(inbox.Notice, beatHead{expiry: r.Expiry})
+		case s == wire.BeatBehindGone:
+			m.queuedAt(sent)
+			m.w.Fire(inbox.Notice, beatLook{expiry: r.Expiry})
 		case s < 0:
 			m.w.Fire(inbox.Notice, evicted{})
 		default:

@@ -138,6 +138,12 @@ type beatGrant struct {
 // hold expires at Redis time expiry (ms) (the heartbeat's news).
 type beatHead struct{ expiry int64 }
 
+// beatLook: the entry is the first whose client is there behind a head
+// whose client's presence is gone, and should look at Redis time expiry
+// (ms), when those ahead of it may be passed over (the heartbeat's news:
+// no message could have said it, so it is no rescue).
+type beatLook struct{ expiry int64 }
+
 // evicted: the entry lost its place, having been silent for longer than its
 // wait timeout (the heartbeat's news).
 type evicted struct{}
@@ -267,6 +273,8 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 			}
 		}
 		return q.onNote(ctx, n.HandOff)
+	case beatLook:
+		q.headUntil(n.expiry)
 	case beatHead:
 		if q.w.FallingBack() {
 			break // it knew
@@ -372,8 +380,11 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 	silent := cfg.Clock.Now().Sub(q.mem.lastQueued())
 	if silent < cfg.WaitTimeout-cfg.Margin(cfg.WaitTimeout) {
 		// Its place should have lasted: Redis lost it (a restart without
-		// persistence, a failover to a replica the entry had not reached).
-		q.h.Info("waiter's entry vanished from the queue before its wait timeout (Redis lost its data: a restart or a failover?); re-joining at the tail",
+		// persistence, a failover to a replica the entry had not reached),
+		// or, on an owner made WithPresence, the waiter was passed over as
+		// dead: its presence was gone for the grace.
+		q.h.Info("waiter's entry vanished from the queue before its wait timeout (Redis lost its data in a restart or a failover, "+
+			"or the owner's presence connection was gone for the grace and the waiter was passed over as dead); re-joining at the tail",
 			"entry", q.entry, "new_entry", entry, "silent", silent)
 	} else {
 		q.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",

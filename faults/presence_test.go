@@ -622,3 +622,132 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 			present, runs, n, overlaps[runs/2], overlaps[runs-1])
 	}
 }
+
+// Dead waiters are passed over (docs/presence.md): three processes made
+// WithPresence queue behind a holder, then a live waiter on an owner
+// without presence; the three are SIGKILLed, a second before the holder
+// releases, or at the release. The live one must hold within the grace and
+// two polls (and slack) of the release, where before it waited for the
+// dead's wait timeout (10 s here). On a semaphore the release serves the
+// first dead waiter (the gate's holder) its permits; nobody alive looks
+// until the live waiter's heartbeat (a third of its wait timeout, killWait
+// here), then its gate and the permits take a grace each: that is its
+// bound (docs/presence.md).
+func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
+	const runs = 10
+	for _, kind := range []string{"fair", "election", "semaphore"} {
+		for _, before := range []time.Duration{time.Second, 0} {
+			bound := presenceBound
+			if kind == "semaphore" && before == 0 {
+				bound = killWait/3 + 2*core.PresenceGrace + 2*core.PresencePoll + slack
+			}
+			t.Run(fmt.Sprintf("%s/killed %v before the release", kind, before), func(t *testing.T) {
+				srv := sharedServer(t)
+				c := client(t, srv.Addr)
+				var delays []time.Duration
+				for i := range runs {
+					name := fmt.Sprintf("%s-%d", lockName(t), i)
+					release := holdFor(t, kind, c, name)
+					var dead []*worker
+					for j := range 3 {
+						dead = append(dead, startWorker(t, workerSpec{Lock: kind + "+presence", Addr: srv.Addr, Name: name,
+							Lease: presenceLease, Wait: 10 * time.Second, Label: fmt.Sprintf("dead%d", j)}))
+						eventually(t, 5*time.Second, "the dead-to-be queued", func() bool { return waitingFor(t, kind, c, name) == j+1 })
+					}
+					next, _ := nextInLine(t, kind, c, name)
+					done := acquired(next.Lock, presenceLease/2)
+					eventually(t, 5*time.Second, "the live waiter queued", func() bool { return waitingFor(t, kind, c, name) == 4 })
+					for _, w := range dead {
+						w.kill()
+					}
+					time.Sleep(before)
+					released := time.Now()
+					release()
+					r := <-done
+					if r.err != nil {
+						t.Fatalf("run %d: the live waiter: %v", i, r.err)
+					}
+					delay := r.at.Sub(released)
+					delays = append(delays, delay)
+					if delay > bound {
+						t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", i, delay, bound)
+					}
+				}
+				slices.Sort(delays)
+				t.Logf("%s, three waiters killed %v before the release: the live one behind them held after %v (min), %v (median), %v (max) over %d runs; bound %v",
+					kind, before, delays[0].Round(time.Millisecond), delays[runs/2].Round(time.Millisecond),
+					delays[runs-1].Round(time.Millisecond), runs, bound)
+			})
+		}
+	}
+}
+
+// holdFor takes kind's lock (a fair lock, an election's leadership, or
+// both permits of a semaphore of 2) on an owner without presence, and
+// returns its release.
+func holdFor(t *testing.T, kind string, c *redis.Client, name string) func() {
+	t.Helper()
+	ctx := context.Background()
+	switch kind {
+	case "fair":
+		m := newHandle(t, "fair", c, name, presenceLease)
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case "election":
+		e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lead, err := e.Campaign(ctx, "leader")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := e.Resign(lead); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s, err := fair.NewSemaphore(redistest.Owner(c), name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitingFor counts the waiters of kind's lock name: its queue's list (a
+// semaphore's: its gate's holder, the first waiter, and its gate's queue).
+func waitingFor(t *testing.T, kind string, c *redis.Client, name string) int {
+	t.Helper()
+	ctx := context.Background()
+	base := wire.FairBase(name)
+	first := 0
+	switch kind {
+	case "election":
+		base = wire.ElectionBase(name)
+	case "semaphore":
+		base = wire.GateBase(wire.SemaphoreBase(name))
+		if hold, err := c.Get(ctx, base).Result(); err == nil && strings.Contains(hold, `"o":`) {
+			first = 1
+		}
+	}
+	n, err := c.LLen(ctx, wire.QueueKeys(base)[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return first + int(n)
+}

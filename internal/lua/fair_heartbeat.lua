@@ -7,8 +7,8 @@
 -- KEYS[1..3]: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -2 queued as the live head of
--- a held lock (or as the first waiter whose client is there behind a head
--- whose client is gone: queue.lua's present_head), -1 evicted or gone, or the token of a hold granted to it;
+-- a held lock, -3 queued as the first waiter whose client is there behind a
+-- head whose client is gone (queue.lua's present_head), -1 evicted or gone, or the token of a hold granted to it;
 -- then the grant's time (Redis ms, 0: none), 1 if this call made that grant
 -- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
 -- 0: free).
@@ -60,9 +60,16 @@ for i = 3, #ARGV, 2 do
     horizon(s, w, now + wait)
     -- The head learns it is head from its head notice; this says it again,
     -- in case that message was lost.
-    -- So does the first waiter behind a head whose client is gone.
-    if entry == head or entry == first then status[#status + 1] = -2 else status[#status + 1] = 0 end
-    if entry == first and first ~= head then first_looks = true end
+    -- The first waiter behind a head whose client is gone learns it here
+    -- (-3), if no script had looked at that head since it went.
+    if entry == head then
+      status[#status + 1] = -2
+    elseif entry == first then
+      status[#status + 1] = -3
+      first_looks = true
+    else
+      status[#status + 1] = 0
+    end
   else
     -- Silent past its deadline: it is dead to the queue, even if cleanup has
     -- not reached its list element yet.

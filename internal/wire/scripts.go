@@ -54,8 +54,8 @@ type FairAcquireReply struct {
 	Handoff bool  // held by a hand-off to this entry, not yet claimed
 	Granted int64 // Handoff: the grant's Redis time, ms
 	Evicted bool  // the entry lost its place
-	HoldMs  int64 // waiting: ms until the current hold expires
-	Head    bool  // waiting: the entry is the live head
+	HoldMs  int64 // waiting: ms until the current hold expires (until the entry should look again)
+	Head    bool  // waiting: the entry is the live head (or the first whose client is there behind one whose client is gone)
 	Now     int64 // waiting: Redis's clock, ms
 	Queue   int   // waiting in the queue: its length, the caller included (0 for a try)
 	// Settling: a try found the lock held by nobody's while a server that
@@ -234,6 +234,11 @@ const (
 	BeatQueued  = 0  // still queued; its deadline was pushed
 	BeatEvicted = -1 // evicted or gone
 	BeatHead    = -2 // still queued, as the live head of a held lock
+	// BeatBehindGone: still queued, as the first entry whose client is
+	// there behind a head whose client's presence is gone (queue.lua's
+	// present_head): no message could have said so, as no script had
+	// looked; the entry is to look again at the expiry.
+	BeatBehindGone = -3
 	// a positive status is the token of a hold handed to the entry
 )
 
