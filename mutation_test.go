@@ -951,6 +951,22 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		name:   "presence: a release serves a gone first waiter and tells nobody",
+		file:   "permits.lua",
+		from:   "look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)",
+		to:     "-- (nobody told)",
+		spec:   scenarioSpec(deadFirstWaiterServedAtTheRelease),
+		checks: 1,
+	},
+	{
+		name:   "presence: a release that serves a gone first waiter counts nothing against its permits",
+		file:   "permits.lua",
+		from:   "  pa[owner] = int(since)\n",
+		to:     "",
+		spec:   scenarioSpec(deadFirstWaiterServedAtTheRelease),
+		checks: 1,
+	},
+	{
 		name: "presence: a crashed permit holder's presence is never checked",
 		file: "permits.lua",
 		from: "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then",
@@ -1057,8 +1073,8 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // semaphore, semaphore-presence, rw, retry, reentrant, election, or a
 // scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up,
 // stale-absence, absence-seen-back, stale-permit-absence, passed-over,
-// passed-over-by-a-look, found-dead, join-behind, heartbeat-finds, waiter-seen-back; fair if
-// empty),
+// passed-over-by-a-look, found-dead, join-behind, heartbeat-finds,
+// waiter-seen-back, served-gone; fair if empty),
 // with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .

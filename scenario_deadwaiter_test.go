@@ -7,6 +7,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,10 +56,11 @@ func (ps *presenceScripts) heartbeat(client string) wire.HeartbeatReply {
 	return r
 }
 
-// inbox subscribes to client's inbox of the lock; the caller closes it.
-func (ps *presenceScripts) inbox(client string) *redis.PubSub {
+// inbox subscribes to client's inbox of the fair queue at base (the lock,
+// or a semaphore's gate); the caller closes it.
+func (ps *presenceScripts) inbox(base, client string) *redis.PubSub {
 	ps.t.Helper()
-	sub := ps.c.Subscribe(context.Background(), wire.Inbox(wire.Channel(ps.base), client))
+	sub := ps.c.Subscribe(context.Background(), wire.Inbox(wire.Channel(base), client))
 	if _, err := sub.Receive(context.Background()); err != nil {
 		ps.t.Fatalf("subscribing %s's inbox: %v", client, err)
 	}
@@ -164,7 +166,7 @@ func deadWaitersFoundByTheHandOff(t tb, scripts *lua.Scripts) {
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
 	defer stop()
 	token := queueBehindTheDead(t, ps)
-	sub := ps.inbox(plainWaiter)
+	sub := ps.inbox(ps.base, plainWaiter)
 	defer sub.Close()
 	released := clk.Now().UnixMilli()
 	ps.release(plainHolder+".1", token)
@@ -291,4 +293,73 @@ func waiterSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
 
 func TestWaiterSeenBackIsForgotten(t *testing.T) {
 	waiterSeenBackIsForgotten(t, lua.Default())
+}
+
+// semRelease runs sem_release.lua for owner's permit hold with token.
+func (ps *presenceScripts) semRelease(owner string, token int64) {
+	ps.t.Helper()
+	ps.n++
+	keys := append([]string{ps.base}, wire.QueueKeys(wire.GateBase(ps.base))...)
+	v, err := ps.scripts.SemRelease.Run(context.Background(), ps.c, nil, keys,
+		owner, fmt.Sprintf("%s#%d", owner, ps.n), token, "PUBLISH", wire.Channel(wire.GateBase(ps.base))).Result()
+	if err != nil || fmt.Sprint(v) != "[1]" {
+		ps.t.Fatalf("%s's release: %v, %v; want released", owner, v, err)
+	}
+}
+
+// deadFirstWaiterServedAtTheRelease: on a semaphore of 2, P (no presence)
+// holds both permits; D0, which keeps a presence, holds the gate (the
+// first waiter, for 2 permits), D1, which keeps one too, waits behind it,
+// then W, which keeps none. D0 and D1 die, and P releases: the release
+// serves D0 its permits, finds its presence gone, records it for its
+// permit hold and its gate hold, and tells W to look at the grace's end;
+// then W takes the gate, passing D1 over, and the permits, ending D0's.
+func deadFirstWaiterServedAtTheRelease(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("served-gone"))
+	defer stop()
+	gate := wire.GateBase(ps.base)
+	d0, d1 := deadWaiter(0), deadWaiter(1)
+	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
+	if !p.Held {
+		t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
+	}
+	ps.present(d0)
+	ps.present(d1)
+	queue := func(client string, n int, mode string) wire.FairAcquireReply {
+		t.Helper()
+		return ps.acquireOn(gate, wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
+			Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
+	}
+	if r := queue(d0, 2, wire.ModeJoin); !r.Held {
+		t.Fatalf("D0's gate: %+v; want held (the first waiter)", r)
+	}
+	if r := queue(d1, 2, wire.ModeJoin); r.Held || !r.Head {
+		t.Fatalf("D1's join: %+v; want queued as the gate's head", r)
+	}
+	if r := queue(plainWaiter, 1, wire.ModeJoin); r.Held || r.Head {
+		t.Fatalf("W's join: %+v; want queued behind D1", r)
+	}
+	ps.gone(d0)
+	ps.gone(d1)
+	sub := ps.inbox(gate, plainWaiter)
+	defer sub.Close()
+	released := clk.Now().UnixMilli()
+	ps.semRelease(plainHolder+".1#1", p.Token)
+	if at := headNotice(t, sub, plainWaiter); at == 0 || at > released+core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's head notice after the release served D0: expiry %d, want by the grace's end (%d)", at, released+core.PresenceGrace.Milliseconds())
+	}
+	clk.Advance(core.PresenceGrace)
+	g := queue(plainWaiter, 1, wire.ModeQueued)
+	if !g.Held {
+		t.Fatalf("W's look a grace after the release: %+v; want the gate", g)
+	}
+	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
+	if !r.Held {
+		t.Fatalf("W's permit, holding the gate a grace after the release: %+v; want it (D0's permits ended)", r)
+	}
+}
+
+func TestDeadFirstWaiterServedAtTheRelease(t *testing.T) {
+	deadFirstWaiterServedAtTheRelease(t, lua.Default())
 }

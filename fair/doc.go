@@ -33,7 +33,8 @@
 //     lets it go (see Leases in the reentrant package). [fairlock.Mutex.ForceUnlock], an
 //     operator's tool, is the exception: the handle it forced out learns at
 //     its next renewal.
-//  2. FIFO: among waiters that stay alive, the lock is granted in the order
+//  2. FIFO: among waiters that stay alive (and, with presence, whose
+//     presence stays: guarantee 10), the lock is granted in the order
 //     they first joined the queue, however long any holder keeps it; each
 //     Lock call is a waiter of its own, whichever handle it is made on. A
 //     queued waiter keeps its place by refreshing its own deadline (now + its
@@ -52,7 +53,8 @@
 //     cannot reach Redis rides the outage out: it tries again with a
 //     jittered backoff until its ctx ends, keeping its place while the place
 //     lasts in Redis, and its error, if ctx ends first, says Redis was out of
-//     reach and wraps why.
+//     reach and wraps why. With presence (guarantee 10), a waiter whose
+//     owner's presence has been gone for 200 ms is passed over sooner.
 //  5. Giving up: when Lock or TryLock returns without the lock (ctx ended,
 //     wait elapsed, an error), its queue entry is already gone, unless its
 //     ctx had ended and Redis did not answer its leave within a grace of
@@ -63,7 +65,9 @@
 //     timeout. Whoever that makes first, while the lock is free, gets it.
 //  6. Targeted hand-off: releasing, giving up, evicting a dead head,
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
-//     to the live head of the queue and publishes exactly one message, to
+//     to the live head of the queue (passing over, with presence, heads
+//     whose owner's presence has been gone for 200 ms: guarantee 10) and
+//     publishes exactly one message, to
 //     that waiter's owner alone: each owner listens on its own inbox of the
 //     lock, so a hand-off reaches one connection and wakes one process
 //     however many owners wait (the waiter behind it is told it is head now
@@ -84,12 +88,15 @@
 //     Whenever the head changes while the lock is held (the head takes the
 //     lock, gives up, or is evicted), one message, to the new head's client
 //     only, tells it the expiry: one message and one timer per change of head,
-//     whatever the queue's length, and never a herd. The heartbeat doubles
+//     whatever the queue's length, and never a herd (with presence, a
+//     second one while the new head's owner's presence is gone: to the
+//     first waiter behind it whose owner's is not, guarantee 10). The heartbeat doubles
 //     as every waiter's fallback timer, so a lost message never strands
 //     anyone, and nobody polls.
 //  7. Cost: no script iterates over the waiters. Every call is O(log N) in
 //     the queue length, amortised: a dead or departed entry is removed once,
-//     when it reaches the head.
+//     when it reaches the head. Behind a head whose owner's presence is gone
+//     (guarantee 10), a call reads at most 8 more entries.
 //  8. Nothing leaks: every key carries a TTL, kept past the later of the
 //     hold's lease and the last waiter's deadline by 30 to 40 s. When every
 //     client is gone, nothing of the lock is left; the server's one key,
@@ -107,8 +114,9 @@
 //     (observe.Rescued, the metric fairlock_queue_rescues_total) and logged:
 //     in a healthy deployment the count stays 0, and any rescue cost its
 //     waiter up to a heartbeat. Grants the heartbeat makes itself (a dead
-//     head evicted) and leases that run out are the fallbacks' own work,
-//     not rescues. A rescue is decided exactly: before reporting one, the
+//     head evicted), leases that run out and a heartbeat's finding that the
+//     waiter is the first alive behind a head whose presence is gone (no
+//     script had looked) are the fallbacks' own work, not rescues. A rescue is decided exactly: before reporting one, the
 //     waiter makes sure that everything Redis published to its client before
 //     it learned the news has arrived (a marker of its own on its inbox), so
 //     a message merely overtaken by a reply is not counted.
@@ -117,8 +125,19 @@
 //     (its process died: the kernel closed its socket) is ended by the
 //     head's next attempt, as a lease end would be; the head of a lock so
 //     held looks every 50 ms, so the lock moves on within about a quarter
-//     of a second of the death, to a live head (a head that died with the
-//     holder keeps its place until its wait timeout: guarantee 4). A blip
+//     of a second of the death, to a live head. Waiters too: a hand-off, a
+//     head's cleanup, a heartbeat or a free TryLock passes over a queued
+//     waiter whose owner's presence has been gone for 200 ms (counted from
+//     the first look that found it gone, forgotten by one that finds it
+//     back), and the first waiter whose owner's presence is there, behind a
+//     head whose is gone, is told to look at the grace's end; so dead
+//     waiters cost the live one behind them the grace and a round trip
+//     after a release. When nobody alive looks (the holder and the head
+//     died together), the live waiter behind learns at its next heartbeat:
+//     a heartbeat and the grace, not a wait timeout. A live waiter whose
+//     presence connection broke twice, unseen in between and seen gone
+//     each time a grace apart, may be passed over: it re-joins at the tail
+//     (guarantee 4's rule for a stalled waiter, the logger saying so). A blip
 //     costs nothing, and the holder is never the last to know: an owner
 //     whose presence connection breaks while it lives subscribes again at
 //     once and renews (claims, checks) every hold it had; a hold not so
@@ -142,7 +161,11 @@
 //     lease runs out by its own count or it hears of the drop; the next
 //     holder's fencing token is greater. The semaphore and the read-write
 //     lock alike: their first waiter ends the permit holds of a client gone
-//     for 200 ms. Not on Cluster or Sentinel. See docs/presence.md.
+//     for 200 ms, and their gate's queue passes dead waiters over as the
+//     fair lock's does; a first waiter that dies just as a release serves it
+//     permits costs the next a heartbeat and two graces. The reentrant
+//     lock keeps no presence. Not on Cluster or Sentinel. See
+//     docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,
 //     with ErrLockLost, ErrReleased or ErrClosed as its cause, and Unlock
@@ -226,7 +249,8 @@
 //     reconnect) finds its entry gone from the queue and asks the
 //     semaphore, which tells it the permits are its.
 //  4. A first waiter that dies is passed over within one wait timeout: it
-//     holds the gate with the wait timeout as its lease.
+//     holds the gate with the wait timeout as its lease (with presence,
+//     within a heartbeat and two graces: guarantee 10 above).
 //  5. K lives in Redis (fairlock:s:{N}, with the holds): the first handle to
 //     use the semaphore sets it, [Semaphore.SetPermits] changes it for all.
 //     After lowering, holds in force keep their permits, so more than K may

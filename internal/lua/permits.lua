@@ -90,6 +90,32 @@ local function grant_permit(s, w, owner, n, expiry, g, now_us, label)
   return token
 end
 
+-- Semaphore, presence: permits were just served (to owner, its permit
+-- hold) to who, the gate's holder, whose client keeps a presence that is
+-- gone: it may have just died, and then nobody alive would look until a
+-- heartbeat (the gate's head polls it, unless that head is gone too). Its
+-- absence is recorded from now (or from the first look that found it gone)
+-- for its permit hold (s.pa) and its gate hold (pa, with the absences of
+-- the gate's waiters that present_head finds: the gate's hold is saved
+-- here), and the first gate waiter whose client is there, behind a gate
+-- head whose client is gone, is to be told to look at
+-- the grace's end: it then ends both holds, as it would a dead holder's.
+-- Returns that waiter's entry and when it should look (nil if none).
+local function served_gone(s, w, g, gate, who, owner, now)
+  local ch = presence_channel(who)
+  if ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then return nil end
+  local since = tonumber(g.pa or '') or now
+  g.pa = int(since)
+  local pa = s.pa
+  if type(pa) ~= 'table' then pa = {} end
+  pa[owner] = int(since)
+  s.pa, w.pa = pa, pa
+  local head, _, _, _, first, from = present_head(g, gate, now)
+  redis.call('SET', gate.hold, cjson.encode(g), 'KEEPTTL')
+  if head and first and first ~= head then return first, math.max(since + PRESENCE_GRACE_MS, from) end
+  return nil
+end
+
 -- Semaphore: serve the waiters at the head, in order, as far as the free
 -- permits go: the gate's holder, the first waiter (unless skip_holder: the
 -- caller just served it), then the gate's queue from its live head. The
@@ -108,6 +134,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
   if g.v and g.v ~= LAYOUT then return end -- the gate's own scripts report it
   local who, _, gate_expiry = holder(g, now)
   local grants, blocked = {}, false
+  local look_first, look_at_ms, told = nil, nil, nil
   if who and not skip_holder then
     local owner, n, lease = g.po, tonumber(g.pn), tonumber(g.pl)
     if owner == nil or n > k then
@@ -123,6 +150,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         local token = grant_permit(s, w, owner, n, expiry, now, now_us, g.b or '')
         grants[1] = permits_note(who, token, now, expiry)
         used = used + n
+        look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)
       end
     end
   end
@@ -143,9 +171,12 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
       popped = true
     end
     if popped then
-      local head = live_head(gate, now)
-      if head then grants[#grants + 1] = head_notice(head, gate_expiry or now) end
+      told = live_head(gate, now)
+      if told then grants[#grants + 1] = head_notice(told, gate_expiry or now) end
     end
+  end
+  if look_first and look_first ~= told and redis.call('ZSCORE', gate.deadlines, look_first) then
+    grants[#grants + 1] = head_notice(look_first, look_at_ms)
   end
   if #grants > 0 then publish_notes(publish, channel, grants) end
 end
