@@ -162,9 +162,9 @@
 //     holder's fencing token is greater. The semaphore and the read-write
 //     lock alike: their first waiter ends the permit holds of a client gone
 //     for 200 ms, and their gate's queue passes dead waiters over as the
-//     fair lock's does; a first waiter that dies just as a release serves it
-//     permits costs the next a heartbeat and two graces. The reentrant
-//     lock keeps no presence. Not on Cluster or Sentinel. See
+//     fair lock's does; a release that serves a first waiter whose presence
+//     is gone tells the live waiter behind to look at the grace's end. The
+//     reentrant lock keeps no presence. Not on Cluster or Sentinel. See
 //     docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,
@@ -250,7 +250,8 @@
 //     semaphore, which tells it the permits are its.
 //  4. A first waiter that dies is passed over within one wait timeout: it
 //     holds the gate with the wait timeout as its lease (with presence,
-//     within a heartbeat and two graces: guarantee 10 above).
+//     within the grace and two polls, or, when nobody alive looks, a
+//     heartbeat and the grace: guarantee 10 above).
 //  5. K lives in Redis (fairlock:s:{N}, with the holds): the first handle to
 //     use the semaphore sets it, [Semaphore.SetPermits] changes it for all.
 //     After lowering, holds in force keep their permits, so more than K may

@@ -629,18 +629,12 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 // releases, or at the release. The live one must hold within the grace and
 // two polls (and slack) of the release, where before it waited for the
 // dead's wait timeout (10 s here). On a semaphore the release serves the
-// first dead waiter (the gate's holder) its permits; nobody alive looks
-// until the live waiter's heartbeat (a third of its wait timeout, killWait
-// here), then its gate and the permits take a grace each: that is its
-// bound (docs/presence.md).
+// first dead waiter (the gate's holder) its permits, and finding its
+// presence gone tells the live one to look at the grace's end.
 func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 	const runs = 10
 	for _, kind := range []string{"fair", "election", "semaphore"} {
 		for _, before := range []time.Duration{time.Second, 0} {
-			bound := presenceBound
-			if kind == "semaphore" && before == 0 {
-				bound = killWait/3 + 2*core.PresenceGrace + 2*core.PresencePoll + slack
-			}
 			t.Run(fmt.Sprintf("%s/killed %v before the release", kind, before), func(t *testing.T) {
 				srv := sharedServer(t)
 				c := client(t, srv.Addr)
@@ -669,14 +663,14 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 					}
 					delay := r.at.Sub(released)
 					delays = append(delays, delay)
-					if delay > bound {
-						t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", i, delay, bound)
+					if delay > presenceBound {
+						t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", i, delay, presenceBound)
 					}
 				}
 				slices.Sort(delays)
 				t.Logf("%s, three waiters killed %v before the release: the live one behind them held after %v (min), %v (median), %v (max) over %d runs; bound %v",
 					kind, before, delays[0].Round(time.Millisecond), delays[runs/2].Round(time.Millisecond),
-					delays[runs-1].Round(time.Millisecond), runs, bound)
+					delays[runs-1].Round(time.Millisecond), runs, presenceBound)
 			})
 		}
 	}
