@@ -618,16 +618,19 @@ func (p *proc) presenceGoneSince() (time.Time, bool) {
 // a live head takes the lock once the grace has passed: the one case in
 // which two handles may both believe they hold (guarantee 10,
 // docs/presence.md), bounded by the fencing token, which must be greater
-// for the next holder. resume lets it learn.
+// for the next holder. resume lets it learn. A waiter so hidden may be
+// passed over as dead once the grace has passed (it lost its place, as a
+// stalled waiter may): resumed, it learns and re-joins at the tail.
 func (s *spec) hide(t *rapid.T) {
 	var c []*proc
 	for _, p := range s.procs {
-		if p.presence != nil && p.phase == holding && !p.stalled && !p.forced && !isClosed(p.m.Lost()) {
+		holds := p.phase == holding && !p.forced && !isClosed(p.m.Lost())
+		if p.presence != nil && (holds || p.phase == waiting) && !p.stalled {
 			c = append(c, p)
 		}
 	}
 	if len(c) == 0 {
-		t.Skip("no live holder that keeps a presence")
+		t.Skip("no live holder or waiter that keeps a presence")
 	}
 	p := rapid.SampledFrom(c).Draw(t, "handle")
 	p.cut.On.Store(true)

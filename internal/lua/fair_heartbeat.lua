@@ -8,7 +8,8 @@
 -- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
 -- Returns, for each entry in order: 0 queued, -2 queued as the live head of
 -- a held lock, -3 queued as the first waiter whose client is there behind a
--- head whose client is gone (queue.lua's present_head), -1 evicted or gone, or the token of a hold granted to it;
+-- head whose client is gone (queue.lua's present_head), -1 evicted or gone,
+-- or the token of a hold granted to it;
 -- then the grant's time (Redis ms, 0: none), 1 if this call made that grant
 -- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
 -- 0: free).

@@ -98,8 +98,8 @@ end
 -- for its permit hold (s.pa) and its gate hold (pa, with the absences of
 -- the gate's waiters that present_head finds: the gate's hold is saved
 -- here), and the first gate waiter whose client is there, behind a gate
--- head whose client is gone, is to be told to look at
--- the grace's end: it then ends both holds, as it would a dead holder's.
+-- head whose client is gone, is to be told to look at the grace's end: it
+-- then ends both holds, as it would a dead holder's.
 -- Returns that waiter's entry and when it should look (nil if none).
 local function served_gone(s, w, g, gate, who, owner, now)
   local ch = presence_channel(who)
@@ -171,8 +171,10 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
       popped = true
     end
     if popped then
+      -- The new head of the gate's queue looks when the gate's hold ends,
+      -- or within the poll while its holder keeps a presence (look_at).
       told = live_head(gate, now)
-      if told then grants[#grants + 1] = head_notice(told, gate_expiry or now) end
+      if told then grants[#grants + 1] = head_notice(told, look_at(who, gate_expiry or now, now, g.pa)) end
     end
   end
   if look_first and look_first ~= told and redis.call('ZSCORE', gate.deadlines, look_first) then
