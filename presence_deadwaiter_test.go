@@ -172,3 +172,55 @@ func TestPresenceDeadHolderAndFirstWaiterCostAHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Waiters that die as the holder releases look alive to the release: it
+// hands the lock to the first and tells the second it is the head, and both
+// are dead. The releasing owner looks once more a poll later (its
+// watchHandOff), finds them gone and tells the live waiter behind to look
+// at the grace's end: it holds within about two polls and the grace of
+// the Unlock, not a heartbeat (which would be the first look otherwise).
+func TestPresenceWaitersKilledAtTheReleaseArePassedOver(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, c := redistest.Mini(t)
+	ctx := context.Background()
+	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var dead []*doomed
+	for i := range 3 {
+		dead = append(dead, queueDoomed(t, mr, clk, "p", i+1))
+	}
+	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- survivor.Lock(ctx) }()
+	waitFor(t, "the survivor to sleep", func() bool { return redistest.Asleep() == 4 })
+
+	released := clk.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-dead[0].done // it heard of its hand-off, and dies holding
+	dead[0].done <- first   // for its clean-up
+	if first != nil {
+		t.Fatalf("the first waiter's Lock: %v", first)
+	}
+	for _, d := range dead {
+		d.kill()
+	}
+	presenceDropped(t, c, allPresences)
+	// The bound: the watch's poll, the grace, and the survivor's look at
+	// its end; one more poll for this rig, whose steps of the fake clock
+	// do not wait for the watch's script (the owner's background work).
+	took := survive(t, clk, got, 3, released, 3*core.PresencePoll+core.PresenceGrace, "the Unlock")
+	t.Logf("the survivor took the lock %v (fake clock) after the Unlock, its three waiters killed as it ran", took)
+	if err := survivor.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -52,6 +52,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
 		ForceUnlock: scripts.FairForceUnlock,
+		Watch:       scripts.FairHeartbeat,
 		NewWaiter:   func(h core.Agent) core.Waiter { return newQueue(h) },
 		Presence:    true,
 	}

@@ -383,6 +383,9 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 	default:
 		m.forget(h)
 		h.end(ErrReleased, "")
+		if status == wire.ReleasedWatch {
+			m.h.watchHandOff()
+		}
 		return nil
 	}
 }

@@ -488,3 +488,31 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
+
+// watchHandOff looks at the queue once more, PresencePoll after a release
+// that handed the lock to a waiter whose owner keeps a presence (Watch). A
+// waiter killed as the release ran looked alive to it (Redis had not read
+// its socket's close yet); if the head behind it died too, no script would
+// run until a live waiter's heartbeat. This look finds them gone, records
+// it, and tells the first live waiter behind to look at the grace's end
+// (fair_heartbeat.lua with no entries). It runs in the background, which
+// the owner's Close waits for, and stops at Close.
+func (h Agent) watchHandOff() {
+	if h.Watch == nil {
+		return
+	}
+	closing := h.Owner.closing
+	h.background(context.Background(), func(ctx context.Context) {
+		due := make(chan struct{})
+		t := h.Config.Clock.AfterFunc(PresencePoll, func() { close(due) })
+		defer t.Stop()
+		select {
+		case <-due:
+		case <-closing.Done():
+			return
+		case <-ctx.Done():
+			return
+		}
+		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Heartbeat(h.Publish, h.Channel, nil, nil)...).Err()
+	})
+}

@@ -45,7 +45,16 @@ if expiry == nil then
 else
   local popped, _
   head, popped, _, _, first, from = present_head(s, Q, now)
-  if popped and head then tell_heads(head, first, from, look_at(s.o, expiry, now, w.pa or s.pa), ARGV[1], ARGV[2]) end
+  local at = look_at(s.o, expiry, now, w.pa or s.pa)
+  if popped and head then
+    tell_heads(head, first, from, at, ARGV[1], ARGV[2])
+  elseif head and first and first ~= head then
+    -- The head's client is gone, and the head may never look (it died
+    -- with the holder, or as the release that made this hold ran: core's
+    -- watchHandOff): the first waiter behind it whose client is there is
+    -- told to look (the head was told when it became head).
+    tell_heads(head, first, from, at, ARGV[1], ARGV[2], head)
+  end
 end
 local granted, token = w.e or s.e, w.f or s.f
 local first_looks = false

@@ -4,7 +4,11 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
--- Returns {1} released, {2} still held (a re-entry undone), {0} not held.
+-- Returns {1} released, {2} still held (a re-entry undone), {0} not held;
+-- {1, 1}: released, and handed to a waiter whose client keeps a presence,
+-- which the caller's owner looks at once more a poll later (core's
+-- watchHandOff: the release cannot see a death whose close Redis has not
+-- read yet).
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 watch_leader(ARGV[4], ARGV[5])
 local s = load()
@@ -53,6 +57,7 @@ else
   note_released(s, w, token)
   s.a = nil
   answer = {1}
+  if w.o and presence_channel(w.o) then answer = {1, 1} end
 end
 -- The keys already live past the hold and every deadline (commit), and a
 -- hand-off's grant ends no later than the grantee's deadline: no PEXPIRE.

@@ -168,13 +168,20 @@ const (
 	NotHeld   = 0 // the hold was not this owner's (gone, or another's)
 	Released  = 1 // the hold ended
 	StillHeld = 2 // a re-entry was undone; the hold goes on
+	// ReleasedWatch: the hold ended, handed to a waiter that keeps a
+	// presence; the releasing owner looks once more a poll later
+	// (fair_release.lua's {1, 1}).
+	ReleasedWatch = 3
 )
 
-// DecodeRelease reads {1}, {2} or {0}: one of the outcomes above.
+// DecodeRelease reads {1}, {2}, {0} or {1, 1}: one of the outcomes above.
 func DecodeRelease(v any) (int, error) {
 	r, err := ints(v, 1, "release")
 	if err != nil {
 		return 0, err
+	}
+	if len(r) > 1 && r[0] == Released && r[1] == 1 {
+		return ReleasedWatch, nil
 	}
 	return int(r[0]), nil
 }
