@@ -951,6 +951,38 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		name:   "presence: a look that finds the head gone tells nobody behind it",
+		file:   "fair_heartbeat.lua",
+		from:   "elseif head and first and first ~= head then",
+		to:     "elseif false then",
+		spec:   scenarioSpec(waitersKilledAtTheRelease),
+		checks: 1,
+	},
+	{
+		name:   "presence: a release to a waiter that keeps a presence asks for no watch",
+		file:   "fair_release.lua",
+		from:   "if w.o and presence_channel(w.o) then answer = {1, 1} end",
+		to:     "",
+		spec:   scenarioSpec(releaseAsksForAWatch),
+		checks: 1,
+	},
+	{
+		name:   "presence: a semaphore's release to a first waiter that keeps a presence asks for no watch",
+		file:   "sem_release.lua",
+		from:   "if watch then return {1, 1} end",
+		to:     "",
+		spec:   scenarioSpec(firstWaiterKilledAtTheSemaphoreRelease),
+		checks: 1,
+	},
+	{
+		name:   "presence: a semaphore's watch records nothing and tells nobody",
+		file:   "sem_watch.lua",
+		from:   "local first, at = served_gone(s, w, g, GATE, who, owner, now)",
+		to:     "local first, at = nil, nil",
+		spec:   scenarioSpec(firstWaiterKilledAtTheSemaphoreRelease),
+		checks: 1,
+	},
+	{
 		name:   "presence: a release serves a gone first waiter and tells nobody",
 		file:   "permits.lua",
 		from:   "look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)",
@@ -1074,7 +1106,8 @@ func catches(t *testing.T, file, from, to string, spec func(*lua.Scripts) func(*
 // scenario: lost-hand-off, reentry, long-permits, lost-head, lost-wake-up,
 // stale-absence, absence-seen-back, stale-permit-absence, passed-over,
 // passed-over-by-a-look, found-dead, join-behind, heartbeat-finds,
-// waiter-seen-back, served-gone; fair if empty),
+// waiter-seen-back, served-gone, killed-at-release, watch-asked,
+// killed-at-sem-release; fair if empty),
 // with the checks that -rapid.checks says:
 //
 //	FAIRLOCK_SEEDED=bugs.json go test -run TestSeededBugs -rapid.checks 1000 -v .

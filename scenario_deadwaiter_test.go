@@ -363,3 +363,171 @@ func deadFirstWaiterServedAtTheRelease(t tb, scripts *lua.Scripts) {
 func TestDeadFirstWaiterServedAtTheRelease(t *testing.T) {
 	deadFirstWaiterServedAtTheRelease(t, lua.Default())
 }
+
+// watch runs fair_heartbeat.lua with no entries, as the releasing owner's
+// look a poll after a hand-off to a waiter that keeps a presence does
+// (core's watchHandOff).
+func (ps *presenceScripts) watch() {
+	ps.t.Helper()
+	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base),
+		wire.Heartbeat("PUBLISH", wire.Channel(ps.base), nil, nil)...).Result()
+	if err != nil {
+		ps.t.Fatalf("the release's watch: %v", err)
+	}
+	if _, err := wire.DecodeHeartbeat(v, 0); err != nil {
+		ps.t.Fatalf("the release's watch: %v", err)
+	}
+}
+
+// waitersKilledAtTheRelease: H (no presence) holds; D0 and D1, which keep a
+// presence, queue, then W, which keeps none. H releases while D0 and D1
+// are still there (their deaths not yet read by Redis): D0 is granted the
+// lock and D1 told it is the head; then both die. The releasing owner's
+// look a poll later finds both gone and tells W to look at the grace's
+// end, when W holds.
+func waitersKilledAtTheRelease(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	const name = "killed-at-release"
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	defer stop()
+	d0, d1 := deadWaiter(0), deadWaiter(1)
+	h := ps.join(plainHolder)
+	if !h.Held {
+		t.Fatalf("H's Lock: %+v, want held", h)
+	}
+	ps.present(d0)
+	ps.present(d1)
+	ps.join(d0)
+	ps.join(d1)
+	if r := ps.join(plainWaiter); r.Held || r.Head {
+		t.Fatalf("W's join: %+v, want queued behind the two", r)
+	}
+	ps.release(plainHolder+".1", h.Token)
+	if got := ps.holder(name); got != d0+".1" {
+		t.Fatalf("holder after H's release: %q, want D0 (there when it ran)", got)
+	}
+	ps.gone(d0)
+	ps.gone(d1)
+	sub := ps.inbox(ps.base, plainWaiter)
+	defer sub.Close()
+	clk.Advance(core.PresencePoll)
+	watched := clk.Now().UnixMilli()
+	ps.watch()
+	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's head notice after the release's watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
+	}
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); !r.Held {
+		t.Fatalf("W's look a grace after the watch: %+v; want the lock", r)
+	}
+}
+
+func TestWaitersKilledAtTheRelease(t *testing.T) {
+	waitersKilledAtTheRelease(t, lua.Default())
+}
+
+// releaseAsksForAWatch: a release that hands the lock to a waiter that
+// keeps a presence asks its owner to look again a poll later
+// (wire.ReleasedWatch); one that hands it to a waiter that keeps none, or
+// to nobody, does not.
+func releaseAsksForAWatch(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, _, stop := newPresenceScripts(t, scripts, wire.FairBase("watch-asked"))
+	defer stop()
+	d := deadWaiter(0)
+	release := func(owner string, token int64) int {
+		t.Helper()
+		ps.n++
+		v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.Release{
+			Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(ps.base),
+		}.Args()...).Result()
+		if err != nil {
+			t.Fatalf("%s's release: %v", owner, err)
+		}
+		r, err := wire.DecodeRelease(v)
+		if err != nil {
+			t.Fatalf("%s's release: %v", owner, err)
+		}
+		return r
+	}
+	h := ps.join(plainHolder)
+	ps.present(d)
+	ps.join(d)
+	ps.join(plainWaiter)
+	if r := release(plainHolder+".1", h.Token); r != wire.ReleasedWatch {
+		t.Fatalf("a release to a waiter that keeps a presence: %d, want %d (watch it)", r, wire.ReleasedWatch)
+	}
+	g := ps.look(d)
+	if !g.Held {
+		t.Fatalf("D's look at its hand-off: %+v, want held", g)
+	}
+	if r := release(d+".1", g.Token); r != wire.Released {
+		t.Fatalf("a release to a waiter that keeps no presence: %d, want %d", r, wire.Released)
+	}
+}
+
+func TestReleaseAsksForAWatch(t *testing.T) {
+	releaseAsksForAWatch(t, lua.Default())
+}
+
+// firstWaiterKilledAtTheSemaphoreRelease: deadFirstWaiterServedAtTheRelease,
+// but D0 and D1 die as the release runs, after it: it serves D0 while D0
+// is there, and asks for a watch ({1, 1}); the releasing owner's look a
+// poll later (sem_watch.lua) finds both gone and tells W to look at the
+// grace's end, when it takes the gate and the permits.
+func firstWaiterKilledAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("killed-at-sem-release"))
+	defer stop()
+	gate := wire.GateBase(ps.base)
+	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
+	d0, d1 := deadWaiter(0), deadWaiter(1)
+	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
+	if !p.Held {
+		t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
+	}
+	ps.present(d0)
+	ps.present(d1)
+	queue := func(client string, n int, mode string) wire.FairAcquireReply {
+		t.Helper()
+		return ps.acquireOn(gate, wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
+			Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
+	}
+	queue(d0, 2, wire.ModeJoin)
+	queue(d1, 2, wire.ModeJoin)
+	queue(plainWaiter, 1, wire.ModeJoin)
+	ps.n++
+	v, err := ps.scripts.SemRelease.Run(context.Background(), ps.c, nil, keys,
+		plainHolder+".1#1", fmt.Sprintf("r%d", ps.n), p.Token, "PUBLISH", wire.Channel(gate)).Result()
+	if err != nil {
+		t.Fatalf("P's release: %v", err)
+	}
+	if r, err := wire.DecodeRelease(v); err != nil || r != wire.ReleasedWatch {
+		t.Fatalf("P's release, serving D0, which keeps a presence: %v (%v), want %d (watch it)", r, err, wire.ReleasedWatch)
+	}
+	ps.gone(d0)
+	ps.gone(d1)
+	sub := ps.inbox(gate, plainWaiter)
+	defer sub.Close()
+	clk.Advance(core.PresencePoll)
+	watched := clk.Now().UnixMilli()
+	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", wire.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
+		t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
+	}
+	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's head notice after the watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
+	}
+	clk.Advance(core.PresenceGrace)
+	g := queue(plainWaiter, 1, wire.ModeQueued)
+	if !g.Held {
+		t.Fatalf("W's look a grace after the watch: %+v; want the gate", g)
+	}
+	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
+	if !r.Held {
+		t.Fatalf("W's permit, holding the gate a grace after the watch: %+v; want it (D0's permits ended)", r)
+	}
+}
+
+func TestFirstWaiterKilledAtTheSemaphoreRelease(t *testing.T) {
+	firstWaiterKilledAtTheSemaphoreRelease(t, lua.Default())
+}

@@ -127,6 +127,7 @@ func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 		Channel:   gate.Channel,
 		Release:   scripts.SemRelease,
 		Renew:     scripts.SemRenew,
+		Watch:     scripts.SemWatch,
 		Calls:     s.calls,
 		Presence:  true, // its first waiter ends a gone holder's permits (permits.lua)
 	}

@@ -48,6 +48,7 @@ type Scripts struct {
 	SemSet               *transport.Script
 	SemState             *transport.Script
 	SemResize            *transport.Script
+	SemWatch             *transport.Script
 	ElectionProclaim     *transport.Script
 	ElectionLeader       *transport.Script
 	ElectionInspect      *transport.Script
@@ -147,6 +148,7 @@ func MustBuild(src map[string]string) *Scripts {
 		SemSet:               get("sem_set.lua"),
 		SemState:             get("sem_state.lua"),
 		SemResize:            get("sem_resize.lua"),
+		SemWatch:             get("sem_watch.lua"),
 		ElectionProclaim:     get("election_proclaim.lua"),
 		ElectionLeader:       get("election_leader.lua"),
 		ElectionInspect:      get("election_inspect.lua"),

@@ -128,20 +128,22 @@ end
 -- entry; publish_notes): a release wakes the whole run of readers at the
 -- head of an RWMutex's queue at once. When entries left the queue, the same
 -- call tells the new head when the gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
--- use, k the number of permits.
+-- use, k the number of permits. Returns true if it served the gate's holder
+-- whose client keeps a presence, there as it ran: the caller's owner looks
+-- again a poll later (sem_watch.lua).
 local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_holder)
   local g = load(gate.hold)
-  if g.v and g.v ~= LAYOUT then return end -- the gate's own scripts report it
+  if g.v and g.v ~= LAYOUT then return false end -- the gate's own scripts report it
   local who, _, gate_expiry = holder(g, now)
   local grants, blocked = {}, false
-  local look_first, look_at_ms, told = nil, nil, nil
+  local look_first, look_at_ms, told, watch = nil, nil, nil, false
   if who and not skip_holder then
     local owner, n, lease = g.po, tonumber(g.pn), tonumber(g.pl)
     if owner == nil or n > k then
       -- Not a request this script can grant: its holder looks for itself
       -- (one for more than K permits gets its error).
       publish_notes(publish, channel, {freed_note(who)})
-      return
+      return false
     end
     if s.p[owner] == nil then -- (else served already: it has yet to give the gate on)
       blocked = used + n > k
@@ -151,6 +153,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         grants[1] = permits_note(who, token, now, expiry)
         used = used + n
         look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)
+        watch = look_first == nil and presence_channel(who) ~= nil
       end
     end
   end
@@ -181,4 +184,5 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
     grants[#grants + 1] = head_notice(look_first, look_at_ms)
   end
   if #grants > 0 then publish_notes(publish, channel, grants) end
+  return watch
 end

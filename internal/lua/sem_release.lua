@@ -7,7 +7,10 @@
 -- ARGV[6] (optional) the owner's hold, if it has one, is released whatever
 -- its token: an acquisition whose answer was lost, or permits served to a
 -- waiter that gave up.
--- Returns {1} released, {0} not held (ran out, or never granted).
+-- Returns {1} released, {0} not held (ran out, or never granted); {1, 1}:
+-- released, and permits served to a first waiter whose client keeps a
+-- presence, which the caller's owner looks at once more a poll later
+-- (sem_watch.lua).
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, token = ARGV[1], tonumber(ARGV[3])
 local s = load()
@@ -29,6 +32,9 @@ end
 s.p[owner] = nil
 w.p = s.p
 note_released(s, w, token)
-serve(s, w, GATE, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
+local watch = serve(s, w, GATE, used - mine.n, tonumber(s.m or '0'), now, now_us, ARGV[4], ARGV[5])
 commit(s, w, now, false)
+-- Served to a first waiter that keeps a presence: its owner watches it
+-- (sem_watch.lua).
+if watch then return {1, 1} end
 return {1}
