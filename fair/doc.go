@@ -132,7 +132,9 @@
 //     back), and the first waiter whose owner's presence is there, behind a
 //     head whose is gone, is told to look at the grace's end; so dead
 //     waiters cost the live one behind them the grace and a round trip
-//     after a release. When nobody alive looks (the holder and the head
+//     after a release (a poll more if they die as the release runs: they
+//     looked alive to it, and its owner looks again a poll later). When
+//     nobody alive looks (the holder and the head
 //     died together), the live waiter behind learns at its next heartbeat:
 //     a heartbeat and the grace, not a wait timeout. A live waiter whose
 //     presence connection broke twice, unseen in between and seen gone
