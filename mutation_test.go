@@ -977,15 +977,15 @@ var mutations = []struct {
 	{
 		name:   "presence: a semaphore's watch records nothing and tells nobody",
 		file:   "sem_watch.lua",
-		from:   "local first, at = served_gone(s, w, g, GATE, who, owner, now)",
-		to:     "local first, at = nil, nil",
+		from:   "local notes = served_gone(s, w, g, GATE, who, owner, now)",
+		to:     "local notes = nil",
 		spec:   scenarioSpec(firstWaiterKilledAtTheSemaphoreRelease),
 		checks: 1,
 	},
 	{
 		name:   "presence: a release serves a gone first waiter and tells nobody",
 		file:   "permits.lua",
-		from:   "look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)",
+		from:   "later = served_gone(s, w, g, gate, who, owner, now)",
 		to:     "-- (nobody told)",
 		spec:   scenarioSpec(deadFirstWaiterServedAtTheRelease),
 		checks: 1,

@@ -182,6 +182,9 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool, present int) *semSpec
 	}
 	s.base = base
 	s.ledger = newQueueLedger(t, s.probe, "the gate", base+":gate", base)
+	// A waiter whose own attempt on the gate passed over the dead ahead of
+	// it learns from its reply that it is the gate's head.
+	s.ledger.replies = newHeadReplies(scripts.FairAcquire)
 	opts := func(label string) []fair.Option {
 		return []fair.Option{fair.WithLabel(label),
 			fairlock.WithWaitTimeout(waitTimeout), fairlock.WithLease(lease)}
@@ -196,6 +199,7 @@ func newSemSpec(t *rapid.T, scripts *lua.Scripts, rw bool, present int) *semSpec
 		c.AddHook(cut)
 		c.AddHook(sever)
 		c.AddHook(still)
+		c.AddHook(s.ledger.replies)
 		label := fmt.Sprintf("p%d", i)
 		p := &semProc{label: label, client: c, cut: cut, sever: sever, still: still}
 		owner := redistest.OwnerOn(c, s.clk, scripts)

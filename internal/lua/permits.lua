@@ -99,8 +99,9 @@ end
 -- the gate's waiters that present_head finds: the gate's hold is saved
 -- here), and the first gate waiter whose client is there, behind a gate
 -- head whose client is gone, is to be told to look at the grace's end: it
--- then ends both holds, as it would a dead holder's.
--- Returns that waiter's entry and when it should look (nil if none).
+-- then ends both holds, as it would a dead holder's. (A gate head the look
+-- passed over makes the new one to be told too, as any cleanup's.)
+-- Returns the notes to publish, {} if none; nil if who's client is there.
 local function served_gone(s, w, g, gate, who, owner, now)
   local ch = presence_channel(who)
   if ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then return nil end
@@ -110,10 +111,13 @@ local function served_gone(s, w, g, gate, who, owner, now)
   if type(pa) ~= 'table' then pa = {} end
   pa[owner] = int(since)
   s.pa, w.pa = pa, pa
-  local head, _, _, _, first, from = present_head(g, gate, now)
+  local head, popped, _, _, first, from = present_head(g, gate, now)
   redis.call('SET', gate.hold, cjson.encode(g), 'KEEPTTL')
-  if head and first and first ~= head then return first, math.max(since + PRESENCE_GRACE_MS, from) end
-  return nil
+  local notes = {}
+  local at = look_at(who, tonumber(g.x), now, g.pa)
+  if head and popped then notes[1] = head_notice(head, at) end
+  if head and first and first ~= head then notes[#notes + 1] = head_notice(first, math.max(at, from)) end
+  return notes
 end
 
 -- Semaphore: serve the waiters at the head, in order, as far as the free
@@ -136,7 +140,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
   if g.v and g.v ~= LAYOUT then return false end -- the gate's own scripts report it
   local who, _, gate_expiry = holder(g, now)
   local grants, blocked = {}, false
-  local look_first, look_at_ms, told, watch = nil, nil, nil, false
+  local later, told, watch = nil, nil, false
   if who and not skip_holder then
     local owner, n, lease = g.po, tonumber(g.pn), tonumber(g.pl)
     if owner == nil or n > k then
@@ -152,8 +156,8 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         local token = grant_permit(s, w, owner, n, expiry, now, now_us, g.b or '')
         grants[1] = permits_note(who, token, now, expiry)
         used = used + n
-        look_first, look_at_ms = served_gone(s, w, g, gate, who, owner, now)
-        watch = look_first == nil and presence_channel(who) ~= nil
+        later = served_gone(s, w, g, gate, who, owner, now)
+        watch = later == nil and presence_channel(who) ~= nil
       end
     end
   end
@@ -180,8 +184,10 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
       if told then grants[#grants + 1] = head_notice(told, look_at(who, gate_expiry or now, now, g.pa)) end
     end
   end
-  if look_first and look_first ~= told and redis.call('ZSCORE', gate.deadlines, look_first) then
-    grants[#grants + 1] = head_notice(look_first, look_at_ms)
+  -- served_gone's notes, but to an entry served, or told above, since.
+  for _, note in ipairs(later or {}) do
+    local e = string.match(note, '^[^ ]*')
+    if e ~= told and redis.call('ZSCORE', gate.deadlines, e) then grants[#grants + 1] = note end
   end
   if #grants > 0 then publish_notes(publish, channel, grants) end
   return watch

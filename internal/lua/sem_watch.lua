@@ -8,7 +8,7 @@
 -- is told to look at the grace's end (served_gone in permits.lua).
 -- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines.
 -- ARGV[1] publish command, ARGV[2] channel (the gate's).
--- Returns 1 if it told a waiter to look, 0 if not.
+-- Returns 1 if it told a waiter to look (or a new head when it is), 0 if not.
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local s = load()
 local bad = layout_error(s)
@@ -27,8 +27,8 @@ if permit_holds(s, w, now)[owner] == nil then
   save_changes(s, w)
   return 0
 end
-local first, at = served_gone(s, w, g, GATE, who, owner, now)
+local notes = served_gone(s, w, g, GATE, who, owner, now)
 save_changes(s, w)
-if first == nil then return 0 end
-publish_notes(ARGV[1], ARGV[2], {head_notice(first, at)})
+if notes == nil or #notes == 0 then return 0 end
+publish_notes(ARGV[1], ARGV[2], notes)
 return 1
