@@ -162,15 +162,15 @@ var mutations = []struct {
 	{
 		name: "a head notice at every heartbeat while the lock is held",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_heads(",
-		to:   "if head then tell_heads(",
+		from: "if popped and head then\n    tell_heads(head, first, from, at,",
+		to:   "if head then\n    tell_heads(head, first, from, at,",
 		seed: 9258370859139951867,
 	},
 	{
 		name: "no head notice when the heartbeat evicts a dead head",
 		file: "fair_heartbeat.lua",
-		from: "if popped and head then tell_heads(",
-		to:   "if popped and not head then tell_heads(",
+		from: "if popped and head then\n    tell_heads(head, first, from, at,",
+		to:   "if popped and not head then\n    tell_heads(head, first, from, at,",
 		// A rare coincidence: caught after 45 to 218 checks in 3 runs (2026-11-24).
 		checks: 3000,
 		seed:   5387354038456174379,
