@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,10 +216,16 @@ func TestPresenceWaitersKilledAtTheReleaseArePassedOver(t *testing.T) {
 		d.kill()
 	}
 	presenceDropped(t, c, allPresences)
-	// The bound: the watch's poll, the grace, and the survivor's look at
-	// its end; one more poll for this rig, whose steps of the fake clock
-	// do not wait for the watch's script (the owner's background work).
-	took := survive(t, clk, got, 3, released, 3*core.PresencePoll+core.PresenceGrace, "the Unlock")
+	// The watch is due a poll after the Unlock; its look, the owner's
+	// background work, records the grantee's absence (pa) when it runs.
+	clk.Advance(core.PresencePoll)
+	waitFor(t, "the release's watch to look", func() bool {
+		hold, err := mr.Get("fairlock:f:{p}")
+		return err == nil && strings.Contains(hold, `"pa":`)
+	})
+	// The bound: the watch's poll, the grace, the survivor's look at its
+	// end, and the rig's steps of 10 ms.
+	took := survive(t, clk, got, 3, released, 2*core.PresencePoll+core.PresenceGrace+20*time.Millisecond, "the Unlock")
 	t.Logf("the survivor took the lock %v (fake clock) after the Unlock, its three waiters killed as it ran", took)
 	if err := survivor.Unlock(ctx); err != nil {
 		t.Fatal(err)
