@@ -67,8 +67,8 @@
 //     ForceUnlock, or finding that a lease ran out grants the lock directly
 //     to the live head of the queue (passing over, with presence, heads
 //     whose owner's presence has been gone for 200 ms: guarantee 10) and
-//     publishes exactly one message, to
-//     that waiter's owner alone: each owner listens on its own inbox of the
+//     publishes exactly one message, to that waiter's owner alone: each
+//     owner listens on its own inbox of the
 //     lock, so a hand-off reaches one connection and wakes one process
 //     however many owners wait (the waiter behind it is told it is head now
 //     in the same message when it is of the same owner, else in one message
@@ -90,9 +90,9 @@
 //     only, tells it the expiry: one message and one timer per change of head,
 //     whatever the queue's length, and never a herd (with presence, a
 //     second one while the new head's owner's presence is gone: to the
-//     first waiter behind it whose owner's is not, guarantee 10). The heartbeat doubles
-//     as every waiter's fallback timer, so a lost message never strands
-//     anyone, and nobody polls.
+//     first waiter behind it whose owner's is not, guarantee 10). The
+//     heartbeat doubles as every waiter's fallback timer, so a lost message
+//     never strands anyone, and nobody polls.
 //  7. Cost: no script iterates over the waiters. Every call is O(log N) in
 //     the queue length, amortised: a dead or departed entry is removed once,
 //     when it reaches the head. Behind a head whose owner's presence is gone
@@ -116,10 +116,11 @@
 //     waiter up to a heartbeat. Grants the heartbeat makes itself (a dead
 //     head evicted), leases that run out and a heartbeat's finding that the
 //     waiter is the first alive behind a head whose presence is gone (no
-//     script had looked) are the fallbacks' own work, not rescues. A rescue is decided exactly: before reporting one, the
-//     waiter makes sure that everything Redis published to its client before
-//     it learned the news has arrived (a marker of its own on its inbox), so
-//     a message merely overtaken by a reply is not counted.
+//     script had looked) are the fallbacks' own work, not rescues. A rescue
+//     is decided exactly: before reporting one, the waiter makes sure that
+//     everything Redis published to its client before it learned the news
+//     has arrived (a marker of its own on its inbox), so a message merely
+//     overtaken by a reply is not counted.
 //  10. Presence (an owner made with [fairlock.WithPresence]): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
@@ -134,9 +135,9 @@
 //     waiters cost the live one behind them the grace and a round trip
 //     after a release (a poll more if they die as the release runs: they
 //     looked alive to it, and its owner looks again a poll later). When
-//     nobody alive looks (the holder and the head
-//     died together), the live waiter behind learns at its next heartbeat:
-//     a heartbeat and the grace, not a wait timeout. A live waiter whose
+//     nobody alive looks (the holder and the head died together), the live
+//     waiter behind learns at its next heartbeat: a heartbeat and the
+//     grace, not a wait timeout. A live waiter whose
 //     presence connection broke twice, unseen in between and seen gone
 //     each time a grace apart, may be passed over: it re-joins at the tail
 //     (guarantee 4's rule for a stalled waiter, the logger saying so). A blip
