@@ -180,11 +180,29 @@ func TestPresenceDeadHolderAndFirstWaiterCostAHeartbeat(t *testing.T) {
 // watchHandOff), finds them gone and tells the live waiter behind to look
 // at the grace's end: it holds within about two polls and the grace of
 // the Unlock, not a heartbeat (which would be the first look otherwise).
+// An owner closed right after its Unlock, as a worker that exits closes
+// it, makes that look at its Close: within a poll and the grace.
 func TestPresenceWaitersKilledAtTheReleaseArePassedOver(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "the releaser lives on", true: "the releaser closes its owner"}[closed], func(t *testing.T) {
+			killedAtTheRelease(t, closed)
+		})
+	}
+}
+
+func killedAtTheRelease(t *testing.T, closeOwner bool) {
 	redistest.NoLeaks(t)
 	mr, clk, c := redistest.Mini(t)
 	ctx := context.Background()
-	holder, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
+	// The holder's owner is of its own client, so that closing it closes
+	// nobody else's.
+	hc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = hc.Close() })
+	howner, err := redistest.NewOwner(hc, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := fair.New(howner, "p", fairlock.WithWaitTimeout(deadWaitTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,16 +234,24 @@ func TestPresenceWaitersKilledAtTheReleaseArePassedOver(t *testing.T) {
 		d.kill()
 	}
 	presenceDropped(t, c, allPresences)
-	// The watch is due a poll after the Unlock; its look, the owner's
-	// background work, records the grantee's absence (pa) when it runs.
-	clk.Advance(core.PresencePoll)
+	// The watch is due a poll after the Unlock, or at once at the owner's
+	// Close; its look, the owner's background work, records the grantee's
+	// absence (pa) when it runs.
+	bound := 2*core.PresencePoll + core.PresenceGrace
+	if closeOwner {
+		if err := howner.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bound = core.PresencePoll + core.PresenceGrace
+	} else {
+		clk.Advance(core.PresencePoll)
+	}
 	waitFor(t, "the release's watch to look", func() bool {
 		hold, err := mr.Get("fairlock:f:{p}")
 		return err == nil && strings.Contains(hold, `"pa":`)
 	})
-	// The bound: the watch's poll, the grace, the survivor's look at its
-	// end, and the rig's steps of 10 ms.
-	took := survive(t, clk, got, 3, released, 2*core.PresencePoll+core.PresenceGrace+20*time.Millisecond, "the Unlock")
+	// The bound, and the rig's steps of 10 ms.
+	took := survive(t, clk, got, 3, released, bound+20*time.Millisecond, "the Unlock")
 	t.Logf("the survivor took the lock %v (fake clock) after the Unlock, its three waiters killed as it ran", took)
 	if err := survivor.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -641,7 +641,13 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 		what   string
 		before time.Duration
 		reap   bool
-	}{{"a second before the release", time.Second, true}, {"just before the release", 0, true}, {"at the release", 0, false}}
+		exit   bool // the holder closes its owner right after the release, as a worker that exits does
+	}{
+		{"a second before the release", time.Second, true, false},
+		{"just before the release", 0, true, false},
+		{"at the release", 0, false, false},
+		{"at the release, the holder's owner closed after it", 0, false, true},
+	}
 	for _, kind := range []string{"fair", "election", "semaphore"} {
 		for _, when := range whens {
 			before := when.before
@@ -651,7 +657,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 				var delays []time.Duration
 				for i := range runs {
 					name := fmt.Sprintf("%s-%d", lockName(t), i)
-					release := holdFor(t, kind, c, name)
+					release, owner := holdFor(t, kind, srv.Addr, name)
 					var dead []*worker
 					for j := range 3 {
 						dead = append(dead, startWorker(t, workerSpec{Lock: kind + "+presence", Addr: srv.Addr, Name: name,
@@ -671,6 +677,11 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 					time.Sleep(before)
 					released := time.Now()
 					release()
+					if when.exit {
+						if err := owner.Close(context.Background()); err != nil {
+							t.Fatal(err)
+						}
+					}
 					r := <-done
 					if r.err != nil {
 						t.Fatalf("run %d: the live waiter: %v", i, r.err)
@@ -691,14 +702,22 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 }
 
 // holdFor takes kind's lock (a fair lock, an election's leadership, or
-// both permits of a semaphore of 2) on an owner without presence, and
-// returns its release.
-func holdFor(t *testing.T, kind string, c *redis.Client, name string) func() {
+// both permits of a semaphore of 2) on an owner without presence, of a
+// client of its own, and returns its release and the owner.
+func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fairlock.Owner) {
 	t.Helper()
 	ctx := context.Background()
+	o, err := fairlock.NewOwner(client(t, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Close(context.Background()) })
 	switch kind {
 	case "fair":
-		m := newHandle(t, "fair", c, name, presenceLease)
+		m, err := fair.New(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := m.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -706,9 +725,9 @@ func holdFor(t *testing.T, kind string, c *redis.Client, name string) func() {
 			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-		}
+		}, o
 	case "election":
-		e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		e, err := fair.NewElection(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -720,9 +739,9 @@ func holdFor(t *testing.T, kind string, c *redis.Client, name string) func() {
 			if err := e.Resign(lead); err != nil {
 				t.Fatal(err)
 			}
-		}
+		}, o
 	}
-	s, err := fair.NewSemaphore(redistest.Owner(c), name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+	s, err := fair.NewSemaphore(o, name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +753,7 @@ func holdFor(t *testing.T, kind string, c *redis.Client, name string) func() {
 		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-	}
+	}, o
 }
 
 // waitingFor counts the waiters of kind's lock name: its queue's list (a

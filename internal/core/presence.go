@@ -495,8 +495,14 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 // its socket's close yet); if the head behind it died too, no script would
 // run until a live waiter's heartbeat. This look finds them gone, records
 // it, and tells the first live waiter behind to look at the grace's end
-// (fair_heartbeat.lua with no entries). It runs in the background, which
-// the owner's Close waits for, and stops at Close.
+// (fair_heartbeat.lua with no entries, sem_watch.lua). It runs in the
+// background, which the owner's Close waits for: a program that unlocks,
+// closes its owner and exits is the commonest releaser (a newcomer's
+// worker lost the watch so in 10 of 24 runs when Close cancelled it), and
+// a look made at Close itself came too soon (the fault test: the dead were
+// still there in 10 of 10 runs). So Close waits for it, at most a poll by
+// the wall clock: the owner's clock may be a test's that nobody advances
+// any more.
 func (h Agent) watchHandOff() {
 	if h.Watch == nil {
 		return
@@ -509,7 +515,14 @@ func (h Agent) watchHandOff() {
 		select {
 		case <-due:
 		case <-closing.Done():
-			return
+			wall := time.NewTimer(PresencePoll)
+			defer wall.Stop()
+			select {
+			case <-due:
+			case <-wall.C:
+			case <-ctx.Done():
+				return
+			}
 		case <-ctx.Done():
 			return
 		}
