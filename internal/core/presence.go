@@ -499,10 +499,10 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 // background, which the owner's Close waits for: a program that unlocks,
 // closes its owner and exits is the commonest releaser (a newcomer's
 // worker lost the watch so in 10 of 24 runs when Close cancelled it), and
-// a look made at Close itself came too soon (the fault test: the dead were
-// still there in 10 of 10 runs). So Close waits for it, at most a poll by
-// the wall clock: the owner's clock may be a test's that nobody advances
-// any more.
+// a look made at Close itself came too soon (the fault test: the live
+// waiter waited for its heartbeat in most runs, 866 ms median). So Close
+// waits for it, at most a poll by the wall clock: the owner's clock may be
+// a test's that nobody advances any more.
 func (h Agent) watchHandOff() {
 	if h.Watch == nil {
 		return
