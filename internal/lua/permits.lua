@@ -90,33 +90,43 @@ local function grant_permit(s, w, owner, n, expiry, g, now_us, label)
   return token
 end
 
--- Semaphore, presence: permits were just served (to owner, its permit
--- hold) to who, the gate's holder, whose client keeps a presence that is
--- gone: it may have just died, and then nobody alive would look until a
--- heartbeat (the gate's head polls it, unless that head is gone too). Its
--- absence is recorded from now (or from the first look that found it gone)
--- for its permit hold (s.pa) and its gate hold (pa, with the absences of
--- the gate's waiters that present_head finds: the gate's hold is saved
--- here), and the first gate waiter whose client is there, behind a gate
--- head whose client is gone, is to be told to look at the grace's end: it
--- then ends both holds, as it would a dead holder's. (A gate head the look
--- passed over makes the new one to be told too, as any cleanup's.)
--- Returns the notes to publish, {} if none; nil if who's client is there.
-local function served_gone(s, w, g, gate, who, owner, now)
-  local ch = presence_channel(who)
-  if ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then return nil end
-  local since = tonumber(g.pa or '') or now
-  g.pa = int(since)
-  local pa = s.pa
-  if type(pa) ~= 'table' then pa = {} end
-  pa[owner] = int(since)
-  s.pa, w.pa = pa, pa
+-- Semaphore, presence: a look at the gate's holder who (its hold g) and at
+-- the permit holders, when a release served who its permits while who's
+-- client was gone (serve), or a poll after one served it while it was
+-- there (sem_watch.lua): waiters killed as the release ran looked alive to
+-- it, and if the gate's head died too, no script would run until a live
+-- waiter's heartbeat. The absences it finds are recorded (the permit
+-- holders', s.pa; the gate holder's, pa; the gate's waiters', wa, by
+-- present_head), nothing is ended (the first waiter ends them, and serves
+-- what they free), and the gate's hold is saved here. Returns the notes to
+-- publish: a new gate head, if the look passed the old one over, and the
+-- first gate waiter whose client is there, behind a gate head whose
+-- client is gone, told to look when they may all be ended; {} if none.
+local function gone_look(s, w, g, gate, who, now)
+  local latest, seen = nil, s.pa
+  if type(seen) ~= 'table' then seen = {} end
+  for owner in pairs(permit_holds(s, w, now)) do
+    local ch = presence_channel(owner)
+    if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 then
+      local since = tonumber(seen[owner] or '') or now
+      seen[owner] = int(since)
+      if latest == nil or since > latest then latest = since end
+    end
+  end
+  if latest then s.pa, w.pa = seen, seen end
+  local gw = {}
+  holder_present(g, gw, now)
+  if gw.pa then g.pa = gw.pa end
   local head, popped, _, _, first, from = present_head(g, gate, now)
   redis.call('SET', gate.hold, cjson.encode(g), 'KEEPTTL')
   local notes = {}
   local at = look_at(who, tonumber(g.x), now, g.pa)
   if head and popped then notes[1] = head_notice(head, at) end
-  if head and first and first ~= head then notes[#notes + 1] = head_notice(first, math.max(at, from)) end
+  if head and first and first ~= head then
+    local t = math.max(at, from)
+    if latest then t = math.max(t, latest + PRESENCE_GRACE_MS) end
+    notes[#notes + 1] = head_notice(first, t)
+  end
   return notes
 end
 
@@ -156,8 +166,14 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         local token = grant_permit(s, w, owner, n, expiry, now, now_us, g.b or '')
         grants[1] = permits_note(who, token, now, expiry)
         used = used + n
-        later = served_gone(s, w, g, gate, who, owner, now)
-        watch = later == nil and presence_channel(who) ~= nil
+        -- Served to a client that keeps a presence: gone now, look at
+        -- once; there, its owner looks again a poll later.
+        local ch = presence_channel(who)
+        if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 then
+          later = gone_look(s, w, g, gate, who, now)
+        else
+          watch = ch ~= nil
+        end
       end
     end
   end
@@ -184,7 +200,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
       if told then grants[#grants + 1] = head_notice(told, look_at(who, gate_expiry or now, now, g.pa)) end
     end
   end
-  -- served_gone's notes, but to an entry served, or told above, since.
+  -- gone_look's notes, but to an entry served, or told above, since.
   for _, note in ipairs(later or {}) do
     local e = string.match(note, '^[^ ]*')
     if e ~= told and redis.call('ZSCORE', gate.deadlines, e) then grants[#grants + 1] = note end
