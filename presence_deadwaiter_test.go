@@ -56,6 +56,23 @@ func (d *doomed) kill() {
 	d.sev.Sever()
 }
 
+// doomedAhead queues three doomed waiters on lock "p", held by the
+// caller, then a survivor on c's owner, whose Lock's result comes on got.
+func doomedAhead(t *testing.T, mr *miniredis.Miniredis, clk *clock.Fake, c *redis.Client) (dead []*doomed, survivor *fair.Mutex, got chan error) {
+	t.Helper()
+	for i := range 3 {
+		dead = append(dead, queueDoomed(t, mr, clk, "p", i+1))
+	}
+	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = make(chan error, 1)
+	go func() { got <- survivor.Lock(context.Background()) }()
+	waitFor(t, "the survivor to sleep", func() bool { return redistest.Asleep() == 4 })
+	return dead, survivor, got
+}
+
 // survive steps the fake clock 10 ms at a time, letting the waiters react
 // (asleep of them sleep, having read what Redis published, while got is
 // empty), until got has the survivor's Lock result; it fails if that takes
@@ -99,17 +116,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var dead []*doomed
-	for i := range 3 {
-		dead = append(dead, queueDoomed(t, mr, clk, "p", i+1))
-	}
-	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- survivor.Lock(ctx) }()
-	waitFor(t, "the survivor to sleep", func() bool { return redistest.Asleep() == 4 })
+	dead, survivor, got := doomedAhead(t, mr, clk, c)
 
 	for _, d := range dead {
 		d.kill()
@@ -209,17 +216,7 @@ func killedAtTheRelease(t *testing.T, closeOwner bool) {
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var dead []*doomed
-	for i := range 3 {
-		dead = append(dead, queueDoomed(t, mr, clk, "p", i+1))
-	}
-	survivor, err := fair.New(redistest.OwnerOn(c, clk, nil), "p", fairlock.WithWaitTimeout(deadWaitTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- survivor.Lock(ctx) }()
-	waitFor(t, "the survivor to sleep", func() bool { return redistest.Asleep() == 4 })
+	dead, survivor, got := doomedAhead(t, mr, clk, c)
 
 	released := clk.Now()
 	if err := holder.Unlock(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/wire"
@@ -85,6 +86,29 @@ func headNotice(t tb, sub *redis.PubSub, client string) int64 {
 				}
 			}
 		}
+	}
+}
+
+// deadHolderAndHead: H and the first waiter, both keeping a presence, hold
+// the lock and queue for it.
+func (ps *presenceScripts) deadHolderAndHead() {
+	ps.t.Helper()
+	ps.present(deadHolder)
+	ps.present(deadWaiter(0))
+	if r := ps.join(deadHolder); !r.Held {
+		ps.t.Fatalf("H's Lock: %+v, want held", r)
+	}
+	if r := ps.join(deadWaiter(0)); r.Held || !r.Head {
+		ps.t.Fatalf("the first waiter's join: %+v, want queued as head", r)
+	}
+}
+
+// holdsAGraceLater lets the grace pass, and W's look must hold the lock.
+func (ps *presenceScripts) holdsAGraceLater(clk *clock.Fake, after string) {
+	ps.t.Helper()
+	clk.Advance(core.PresenceGrace)
+	if r := ps.look(plainWaiter); !r.Held {
+		ps.t.Fatalf("W's look a grace after %s: %+v; want the lock", after, r)
 	}
 }
 
@@ -176,10 +200,7 @@ func deadWaitersFoundByTheHandOff(t tb, scripts *lua.Scripts) {
 	if at := headNotice(t, sub, plainWaiter); at == 0 || at > released+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's head notice after the hand-off: expiry %d, want by the grace's end (%d)", at, released+core.PresenceGrace.Milliseconds())
 	}
-	clk.Advance(core.PresenceGrace)
-	if r := ps.look(plainWaiter); !r.Held {
-		t.Fatalf("W's look a grace after the hand-off: %+v; want the lock", r)
-	}
+	ps.holdsAGraceLater(clk, "the hand-off")
 }
 
 func TestDeadWaitersFoundByTheHandOff(t *testing.T) {
@@ -194,23 +215,13 @@ func joinBehindTheDead(t tb, scripts *lua.Scripts) {
 	const name = "join-behind"
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
 	defer stop()
-	ps.present(deadHolder)
-	ps.present(deadWaiter(0))
-	if r := ps.join(deadHolder); !r.Held {
-		t.Fatalf("H's Lock: %+v, want held", r)
-	}
-	if r := ps.join(deadWaiter(0)); r.Held || !r.Head {
-		t.Fatalf("the first waiter's join: %+v, want queued as head", r)
-	}
+	ps.deadHolderAndHead()
 	ps.gone(deadHolder)
 	ps.gone(deadWaiter(0))
 	if r := ps.join(plainWaiter); r.Held || !r.Head || r.HoldMs != core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's join behind the dead: %+v; want queued, told to look at the grace's end", r)
 	}
-	clk.Advance(core.PresenceGrace)
-	if r := ps.look(plainWaiter); !r.Held {
-		t.Fatalf("W's look a grace after its join: %+v; want the lock", r)
-	}
+	ps.holdsAGraceLater(clk, "its join")
 }
 
 func TestJoinBehindTheDead(t *testing.T) {
@@ -225,14 +236,7 @@ func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
 	const name = "heartbeat-finds"
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
 	defer stop()
-	ps.present(deadHolder)
-	ps.present(deadWaiter(0))
-	if r := ps.join(deadHolder); !r.Held {
-		t.Fatalf("H's Lock: %+v, want held", r)
-	}
-	if r := ps.join(deadWaiter(0)); r.Held || !r.Head {
-		t.Fatalf("the first waiter's join: %+v, want queued as head", r)
-	}
+	ps.deadHolderAndHead()
 	if r := ps.join(plainWaiter); r.Held || r.Head {
 		t.Fatalf("W's join: %+v, want queued behind the first", r)
 	}
@@ -242,10 +246,7 @@ func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
 	if r := ps.heartbeat(plainWaiter); r.Status[0] != wire.BeatBehindGone || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's heartbeat behind the dead: %+v; want told to look (as the head) at the grace's end, %d", r, beat+core.PresenceGrace.Milliseconds())
 	}
-	clk.Advance(core.PresenceGrace)
-	if r := ps.look(plainWaiter); !r.Held {
-		t.Fatalf("W's look a grace after its heartbeat: %+v; want the lock", r)
-	}
+	ps.holdsAGraceLater(clk, "its heartbeat")
 }
 
 func TestHeartbeatFindsTheDead(t *testing.T) {
@@ -295,69 +296,88 @@ func TestWaiterSeenBackIsForgotten(t *testing.T) {
 	waiterSeenBackIsForgotten(t, lua.Default())
 }
 
-// semRelease runs sem_release.lua for owner's permit hold with token.
-func (ps *presenceScripts) semRelease(owner string, token int64) {
+// semRelease runs sem_release.lua for owner's permit hold with token, and
+// returns what it answered: wire.Released, or wire.ReleasedWatch.
+func (ps *presenceScripts) semRelease(owner string, token int64) int {
 	ps.t.Helper()
 	ps.n++
 	keys := append([]string{ps.base}, wire.QueueKeys(wire.GateBase(ps.base))...)
 	v, err := ps.scripts.SemRelease.Run(context.Background(), ps.c, nil, keys,
 		owner, fmt.Sprintf("%s#%d", owner, ps.n), token, "PUBLISH", wire.Channel(wire.GateBase(ps.base))).Result()
-	if err != nil || fmt.Sprint(v) != "[1]" {
+	r, derr := wire.DecodeRelease(v)
+	if err != nil || derr != nil || (r != wire.Released && r != wire.ReleasedWatch) {
 		ps.t.Fatalf("%s's release: %v, %v; want released", owner, v, err)
+	}
+	return r
+}
+
+// gateQueue runs one attempt of client's first entry on the semaphore's
+// gate, asking for n permits.
+func (ps *presenceScripts) gateQueue(client string, n int, mode string) wire.FairAcquireReply {
+	ps.t.Helper()
+	return ps.acquireOn(wire.GateBase(ps.base), wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
+		Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
+}
+
+// semBehindTheDead: on a semaphore of 2, P (no presence) holds both
+// permits; D0, which keeps a presence, holds the gate (the first waiter,
+// for 2 permits), D1, which keeps one too, waits behind it, then W, which
+// keeps none. It returns P's token.
+func (ps *presenceScripts) semBehindTheDead() int64 {
+	ps.t.Helper()
+	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
+	if !p.Held {
+		ps.t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
+	}
+	ps.present(deadWaiter(0))
+	ps.present(deadWaiter(1))
+	if r := ps.gateQueue(deadWaiter(0), 2, wire.ModeJoin); !r.Held {
+		ps.t.Fatalf("D0's gate: %+v; want held (the first waiter)", r)
+	}
+	if r := ps.gateQueue(deadWaiter(1), 2, wire.ModeJoin); r.Held || !r.Head {
+		ps.t.Fatalf("D1's join: %+v; want queued as the gate's head", r)
+	}
+	if r := ps.gateQueue(plainWaiter, 1, wire.ModeJoin); r.Held || r.Head {
+		ps.t.Fatalf("W's join: %+v; want queued behind D1", r)
+	}
+	return p.Token
+}
+
+// semHoldsAGraceLater lets the grace pass: W's look must take the gate,
+// and then a permit (D0's ended).
+func (ps *presenceScripts) semHoldsAGraceLater(clk *clock.Fake, after string) {
+	ps.t.Helper()
+	clk.Advance(core.PresenceGrace)
+	g := ps.gateQueue(plainWaiter, 1, wire.ModeQueued)
+	if !g.Held {
+		ps.t.Fatalf("W's look a grace after %s: %+v; want the gate", after, g)
+	}
+	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
+	if !r.Held {
+		ps.t.Fatalf("W's permit, holding the gate a grace after %s: %+v; want it (D0's permits ended)", after, r)
 	}
 }
 
-// deadFirstWaiterServedAtTheRelease: on a semaphore of 2, P (no presence)
-// holds both permits; D0, which keeps a presence, holds the gate (the
-// first waiter, for 2 permits), D1, which keeps one too, waits behind it,
-// then W, which keeps none. D0 and D1 die, and P releases: the release
-// serves D0 its permits, finds its presence gone, records it for its
-// permit hold and its gate hold, and tells W to look at the grace's end;
-// then W takes the gate, passing D1 over, and the permits, ending D0's.
+// deadFirstWaiterServedAtTheRelease: semBehindTheDead; D0 and D1 die, and
+// P releases: the release serves D0 its permits, finds its presence gone,
+// records it for its permit hold and its gate hold, and tells W to look at
+// the grace's end; then W takes the gate, passing D1 over, and the
+// permits, ending D0's.
 func deadFirstWaiterServedAtTheRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("served-gone"))
 	defer stop()
-	gate := wire.GateBase(ps.base)
-	d0, d1 := deadWaiter(0), deadWaiter(1)
-	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
-	if !p.Held {
-		t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
-	}
-	ps.present(d0)
-	ps.present(d1)
-	queue := func(client string, n int, mode string) wire.FairAcquireReply {
-		t.Helper()
-		return ps.acquireOn(gate, wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
-			Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
-	}
-	if r := queue(d0, 2, wire.ModeJoin); !r.Held {
-		t.Fatalf("D0's gate: %+v; want held (the first waiter)", r)
-	}
-	if r := queue(d1, 2, wire.ModeJoin); r.Held || !r.Head {
-		t.Fatalf("D1's join: %+v; want queued as the gate's head", r)
-	}
-	if r := queue(plainWaiter, 1, wire.ModeJoin); r.Held || r.Head {
-		t.Fatalf("W's join: %+v; want queued behind D1", r)
-	}
-	ps.gone(d0)
-	ps.gone(d1)
-	sub := ps.inbox(gate, plainWaiter)
+	token := ps.semBehindTheDead()
+	ps.gone(deadWaiter(0))
+	ps.gone(deadWaiter(1))
+	sub := ps.inbox(wire.GateBase(ps.base), plainWaiter)
 	defer sub.Close()
 	released := clk.Now().UnixMilli()
-	ps.semRelease(plainHolder+".1#1", p.Token)
+	ps.semRelease(plainHolder+".1#1", token)
 	if at := headNotice(t, sub, plainWaiter); at == 0 || at > released+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's head notice after the release served D0: expiry %d, want by the grace's end (%d)", at, released+core.PresenceGrace.Milliseconds())
 	}
-	clk.Advance(core.PresenceGrace)
-	g := queue(plainWaiter, 1, wire.ModeQueued)
-	if !g.Held {
-		t.Fatalf("W's look a grace after the release: %+v; want the gate", g)
-	}
-	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
-	if !r.Held {
-		t.Fatalf("W's permit, holding the gate a grace after the release: %+v; want it (D0's permits ended)", r)
-	}
+	ps.semHoldsAGraceLater(clk, "the release")
 }
 
 func TestDeadFirstWaiterServedAtTheRelease(t *testing.T) {
@@ -416,10 +436,7 @@ func waitersKilledAtTheRelease(t tb, scripts *lua.Scripts) {
 	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's head notice after the release's watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
 	}
-	clk.Advance(core.PresenceGrace)
-	if r := ps.look(plainWaiter); !r.Held {
-		t.Fatalf("W's look a grace after the watch: %+v; want the lock", r)
-	}
+	ps.holdsAGraceLater(clk, "the watch")
 }
 
 func TestWaitersKilledAtTheRelease(t *testing.T) {
@@ -435,33 +452,18 @@ func releaseAsksForAWatch(t tb, scripts *lua.Scripts) {
 	ps, _, stop := newPresenceScripts(t, scripts, wire.FairBase("watch-asked"))
 	defer stop()
 	d := deadWaiter(0)
-	release := func(owner string, token int64) int {
-		t.Helper()
-		ps.n++
-		v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.Release{
-			Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(ps.base),
-		}.Args()...).Result()
-		if err != nil {
-			t.Fatalf("%s's release: %v", owner, err)
-		}
-		r, err := wire.DecodeRelease(v)
-		if err != nil {
-			t.Fatalf("%s's release: %v", owner, err)
-		}
-		return r
-	}
 	h := ps.join(plainHolder)
 	ps.present(d)
 	ps.join(d)
 	ps.join(plainWaiter)
-	if r := release(plainHolder+".1", h.Token); r != wire.ReleasedWatch {
+	if r := ps.release(plainHolder+".1", h.Token); r != wire.ReleasedWatch {
 		t.Fatalf("a release to a waiter that keeps a presence: %d, want %d (watch it)", r, wire.ReleasedWatch)
 	}
 	g := ps.look(d)
 	if !g.Held {
 		t.Fatalf("D's look at its hand-off: %+v, want held", g)
 	}
-	if r := release(d+".1", g.Token); r != wire.Released {
+	if r := ps.release(d+".1", g.Token); r != wire.Released {
 		t.Fatalf("a release to a waiter that keeps no presence: %d, want %d", r, wire.Released)
 	}
 }
@@ -480,52 +482,24 @@ func firstWaiterKilledAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("killed-at-sem-release"))
 	defer stop()
 	gate := wire.GateBase(ps.base)
-	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
-	d0, d1 := deadWaiter(0), deadWaiter(1)
-	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
-	if !p.Held {
-		t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
+	token := ps.semBehindTheDead()
+	if r := ps.semRelease(plainHolder+".1#1", token); r != wire.ReleasedWatch {
+		t.Fatalf("P's release, serving D0, which keeps a presence: %v, want %d (watch it)", r, wire.ReleasedWatch)
 	}
-	ps.present(d0)
-	ps.present(d1)
-	queue := func(client string, n int, mode string) wire.FairAcquireReply {
-		t.Helper()
-		return ps.acquireOn(gate, wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
-			Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
-	}
-	queue(d0, 2, wire.ModeJoin)
-	queue(d1, 2, wire.ModeJoin)
-	queue(plainWaiter, 1, wire.ModeJoin)
-	ps.n++
-	v, err := ps.scripts.SemRelease.Run(context.Background(), ps.c, nil, keys,
-		plainHolder+".1#1", fmt.Sprintf("r%d", ps.n), p.Token, "PUBLISH", wire.Channel(gate)).Result()
-	if err != nil {
-		t.Fatalf("P's release: %v", err)
-	}
-	if r, err := wire.DecodeRelease(v); err != nil || r != wire.ReleasedWatch {
-		t.Fatalf("P's release, serving D0, which keeps a presence: %v (%v), want %d (watch it)", r, err, wire.ReleasedWatch)
-	}
-	ps.gone(d0)
-	ps.gone(d1)
+	ps.gone(deadWaiter(0))
+	ps.gone(deadWaiter(1))
 	sub := ps.inbox(gate, plainWaiter)
 	defer sub.Close()
 	clk.Advance(core.PresencePoll)
 	watched := clk.Now().UnixMilli()
+	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
 	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", wire.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
 		t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
 	}
 	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's head notice after the watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
 	}
-	clk.Advance(core.PresenceGrace)
-	g := queue(plainWaiter, 1, wire.ModeQueued)
-	if !g.Held {
-		t.Fatalf("W's look a grace after the watch: %+v; want the gate", g)
-	}
-	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
-	if !r.Held {
-		t.Fatalf("W's permit, holding the gate a grace after the watch: %+v; want it (D0's permits ended)", r)
-	}
+	ps.semHoldsAGraceLater(clk, "the watch")
 }
 
 func TestFirstWaiterKilledAtTheSemaphoreRelease(t *testing.T) {

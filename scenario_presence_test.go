@@ -86,8 +86,9 @@ func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairA
 	return r
 }
 
-// release runs owner's final release of its hold with token.
-func (ps *presenceScripts) release(owner string, token int64) {
+// release runs owner's final release of its hold with token, and returns
+// what it answered: wire.Released, or wire.ReleasedWatch.
+func (ps *presenceScripts) release(owner string, token int64) int {
 	ps.t.Helper()
 	ps.n++
 	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.Release{
@@ -96,9 +97,11 @@ func (ps *presenceScripts) release(owner string, token int64) {
 	if err != nil {
 		ps.t.Fatalf("%s's release: %v", owner, err)
 	}
-	if r, err := wire.DecodeRelease(v); err != nil || (r != wire.Released && r != wire.ReleasedWatch) {
+	r, err := wire.DecodeRelease(v)
+	if err != nil || (r != wire.Released && r != wire.ReleasedWatch) {
 		ps.t.Fatalf("%s's release: %v, %v; want released", owner, r, err)
 	}
+	return r
 }
 
 // holder is the lock's holder as Inspect shows it ("" when free).
