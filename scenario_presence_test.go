@@ -90,9 +90,16 @@ func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairA
 // what it answered: wire.Released, or wire.ReleasedWatch.
 func (ps *presenceScripts) release(owner string, token int64) int {
 	ps.t.Helper()
+	return ps.releaseOn(ps.base, owner, token)
+}
+
+// releaseOn is release on the fair queue at base (a lock, or a semaphore's
+// gate).
+func (ps *presenceScripts) releaseOn(base, owner string, token int64) int {
+	ps.t.Helper()
 	ps.n++
-	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.Release{
-		Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(ps.base),
+	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(base), wire.Release{
+		Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(base),
 	}.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's release: %v", owner, err)
@@ -287,4 +294,67 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 
 func TestStaleAbsenceOfAPermitHolderIsForgotten(t *testing.T) {
 	staleAbsenceOfAPermitHolderIsForgotten(t, lua.Default())
+}
+
+// permitHolderAbsenceOutlivesAGrant: a grant of permits to one waiter
+// keeps what was seen of another permit holder's absence (fence.lua keeps a
+// semaphore's table of them across a new token). On a semaphore of 2, P,
+// which keeps a presence, and R, which keeps none, hold a permit each; W
+// holds the gate and X waits behind it, one permit each. P's presence goes
+// and W's look records it; a poll later R releases, which serves W (a new
+// token), and W gives the gate on to X. X's look a grace after P's presence
+// went must end P's permit and take it: the absence counts from W's look,
+// not from X's first.
+func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("absence-outlives-a-grant"))
+	defer stop()
+	p := "PermitHolderPermitHolde" + wire.PresenceMark
+	const x = "SecondWaiterSecondWaite" // keeps no presence
+	ps.present(p)
+	if r := ps.semAcquire(wire.SemAcquire{Owner: p + ".1#1", N: 1, Mode: wire.SemTry}); !r.Held {
+		t.Fatalf("P's TryAcquire of a permit: %+v, want held", r)
+	}
+	rp := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 1, Mode: wire.SemTry})
+	if !rp.Held {
+		t.Fatalf("R's TryAcquire of a permit: %+v, want held", rp)
+	}
+	wg := ps.gateQueue(plainWaiter, 1, wire.ModeJoin)
+	if !wg.Held {
+		t.Fatalf("W's gate: %+v; want held (the first waiter)", wg)
+	}
+	if r := ps.gateQueue(x, 1, wire.ModeJoin); r.Held || !r.Head {
+		t.Fatalf("X's join: %+v; want queued as the gate's head", r)
+	}
+	lookAs := func(client string, gateToken int64) wire.SemAcquireReply {
+		t.Helper()
+		return ps.semAcquire(wire.SemAcquire{Owner: client + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: client + ".1", GateToken: gateToken})
+	}
+
+	ps.gone(p)
+	if r := lookAs(plainWaiter, wg.Token); r.Held || r.Next-r.Now != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's look at P's absence: %+v; want the grace to start", r)
+	}
+	clk.Advance(core.PresencePoll)
+	ps.semRelease(plainHolder+".1#1", rp.Token)
+	if r := lookAs(plainWaiter, wg.Token); !r.Held {
+		t.Fatalf("W's look after R's release: %+v; want the permit R's release served it", r)
+	}
+	ps.releaseOn(wire.GateBase(ps.base), plainWaiter+".1", wg.Token)
+	xg := ps.gateQueue(x, 1, wire.ModeQueued)
+	if !xg.Held {
+		t.Fatalf("X's look after W gave the gate on: %+v; want the gate", xg)
+	}
+	if r := lookAs(x, xg.Token); r.Held {
+		t.Fatalf("X took P's permit a poll after P's presence went: %+v", r)
+	}
+	clk.Advance(core.PresenceGrace - core.PresencePoll)
+	if r := lookAs(x, xg.Token); !r.Held {
+		t.Fatalf("X's look a grace after P's presence went: %+v; want P's permit "+
+			"(what W's look saw of P's absence was lost with the grant to W)", r)
+	}
+}
+
+func TestPermitHolderAbsenceOutlivesAGrant(t *testing.T) {
+	permitHolderAbsenceOutlivesAGrant(t, lua.Default())
 }
