@@ -33,6 +33,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1485,7 +1486,12 @@ func noKeysAfterAMinute(t *rapid.T, clk *clock.Fake, mr *miniredis.Miniredis) {
 		clk.Advance(time.Second)
 	}
 	if keys := redistest.LockKeys(mr); len(keys) != 0 {
-		t.Fatalf("leak: keys left a minute after every client was gone: %v", keys)
+		var left []string
+		for _, k := range keys {
+			v, _ := mr.Get(k) // empty for a list or a sorted set
+			left = append(left, fmt.Sprintf("%s (ttl %v) %s", k, mr.TTL(k), v))
+		}
+		t.Fatalf("leak: keys left a minute after every client was gone: %s", strings.Join(left, "; "))
 	}
 }
 
