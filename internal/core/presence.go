@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ const presenceTries = 4
 
 // presenceGone is why a hold ends when the owner's presence breaks.
 const presenceGone = "the owner's presence connection to Redis broke and did not come back, or its holds could not be confirmed, " +
-	"within the grace (WithPresence), so a waiter may take the lock: every fair lock, election and semaphore permit " +
+	"within the grace (its presence; fairlock.WithoutPresence turns it off), so a waiter may take the lock: every fair lock, election and semaphore permit " +
 	"of the owner that was not confirmed ends"
 
 type presence struct {
@@ -208,6 +209,9 @@ func (p *presence) run(ps *redis.PubSub) {
 		if p.o.closed.Load() {
 			return
 		}
+		if err != nil && p.pingRefused(err) {
+			continue
+		}
 		if err != nil {
 			p.broke(err)
 			if failed {
@@ -241,6 +245,32 @@ func (p *presence) run(ps *redis.PubSub) {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// pingRefused reports whether err is Redis refusing a PING of the
+// presence's (a user without +ping): an answer all the same, on a
+// connection that is up with its subscription, so it moves alive on as a
+// PONG would. Answers come in the order their PINGs went, so it answers the
+// oldest PING outstanding.
+func (p *presence) pingRefused(err error) bool {
+	if !isNoPerm(err) || !strings.Contains(strings.ToLower(err.Error()), "'ping'") {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	oldest, first := "", int64(-1)
+	for payload := range p.pings {
+		if n, _ := strconv.ParseInt(payload, 10, 64); first < 0 || n < first {
+			oldest, first = payload, n
+		}
+	}
+	if sent, ok := p.pings[oldest]; ok {
+		delete(p.pings, oldest)
+		if sent.After(p.alive) {
+			p.alive = sent
+		}
+	}
+	return true
 }
 
 // cameUp brings the presence up on a confirmed subscription. After a break,
