@@ -57,7 +57,7 @@
 //
 // No acquisition (Lock, LockContext, TryLock, Do, a semaphore's Acquire,
 // RLock, Campaign) returns success without holding: a grant whose hold ends
-// as it is made (with WithPresence, one made while the owner's presence
+// as it is made (with a presence, one made while the owner's presence
 // connection was down and taken over before it came back) is waited past,
 // the call queueing again while ctx and its wait last, or the call returns
 // an error wrapping ErrLockLost that says why.

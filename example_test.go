@@ -225,11 +225,15 @@ func ExampleMutex_Extend() {
 	// lease: 1m0s
 }
 
-// An owner made WithPresence keeps a pub/sub subscription for its life:
-// when its process dies, Redis drops it, and whoever waits for a fair lock
-// it held takes the lock within about a quarter of a second instead of at
-// the lease's end. If the subscription breaks while the process lives, its
-// holds end at once (Lost closes) and go to the next in line.
+// WithPresence asks for the presence every owner keeps by default on a
+// single server, and makes NewOwner fail where it cannot be kept (Cluster,
+// Sentinel) rather than go without: a pub/sub subscription kept for the
+// owner's life. When its process dies, Redis drops it, and whoever waits
+// for a fair lock it held takes the lock within about a quarter of a second
+// instead of at the lease's end. If the subscription breaks while the
+// process lives, the owner subscribes again and keeps its holds; one it
+// cannot confirm within the grace ends (Lost closes) before anyone else can
+// take it.
 func ExampleWithPresence() {
 	mr, _ := miniredis.Run()
 	defer mr.Close()
@@ -248,4 +252,30 @@ func ExampleWithPresence() {
 	fmt.Println("held, with a presence:", leader.Token() > 0)
 	// Output:
 	// held, with a presence: true
+}
+
+// An owner made WithoutPresence keeps no presence: its holds ride out an
+// outage of Redis for up to a third of their lease between renewals, and a
+// dead holder's lock moves on only when its lease runs out. For a failover
+// endpoint, or where outages are common and crashes rare.
+func ExampleWithoutPresence() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	plain, err := fairlock.NewOwner(client, fairlock.WithoutPresence())
+	if err != nil {
+		panic(err)
+	}
+	defer plain.Close(context.Background())
+	byDefault, err := fairlock.NewOwner(client)
+	if err != nil {
+		panic(err)
+	}
+	defer byDefault.Close(context.Background())
+	fmt.Println("WithoutPresence keeps one:", plain.KeepsPresence())
+	fmt.Println("the default, on a single server, keeps one:", byDefault.KeepsPresence())
+	// Output:
+	// WithoutPresence keeps one: false
+	// the default, on a single server, keeps one: true
 }

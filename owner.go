@@ -20,13 +20,36 @@ type Owner struct {
 
 // NewOwner returns an owner on client, any UniversalClient but a *redis.Ring,
 // without a call to Redis, and adds a hook to a *redis.Client (see README).
+//
+// The owner keeps a presence by default, on a single server (a
+// *redis.Client that is not a Sentinel one): one pub/sub subscription that
+// Redis drops when the process dies, so that a dead holder's fair lock,
+// election or semaphore permit moves on within a quarter of a second and
+// its dead waiters are passed over, where a lease (30 s) or a wait timeout
+// (10 s) was the cost. Its price: a hold that cannot be confirmed within the
+// grace (200 ms) of the owner's last answered PING ends (ErrLockLost), so an
+// outage of Redis longer than that ends the owner's holds, where a lease
+// rides it out. WithoutPresence turns it off; on Cluster and Sentinel it is
+// off (WithPresence there is an error). See docs/presence.md.
 func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error) {
-	var rig core.Rig
+	if err := core.CheckClient(client); err != nil {
+		return nil, err
+	}
+	var choice ownerChoice
 	for _, opt := range opts {
 		if opt.set == nil {
-			return nil, core.Invalid("a zero OwnerOption; use WithPresence")
+			return nil, core.Invalid("a zero OwnerOption; use WithPresence or WithoutPresence")
 		}
-		opt.set(&rig)
+		opt.set(&choice)
+	}
+	var rig core.Rig
+	switch {
+	case choice.on && choice.off:
+		return nil, core.Invalid("WithPresence and WithoutPresence together: choose one")
+	case choice.on:
+		rig.Presence = true // refused by core where it cannot work
+	case !choice.off:
+		rig.Presence = core.PresenceWorks(client)
 	}
 	o, err := core.NewOwnerWith(client, rig)
 	if err != nil {
@@ -35,10 +58,15 @@ func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error)
 	return &Owner{core: o}, nil
 }
 
-// OwnerOption configures NewOwner: WithPresence.
-type OwnerOption struct{ set func(*core.Rig) }
+// OwnerOption configures NewOwner: WithPresence, WithoutPresence.
+type OwnerOption struct{ set func(*ownerChoice) }
 
-// WithPresence makes a holder's death move its fair locks on within a
+// ownerChoice is what NewOwner's options asked for.
+type ownerChoice struct{ on, off bool }
+
+// WithPresence asks for the presence that NewOwner keeps by default, and
+// makes NewOwner fail where it cannot keep one (Cluster, Sentinel) rather
+// than go without. With it, a holder's death moves its fair locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
 // one subscription on Redis, which Redis drops when the process dies. A
 // blip costs nothing: if that connection breaks while the process lives,
@@ -46,10 +74,25 @@ type OwnerOption struct{ set func(*core.Rig) }
 // election, semaphore permit or read-write lock it cannot confirm within
 // the grace (200 ms, less a margin, from its last answered PING), or at
 // once if Redis cannot be reached again, ends (ErrLockLost) before anyone
-// else can take it. Not on Cluster or Sentinel. See docs/presence.md.
+// else can take it. See docs/presence.md.
 func WithPresence() OwnerOption {
-	return OwnerOption{func(r *core.Rig) { r.Presence = true }}
+	return OwnerOption{func(c *ownerChoice) { c.on = true }}
 }
+
+// WithoutPresence makes an owner that keeps no presence: its holds ride
+// out an outage of Redis for up to their lease (30 s by default; a
+// third of it between renewals), and a dead holder's locks, and a dead
+// waiter's place, last until their lease or wait timeout runs out. For
+// deployments where Redis is often unreachable for longer than the grace
+// (200 ms) and a crash is rare, or whose ACL gives no pub/sub channel
+// outside the locks' own. See docs/presence.md, "When to turn it off".
+func WithoutPresence() OwnerOption {
+	return OwnerOption{func(c *ownerChoice) { c.off = true }}
+}
+
+// KeepsPresence reports whether the owner keeps a presence: by default on
+// a single server, never on Cluster or Sentinel or WithoutPresence.
+func (o *Owner) KeepsPresence() bool { return o.impl().KeepsPresence() }
 
 // Close ends the owner: waiters leave, holds go to the next in line, calls
 // get ErrClosed. It returns when Redis confirmed it or ctx ended; either

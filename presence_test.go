@@ -237,7 +237,10 @@ func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
 }
 
 // WithPresence is refused on Cluster and on Sentinel (docs/presence.md),
-// and a zero OwnerOption is refused.
+// where an owner made with the defaults keeps none; on a single server the
+// defaults keep one and WithoutPresence none; WithPresence and
+// WithoutPresence together, and a zero OwnerOption, are refused. None of it
+// calls Redis (nothing listens at these addresses).
 func TestPresenceOptionIsChecked(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer func() { _ = cc.Close() }()
@@ -249,11 +252,40 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 	if _, err := fairlock.NewOwner(fc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("NewOwner(sentinel, WithPresence()) = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := fairlock.NewOwner(fc); err != nil {
-		t.Errorf("NewOwner(sentinel) = %v, want an owner", err)
-	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = c.Close() }()
+	keeps := func(client redis.UniversalClient, opts ...fairlock.OwnerOption) bool {
+		t.Helper()
+		o, err := fairlock.NewOwner(client, opts...)
+		if err != nil {
+			t.Fatalf("NewOwner: %v, want an owner", err)
+		}
+		defer func() { _ = o.Close(context.Background()) }()
+		return o.KeepsPresence()
+	}
+	for _, k := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   []fairlock.OwnerOption
+		want   bool
+	}{
+		{"a single server, the defaults", c, nil, true},
+		{"a single server, WithPresence", c, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
+		{"a single server, WithoutPresence", c, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
+		{"Cluster, the defaults", cc, nil, false},
+		{"Sentinel, the defaults", fc, nil, false},
+		{"Sentinel, WithoutPresence", fc, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
+	} {
+		if got := keeps(k.client, k.opts...); got != k.want {
+			t.Errorf("%s: KeepsPresence() = %v, want %v", k.name, got, k.want)
+		}
+	}
+	if (*fairlock.Owner)(nil).KeepsPresence() {
+		t.Error("a nil owner keeps a presence")
+	}
+	if _, err := fairlock.NewOwner(c, fairlock.WithPresence(), fairlock.WithoutPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
+		t.Errorf("NewOwner(client, WithPresence(), WithoutPresence()) = %v, want ErrInvalidArgument", err)
+	}
 	if _, err := fairlock.NewOwner(c, fairlock.OwnerOption{}); !errors.Is(err, fairlock.ErrInvalidArgument) {
 		t.Errorf("NewOwner(client, OwnerOption{}) = %v, want ErrInvalidArgument", err)
 	}

@@ -214,20 +214,26 @@ func BenchmarkUncontendedLockUnlockWithDeadline(b *testing.B) {
 }
 
 // BenchmarkUncontendedLockUnlockWithPresence is the pair on an owner made
-// with fairlock.WithPresence: the goal is nothing more than without it (the
-// owner's subscription is made once, before its first acquisition). It
+// as fairlock.NewOwner makes it by default, with a presence, beside one
+// made fairlock.WithoutPresence: the goal is nothing more than without it
+// (the owner's subscription is made once, before its first acquisition). It
 // reports the script calls per pair beside the allocations.
 func BenchmarkUncontendedLockUnlockWithPresence(b *testing.B) {
 	for _, presence := range []bool{false, true} {
 		b.Run(map[bool]string{false: "without", true: "with"}[presence], func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: redistest.Addrs(b, redistest.Single)[0]})
 			defer func() { _ = c.Close() }()
-			owner := redistest.Owner(c)
-			if presence {
-				var err error
-				if owner, err = redistest.PresentOwner(c, nil, nil); err != nil {
-					b.Fatal(err)
-				}
+			var opts []fairlock.OwnerOption
+			if !presence {
+				opts = append(opts, fairlock.WithoutPresence())
+			}
+			owner, err := fairlock.NewOwner(c, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = owner.Close(context.Background()) }()
+			if owner.KeepsPresence() != presence {
+				b.Fatalf("KeepsPresence() = %v, want %v", owner.KeepsPresence(), presence)
 			}
 			m, err := fair.New(owner, redistest.Name(b))
 			if err != nil {

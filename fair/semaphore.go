@@ -565,7 +565,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 // The permits may come at any point of the wait: a release serves the
 // waiters at the head, queued or holding the gate, whose requests fit.
 func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
-	// The owner's presence first (WithPresence): a hold's lease counts from
+	// The owner's presence first (if it keeps one): a hold's lease counts from
 	// a send time after it was up.
 	if err := k.h.Present(ctx); err != nil {
 		return nil, err

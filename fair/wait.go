@@ -381,7 +381,7 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 	if silent < cfg.WaitTimeout-cfg.Margin(cfg.WaitTimeout) {
 		// Its place should have lasted: Redis lost it (a restart without
 		// persistence, a failover to a replica the entry had not reached),
-		// or, on an owner made WithPresence, the waiter was passed over as
+		// or, on an owner that keeps a presence, the waiter was passed over as
 		// dead: its presence was gone for the grace.
 		q.h.Info("waiter's entry vanished from the queue before its wait timeout (Redis lost its data in a restart or a failover, "+
 			"or the owner's presence connection was gone for the grace and the waiter was passed over as dead); re-joining at the tail",

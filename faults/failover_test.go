@@ -236,7 +236,8 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 }
 
 // presenceRefused checks that an owner with presence is refused on c, a
-// client of the deployment named (docs/presence.md, "Where it applies"): on
+// client of the deployment named, and that one made with the defaults keeps
+// none there (docs/presence.md, "Where it applies"): on
 // Sentinel, a failover leaves the holders' subscriptions on the old master
 // while waiters on the new one count them gone; on Cluster, a script sees
 // only its own node's subscriptions.
@@ -247,6 +248,15 @@ func presenceRefused(t *testing.T, deployment string, c redis.UniversalClient) {
 			_ = o.Close(context.Background())
 		}
 		t.Errorf("%s: NewOwner(client, WithPresence()) = %v, want ErrInvalidArgument", deployment, err)
+	}
+	// By default, an owner there keeps none, and works as before.
+	o, err := fairlock.NewOwner(c)
+	if err != nil {
+		t.Fatalf("%s: NewOwner(client) = %v", deployment, err)
+	}
+	defer func() { _ = o.Close(context.Background()) }()
+	if o.KeepsPresence() {
+		t.Errorf("%s: an owner made with the defaults keeps a presence; want none there", deployment)
 	}
 }
 

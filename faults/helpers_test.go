@@ -174,11 +174,12 @@ func newOwner(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) *fair
 }
 
 // ownedHolder returns a fair lock handle on a new owner of c, made as
-// fairlock.NewOwner makes it (the restart check on), that logs to the
-// returned sink; the owner is closed when the test ends.
-func ownedHolder(t testing.TB, c *redis.Client) (*fair.Mutex, *logSink) {
+// fairlock.NewOwner makes it with opts (WithoutPresence: the restart check
+// on a link of its own; by default, on its presence connection), that logs
+// to the returned sink; the owner is closed when the test ends.
+func ownedHolder(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) (*fair.Mutex, *logSink) {
 	t.Helper()
-	owner := newOwner(t, c)
+	owner := newOwner(t, c, opts...)
 	logs := &logSink{}
 	holder, err := fair.New(owner, lockName(t), fairlock.WithLogger(logs.logger()))
 	if err != nil {

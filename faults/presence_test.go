@@ -325,9 +325,9 @@ func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 	lost := map[bool]int{}
 	var wg sync.WaitGroup
 	for _, present := range []bool{false, true} {
-		var opts []fairlock.OwnerOption
+		opts := []fairlock.OwnerOption{fairlock.WithoutPresence()}
 		if present {
-			opts = append(opts, fairlock.WithPresence())
+			opts = []fairlock.OwnerOption{fairlock.WithPresence()}
 		}
 		for i := range runs {
 			proxy, c := proxied(t, srv, redis.Options{})
@@ -436,9 +436,9 @@ func TestPresencePollsAreBounded(t *testing.T) {
 		return n
 	}
 	for _, presence := range []bool{false, true} {
-		var opts []fairlock.OwnerOption
+		opts := []fairlock.OwnerOption{fairlock.WithoutPresence()}
 		if presence {
-			opts = append(opts, fairlock.WithPresence())
+			opts = []fairlock.OwnerOption{fairlock.WithPresence()}
 		}
 		owner, err := fairlock.NewOwner(c, opts...)
 		if err != nil {
@@ -570,9 +570,9 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 		var overlaps []time.Duration
 		for i := range runs {
 			c := client(t, srv.Addr)
-			var opts []fairlock.OwnerOption
+			opts := []fairlock.OwnerOption{fairlock.WithoutPresence()}
 			if present {
-				opts = append(opts, fairlock.WithPresence())
+				opts = []fairlock.OwnerOption{fairlock.WithPresence()}
 			}
 			owner := newOwner(t, c, opts...)
 			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
@@ -707,7 +707,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fairlock.Owner) {
 	t.Helper()
 	ctx := context.Background()
-	o, err := fairlock.NewOwner(client(t, addr))
+	o, err := fairlock.NewOwner(client(t, addr), fairlock.WithoutPresence())
 	if err != nil {
 		t.Fatal(err)
 	}

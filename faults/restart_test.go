@@ -249,13 +249,17 @@ func TestRestartEmptyRecoversEveryone(t *testing.T) {
 const restrictedUser = "restricted on >pw ~* &* +@all -@dangerous"
 
 // Redis killed (SIGKILL) and started empty on the same port 1 s later,
-// under a holder with the default 30 s lease, made as the README's first
-// snippet makes it (fairlock.NewOwner, go-redis's default options), for the
+// under a holder with the default 30 s lease on an owner made
+// fairlock.WithoutPresence (go-redis's default options), for the
 // default user and for a user without @dangerous, with the restart right
 // after Lock returned or after a held second: the holder learns within
 // 1.5 s of Redis answering again (three rounds of the owner's restart
 // check) that its keys are gone, Lost closes, the hold's context ends with
-// ErrLockLost and the log says Redis restarted. Before (INFO run_id read
+// ErrLockLost and the log says Redis restarted. An owner made as the
+// README's first snippet makes it (fairlock.NewOwner, a presence) has
+// learnt before Redis answers again: its presence connection broke and
+// could not be made again (TestPresenceEmptyRestartNeverTwoBelievers
+// measures it, against a waiter). Before (INFO run_id read
 // every 500 ms from the first round on): the default user 1.44 s after the
 // kill, the restricted user 9.0 s (at its next renewal: INFO refused), and
 // a restart before the first round at the next renewal for either.
@@ -307,7 +311,7 @@ func restartUnderAHolder(t *testing.T, srv *Server, opts redis.Options, held tim
 	t.Helper()
 	c := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = c.Close() })
-	holder, logs := ownedHolder(t, c)
+	holder, logs := ownedHolder(t, c, fairlock.WithoutPresence())
 	hctx, err := holder.LockContext(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -331,30 +335,46 @@ func restartUnderAHolder(t *testing.T, srv *Server, opts redis.Options, held tim
 	return took, logs.String()
 }
 
-// An owner whose user may not run PING says once, at Warn, that its restart
-// check cannot run, what that costs and the permission that restores it;
-// its hold is kept all the same.
+// An owner made WithoutPresence whose user may not run PING says once, at
+// Warn, that its restart check cannot run, what that costs and the
+// permission that restores it; its hold is kept all the same. An owner
+// with a presence (the default) takes a PING refused on its presence
+// connection for an answer: its holds are kept through rounds of refused
+// PINGs (before: every one ended within the grace, taken for a broken
+// connection), and it says nothing, since it loses nothing.
 func TestARestartCheckThatCannotRunSaysSoOnce(t *testing.T) {
 	srv := ownServer(t)
 	bg := context.Background()
 	must(t, client(t, srv.Addr).Do(bg, "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-@dangerous", "-ping").Err())
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noping", Password: "pw"})
-	t.Cleanup(func() { _ = c.Close() })
-	holder, logs := ownedHolder(t, c)
-	if err := holder.Lock(bg); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(4 * core.DefaultRestartCheck) // three rounds, or more
-	if err := holder.Unlock(bg); err != nil {
-		t.Errorf("Unlock after the check could not run: %v", err)
-	}
-	out := logs.String()
-	if n := strings.Count(out, "the restart check cannot run"); n != 1 {
-		t.Fatalf("the log says %d times that the restart check cannot run, want once: %q", n, out)
-	}
-	for _, want := range []string{"level=WARN", "+ping", "next renewal"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the warning does not say %q: %q", want, out)
+	for _, presence := range []bool{false, true} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noping", Password: "pw"})
+		t.Cleanup(func() { _ = c.Close() })
+		var opts []fairlock.OwnerOption
+		if !presence {
+			opts = append(opts, fairlock.WithoutPresence())
+		}
+		holder, logs := ownedHolder(t, c, opts...)
+		if err := holder.Lock(bg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4 * core.DefaultRestartCheck) // three rounds, or more; 40 PINGs with a presence
+		if err := holder.Unlock(bg); err != nil {
+			t.Errorf("presence %v: Unlock after PINGs were refused: %v", presence, err)
+		}
+		out := logs.String()
+		if presence {
+			if out != "" {
+				t.Errorf("with a presence, the log says %q; want nothing", out)
+			}
+			continue
+		}
+		if n := strings.Count(out, "the restart check cannot run"); n != 1 {
+			t.Fatalf("the log says %d times that the restart check cannot run, want once: %q", n, out)
+		}
+		for _, want := range []string{"level=WARN", "+ping", "next renewal"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the warning does not say %q: %q", want, out)
+			}
 		}
 	}
 }

@@ -360,7 +360,7 @@ func (h *hold) closeEnd() bool {
 //
 // A release that got no answer (its connection broke) is sent again at
 // once, up to releaseRetries times: the reset that breaks an owner's
-// presence connection (WithPresence), and so ends its holds, often breaks
+// presence connection, and so ends its holds, often breaks
 // the pooled connections their releases take too, and a client made with
 // MaxRetries -1 retries nothing. Each try is safe to repeat: it releases
 // only the hold with h's token, so a try that ran after all releases

@@ -43,7 +43,7 @@ func Link(p Public) {
 	errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
 	errDraining = fmt.Errorf("%w: the owner is draining (Owner.Drain): no new acquisitions", ErrClosed)
 	errBornLost = fmt.Errorf("%w: granted, but its lease, less the safety margin for clock drift (1%% and 2 ms), ran out before Redis's answer arrived (a longer lease, or a faster link to Redis)", ErrLockLost)
-	errGivenBack = fmt.Errorf("%w: granted while the owner's presence connection was down (WithPresence), "+
+	errGivenBack = fmt.Errorf("%w: granted while the owner's presence connection was down, "+
 		"and taken over before it came back; given back", ErrLockLost)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(ErrNotHeld)

@@ -245,7 +245,7 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		// back up): a waiter may have ended it. It is the caller's only
 		// once the presence is back and Redis still has it.
 		if !m.confirm(ctx, p, h, *g) {
-			m.h.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down (WithPresence), "+
+			m.h.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
 				"and could not be confirmed once it was back")
 			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
 				if context.Cause(ctx) == ErrClosed {

@@ -89,9 +89,18 @@ type Rig struct {
 	// check off.
 	RestartCheck time.Duration
 	// Presence makes the owner keep a presence (presence.go,
-	// fairlock.WithPresence). Not on Cluster.
+	// fairlock.WithPresence); NewOwnerWith refuses it where it cannot work
+	// (PresenceRefused).
 	Presence bool
 }
+
+// PresenceWorks reports whether an owner on client can keep a presence:
+// not on Cluster or Sentinel (PresenceRefused says why). fairlock.NewOwner
+// keeps one by default where it does.
+func PresenceWorks(client redis.UniversalClient) bool { return presenceRefused(client) == nil }
+
+// KeepsPresence reports whether o keeps a presence.
+func (o *Owner) KeepsPresence() bool { return o != nil && o.presence != nil }
 
 // NewOwnerWith is NewOwner with rig.
 func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
