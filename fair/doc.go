@@ -47,7 +47,13 @@
 //  4. Eviction: a waiter that falls silent (crash, partition) is dropped once
 //     its deadline passes. Waiters that die together delay the live ones
 //     behind them by at most one wait timeout plus one heartbeat interval and
-//     a round trip in all, not one timeout each. A live waiter that stalled
+//     a round trip in all, not one timeout each; where their owners kept a
+//     presence (the default on a single server: guarantee 10) and died (their
+//     connections closed), by the grace (200 ms) and two polls once the lock
+//     is released, or by a heartbeat interval and the grace when no live
+//     process looks (the holder and the first waiter died together). A
+//     paused or cut-off waiter keeps its connections and the wait timeout's
+//     rule. A live waiter that stalled
 //     for longer than its wait timeout has lost its place: it re-joins at the
 //     tail, and the logger ([fairlock.WithLogger]) says so. A queued waiter that
 //     cannot reach Redis rides the outage out: it tries again with a
@@ -122,7 +128,8 @@
 //     has arrived (a marker of its own on its inbox), so a message merely
 //     overtaken by a reply is not counted.
 //  10. Presence (an owner that keeps one: by default on a single server,
-//     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]): a hold whose
+//     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]; never the
+//     reentrant lock's holds or waiters): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
 //     head's next attempt, as a lease end would be; the head of a lock so
