@@ -11,7 +11,7 @@ import (
 const MaxNameLen = 1024
 
 // Owner is what handles share (client, pub/sub, heartbeats, restart
-// checks): one per client and process is enough and the cheapest (a second
+// checks, and its presence: NewOwner): one per client and process is enough and the cheapest (a second
 // works, with connections and heartbeats of its own); share it, and Close
 // (or Drain) it at the end.
 type Owner struct {
@@ -80,12 +80,15 @@ func WithPresence() OwnerOption {
 }
 
 // WithoutPresence makes an owner that keeps no presence: its holds ride
-// out an outage of Redis for up to their lease (30 s by default; a
-// third of it between renewals), and a dead holder's locks, and a dead
-// waiter's place, last until their lease or wait timeout runs out. For
-// deployments where Redis is often unreachable for longer than the grace
-// (200 ms) and a crash is rare, or whose ACL gives no pub/sub channel
-// outside the locks' own. See docs/presence.md, "When to turn it off".
+// out an outage of Redis as long as a renewal gets through before their
+// lease runs out (the watchdog renews every third of the lease, 30 s by
+// default), and a dead holder's locks, and a dead waiter's place, last until
+// their lease or wait timeout runs out. For a client behind a failover
+// endpoint (a managed service's primary address, which moves to a promoted
+// replica: a failover could end live holds before their holders hear of
+// it), for deployments where Redis is often unreachable for longer than the
+// grace (200 ms) and a crash is rare, and for an ACL user without pub/sub.
+// See docs/presence.md, "What it costs, and when to turn it off".
 func WithoutPresence() OwnerOption {
 	return OwnerOption{func(c *ownerChoice) { c.off = true }}
 }
