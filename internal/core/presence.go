@@ -457,7 +457,7 @@ func PresenceConfirmed(o *Owner) bool {
 func presenceRefused(client redis.UniversalClient) error {
 	switch c := client.(type) {
 	case *redis.ClusterClient:
-		return Invalid("WithPresence does not work on Cluster: a script sees only the subscriptions of its own node (docs/presence.md)")
+		return Invalid("WithPresence does not work on a *redis.ClusterClient (Cluster, or Sentinel through NewFailoverClusterClient): a script sees only the subscriptions of its own node, and a failover moves the locks away from the holders' subscriptions (docs/presence.md)")
 	case *redis.Client:
 		if c.Options().Addr == "FailoverClient" { // go-redis's mark of a Sentinel client
 			return Invalid("WithPresence does not work on Sentinel: after a failover a holder's subscription is on the old master, " +
