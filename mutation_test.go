@@ -892,6 +892,40 @@ var mutations = []struct {
 		spec:   scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
 		checks: 1,
 	},
+	// The reentrant lock's holders (reentrant_acquire.lua), each caught by
+	// reentrantDeadHolderEndedAfterTheGrace.
+	{
+		name:   "presence: a reentrant lock's gone holder is never ended",
+		file:   "reentrant_acquire.lua",
+		from:   "if who ~= nil and who ~= owner and who ~= SETTLING and not holder_present(s, absent, now) then",
+		to:     "if false then",
+		spec:   scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
+		checks: 1,
+	},
+	{
+		name:   "presence: a reentrant lock's holder is ended at the first look that finds it gone",
+		file:   "reentrant_acquire.lua",
+		from:   "and not holder_present(s, absent, now) then",
+		to:     "and (not holder_present(s, absent, now) or absent.pa ~= nil) then",
+		spec:   scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
+		checks: 1,
+	},
+	{
+		name:   "presence: every waiter of a reentrant lock polls its holder",
+		file:   "reentrant_acquire.lua",
+		from:   "if presence_channel(who) and first_live_waiter(KEYS[2], KEYS[3], now) == waiter then",
+		to:     "if presence_channel(who) then",
+		spec:   scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
+		checks: 1,
+	},
+	{
+		name:   "presence: no waiter of a reentrant lock polls its holder",
+		file:   "reentrant_acquire.lua",
+		from:   "if presence_channel(who) and first_live_waiter(KEYS[2], KEYS[3], now) == waiter then",
+		to:     "if false then",
+		spec:   scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
+		checks: 1,
+	},
 	// Dead waiters passed over (queue.lua's present_head and hand_off),
 	// each caught by a scenario of scenario_deadwaiter_test.go.
 	{
@@ -1155,6 +1189,7 @@ func TestSeededBugs(t *testing.T) {
 		"absence-seen-back":        scenarioSpec(absenceSeenBackIsForgotten),
 		"stale-permit-absence":     scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
 		"absence-outlives-a-grant": scenarioSpec(permitHolderAbsenceOutlivesAGrant),
+		"reentrant-dead-holder":    scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
 		"passed-over":              scenarioSpec(deadWaitersPassedOverByTheHandOff),
 		"passed-over-by-a-look":    scenarioSpec(deadWaitersPassedOverByALook),
 		"found-dead":               scenarioSpec(deadWaitersFoundByTheHandOff),

@@ -12,15 +12,17 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
-// presenceHolder is a fair lock handle on an owner made WithPresence, on a
+// presenceHolder is a fair (or reentrant) lock handle on an owner that
+// keeps a presence, on a
 // client of its own whose connections the test can cut (cut: every call
 // fails; sever: every connection breaks), holding the lock "p", and a
 // waiter queued behind it on another owner.
 type presenceHolder struct {
-	holder, waiter *fair.Mutex
+	holder, waiter *fairlock.Mutex
 	holderOwner    *fairlock.Owner
 	server         *redis.Client // a client of the waiter's, never cut
 	cut            *redistest.Partition
@@ -31,16 +33,32 @@ type presenceHolder struct {
 	lostAt, gotAt  atomic.Int32 // the order in which Lost closed and the waiter's Lock returned
 }
 
-func newPresenceHolder(t *testing.T) *presenceHolder {
+func newPresenceHolder(t *testing.T) *presenceHolder { return newPresenceHolderOf(t, newFair) }
+
+// lockKinds are the locks whose holders keep a presence, by name: each
+// makes a handle of its kind on an owner.
+var lockKinds = []struct {
+	name string
+	make func(*fairlock.Owner, string) (*fairlock.Mutex, error)
+}{{"fair", newFair}, {"reentrant", newReentrant}}
+
+func newFair(o *fairlock.Owner, name string) (*fairlock.Mutex, error) { return fair.New(o, name) }
+
+func newReentrant(o *fairlock.Owner, name string) (*fairlock.Mutex, error) {
+	return reentrant.New(o, name)
+}
+
+// newPresenceHolderOf is newPresenceHolder with handles that mk makes.
+func newPresenceHolderOf(t *testing.T, mk func(*fairlock.Owner, string) (*fairlock.Mutex, error)) *presenceHolder {
 	t.Helper()
 	mr, clk, c := redistest.Mini(t)
 	ph := &presenceHolder{server: c, clk: clk, got: make(chan error, 1)}
 	ph.holderOwner, ph.cut, ph.sever = cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
 	var err error
-	if ph.holder, err = fair.New(ph.holderOwner, "p"); err != nil {
+	if ph.holder, err = mk(ph.holderOwner, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if ph.waiter, err = fair.New(redistest.OwnerOn(c, clk, nil), "p"); err != nil {
+	if ph.waiter, err = mk(redistest.OwnerOn(c, clk, nil), "p"); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -130,31 +148,35 @@ func (ph *presenceHolder) step(t *testing.T, d time.Duration) {
 // process dies (every connection gone, none made again) loses it within the
 // grace and two polls of its death, with its lease far from its end.
 func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
-	redistest.NoLeaks(t)
-	ph := newPresenceHolder(t)
-	for range 3 * core.PresenceGrace / core.PresencePoll {
-		ph.step(t, core.PresencePoll)
-	}
-	if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
-		t.Fatalf("a live holder lost its lock to a polling waiter (waiter: %v, Lost closed: %v)", len(ph.got), isClosed(ph.holder.Lost()))
-	}
-	// Death: nothing of the process reaches Redis again.
-	ph.cut.On.Store(true)
-	ph.sever.Sever()
-	died := ph.clk.Now()
-	presenceDropped(t, ph.server, allPresences)
-	for len(ph.got) == 0 {
-		if ph.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
-			t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death")
-		}
-		ph.step(t, 10*time.Millisecond)
-	}
-	if err := <-ph.got; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("taken %v (fake clock) after the holder's death; lease 30s", ph.clk.Now().Sub(died))
-	if err := ph.waiter.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			ph := newPresenceHolderOf(t, k.make)
+			for range 3 * core.PresenceGrace / core.PresencePoll {
+				ph.step(t, core.PresencePoll)
+			}
+			if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
+				t.Fatalf("a live holder lost its lock to a polling waiter (waiter: %v, Lost closed: %v)", len(ph.got), isClosed(ph.holder.Lost()))
+			}
+			// Death: nothing of the process reaches Redis again.
+			ph.cut.On.Store(true)
+			ph.sever.Sever()
+			died := ph.clk.Now()
+			presenceDropped(t, ph.server, allPresences)
+			for len(ph.got) == 0 {
+				if ph.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
+					t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death")
+				}
+				ph.step(t, 10*time.Millisecond)
+			}
+			if err := <-ph.got; err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("taken %v (fake clock) after the holder's death; lease 30s", ph.clk.Now().Sub(died))
+			if err := ph.waiter.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -163,26 +185,30 @@ func TestPresenceDeadHolderLosesItsLockAfterTheGrace(t *testing.T) {
 // Unlock succeeds) however long the waiter looks afterwards, and the
 // waiter gets the lock from that Unlock.
 func TestPresenceBlipKeepsTheHold(t *testing.T) {
-	redistest.NoLeaks(t)
-	ph := newPresenceHolder(t)
-	ph.pinged(t)
-	ups := redistest.PresenceUps(ph.holderOwner)
-	ph.sever.Sever()
-	riddenOut(t, "the holder", ph.holderOwner, ph.clk, ups) // its renewal, due at once, runs at the clock's next tick
-	for range 3 * core.PresenceGrace / core.PresencePoll {
-		ph.step(t, core.PresencePoll)
-	}
-	if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
-		t.Fatalf("a blip cost the hold (the waiter's Lock returned: %v, Lost closed: %v)", len(ph.got) != 0, isClosed(ph.holder.Lost()))
-	}
-	if err := ph.holder.Unlock(context.Background()); err != nil {
-		t.Fatalf("the holder's Unlock after a blip = %v, want nil", err)
-	}
-	if err := <-ph.got; err != nil {
-		t.Fatal(err)
-	}
-	if err := ph.waiter.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			ph := newPresenceHolderOf(t, k.make)
+			ph.pinged(t)
+			ups := redistest.PresenceUps(ph.holderOwner)
+			ph.sever.Sever()
+			riddenOut(t, "the holder", ph.holderOwner, ph.clk, ups) // its renewal, due at once, runs at the clock's next tick
+			for range 3 * core.PresenceGrace / core.PresencePoll {
+				ph.step(t, core.PresencePoll)
+			}
+			if len(ph.got) != 0 || isClosed(ph.holder.Lost()) {
+				t.Fatalf("a blip cost the hold (the waiter's Lock returned: %v, Lost closed: %v)", len(ph.got) != 0, isClosed(ph.holder.Lost()))
+			}
+			if err := ph.holder.Unlock(context.Background()); err != nil {
+				t.Fatalf("the holder's Unlock after a blip = %v, want nil", err)
+			}
+			if err := <-ph.got; err != nil {
+				t.Fatal(err)
+			}
+			if err := ph.waiter.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -191,48 +217,52 @@ func TestPresenceBlipKeepsTheHold(t *testing.T) {
 // which waits out the grace, can take the lock; once it can reach Redis
 // again, it takes the lock again.
 func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
-	redistest.NoLeaks(t)
-	ph := newPresenceHolder(t)
-	ph.pinged(t)
-	ph.cut.On.Store(true)
-	ph.sever.Sever()
-	broke := ph.clk.Now()
-	// Its holds end at once, with no clock moving: its first try to
-	// subscribe again fails, so Redis is not there. (The loop below would
-	// otherwise race the holder's goroutine in real time: a step does not
-	// wait for it.)
-	waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
-	for len(ph.got) == 0 {
-		if ph.clk.Now().Sub(broke) > core.PresenceGrace+2*core.PresencePoll {
-			t.Fatalf("the waiter did not take the lock within the grace and two polls of the break")
-		}
-		ph.step(t, 10*time.Millisecond)
-	}
-	if err := <-ph.got; err != nil {
-		t.Fatal(err)
-	}
-	if lost, got := ph.lostAt.Load(), ph.gotAt.Load(); lost == 0 || lost > got {
-		t.Fatalf("Lost closed %d-th, the waiter's Lock returned %d-th: the holder was not the first to know", lost, got)
-	}
-	// Read before the cut ends: the owner's next try may come at once.
-	ups := redistest.PresenceUps(ph.holderOwner)
-	ph.cut.On.Store(false)
-	if err := ph.holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
-		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
-	}
-	if err := ph.waiter.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// Its presence comes back at its next try, and it takes the lock again.
-	waitFor(t, "the holder's presence to come back", func() bool {
-		ph.clk.Advance(10 * time.Millisecond) // its next try, presenceRetry after the last
-		return redistest.PresenceUps(ph.holderOwner) > ups
-	})
-	if err := ph.holder.Lock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := ph.holder.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			ph := newPresenceHolderOf(t, k.make)
+			ph.pinged(t)
+			ph.cut.On.Store(true)
+			ph.sever.Sever()
+			broke := ph.clk.Now()
+			// Its holds end at once, with no clock moving: its first try to
+			// subscribe again fails, so Redis is not there. (The loop below would
+			// otherwise race the holder's goroutine in real time: a step does not
+			// wait for it.)
+			waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
+			for len(ph.got) == 0 {
+				if ph.clk.Now().Sub(broke) > core.PresenceGrace+2*core.PresencePoll {
+					t.Fatalf("the waiter did not take the lock within the grace and two polls of the break")
+				}
+				ph.step(t, 10*time.Millisecond)
+			}
+			if err := <-ph.got; err != nil {
+				t.Fatal(err)
+			}
+			if lost, got := ph.lostAt.Load(), ph.gotAt.Load(); lost == 0 || lost > got {
+				t.Fatalf("Lost closed %d-th, the waiter's Lock returned %d-th: the holder was not the first to know", lost, got)
+			}
+			// Read before the cut ends: the owner's next try may come at once.
+			ups := redistest.PresenceUps(ph.holderOwner)
+			ph.cut.On.Store(false)
+			if err := ph.holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+				t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
+			}
+			if err := ph.waiter.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Its presence comes back at its next try, and it takes the lock again.
+			waitFor(t, "the holder's presence to come back", func() bool {
+				ph.clk.Advance(10 * time.Millisecond) // its next try, presenceRetry after the last
+				return redistest.PresenceUps(ph.holderOwner) > ups
+			})
+			if err := ph.holder.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := ph.holder.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -539,5 +569,72 @@ func TestPresenceLockAfterAnOutageIsNotRefusedForIt(t *testing.T) {
 	waitFor(t, "the presence to count its coming back", func() bool { return redistest.PresenceUps(owner) > ups })
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// While a reentrant lock's holder keeps a presence, only its
+// longest-waiting live waiter polls (every 50 ms), not each waiter: three
+// waiters of one client make about 20 script calls a second in all (the
+// fair lock's head does the same), and a waiter that joins later never
+// polls while one ahead of it lives.
+func TestPresenceReentrantWaitersPollOneAtATime(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk, _ := redistest.Mini(t)
+	holderOwner, _, _ := cuttableOwner(t, &redis.Options{Addr: mr.Addr()}, clk)
+	holder, err := reentrant.New(holderOwner, "polls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counted := &redistest.ScriptCounter{}
+	wc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = wc.Close() })
+	wc.AddHook(counted)
+	owner := redistest.OwnerOn(wc, clk, nil)
+	const waiters = 3
+	got := make(chan error, waiters)
+	var handles []*fairlock.Mutex
+	for i := range waiters {
+		w, err := reentrant.New(owner, "polls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, w)
+		go func() { got <- w.Lock(ctx) }()
+		waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == i+1 })
+	}
+	before := counted.Scripts.Load()
+	for range time.Second / (10 * time.Millisecond) {
+		clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the waiters to settle", func() bool { return redistest.Asleep() == waiters })
+	}
+	calls := counted.Scripts.Load() - before
+	t.Logf("%d script calls in a second of the fake clock, %d waiters", calls, waiters)
+	if calls < 15 || calls > 25 {
+		t.Errorf("%d script calls in a second by %d waiters; want about 20 (one waiter polling every %v)", calls, waiters, core.PresencePoll)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		clk.Advance(10 * time.Millisecond)
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		freed := false
+		for _, w := range handles {
+			if err := w.Unlock(ctx); err == nil {
+				freed = true
+				break
+			} else if !errors.Is(err, fairlock.ErrNotHeld) && !errors.Is(err, fairlock.ErrReleased) {
+				t.Fatal(err)
+			}
+		}
+		if !freed {
+			t.Fatal("a waiter's Lock returned, and no handle holds")
+		}
 	}
 }

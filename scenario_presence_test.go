@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
@@ -357,4 +358,69 @@ func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 
 func TestPermitHolderAbsenceOutlivesAGrant(t *testing.T) {
 	permitHolderAbsenceOutlivesAGrant(t, lua.Default())
+}
+
+// reentrantAcquire runs one attempt of reentrant_acquire.lua by client's
+// first handle; waiter names its waiter id ("" for a try that never waits).
+func (ps *presenceScripts) reentrantAcquire(client, waiter string) wire.ReentrantAcquireReply {
+	ps.t.Helper()
+	ps.n++
+	v, err := ps.scripts.ReentrantAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.ReentrantAcquire{
+		Owner: client + ".1", Request: fmt.Sprintf("%s.1#%d", client, ps.n), Lease: 30000, Waiter: waiter, Wait: 10000,
+	}.Args()...).Result()
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", client, err)
+	}
+	r, err := wire.DecodeReentrantAcquire(v)
+	if err != nil {
+		ps.t.Fatalf("%s's attempt: %v", client, err)
+	}
+	return r
+}
+
+// reentrantDeadHolderEndedAfterTheGrace: a reentrant lock's holder H keeps
+// a presence; W waits, and, the longest-waiting live waiter, is told to look
+// within the poll (a waiter behind it, X, at the hold's expiry). H is never
+// ended while its presence is there, however long W looks; once it is gone,
+// W's look records it (told to look at the grace's end), a look just before
+// the grace's end finds H still holding, and the one at its end takes the
+// lock, with a greater token: H's process died.
+func reentrantDeadHolderEndedAfterTheGrace(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	ps, clk, stop := newPresenceScripts(t, scripts, wire.ReentrantKey("dead-holder"))
+	defer stop()
+	ps.present(deadHolder)
+	h := ps.reentrantAcquire(deadHolder, "")
+	if !h.Held {
+		t.Fatalf("H's Lock: %+v, want held", h)
+	}
+	if r := ps.reentrantAcquire(plainWaiter, "w1"); r.Held || r.HoldMs != core.PresencePoll.Milliseconds() {
+		t.Fatalf("W's first attempt: %+v; want told to look within the poll (%v)", r, core.PresencePoll)
+	}
+	if r := ps.reentrantAcquire(deadWaiter(0), "x1"); r.Held || r.HoldMs <= core.PresencePoll.Milliseconds() {
+		t.Fatalf("X's attempt, behind W: %+v; want told the hold's expiry, not to poll", r)
+	}
+	for range 10 {
+		clk.Advance(time.Second)
+		if r := ps.reentrantAcquire(plainWaiter, "w1"); r.Held {
+			t.Fatalf("W took the lock from H, whose presence is there: %+v", r)
+		}
+	}
+	ps.gone(deadHolder)
+	if r := ps.reentrantAcquire(plainWaiter, "w1"); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
+		t.Fatalf("W's look at H's absence: %+v; want the grace to start", r)
+	}
+	clk.Advance(core.PresenceGrace - time.Millisecond)
+	if r := ps.reentrantAcquire(plainWaiter, "w1"); r.Held {
+		t.Fatalf("W took the lock %v after H's presence went, before the grace (%v)", core.PresenceGrace-time.Millisecond, core.PresenceGrace)
+	}
+	clk.Advance(time.Millisecond)
+	r := ps.reentrantAcquire(plainWaiter, "w1")
+	if !r.Held || r.Token <= h.Token {
+		t.Fatalf("W's look a grace after H's presence went: %+v; want the lock, with a token above H's %d", r, h.Token)
+	}
+}
+
+func TestReentrantDeadHolderEndedAfterTheGrace(t *testing.T) {
+	reentrantDeadHolderEndedAfterTheGrace(t, lua.Default())
 }

@@ -128,8 +128,8 @@
 //     has arrived (a marker of its own on its inbox), so a message merely
 //     overtaken by a reply is not counted.
 //  10. Presence (an owner that keeps one: by default on a single server,
-//     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]; never the
-//     reentrant lock's holds or waiters): a hold whose
+//     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]; the
+//     reentrant lock's holds too, not its waiters): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
 //     head's next attempt, as a lease end would be; the head of a lock so

@@ -39,7 +39,7 @@ const presenceBound = core.PresenceGrace + 2*core.PresencePoll + slack
 const presenceLease = 30 * time.Second
 
 func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
-	for _, kind := range []string{"fair", "election", "semaphore"} {
+	for _, kind := range []string{"fair", "election", "semaphore", "reentrant"} {
 		t.Run(kind, func(t *testing.T) {
 			srv := sharedServer(t)
 			c := client(t, srv.Addr)
@@ -56,7 +56,7 @@ func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
 				w.kill()
 				r := <-done
 				if r.err != nil {
-					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign", "semaphore": "Acquire"}[kind], r.err)
+					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign", "semaphore": "Acquire", "reentrant": "Lock"}[kind], r.err)
 				}
 				delay := r.at.Sub(killed)
 				delays = append(delays, delay)
@@ -77,7 +77,8 @@ func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
 }
 
 // nextInLine is the one that waits for a killed holder, on an owner
-// without presence: a fair lock's handle, an election's candidate, or one
+// without presence: a fair or reentrant lock's handle, an election's
+// candidate, or one
 // permit of the semaphore whose 2 permits the holder has; and what says it
 // waits (queued, or, for the semaphore, holding its gate: the first waiter).
 func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker, func() bool) {
@@ -91,6 +92,8 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	switch kind {
 	case "fair":
 		return newHandle(t, "fair", c, name, presenceLease), queued(wire.QueueKeys(wire.FairBase(name))[1])
+	case "reentrant":
+		return newHandle(t, "reentrant", c, name, presenceLease), queued(wire.QueueKeys(wire.ReentrantKey(name))[1])
 	case "election":
 		e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {

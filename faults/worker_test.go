@@ -38,12 +38,12 @@ func TestMain(m *testing.M) {
 // timeout> <label>", lock being fair or reentrant, fair+presence (a fair
 // lock on an owner made WithPresence), election+presence (a candidate of
 // an election on such an owner, campaigning with the label as its value),
-// or semaphore (all 2 permits of a semaphore of 2), or semaphore+presence
+// reentrant+presence (a reentrant lock on such an owner), or semaphore (all 2 permits of a semaphore of 2), or semaphore+presence
 // (the same on an owner made WithPresence). It takes the lock with Lock (the watchdog
 // keeping the lease), prints "held <token>", and holds it until killed or
 // until its stdin closes.
 type workerSpec struct {
-	Lock        string // "fair", "fair+presence", "election+presence", "reentrant", "semaphore" or "semaphore+presence"
+	Lock        string // "fair", "fair+presence", "election+presence", "reentrant", "reentrant+presence", "semaphore" or "semaphore+presence"
 	Addr, Name  string
 	Lease, Wait time.Duration
 	Label       string
@@ -94,6 +94,11 @@ func runWorker(spec string) int {
 			s, err = fair.NewSemaphore(o, f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
 		}
 		m = &permits{s: s, n: 2}
+	case "reentrant+presence":
+		var o *fairlock.Owner
+		if o, err = fairlock.NewOwner(c, fairlock.WithPresence()); err == nil {
+			m, err = reentrant.New(o, f[2], fairlock.WithLease(lease))
+		}
 	default:
 		m, err = reentrant.New(redistest.Owner(c), f[2], fairlock.WithLease(lease))
 	}

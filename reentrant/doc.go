@@ -74,6 +74,22 @@
 // waiter left; the owner's Close ([github.com/fairlock/fairlock.Owner])
 // closes its connections at once.
 //
+// # Presence
+//
+// A holder on an owner that keeps a presence (the default on a single
+// server: [github.com/fairlock/fairlock.NewOwner]) that dies loses the lock
+// within about a quarter of a second, not at its lease's end: while it
+// holds, the longest-waiting live waiter (that one only, so a lock costs
+// about 20 script calls a second while held and waited for, whatever the
+// waiters) tries every 50 ms, and an attempt that finds the holder's
+// presence gone for 200 ms ends its hold, as a lease that ran out would, and
+// takes the lock with a greater token (any attempt may: TryLock too). A blip
+// of the holder's connection costs nothing, and a holder that cannot
+// confirm its hold after a break stops believing first, as for the fair
+// lock (docs/presence.md). A dead waiter is not passed over sooner: its
+// place lasts its wait timeout, and a release that woke it costs the others
+// a beat.
+//
 // # Redis
 //
 // Redis 7.0 or newer; a single node, Sentinel (redis.NewFailoverClient) or

@@ -30,6 +30,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 		NewWaiter:   func(h core.Agent) core.Waiter { return &kind{h: h} },
+		Presence:    true, // a holder gone for the grace is ended by an attempt (reentrant_acquire.lua)
 	}
 }
 
@@ -39,6 +40,11 @@ func place(name string, scripts *lua.Scripts) core.Place {
 // wake-up went to this waiter.
 func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFreed bool) (g *core.Grant, ttl time.Duration, freed bool, err error) {
 	h := k.h
+	// The owner's presence first: a hold's lease counts from the send, and
+	// one taken while the presence is down must be confirmed (core).
+	if err := h.Present(ctx); err != nil {
+		return nil, 0, false, err
+	}
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{

@@ -335,7 +335,7 @@ func (p *presence) broke(err error) {
 	p.mu.Lock()
 	was := p.up.Load()
 	p.up.Store(false)
-	p.err = fmt.Errorf("fairlock: WithPresence: the owner's subscription to %s failed: %w", p.channel, err)
+	p.err = fmt.Errorf("fairlock: presence: the owner's subscription to %s failed: %w", p.channel, err)
 	p.fails++
 	close(p.ready) // the calls that wait see it
 	p.ready = make(chan struct{})

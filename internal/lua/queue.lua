@@ -266,6 +266,17 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   return head
 end
 
+-- Reentrant lock: the longest-waiting live waiter (the first of the list
+-- whose deadline has not passed), read without popping anything (the list's
+-- head is the woken waiter's until a token is issued), among the first
+-- PRESENCE_SCAN * 2; nil if none.
+local function first_live_waiter(list, deadlines, now)
+  for _, e in ipairs(redis.call('LRANGE', list, 0, PRESENCE_SCAN * 2 - 1)) do
+    if tonumber(redis.call('ZSCORE', deadlines, e) or '0') > now then return e end
+  end
+  return nil
+end
+
 -- Reentrant lock: the lock was just freed (a release, ForceUnlock, or the
 -- leave of the waiter the last wake-up went to); wake its longest-waiting
 -- live waiter (KEYS[2..3]), dropping the dead and the tombstones ahead of

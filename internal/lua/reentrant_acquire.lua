@@ -10,7 +10,9 @@
 -- Returns {1, token, freed} when held (freed: 1 if asked and the lock was
 -- free because a release (or the leave of a woken waiter) woke this very
 -- waiter, whose message should have reached it; 0 otherwise),
--- {0, ms until the current hold expires}.
+-- {0, ms until the current hold expires} (for the longest-waiting live
+-- waiter while the holder keeps a presence, until it should look again:
+-- within the poll).
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waiter, wait = ARGV[6], tonumber(ARGV[7])
 local s = load()
@@ -43,16 +45,28 @@ if who == owner and token == tonumber(ARGV[4]) then
   clear_hold(s)
   who = nil
 end
+-- Presence (docs/presence.md): another handle's hold whose client keeps a
+-- presence that has been gone for the grace belongs to a process that died:
+-- it ends here, as a lease that ran out would, and the caller takes the lock
+-- below (the lock is not fair: any attempt may). The first look that finds
+-- the presence gone records when (pa, in absent), one that finds it back
+-- forgets it (changed).
+local absent = {}
+if who ~= nil and who ~= owner and who ~= SETTLING and not holder_present(s, absent, now) then
+  clear_hold(s)
+  who = nil
+end
 if who ~= nil and who ~= owner then
   -- Held by another handle: tell the caller how long the hold can last.
   if waiter == nil then
+    if next(absent) ~= nil or changed then commit(s, absent, now, false, KEYS[2], KEYS[3]) end
     if who == SETTLING then return {0, expiry - now, 1} end
     return {0, expiry - now}
   end
   -- A waiter joins the waiters at the tail, or, already there, pushes its
   -- deadline forward (a sign of life): ZADD answers 1 only for a new member.
   -- A release wakes the longest-waiting live one (reentrant_release.lua).
-  local w = {}
+  local w = absent
   local created = false
   if redis.call('ZADD', KEYS[3], int(now + wait), waiter) == 1 then
     -- A new member may have made either key, which then has no TTL yet: the
@@ -64,7 +78,14 @@ if who ~= nil and who ~= owner then
   -- h bounds every deadline; it is pushed SLACK_MS further than needed, so
   -- that most tries write nothing to the hold.
   if now + wait > tonumber(s.h or '0') then w.h = int(now + wait + SLACK_MS) end
-  if next(w) ~= nil or created then commit(s, w, now, created, KEYS[2], KEYS[3]) end
+  if next(w) ~= nil or created or changed then commit(s, w, now, created, KEYS[2], KEYS[3]) end
+  -- While the holder keeps a presence, the longest-waiting live waiter
+  -- looks within the poll (at the grace's end once absence was seen), as a
+  -- fair lock's head does; the others, at the hold's expiry. A reply's time
+  -- never passes the expiry.
+  if presence_channel(who) and first_live_waiter(KEYS[2], KEYS[3], now) == waiter then
+    return {0, look_at(who, expiry, now, w.pa or s.pa) - now}
+  end
   return {0, expiry - now}
 end
 
