@@ -892,8 +892,9 @@ var mutations = []struct {
 		spec:   scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
 		checks: 1,
 	},
-	// The reentrant lock's holders (reentrant_acquire.lua), each caught by
-	// reentrantDeadHolderEndedAfterTheGrace.
+	// The reentrant lock's holders (reentrant_acquire.lua), caught by
+	// reentrantDeadHolderEndedAfterTheGrace (TestReentrantSpecificationWithPresence
+	// catches them too), and the last by that specification.
 	{
 		name:   "presence: a reentrant lock's gone holder is never ended",
 		file:   "reentrant_acquire.lua",
@@ -925,6 +926,14 @@ var mutations = []struct {
 		to:     "if false then",
 		spec:   scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
 		checks: 1,
+	},
+	{
+		name: "presence: a reentrant TryLock's look at a gone holder records nothing",
+		file: "reentrant_acquire.lua",
+		from: "    if next(absent) ~= nil or changed then commit(s, absent, now, false, KEYS[2], KEYS[3]) end",
+		to:   "    -- (nothing saved)",
+		spec: reentrantPresenceSpecOf,
+		seed: 14028068732833668294,
 	},
 	// Dead waiters passed over (queue.lua's present_head and hand_off),
 	// each caught by a scenario of scenario_deadwaiter_test.go.
@@ -1190,6 +1199,7 @@ func TestSeededBugs(t *testing.T) {
 		"stale-permit-absence":     scenarioSpec(staleAbsenceOfAPermitHolderIsForgotten),
 		"absence-outlives-a-grant": scenarioSpec(permitHolderAbsenceOutlivesAGrant),
 		"reentrant-dead-holder":    scenarioSpec(reentrantDeadHolderEndedAfterTheGrace),
+		"reentrant-presence":       reentrantPresenceSpecOf,
 		"passed-over":              scenarioSpec(deadWaitersPassedOverByTheHandOff),
 		"passed-over-by-a-look":    scenarioSpec(deadWaitersPassedOverByALook),
 		"found-dead":               scenarioSpec(deadWaitersFoundByTheHandOff),

@@ -10,9 +10,11 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -42,6 +44,20 @@ import (
 //
 // A waiter whose deadline passed is taken for dead: the model never makes
 // it try again (a live client's tries keep its deadline ahead).
+//
+// With presence (TestReentrantSpecificationWithPresence), client cb keeps a
+// presence (its id ends in "~") that the property drops and brings back
+// ("drop", "back": a process that dies, a blip seen by the scripts). Then
+// also:
+//
+//   - a hold of cb's is ended by another handle's try (a TryLock or a
+//     waiter's), which takes the lock, exactly when cb's presence has been
+//     gone for the grace, counted from the first try that found it gone and
+//     forgotten by one that finds it back (or by a new hold); never while
+//     it is there;
+//   - while cb holds, the longest-waiting live waiter is told to try again
+//     within the poll (at the grace's end once the absence was seen), never
+//     after the hold's expiry, and every other try is told the expiry.
 
 const (
 	reentrantSpecLease = 2 * time.Second
@@ -75,6 +91,72 @@ type reentrantSpec struct {
 	order     []string
 	deadlines map[string]time.Time
 	woken     string // the waiter the last wake-up went to, until a token is issued
+
+	// Presence: cb's subscription while it is there (nil: gone, or no
+	// client keeps one), and when a try first found it gone while cb held
+	// (zero: not seen, or forgotten).
+	presence    bool
+	presenceSub *miniredis.Subscriber // cb's, subscribed to its presence channel while there
+	there       bool
+	absentSince time.Time
+}
+
+// reentrantPresenceClient is the client that keeps a presence in
+// TestReentrantSpecificationWithPresence.
+const reentrantPresenceClient = "cb" + wire.PresenceMark
+
+// keepsPresence reports whether hd's client keeps a presence.
+func (s *reentrantSpec) keepsPresence(hd *reentrantHandle) bool {
+	return s.presence && strings.HasPrefix(hd.owner, reentrantPresenceClient+".")
+}
+
+// drop ends cb's presence subscription, as its process's death does.
+func (s *reentrantSpec) drop(t *rapid.T) {
+	if !s.there {
+		t.Skip("cb's presence is gone already")
+	}
+	s.presenceSub.Unsubscribe(wire.PresenceChannel(reentrantPresenceClient))
+	s.there = false
+}
+
+// back subscribes cb's presence again.
+func (s *reentrantSpec) back(t *rapid.T) {
+	if s.there {
+		t.Skip("cb's presence is there")
+	}
+	s.presenceSub.Subscribe(wire.PresenceChannel(reentrantPresenceClient))
+	s.there = true
+}
+
+// lookAtHolder is the model of another handle's try looking at a holder
+// that keeps a presence: it reports whether the hold ends (its presence
+// gone for the grace), and records or forgets the absence.
+func (s *reentrantSpec) lookAtHolder() bool {
+	if s.holder == nil || !s.keepsPresence(s.holder) {
+		return false
+	}
+	switch {
+	case s.there:
+		s.absentSince = time.Time{}
+	case s.absentSince.IsZero():
+		s.absentSince = s.now()
+	case s.now().Sub(s.absentSince) >= core.PresenceGrace:
+		s.holder.count = 0
+		s.holder = nil
+		s.absentSince = time.Time{}
+		return true
+	}
+	return false
+}
+
+// firstLiveWaiter is the model's longest-waiting live waiter ("" if none).
+func (s *reentrantSpec) firstLiveWaiter() string {
+	for _, id := range s.order {
+		if d, ok := s.deadlines[id]; ok && d.After(s.now()) {
+			return id
+		}
+	}
+	return ""
 }
 
 func (s *reentrantSpec) now() time.Time { return s.clk.Now() }
@@ -85,6 +167,7 @@ func (s *reentrantSpec) free() {
 	if s.holder != nil && !s.expires.After(s.now()) {
 		s.holder.count = 0
 		s.holder = nil
+		s.absentSince = time.Time{}
 	}
 	for _, hd := range s.handles {
 		if d, ok := s.deadlines[hd.waiter]; ok && !d.After(s.now()) {
@@ -170,6 +253,10 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		args = append(args, a, hd.waiter, reentrantSpecWait.Milliseconds())
 	}
 	r := s.call(s.scripts.ReentrantAcquire, args...)
+	if s.holder != hd && s.lookAtHolder() && r[0] != 1 {
+		t.Fatalf("%s's try, the grace (%v) after a try first found cb's presence gone: %v, want the lock", hd.owner,
+			core.PresenceGrace, r)
+	}
 	switch s.holder {
 	case nil:
 		if r[0] != 1 {
@@ -182,6 +269,7 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		s.woken = ""
 		s.holder, hd.count, hd.token = hd, 1, r[1]
 		s.expires = s.now().Add(reentrantSpecLease)
+		s.absentSince = time.Time{}
 		s.leaveOrder(hd)
 	case hd:
 		if r[0] != 1 || r[1] != hd.token {
@@ -201,6 +289,22 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 				s.order = append(s.order, hd.waiter)
 			}
 			s.deadlines[hd.waiter] = s.now().Add(reentrantSpecWait)
+		}
+		// When to try again: the hold's expiry; within the poll for the
+		// longest-waiting live waiter while the holder keeps a presence.
+		want := s.expires
+		if waits && s.keepsPresence(s.holder) && s.firstLiveWaiter() == hd.waiter {
+			at := s.now().Add(core.PresencePoll)
+			if !s.absentSince.IsZero() {
+				at = s.absentSince.Add(core.PresenceGrace)
+			}
+			if at.Before(want) {
+				want = at
+			}
+		}
+		if got := time.Duration(r[1]) * time.Millisecond; got != want.Sub(s.now()) {
+			t.Fatalf("%s's try, %s holding until %v, presence %v (absent since %v): told to try again in %v, want %v",
+				hd.owner, s.holder.owner, s.expires.Sub(redistest.Epoch), s.there, s.absentSince, got, want.Sub(s.now()))
 		}
 	}
 	s.expectWake(hd.owner+"'s try", "")
@@ -242,7 +346,7 @@ func (s *reentrantSpec) unlock(t *rapid.T) {
 	if r[0] != 1 {
 		t.Fatalf("%s's last release: %v, want {1}", hd.owner, r)
 	}
-	s.holder = nil
+	s.holder, s.absentSince = nil, time.Time{}
 	s.expectWake(hd.owner+"'s last release", s.wake())
 }
 
@@ -256,7 +360,7 @@ func (s *reentrantSpec) forceUnlock(t *rapid.T) {
 		return
 	}
 	s.holder.count = 0
-	s.holder = nil
+	s.holder, s.absentSince = nil, time.Time{}
 	s.expectWake("ForceUnlock", s.wake())
 }
 
@@ -301,7 +405,14 @@ func (s *reentrantSpec) check(t *rapid.T) {
 	}
 }
 
-func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
+func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) { return reentrantSpecWith(scripts, false) }
+
+// reentrantPresenceSpecOf is the property with client cb keeping a presence.
+func reentrantPresenceSpecOf(scripts *lua.Scripts) func(*rapid.T) {
+	return reentrantSpecWith(scripts, true)
+}
+
+func reentrantSpecWith(scripts *lua.Scripts, presence bool) func(*rapid.T) {
 	return func(t *rapid.T) {
 		mr, clk := fakeServer(t)
 		defer mr.Close()
@@ -314,10 +425,17 @@ func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 			keys:      []string{reentrantSpecBase, reentrantSpecBase + ":queue", reentrantSpecBase + ":deadlines"}}
 		// Two clients with two handles each, and one with one: notes must
 		// reach the right client's inbox.
-		for _, o := range []string{"ca.h1", "ca.h2", "cb.h1", "cb.h2", "cc.h1"} {
+		cb := "cb"
+		if presence {
+			s.presence, cb = true, reentrantPresenceClient
+			s.presenceSub = mr.NewSubscriber()
+			defer s.presenceSub.Close()
+			s.back(t)
+		}
+		for _, o := range []string{"ca.h1", "ca.h2", cb + ".h1", cb + ".h2", "cc.h1"} {
 			s.handles = append(s.handles, &reentrantHandle{owner: o})
 		}
-		t.Repeat(map[string]func(*rapid.T){
+		actions := map[string]func(*rapid.T){
 			"tryLock":     s.tryLock,
 			"join":        s.join,
 			"waiterTries": s.waiterTries,
@@ -326,10 +444,22 @@ func reentrantSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 			"leave":       s.leave,
 			"advance":     s.advance,
 			"":            s.check,
-		})
+		}
+		if presence {
+			actions["drop"], actions["back"] = s.drop, s.back
+		}
+		t.Repeat(actions)
 	}
 }
 
 func TestReentrantWaitersSpecification(t *testing.T) {
 	checkWith(t, 1000, reentrantSpecOf(lua.Default()))
+}
+
+// TestReentrantSpecificationWithPresence is the property with one client
+// keeping a presence that comes and goes: its holds end exactly a grace
+// after a try first found it gone, and only the longest-waiting live waiter
+// polls. The scripts alone, so it is as quick as the plain one.
+func TestReentrantSpecificationWithPresence(t *testing.T) {
+	checkWith(t, 500, reentrantPresenceSpecOf(lua.Default()))
 }
