@@ -33,8 +33,6 @@ type presenceHolder struct {
 	lostAt, gotAt  atomic.Int32 // the order in which Lost closed and the waiter's Lock returned
 }
 
-func newPresenceHolder(t *testing.T) *presenceHolder { return newPresenceHolderOf(t, newFair) }
-
 // lockKinds are the locks whose holders keep a presence, by name: each
 // makes a handle of its kind on an owner.
 var lockKinds = []struct {
@@ -48,7 +46,7 @@ func newReentrant(o *fairlock.Owner, name string) (*fairlock.Mutex, error) {
 	return reentrant.New(o, name)
 }
 
-// newPresenceHolderOf is newPresenceHolder with handles that mk makes.
+// newPresenceHolderOf makes a presenceHolder whose handles mk makes.
 func newPresenceHolderOf(t *testing.T, mk func(*fairlock.Owner, string) (*fairlock.Mutex, error)) *presenceHolder {
 	t.Helper()
 	mr, clk, c := redistest.Mini(t)
