@@ -17,10 +17,9 @@ import (
 )
 
 // presenceHolder is a fair (or reentrant) lock handle on an owner that
-// keeps a presence, on a
-// client of its own whose connections the test can cut (cut: every call
-// fails; sever: every connection breaks), holding the lock "p", and a
-// waiter queued behind it on another owner.
+// keeps a presence, on a client of its own whose connections the test can
+// cut (cut: every call fails; sever: every connection breaks), holding the
+// lock "p", and a waiter queued behind it on another owner.
 type presenceHolder struct {
 	holder, waiter *fairlock.Mutex
 	holderOwner    *fairlock.Owner
