@@ -306,8 +306,8 @@ var mutations = []struct {
 	{
 		name: "the waiters' keys made without a TTL",
 		file: "reentrant_acquire.lua",
-		from: "if next(w) ~= nil or created then commit(s, w, now, created, KEYS[2], KEYS[3]) end",
-		to:   "if next(w) ~= nil then commit(s, w, now, false, KEYS[2], KEYS[3]) end",
+		from: "if next(w) ~= nil or created or changed then commit(s, w, now, created, KEYS[2], KEYS[3]) end",
+		to:   "if next(w) ~= nil or changed then commit(s, w, now, false, KEYS[2], KEYS[3]) end",
 		spec: reentrantSpecOf,
 		seed: 9316248520103151357,
 	},
