@@ -69,15 +69,15 @@ type ownerChoice struct{ on, off bool }
 
 // WithPresence asks for the presence that NewOwner keeps by default, and
 // makes NewOwner fail where it cannot keep one (Cluster, Sentinel) rather
-// than go without. With it, a holder's death moves its fair locks on within a
+// than go without. With it, a holder's death moves its locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
 // one subscription on Redis, which Redis drops when the process dies. A
 // blip costs nothing: if that connection breaks while the process lives,
-// the owner subscribes again at once and confirms its holds; a fair lock,
-// election, semaphore permit or read-write lock it cannot confirm within
-// the grace (200 ms, less a margin, from its last answered PING), or at
-// once if Redis cannot be reached again, ends (ErrLockLost) before anyone
-// else can take it. See docs/presence.md.
+// the owner subscribes again at once and confirms its holds; a fair or
+// reentrant lock, election, semaphore permit or read-write lock it cannot
+// confirm within the grace (200 ms, less a margin, from its last answered
+// PING), or at once if Redis cannot be reached again, ends (ErrLockLost)
+// before anyone else can take it. See docs/presence.md.
 func WithPresence() OwnerOption {
 	return OwnerOption{func(c *ownerChoice) { c.on = true }}
 }

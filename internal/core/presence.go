@@ -76,7 +76,7 @@ const presenceTries = 4
 
 // presenceGone is why a hold ends when the owner's presence breaks.
 const presenceGone = "the owner's presence connection to Redis broke and did not come back, or its holds could not be confirmed, " +
-	"within the grace (its presence; fairlock.WithoutPresence turns it off), so a waiter may take the lock: every fair lock, election and semaphore permit " +
+	"within the grace (its presence; fairlock.WithoutPresence turns it off), so a waiter may take the lock: every lock, election and semaphore permit " +
 	"of the owner that was not confirmed ends"
 
 type presence struct {
