@@ -255,8 +255,8 @@ func ExampleWithPresence() {
 }
 
 // An owner made WithoutPresence keeps no presence: its holds ride out an
-// outage of Redis for up to a third of their lease between renewals, and a
-// dead holder's lock moves on only when its lease runs out. For a failover
+// outage of Redis as long as a renewal gets through before their lease runs
+// out, and a dead holder's lock moves on only when its lease runs out. For a failover
 // endpoint, or where outages are common and crashes rare.
 func ExampleWithoutPresence() {
 	mr, _ := miniredis.Run()

@@ -1486,11 +1486,11 @@ func (s *spec) finish() {
 // A call that runs on after its caller stopped waiting (a release or a leave
 // in the background: core.Bounded) is a client not yet gone. It ends within
 // the cleanup timeout, in real time, however the fake clock moves; until
-// then its retries may write (a leave that finds the gate's hold gone
-// writes a fresh one, with a TTL), so the minute starts once none is left.
-// The clock moves on meanwhile, a little at a time, for the retries'
-// pauses. (CI's RW lock specification failed so: a leave of the gate still
-// retrying when the minute began wrote it again 45 s into it.)
+// then it may write (a hold written afresh, with a TTL), so the minute
+// starts once none is left. The clock moves on meanwhile, a little at a
+// time, for its retries' pauses. (CI's RW lock specification failed so: a
+// background call was counted through the whole minute, and the gate's
+// hold was written again 45 s into it.)
 func noKeysAfterAMinute(t *rapid.T, clk *clock.Fake, mr *miniredis.Miniredis) {
 	bound := time.Now().Add(config.DefaultCleanupTimeout + time.Second)
 	for redistest.Background() > 0 {

@@ -325,10 +325,7 @@ func (ps *presenceScripts) gateQueue(client string, n int, mode string) wire.Fai
 // keeps none. It returns P's token.
 func (ps *presenceScripts) semBehindTheDead() int64 {
 	ps.t.Helper()
-	p := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 2, Mode: wire.SemTry})
-	if !p.Held {
-		ps.t.Fatalf("P's TryAcquire of both permits: %+v, want held", p)
-	}
+	p := ps.semTry(plainHolder, 2)
 	ps.present(deadWaiter(0))
 	ps.present(deadWaiter(1))
 	if r := ps.gateQueue(deadWaiter(0), 2, wire.ModeJoin); !r.Held {
@@ -352,7 +349,7 @@ func (ps *presenceScripts) semHoldsAGraceLater(clk *clock.Fake, after string) {
 	if !g.Held {
 		ps.t.Fatalf("W's look a grace after %s: %+v; want the gate", after, g)
 	}
-	r := ps.semAcquire(wire.SemAcquire{Owner: plainWaiter + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: plainWaiter + ".1", GateToken: g.Token})
+	r := ps.gateLook(plainWaiter, g.Token)
 	if !r.Held {
 		ps.t.Fatalf("W's permit, holding the gate a grace after %s: %+v; want it (D0's permits ended)", after, r)
 	}

@@ -241,6 +241,27 @@ func (ps *presenceScripts) semAcquire(a wire.SemAcquire) wire.SemAcquireReply {
 	return r
 }
 
+// permitHolder is the client id of a scenario's permit holder that keeps a
+// presence.
+const permitHolder = "PermitHolderPermitHolde" + wire.PresenceMark
+
+// semTry is client's first TryAcquire of n permits, which must hold them.
+func (ps *presenceScripts) semTry(client string, n int) wire.SemAcquireReply {
+	ps.t.Helper()
+	r := ps.semAcquire(wire.SemAcquire{Owner: client + ".1#1", N: n, Mode: wire.SemTry})
+	if !r.Held {
+		ps.t.Fatalf("%s's TryAcquire of %d permits: %+v, want held", client, n, r)
+	}
+	return r
+}
+
+// gateLook is one attempt of client, holding the gate with gateToken, to
+// take one permit (its permit hold "<client>.1#2").
+func (ps *presenceScripts) gateLook(client string, gateToken int64) wire.SemAcquireReply {
+	ps.t.Helper()
+	return ps.semAcquire(wire.SemAcquire{Owner: client + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: client + ".1", GateToken: gateToken})
+}
+
 // staleAbsenceOfAPermitHolderIsForgotten: the semaphore's first waiter
 // forgets a permit holder's absence once it sees the holder back. P, which
 // keeps a presence, holds both permits; W holds the gate and looks. P drops
@@ -253,12 +274,10 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("stale-permits"))
 	defer stop()
-	p := "PermitHolderPermitHolde" + wire.PresenceMark
+	p := permitHolder
 	const wc = "PlainWaiterPlainWaiterP" // keeps no presence
 	ps.present(p)
-	if r := ps.semAcquire(wire.SemAcquire{Owner: p + ".1#1", N: 2, Mode: wire.SemTry}); !r.Held {
-		t.Fatalf("P's TryAcquire of both permits: %+v, want held", r)
-	}
+	ps.semTry(p, 2)
 	// W queues on the gate, which is free: it holds the gate, and waits
 	// there for a permit.
 	g := ps.acquireOn(wire.GateBase(ps.base), wire.FairAcquire{Owner: wc + ".1", Entry: wc + ".1/1", Mode: wire.ModeJoin,
@@ -266,10 +285,7 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	if !g.Held {
 		t.Fatalf("W's gate: %+v; want held", g)
 	}
-	look := func() wire.SemAcquireReply {
-		t.Helper()
-		return ps.semAcquire(wire.SemAcquire{Owner: wc + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: wc + ".1", GateToken: g.Token})
-	}
+	look := func() wire.SemAcquireReply { return ps.gateLook(wc, g.Token) }
 	if r := look(); r.Held {
 		t.Fatalf("W took a permit from a present holder: %+v", r)
 	}
@@ -310,16 +326,11 @@ func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("absence-outlives-a-grant"))
 	defer stop()
-	p := "PermitHolderPermitHolde" + wire.PresenceMark
+	p := permitHolder
 	const x = "SecondWaiterSecondWaite" // keeps no presence
 	ps.present(p)
-	if r := ps.semAcquire(wire.SemAcquire{Owner: p + ".1#1", N: 1, Mode: wire.SemTry}); !r.Held {
-		t.Fatalf("P's TryAcquire of a permit: %+v, want held", r)
-	}
-	rp := ps.semAcquire(wire.SemAcquire{Owner: plainHolder + ".1#1", N: 1, Mode: wire.SemTry})
-	if !rp.Held {
-		t.Fatalf("R's TryAcquire of a permit: %+v, want held", rp)
-	}
+	ps.semTry(p, 1)
+	rp := ps.semTry(plainHolder, 1)
 	wg := ps.gateQueue(plainWaiter, 1, wire.ModeJoin)
 	if !wg.Held {
 		t.Fatalf("W's gate: %+v; want held (the first waiter)", wg)
@@ -327,18 +338,13 @@ func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 	if r := ps.gateQueue(x, 1, wire.ModeJoin); r.Held || !r.Head {
 		t.Fatalf("X's join: %+v; want queued as the gate's head", r)
 	}
-	lookAs := func(client string, gateToken int64) wire.SemAcquireReply {
-		t.Helper()
-		return ps.semAcquire(wire.SemAcquire{Owner: client + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: client + ".1", GateToken: gateToken})
-	}
-
 	ps.gone(p)
-	if r := lookAs(plainWaiter, wg.Token); r.Held || r.Next-r.Now != core.PresenceGrace.Milliseconds() {
+	if r := ps.gateLook(plainWaiter, wg.Token); r.Held || r.Next-r.Now != core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's look at P's absence: %+v; want the grace to start", r)
 	}
 	clk.Advance(core.PresencePoll)
 	ps.semRelease(plainHolder+".1#1", rp.Token)
-	if r := lookAs(plainWaiter, wg.Token); !r.Held {
+	if r := ps.gateLook(plainWaiter, wg.Token); !r.Held {
 		t.Fatalf("W's look after R's release: %+v; want the permit R's release served it", r)
 	}
 	ps.releaseOn(wire.GateBase(ps.base), plainWaiter+".1", wg.Token)
@@ -346,11 +352,11 @@ func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 	if !xg.Held {
 		t.Fatalf("X's look after W gave the gate on: %+v; want the gate", xg)
 	}
-	if r := lookAs(x, xg.Token); r.Held {
+	if r := ps.gateLook(x, xg.Token); r.Held {
 		t.Fatalf("X took P's permit a poll after P's presence went: %+v", r)
 	}
 	clk.Advance(core.PresenceGrace - core.PresencePoll)
-	if r := lookAs(x, xg.Token); !r.Held {
+	if r := ps.gateLook(x, xg.Token); !r.Held {
 		t.Fatalf("X's look a grace after P's presence went: %+v; want P's permit "+
 			"(what W's look saw of P's absence was lost with the grant to W)", r)
 	}
