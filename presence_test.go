@@ -635,3 +635,69 @@ func TestPresenceReentrantWaitersPollOneAtATime(t *testing.T) {
 		}
 	}
 }
+
+// A waiter behind the one a release woke is told to watch the new holder:
+// the release's owner looks again a poll later (reentrant_watch.lua; a
+// fair lock's hand-off tells the next head itself). So when that new
+// holder dies, the waiter behind takes the lock within the grace and two
+// polls of its death, not at its own timer (a third of its wait timeout)
+// or the old hold's expiry.
+func TestPresenceNewHolderIsWatchedByTheWaiterBehind(t *testing.T) {
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			mr, clk, c := redistest.Mini(t)
+			ctx := context.Background()
+			first, err := k.make(redistest.OwnerOn(c, clk, nil), "watched")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			nextOwner, cut, sever := cuttableOwner(t, &redis.Options{Addr: mr.Addr(), MaxRetries: -1}, clk)
+			next, err := k.make(nextOwner, "watched")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, err := k.make(redistest.OwnerOn(c, clk, nil), "watched")
+			if err != nil {
+				t.Fatal(err)
+			}
+			nextGot, lastGot := make(chan error, 1), make(chan error, 1)
+			go func() { nextGot <- next.Lock(ctx) }()
+			waitFor(t, "the next to sleep", func() bool { return redistest.Asleep() == 1 })
+			go func() { lastGot <- last.Lock(ctx) }()
+			waitFor(t, "the last to sleep", func() bool { return redistest.Asleep() == 2 })
+			if err := first.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-nextGot; err != nil {
+				t.Fatal(err)
+			}
+			// The release's look, a poll later, and the last waiter's try.
+			for range 3 {
+				clk.Advance(core.PresencePoll)
+				waitFor(t, "the last waiter to settle", func() bool { return redistest.Asleep() == 1 })
+			}
+			cut.On.Store(true)
+			sever.Sever()
+			died := clk.Now()
+			presenceDropped(t, c, allPresences)
+			for len(lastGot) == 0 {
+				if clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
+					t.Fatalf("the waiter behind did not take the lock within the grace and two polls of the new holder's death")
+				}
+				clk.Advance(10 * time.Millisecond)
+				waitFor(t, "the last waiter to settle", func() bool { return redistest.Asleep() == 1 || len(lastGot) == 1 })
+			}
+			if err := <-lastGot; err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("taken %v (fake clock) after the new holder's death; lease 30s", clk.Now().Sub(died))
+			if err := last.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -55,9 +55,21 @@ import (
 //     gone for the grace, counted from the first try that found it gone and
 //     forgotten by one that finds it back (or by a new hold); never while
 //     it is there;
-//   - while cb holds, the longest-waiting live waiter is told to try again
-//     within the poll (at the grace's end once the absence was seen), never
-//     after the hold's expiry, and every other try is told the expiry.
+//   - while cb holds, the longest-waiting live waiter whose client is there
+//     (a waiter that tries is) is told to try again within the poll (at the
+//     grace's end once the holder's absence was seen), never after the
+//     hold's expiry, and every other try is told the expiry;
+//   - a waiter of cb's is passed over by a wake-up, and loses its place to
+//     a look for the waiter that polls, once cb's presence has been gone
+//     for the grace, counted from the first look at a waiter that found it
+//     gone (a record of its own, forgotten by a look that finds cb back,
+//     and counted afresh once a minute old); gone for less, it is woken
+//     with the first waiter behind it whose client is there;
+//   - a last release answers that its owner should look again a poll later
+//     exactly when it woke a waiter of cb's; that look (reentrant_watch.lua)
+//     wakes again as a release would while the lock is free and the woken
+//     waiter's client is gone, and tells the waiter that should poll a hold
+//     of cb's to try.
 
 const (
 	reentrantSpecLease = 2 * time.Second
@@ -90,7 +102,8 @@ type reentrantSpec struct {
 	// taken the lock or left (a waiter without one is a tombstone).
 	order     []string
 	deadlines map[string]time.Time
-	woken     string // the waiter the last wake-up went to, until a token is issued
+	woken     string    // the waiter the last wake-up went to, until a token is issued
+	horizon   time.Time // every deadline ever written is before it (hold.lua's h)
 
 	// Presence: cb's subscription while it is there (nil: gone, or no
 	// client keeps one), and when a try first found it gone while cb held
@@ -99,6 +112,10 @@ type reentrantSpec struct {
 	presenceSub *miniredis.Subscriber // cb's, subscribed to its presence channel while there
 	there       bool
 	absentSince time.Time
+	// When a look at a waiter of cb's first found cb's presence gone (zero:
+	// not seen, or forgotten): queue.lua's wa, a record apart from the
+	// holder's.
+	waiterAbsentSince time.Time
 }
 
 // reentrantPresenceClient is the client that keeps a presence in
@@ -149,11 +166,57 @@ func (s *reentrantSpec) lookAtHolder() bool {
 	return false
 }
 
-// firstLiveWaiter is the model's longest-waiting live waiter ("" if none).
-func (s *reentrantSpec) firstLiveWaiter() string {
-	for _, id := range s.order {
-		if d, ok := s.deadlines[id]; ok && d.After(s.now()) {
+// lookAtWaiter is the model of a look at the presence of waiter id's client
+// (queue.lua's waiter_absent_since): whether it is gone, and since when.
+func (s *reentrantSpec) lookAtWaiter(id string) (time.Time, bool) {
+	if !s.presence || !strings.HasPrefix(id, reentrantPresenceClient+".") {
+		return time.Time{}, false
+	}
+	if s.there {
+		s.waiterAbsentSince = time.Time{}
+		return time.Time{}, false
+	}
+	if s.waiterAbsentSince.IsZero() || s.now().Sub(s.waiterAbsentSince) > time.Minute {
+		s.waiterAbsentSince = s.now()
+	}
+	return s.waiterAbsentSince, true
+}
+
+// live reports whether waiter id has a deadline that has not passed.
+func (s *reentrantSpec) live(id string) bool {
+	d, ok := s.deadlines[id]
+	return ok && d.After(s.now())
+}
+
+// passOver drops waiter id's deadline: its client's presence has been gone
+// for the grace, and its handle (dead) never tries again.
+func (s *reentrantSpec) passOver(id string) {
+	delete(s.deadlines, id)
+	for _, hd := range s.handles {
+		if hd.waiter == id {
+			hd.waiter = ""
+		}
+	}
+}
+
+// firstPresentWaiter is the model's longest-waiting live waiter whose
+// client is there (caller, which tries, is), among the first 16 elements
+// of the list, passing over on the way those of cb's gone for the grace
+// ("" if none).
+func (s *reentrantSpec) firstPresentWaiter(caller string) string {
+	for _, id := range s.order[:min(len(s.order), 16)] {
+		if !s.live(id) {
+			continue
+		}
+		if id == caller {
 			return id
+		}
+		since, absent := s.lookAtWaiter(id)
+		if !absent {
+			return id
+		}
+		if s.now().Sub(since) >= core.PresenceGrace {
+			s.passOver(id)
 		}
 	}
 	return ""
@@ -177,18 +240,47 @@ func (s *reentrantSpec) free() {
 }
 
 // wake is the model's wake-up: the longest-waiting live waiter, dead ones
-// ahead of it dropped for good; "" if none.
-func (s *reentrantSpec) wake() string {
+// ahead of it dropped for good, and those of cb's passed over once cb has
+// been gone for the grace; "" if none. With it, the waiter woken too: while
+// the one woken is cb's and cb has been gone for less than the grace, the
+// first live waiter behind it, among the next 8 elements, whose client is
+// there ("" if none, or not so). Nothing is read once the horizon passed.
+func (s *reentrantSpec) wake() (string, string) {
+	if !s.horizon.After(s.now()) {
+		return "", ""
+	}
 	for len(s.order) > 0 {
 		id := s.order[0]
-		if d, ok := s.deadlines[id]; ok && d.After(s.now()) {
+		if !s.live(id) {
+			s.order = s.order[1:]
+			delete(s.deadlines, id)
+			continue
+		}
+		since, absent := s.lookAtWaiter(id)
+		if !absent {
 			s.woken = id
-			return id
+			return id, ""
+		}
+		if s.now().Sub(since) < core.PresenceGrace {
+			s.woken = id
+			for _, e := range s.order[1:min(len(s.order), 9)] {
+				if !s.live(e) {
+					continue
+				}
+				gone, absent := s.lookAtWaiter(e)
+				if !absent {
+					return id, e
+				}
+				if s.now().Sub(gone) >= core.PresenceGrace {
+					s.passOver(e)
+				}
+			}
+			return id, ""
 		}
 		s.order = s.order[1:]
-		delete(s.deadlines, id)
+		s.passOver(id)
 	}
-	return ""
+	return "", ""
 }
 
 func (s *reentrantSpec) call(sc *transport.Script, args ...any) []int64 {
@@ -205,14 +297,25 @@ func (s *reentrantSpec) published() []string {
 	return got
 }
 
-// expectWake checks that the step published the wake-up of waiter ("":
-// nothing).
-func (s *reentrantSpec) expectWake(what, waiter string) {
+// expectWake checks that the step published the wake-up of waiters (""s
+// skipped; none: nothing), as publish_notes does: one message per client,
+// its notes in order.
+func (s *reentrantSpec) expectWake(what string, waiters ...string) {
 	got := s.published()
-	var want []string
-	if waiter != "" {
-		client, _, _ := strings.Cut(waiter, ".")
-		want = []string{reentrantSpecBase + ":wake:" + client + " " + waiter + " freed"}
+	var want, clients []string
+	by := map[string][]string{}
+	for _, w := range waiters {
+		if w == "" {
+			continue
+		}
+		client, _, _ := strings.Cut(w, ".")
+		if by[client] == nil {
+			clients = append(clients, client)
+		}
+		by[client] = append(by[client], w+" freed")
+	}
+	for _, client := range clients {
+		want = append(want, reentrantSpecBase+":wake:"+client+" "+strings.Join(by[client], ";"))
 	}
 	if !slices.Equal(got, want) {
 		s.t.Fatalf("%s published %q, want %q (waiters in order: %v)", what, got, want, s.orderIDs())
@@ -266,6 +369,9 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		if got := len(r) >= 3 && r[2] == 1; got != wantFreed {
 			t.Fatalf("%s took the lock with freed=%v, want %v (last wake-up to %q)", hd.waiter, got, wantFreed, s.woken)
 		}
+		if waits && s.woken == hd.waiter {
+			s.order = s.order[1:] // the woken waiter is the list's head, popped
+		}
 		s.woken = ""
 		s.holder, hd.count, hd.token = hd, 1, r[1]
 		s.expires = s.now().Add(reentrantSpecLease)
@@ -289,11 +395,15 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 				s.order = append(s.order, hd.waiter)
 			}
 			s.deadlines[hd.waiter] = s.now().Add(reentrantSpecWait)
+			if d := s.now().Add(reentrantSpecWait); d.After(s.horizon) {
+				s.horizon = d.Add(10 * time.Second) // hold.lua's SLACK_MS
+			}
 		}
 		// When to try again: the hold's expiry; within the poll for the
-		// longest-waiting live waiter while the holder keeps a presence.
+		// longest-waiting live waiter whose client is there while the
+		// holder keeps a presence.
 		want := s.expires
-		if waits && s.keepsPresence(s.holder) && s.firstLiveWaiter() == hd.waiter {
+		if waits && s.keepsPresence(s.holder) && s.firstPresentWaiter(hd.waiter) == hd.waiter {
 			at := s.now().Add(core.PresencePoll)
 			if !s.absentSince.IsZero() {
 				at = s.absentSince.Add(core.PresenceGrace)
@@ -343,11 +453,42 @@ func (s *reentrantSpec) unlock(t *rapid.T) {
 		s.expectWake(hd.owner+"'s inner release", "")
 		return
 	}
-	if r[0] != 1 {
-		t.Fatalf("%s's last release: %v, want {1}", hd.owner, r)
-	}
 	s.holder, s.absentSince = nil, time.Time{}
-	s.expectWake(hd.owner+"'s last release", s.wake())
+	woken, also := s.wake()
+	if want := []int64{1}; woken != "" && s.keepsPresenceID(woken) {
+		if !slices.Equal(r, []int64{1, 1}) {
+			t.Fatalf("%s's last release, waking %s: %v, want {1, 1} (look again)", hd.owner, woken, r)
+		}
+	} else if !slices.Equal(r, want) {
+		t.Fatalf("%s's last release, waking %q: %v, want %v", hd.owner, woken, r, want)
+	}
+	s.expectWake(hd.owner+"'s last release", woken, also)
+}
+
+// keepsPresenceID reports whether the client of waiter or hold id keeps a
+// presence.
+func (s *reentrantSpec) keepsPresenceID(id string) bool {
+	return s.presence && strings.HasPrefix(id, reentrantPresenceClient+".")
+}
+
+// watch is the releasing owner's look a poll after a release that woke a
+// waiter of cb's (reentrant_watch.lua); the property may make it at any
+// time: it is safe whenever it runs.
+func (s *reentrantSpec) watch(t *rapid.T) {
+	r := s.call(s.scripts.ReentrantWatch, "PUBLISH", reentrantSpecBase+":wake")
+	var woken, also string
+	switch {
+	case s.holder == nil && s.woken != "":
+		if _, absent := s.lookAtWaiter(s.woken); absent {
+			woken, also = s.wake()
+		}
+	case s.holder != nil && s.keepsPresence(s.holder):
+		woken = s.firstPresentWaiter("")
+	}
+	if (r[0] == 1) != (woken != "") {
+		t.Fatalf("the watch answered %v; the model wakes %q (waiters in order: %v)", r, woken, s.orderIDs())
+	}
+	s.expectWake("the watch", woken, also)
 }
 
 func (s *reentrantSpec) forceUnlock(t *rapid.T) {
@@ -361,7 +502,8 @@ func (s *reentrantSpec) forceUnlock(t *rapid.T) {
 	}
 	s.holder.count = 0
 	s.holder, s.absentSince = nil, time.Time{}
-	s.expectWake("ForceUnlock", s.wake())
+	woken, also := s.wake()
+	s.expectWake("ForceUnlock", woken, also)
 }
 
 func (s *reentrantSpec) leave(t *rapid.T) {
@@ -369,17 +511,15 @@ func (s *reentrantSpec) leave(t *rapid.T) {
 	id := hd.waiter
 	r := s.call(s.scripts.ReentrantLeave, hd.owner, id, "PUBLISH", reentrantSpecBase+":wake")
 	s.leaveOrder(hd)
-	next := ""
+	next, also := "", ""
 	if s.holder == nil && s.woken == id {
-		next = s.wake()
-		if next == "" {
-			s.woken = ""
-		}
+		s.woken = ""
+		next, also = s.wake()
 	}
 	if (r[0] == 1) != (next != "") {
 		t.Fatalf("%s's leave answered %v; the model passes its wake-up on to %q", id, r, next)
 	}
-	s.expectWake(id+"'s leave", next)
+	s.expectWake(id+"'s leave", next, also)
 }
 
 func (s *reentrantSpec) advance(t *rapid.T) {
@@ -442,6 +582,7 @@ func reentrantSpecWith(scripts *lua.Scripts, presence bool) func(*rapid.T) {
 			"unlock":      s.unlock,
 			"forceUnlock": s.forceUnlock,
 			"leave":       s.leave,
+			"watch":       s.watch,
 			"advance":     s.advance,
 			"":            s.check,
 		}
@@ -458,8 +599,9 @@ func TestReentrantWaitersSpecification(t *testing.T) {
 
 // TestReentrantSpecificationWithPresence is the property with one client
 // keeping a presence that comes and goes: its holds end exactly a grace
-// after a try first found it gone, and only the longest-waiting live waiter
-// polls. The scripts alone, so it is as quick as the plain one.
+// after a try first found it gone; only the longest-waiting live waiter
+// whose client is there polls; waiters of a client gone for the grace are
+// passed over. The scripts alone, so it is as quick as the plain one.
 func TestReentrantSpecificationWithPresence(t *testing.T) {
 	checkWith(t, 500, reentrantPresenceSpecOf(lua.Default()))
 }

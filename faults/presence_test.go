@@ -18,6 +18,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -651,7 +652,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 		{"at the release", 0, false, false},
 		{"at the release, the holder's owner closed after it", 0, false, true},
 	}
-	for _, kind := range []string{"fair", "election", "semaphore"} {
+	for _, kind := range []string{"fair", "election", "semaphore", "reentrant"} {
 		for _, when := range whens {
 			before := when.before
 			t.Run(fmt.Sprintf("%s/killed %s", kind, when.what), func(t *testing.T) {
@@ -729,6 +730,19 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 				t.Fatal(err)
 			}
 		}, o
+	case "reentrant":
+		m, err := reentrant.New(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}, o
 	case "election":
 		e, err := fair.NewElection(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
@@ -769,6 +783,8 @@ func waitingFor(t *testing.T, kind string, c *redis.Client, name string) int {
 	switch kind {
 	case "election":
 		base = wire.ElectionBase(name)
+	case "reentrant":
+		base = wire.ReentrantKey(name)
 	case "semaphore":
 		base = wire.GateBase(wire.SemaphoreBase(name))
 		if hold, err := c.Get(ctx, base).Result(); err == nil && strings.Contains(hold, `"o":`) {

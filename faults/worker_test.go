@@ -97,7 +97,7 @@ func runWorker(spec string) int {
 	case "reentrant+presence":
 		var o *fairlock.Owner
 		if o, err = fairlock.NewOwner(c, fairlock.WithPresence()); err == nil {
-			m, err = reentrant.New(o, f[2], fairlock.WithLease(lease))
+			m, err = reentrant.New(o, f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait))
 		}
 	default:
 		m, err = reentrant.New(redistest.Owner(c), f[2], fairlock.WithLease(lease))

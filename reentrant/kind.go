@@ -29,6 +29,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Channel:     wire.Channel(base),
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
+		Watch:       scripts.ReentrantWatch, // after a release that woke a waiter that keeps a presence
 		NewWaiter:   func(h core.Agent) core.Waiter { return &kind{h: h} },
 		Presence:    true, // a holder gone for the grace is ended by an attempt (reentrant_acquire.lua)
 	}

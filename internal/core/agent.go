@@ -38,8 +38,9 @@ type Place struct {
 	// only while the owner's presence is up, and end when it breaks.
 	Presence bool
 	// Watch looks at the queue once, PresencePoll after a release that
-	// handed the lock to a waiter that keeps a presence (wire.ReleasedWatch),
-	// with fair_heartbeat.lua's arguments and no entries; nil: no look.
+	// handed the lock to (or, for the reentrant lock, woke) a waiter that
+	// keeps a presence (wire.ReleasedWatch), with fair_heartbeat.lua's
+	// arguments and no entries; nil: no look.
 	Watch *transport.Script
 	// Calls are the scripts bound to Keys; nil: each handle binds its own.
 	// A kind that makes a handle per hold (the semaphore) shares one among

@@ -520,12 +520,14 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 }
 
 // watchHandOff looks at the queue once more, PresencePoll after a release
-// that handed the lock to a waiter whose owner keeps a presence (Watch). A
-// waiter killed as the release ran looked alive to it (Redis had not read
-// its socket's close yet); if the head behind it died too, no script would
-// run until a live waiter's heartbeat. This look finds them gone, records
-// it, and tells the first live waiter behind to look at the grace's end
-// (fair_heartbeat.lua with no entries, sem_watch.lua). It runs in the
+// that handed the lock to (or woke) a waiter whose owner keeps a presence
+// (Watch). A waiter killed as the release ran looked alive to it (Redis had
+// not read its socket's close yet); if the head behind it died too, no
+// script would run until a live waiter's heartbeat. This look finds them
+// gone, records it, and tells the first live waiter behind to look at the
+// grace's end (fair_heartbeat.lua with no entries, sem_watch.lua), or, on
+// the reentrant lock, wakes it, and, once a woken waiter holds, tells the
+// waiter behind to poll it (reentrant_watch.lua). It runs in the
 // background, which the owner's Close waits for: a program that unlocks,
 // closes its owner and exits is the commonest releaser (a newcomer's
 // worker lost the watch so in 10 of 24 runs when Close cancelled it), and

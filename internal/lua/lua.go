@@ -34,6 +34,7 @@ type Scripts struct {
 	ReentrantRelease     *transport.Script
 	ReentrantForceUnlock *transport.Script
 	ReentrantLeave       *transport.Script
+	ReentrantWatch       *transport.Script
 	Renew                *transport.Script
 	State                *transport.Script
 	FairAcquire          *transport.Script
@@ -134,6 +135,7 @@ func MustBuild(src map[string]string) *Scripts {
 		ReentrantRelease:     get("reentrant_release.lua"),
 		ReentrantForceUnlock: get("reentrant_force_unlock.lua"),
 		ReentrantLeave:       get("reentrant_leave.lua"),
+		ReentrantWatch:       get("reentrant_watch.lua"),
 		Renew:                get("renew.lua"),
 		State:                get("state.lua"),
 		FairAcquire:          get("fair_acquire.lua"),

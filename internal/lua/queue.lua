@@ -266,13 +266,22 @@ local function hand_off(s, w, q, now, now_us, publish, channel)
   return head
 end
 
--- Reentrant lock: the longest-waiting live waiter (the first of the list
--- whose deadline has not passed), read without popping anything (the list's
--- head is the woken waiter's until a token is issued), among the first
--- PRESENCE_SCAN * 2; nil if none.
-local function first_live_waiter(list, deadlines, now)
+-- Reentrant lock: the longest-waiting waiter that is live (its deadline
+-- has not passed) and there (its client keeps no presence, or that presence
+-- is seen; caller, which runs this very script, is there), among the first
+-- PRESENCE_SCAN * 2 of the list, read without popping anything (the list's
+-- head is the woken waiter's until a token is issued); nil if none. A
+-- waiter whose client's presence has been gone for the grace loses its
+-- deadline on the way (a tombstone, popped by a wake-up's cleanup).
+-- Absences are recorded and forgotten in s.wa (changed: the caller saves).
+local function first_present_waiter(s, list, deadlines, now, caller)
   for _, e in ipairs(redis.call('LRANGE', list, 0, PRESENCE_SCAN * 2 - 1)) do
-    if tonumber(redis.call('ZSCORE', deadlines, e) or '0') > now then return e end
+    if tonumber(redis.call('ZSCORE', deadlines, e) or '0') > now then
+      if e == caller then return e end
+      local since = waiter_absent_since(s, e, now)
+      if since == nil then return e end
+      if now - since >= PRESENCE_GRACE_MS then redis.call('ZREM', deadlines, e) end
+    end
   end
   return nil
 end
@@ -280,17 +289,25 @@ end
 -- Reentrant lock: the lock was just freed (a release, ForceUnlock, or the
 -- leave of the waiter the last wake-up went to); wake its longest-waiting
 -- live waiter (KEYS[2..3]), dropping the dead and the tombstones ahead of
--- it. One note (freed_note) goes to that waiter's client's inbox, never to
--- every client, and n names the waiter (reentrant_acquire.lua's freed). The
--- woken waiter stays first until it takes the lock: a caller that takes
--- the free lock before it does not cost it its place. Nothing is read when
--- no waiter can be live. Writes go to w (saved by the caller).
+-- it, and passing over those whose client's presence has been gone for the
+-- grace (present_head). One note (freed_note) goes to that waiter's
+-- client's inbox, never to every client, and n names the waiter
+-- (reentrant_acquire.lua's freed). When that waiter's client's presence is
+-- gone for less than the grace, the first waiter behind it whose client is
+-- there is woken too (the lock is not fair: whichever tries first takes
+-- it). The woken waiter stays first until it takes the lock: a caller that
+-- takes the free lock before it does not cost it its place. Nothing is
+-- read when no waiter can be live. Writes go to w (saved by the caller;
+-- absences to s.wa). Returns the waiter n names, or nil.
 local function wake_waiter(s, w, now, publish, channel)
-  if not may_have_waiters(s, w, now) then return end
-  local head = live_head(queue_keys(KEYS[1], KEYS[2], KEYS[3]), now)
-  if head == nil then return end
-  publish_notes(publish, channel, {freed_note(head)})
+  if not may_have_waiters(s, w, now) then return nil end
+  local head, _, _, _, first = present_head(s, queue_keys(KEYS[1], KEYS[2], KEYS[3]), now)
+  if head == nil then return nil end
+  local list = {freed_note(head)}
+  if first and first ~= head then list[2] = freed_note(first) end
+  publish_notes(publish, channel, list)
   w.n = head
+  return head
 end
 
 -- A read-only snapshot of the fair queue q and its hold s (Inspect): dead

@@ -10,9 +10,9 @@
 -- Returns {1, token, freed} when held (freed: 1 if asked and the lock was
 -- free because a release (or the leave of a woken waiter) woke this very
 -- waiter, whose message should have reached it; 0 otherwise),
--- {0, ms until the current hold expires} (for the longest-waiting live
--- waiter while the holder keeps a presence, until it should look again:
--- within the poll).
+-- {0, ms until the current hold expires} (for the longest-waiting waiter
+-- whose client is there, while the holder keeps a presence, until it should
+-- look again: within the poll).
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local waiter, wait = ARGV[6], tonumber(ARGV[7])
 local s = load()
@@ -78,14 +78,15 @@ if who ~= nil and who ~= owner then
   -- h bounds every deadline; it is pushed SLACK_MS further than needed, so
   -- that most tries write nothing to the hold.
   if now + wait > tonumber(s.h or '0') then w.h = int(now + wait + SLACK_MS) end
-  if next(w) ~= nil or created or changed then commit(s, w, now, created, KEYS[2], KEYS[3]) end
-  -- While the holder keeps a presence, the longest-waiting live waiter
-  -- looks within the poll (at the grace's end once absence was seen), as a
-  -- fair lock's head does; the others, at the hold's expiry. A reply's time
+  -- While the holder keeps a presence, the longest-waiting waiter whose
+  -- client is there looks within the poll (at the grace's end once absence
+  -- was seen), as a fair lock's head does; the others, at the hold's
+  -- expiry. Waiters ahead of it whose clients are gone are passed over
+  -- (first_present_waiter): one that died would never look. A reply's time
   -- never passes the expiry.
-  if presence_channel(who) and first_live_waiter(KEYS[2], KEYS[3], now) == waiter then
-    return {0, look_at(who, expiry, now, w.pa or s.pa) - now}
-  end
+  local first = presence_channel(who) and first_present_waiter(s, KEYS[2], KEYS[3], now, waiter)
+  if next(w) ~= nil or created or changed then commit(s, w, now, created, KEYS[2], KEYS[3]) end
+  if first == waiter then return {0, look_at(who, expiry, now, w.pa or s.pa) - now} end
   return {0, expiry - now}
 end
 

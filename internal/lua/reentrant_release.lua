@@ -4,7 +4,9 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
--- Returns {1} released, {2} still held (a re-entry undone), {0} not held.
+-- Returns {1} released ({1, 1}: and the releasing owner should look again a
+-- poll later, reentrant_watch.lua), {2} still held (a re-entry undone), {0}
+-- not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local s = load()
 local bad = layout_error(s)
@@ -34,10 +36,15 @@ if count > 1 then
   answer = {2}
 else
   clear_hold(s)
-  wake_waiter(s, w, now, ARGV[4], ARGV[5])
+  local woken = wake_waiter(s, w, now, ARGV[4], ARGV[5])
   note_released(s, w, token)
   s.a = nil
   answer = {1}
+  -- A woken waiter whose client keeps a presence may have died as this ran
+  -- (Redis had not read its socket's close yet), and, once it holds, the
+  -- waiter behind it should poll: the releasing owner looks once more a
+  -- poll later (reentrant_watch.lua).
+  if woken and presence_channel(entry_owner(woken)) then answer = {1, 1} end
 end
 -- The key outlives the hold by RETAIN_MS already (commit): it keeps its TTL.
 w.q = req
