@@ -1106,6 +1106,14 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		name:   "presence: a release that serves a gone first waiter asks for no second look",
+		file:   "permits.lua",
+		from:   "        watch = ch ~= nil",
+		to:     "        watch = watch",
+		spec:   scenarioSpec(firstWaiterGoneAloneAtTheSemaphoreRelease),
+		checks: 1,
+	},
+	{
 		name:   "presence: a release serves a gone first waiter and tells nobody",
 		file:   "permits.lua",
 		from:   "later = gone_look(s, w, g, gate, who, now)",

@@ -143,8 +143,8 @@ end
 -- head of an RWMutex's queue at once. When entries left the queue, the same
 -- call tells the new head when the gate's hold ends. gate: the gate's keys (queue_keys); used: the permits in
 -- use, k the number of permits. Returns true if it served the gate's holder
--- whose client keeps a presence, there as it ran: the caller's owner looks
--- again a poll later (sem_watch.lua).
+-- whose client keeps a presence (there as it ran or not): the caller's owner
+-- looks again a poll later (sem_watch.lua).
 local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_holder)
   local g = load(gate.hold)
   if g.v and g.v ~= LAYOUT then return false end -- the gate's own scripts report it
@@ -167,13 +167,14 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         grants[1] = permits_note(who, token, now, expiry)
         used = used + n
         -- Served to a client that keeps a presence: gone now, look at
-        -- once; there, its owner looks again a poll later.
+        -- once; either way, its owner looks again a poll later, since
+        -- waiters killed with it may not look gone yet (Redis reads the
+        -- closes of their sockets one by one, and this may run between).
         local ch = presence_channel(who)
         if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 then
           later = gone_look(s, w, g, gate, who, now)
-        else
-          watch = ch ~= nil
         end
+        watch = ch ~= nil
       end
     end
   end
