@@ -57,7 +57,7 @@ func TestPresenceKilledHolderPassesOnInAFractionOfASecond(t *testing.T) {
 				w.kill()
 				r := <-done
 				if r.err != nil {
-					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign", "semaphore": "Acquire", "reentrant": "Lock"}[kind], r.err)
+					t.Fatalf("run %d: the waiter's %s: %v", i, map[string]string{"fair": "Lock", "election": "Campaign", "semaphore": "Acquire", "rwmutex": "Lock", "reentrant": "Lock"}[kind], r.err)
 				}
 				delay := r.at.Sub(killed)
 				delays = append(delays, delay)
@@ -101,6 +101,16 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 			t.Fatal(err)
 		}
 		return &candidate{e: e, value: "next"}, queued(wire.QueueKeys(wire.ElectionBase(name))[1])
+	case "rwmutex":
+		m, err := fair.NewRWMutex(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate := wire.GateBase(wire.RWBase(name))
+		return m, func() bool {
+			hold, err := c.Get(context.Background(), gate).Result()
+			return err == nil && strings.Contains(hold, `"o":`)
+		}
 	}
 	s, err := fair.NewSemaphore(redistest.Owner(c), name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 	if err != nil {
@@ -652,7 +662,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 		{"at the release", 0, false, false},
 		{"at the release, the holder's owner closed after it", 0, false, true},
 	}
-	for _, kind := range []string{"fair", "election", "semaphore", "reentrant"} {
+	for _, kind := range []string{"fair", "election", "semaphore", "rwmutex", "reentrant"} {
 		for _, when := range whens {
 			before := when.before
 			t.Run(fmt.Sprintf("%s/killed %s", kind, when.what), func(t *testing.T) {
@@ -705,9 +715,10 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 	}
 }
 
-// holdFor takes kind's lock (a fair lock, an election's leadership, or
-// both permits of a semaphore of 2) on an owner without presence, of a
-// client of its own, and returns its release and the owner.
+// holdFor takes kind's lock (a fair lock, an election's leadership, both
+// permits of a semaphore of 2, a read-write lock's write side, or a
+// reentrant lock) on an owner without presence, of a client of its own,
+// and returns its release and the owner.
 func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fairlock.Owner) {
 	t.Helper()
 	ctx := context.Background()
@@ -719,6 +730,19 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 	switch kind {
 	case "fair":
 		m, err := fair.New(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}, o
+	case "rwmutex":
+		m, err := fair.NewRWMutex(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -774,7 +798,8 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 }
 
 // waitingFor counts the waiters of kind's lock name: its queue's list (a
-// semaphore's: its gate's holder, the first waiter, and its gate's queue).
+// semaphore's or a read-write lock's: its gate's holder, the first waiter,
+// and its gate's queue).
 func waitingFor(t *testing.T, kind string, c *redis.Client, name string) int {
 	t.Helper()
 	ctx := context.Background()
@@ -785,8 +810,11 @@ func waitingFor(t *testing.T, kind string, c *redis.Client, name string) int {
 		base = wire.ElectionBase(name)
 	case "reentrant":
 		base = wire.ReentrantKey(name)
-	case "semaphore":
+	case "semaphore", "rwmutex":
 		base = wire.GateBase(wire.SemaphoreBase(name))
+		if kind == "rwmutex" {
+			base = wire.GateBase(wire.RWBase(name))
+		}
 		if hold, err := c.Get(ctx, base).Result(); err == nil && strings.Contains(hold, `"o":`) {
 			first = 1
 		}

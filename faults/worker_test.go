@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // keeping the lease), prints "held <token>", and holds it until killed or
 // until its stdin closes.
 type workerSpec struct {
-	Lock        string // "fair", "fair+presence", "election+presence", "reentrant", "reentrant+presence", "semaphore" or "semaphore+presence"
+	Lock        string // "fair", "fair+presence", "election+presence", "reentrant", "reentrant+presence", "rwmutex+presence" (a writer), "semaphore" or "semaphore+presence"
 	Addr, Name  string
 	Lease, Wait time.Duration
 	Label       string
@@ -94,6 +94,11 @@ func runWorker(spec string) int {
 			s, err = fair.NewSemaphore(o, f[2], 2, fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
 		}
 		m = &permits{s: s, n: 2}
+	case "rwmutex+presence":
+		var o *fairlock.Owner
+		if o, err = fairlock.NewOwner(c, fairlock.WithPresence()); err == nil {
+			m, err = fair.NewRWMutex(o, f[2], fairlock.WithLease(lease), fairlock.WithWaitTimeout(wait), fair.WithLabel(f[5]))
+		}
 	case "reentrant+presence":
 		var o *fairlock.Owner
 		if o, err = fairlock.NewOwner(c, fairlock.WithPresence()); err == nil {
