@@ -964,10 +964,24 @@ var mutations = []struct {
 		spec: reentrantPresenceSpecOf,
 	},
 	{
+		name: "presence: every reentrant release that wakes a waiter asks for a look",
+		file: "reentrant_release.lua",
+		from: "and tonumber(s.wt or '0') <= now then",
+		to:   "then",
+		spec: reentrantPresenceSpecOf,
+	},
+	{
+		name: "presence: a reentrant release's look is due at once",
+		file: "reentrant_release.lua",
+		from: "w.wt = int(now + PRESENCE_POLL_MS)",
+		to:   "w.wt = int(now)",
+		spec: reentrantPresenceSpecOf,
+	},
+	{
 		name: "presence: a reentrant release never asks its owner to look again",
 		file: "reentrant_release.lua",
-		from: "if woken and presence_channel(entry_owner(woken)) then answer = {1, 1} end",
-		to:   "-- (no second look)",
+		from: "    answer = {1, 1}\n",
+		to:   "\n",
 		spec: reentrantPresenceSpecOf,
 	},
 	{

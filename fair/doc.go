@@ -129,7 +129,7 @@
 //     overtaken by a reply is not counted.
 //  10. Presence (an owner that keeps one: by default on a single server,
 //     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]; the
-//     reentrant lock's holds too, not its waiters): a hold whose
+//     reentrant lock's holds and waiters too): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
 //     head's next attempt, as a lease end would be; the head of a lock so

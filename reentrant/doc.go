@@ -86,9 +86,14 @@
 // takes the lock with a greater token (any attempt may: TryLock too). A blip
 // of the holder's connection costs nothing, and a holder that cannot
 // confirm its hold after a break stops believing first, as for the fair
-// lock (docs/presence.md). A dead waiter is not passed over sooner: its
-// place lasts its wait timeout, and a release that woke it costs the others
-// a beat.
+// lock (docs/presence.md). A waiter whose owner keeps a presence and dies is
+// passed over: a release's wake-up skips one whose presence has been gone
+// for 200 ms, and wakes the first live waiter behind one gone for less;
+// the waiter that polls a holder is the longest-waiting one whose owner is
+// there; and a release that woke a waiter that keeps a presence looks
+// again 50 ms later (its owner, in the background), waking again if that
+// waiter died unseen, or making the waiter behind the new holder its
+// poller.
 //
 // # Redis
 //

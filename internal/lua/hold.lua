@@ -46,6 +46,9 @@
 --       reentrant lock only:
 --       n  the waiter the last wake-up went to (a release, ForceUnlock, or a
 --          woken waiter's leave), until a token is issued
+--       wt when the look a release last asked for is due (Redis ms;
+--          reentrant_release.lua, reentrant_watch.lua): until then no
+--          release asks for another
 --       election only (a fair lock under fairlock:e:, fair.Election):
 --       l  the leader's value, as the Go side escaped it (no '|', ' ', ';')
 --       s  when the leader's term began (Redis ms): when its token was issued

@@ -43,8 +43,14 @@ else
   -- A woken waiter whose client keeps a presence may have died as this ran
   -- (Redis had not read its socket's close yet), and, once it holds, the
   -- waiter behind it should poll: the releasing owner looks once more a
-  -- poll later (reentrant_watch.lua).
-  if woken and presence_channel(entry_owner(woken)) then answer = {1, 1} end
+  -- poll later (reentrant_watch.lua), unless a look asked for by an earlier
+  -- release is due within the poll (wt): that one sees this release's
+  -- outcome too, so a busy lock is looked at once a poll, not once a
+  -- release.
+  if woken and presence_channel(entry_owner(woken)) and tonumber(s.wt or '0') <= now then
+    w.wt = int(now + PRESENCE_POLL_MS)
+    answer = {1, 1}
+  end
 end
 -- The key outlives the hold by RETAIN_MS already (commit): it keeps its TTL.
 w.q = req
