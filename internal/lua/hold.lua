@@ -38,6 +38,7 @@
 --       wa object: client id -> when a look first found the presence of a
 --          queued waiter's client gone (Redis ms; queue.lua's
 --          waiter_absent_since); forgotten when found back; survives holds
+--          (a reentrant lock's waiters' too)
 --       e  queue entry a direct hand-off granted the hold to, until claimed
 --       g  grant time of that hand-off; b the holder's label
 --       a semaphore's gate only: po, pn, pl  the permit request its holder
