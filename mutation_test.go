@@ -274,10 +274,10 @@ var mutations = []struct {
 	{
 		name: "a release wakes nobody",
 		file: "reentrant_release.lua",
-		from: "  wake_waiter(s, w, now, ARGV[4], ARGV[5])\n",
-		to:   "\n",
+		from: "local woken = wake_waiter(s, w, now, ARGV[4], ARGV[5])",
+		to:   "local woken = nil",
 		spec: reentrantSpecOf,
-		seed: 2428683544356411983,
+		seed: 2428683544356411984,
 	},
 	{
 		name: "a new waiter joins ahead of those already waiting",
@@ -354,8 +354,8 @@ var mutations = []struct {
 	{
 		name: "a wake-up is published on the lock's channel, not in its waiter's inbox",
 		file: "queue.lua",
-		from: "publish_notes(publish, channel, {freed_note(head)})",
-		to:   "redis.call(publish, channel, freed_note(head))",
+		from: "  publish_notes(publish, channel, list)\n  w.n = head",
+		to:   "  redis.call(publish, channel, table.concat(list, ';'))\n  w.n = head",
 		spec: reentrantSpecOf,
 		seed: 347797873128759084,
 	},
