@@ -171,6 +171,51 @@ func TestPresencePausedHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 	}
 }
 
+// A paused waiter (SIGSTOP) keeps its connections, so its presence: it is
+// not passed over as dead, and keeps the wait timeout's rule. A waiter on
+// an owner that keeps a presence queues behind a holder, a live one behind
+// it; the first is paused, and the holder releases a grace and more later.
+// The live one must not hold before the paused one's place could have
+// lapsed by its wait timeout (2 s, its last heartbeat at most a third of it
+// before the pause), where a dead one would have been passed over within
+// the grace of the release.
+func TestPresencePausedWaiterKeepsTheWaitTimeoutsRule(t *testing.T) {
+	const runs = 3
+	for _, kind := range []string{"fair", "reentrant"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := sharedServer(t)
+			c := client(t, srv.Addr)
+			for i := range runs {
+				name := fmt.Sprintf("%s-%d", lockName(t), i)
+				release, _ := holdFor(t, kind, srv.Addr, name)
+				w := startWorker(t, workerSpec{Lock: kind + "+presence", Addr: srv.Addr, Name: name,
+					Lease: presenceLease, Wait: killWait, Label: "paused"})
+				eventually(t, 5*time.Second, "the paused-to-be queued", func() bool { return waitingFor(t, kind, c, name) == 1 })
+				next, _ := nextInLine(t, kind, c, name)
+				done := acquired(next.Lock, 30*time.Second)
+				eventually(t, 5*time.Second, "the live waiter queued", func() bool { return waitingFor(t, kind, c, name) == 2 })
+				if err := syscall.Kill(w.pid(), syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				paused := time.Now()
+				t.Cleanup(func() { _ = syscall.Kill(w.pid(), syscall.SIGCONT) })
+				time.Sleep(core.PresenceGrace + 2*core.PresencePoll)
+				release()
+				r := <-done
+				if r.err != nil {
+					t.Fatalf("run %d: the live waiter: %v", i, r.err)
+				}
+				after := r.at.Sub(paused)
+				t.Logf("run %d: the live waiter held %v after the pause", i, after.Round(time.Millisecond))
+				if floor := killWait - killWait/3 - 50*time.Millisecond; after < floor {
+					t.Errorf("run %d: the live waiter held %v after the waiter ahead was paused, before its place could lapse (%v): a paused waiter was passed over as dead",
+						i, after.Round(time.Millisecond), floor)
+				}
+			}
+		})
+	}
+}
+
 // A holder cut off by a black hole (the proxy holds its traffic) keeps its
 // connections open on the server, so its presence stays: the waiter takes
 // the lock only when the lease runs out, after the holder's Lost closed.
