@@ -263,6 +263,12 @@ func TestPresenceCutOffHolderKeepsItsLockUntilTheLeaseEnds(t *testing.T) {
 // behind it does not get the lock before the holder's Unlock, and gets it
 // from that Unlock.
 func TestPresenceKilledConnectionCostsNothing(t *testing.T) {
+	for _, kind := range []string{"fair", "reentrant"} {
+		t.Run(kind, func(t *testing.T) { killedConnectionCostsNothing(t, kind) })
+	}
+}
+
+func killedConnectionCostsNothing(t *testing.T, kind string) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
 	const runs = 20
@@ -270,18 +276,22 @@ func TestPresenceKilledConnectionCostsNothing(t *testing.T) {
 		named, connName := redistest.Named(t, direct)
 		owner := newOwner(t, named, fairlock.WithPresence())
 		name := fmt.Sprintf("%s-%d", lockName(t), i)
-		holder, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
+		var holder *fairlock.Mutex
+		var err error
+		if kind == "reentrant" {
+			holder, err = reentrant.New(owner, name, fairlock.WithLease(presenceLease))
+		} else {
+			holder, err = fair.New(owner, name, fairlock.WithLease(presenceLease))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := holder.Lock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		next := newHandle(t, "fair", direct, name, presenceLease)
+		next := newHandle(t, kind, direct, name, presenceLease)
 		done := acquired(next.Lock, presenceLease/2)
-		eventually(t, 5*time.Second, "the waiter queued", func() bool {
-			return slices.Equal(queueOf(t, direct, name), []int{os.Getpid()})
-		})
+		eventually(t, 5*time.Second, "the waiter queued", func() bool { return waitingFor(t, kind, direct, name) == 1 })
 		time.Sleep(2 * core.SessionPing) // a PING answered: alive is recent
 		if n, err := redistest.KillPubSub(context.Background(), direct, connName); err != nil || n != 1 {
 			t.Fatalf("run %d: killed %d presence connections, %v; want 1", i, n, err)
@@ -309,7 +319,7 @@ func TestPresenceKilledConnectionCostsNothing(t *testing.T) {
 		_ = owner.Close(ctx)
 		cancel()
 	}
-	t.Logf("presence connection killed (CLIENT KILL), %d runs: no hold lost, no waiter took a live hold", runs)
+	t.Logf("%s: presence connection killed (CLIENT KILL), %d runs: no hold lost, no waiter took a live hold", kind, runs)
 }
 
 // A waiter of an owner made WithPresence whose pub/sub connections are
@@ -373,8 +383,14 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 // hold; with it the owner also subscribes again within the grace and
 // confirms its hold. In every run the hold lasts, and the waiter gets the
 // lock only from the holder's Unlock: 0 holds lost, 0 double holds. The
-// runs go side by side.
+// runs go side by side; the fair lock's, then the reentrant lock's.
 func TestPresenceConnectionResetCostsNothing(t *testing.T) {
+	for _, kind := range []string{"fair", "reentrant"} {
+		t.Run(kind, func(t *testing.T) { connectionResetsCostNothing(t, kind) })
+	}
+}
+
+func connectionResetsCostNothing(t *testing.T, kind string) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
 	const runs = 20
@@ -392,14 +408,20 @@ func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 			proxy, c := proxied(t, srv, redis.Options{})
 			owner := newOwner(t, c, opts...)
 			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
-			holder, err := fair.New(owner, name, fairlock.WithLease(lease))
+			var holder *fairlock.Mutex
+			var err error
+			if kind == "reentrant" {
+				holder, err = reentrant.New(owner, name, fairlock.WithLease(lease))
+			} else {
+				holder, err = fair.New(owner, name, fairlock.WithLease(lease))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := holder.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			next := newHandle(t, "fair", direct, name, lease)
+			next := newHandle(t, kind, direct, name, lease)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -459,8 +481,8 @@ func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	t.Logf("every connection of the holder reset three times, a second apart, %d runs each: holds lost without presence %d, with presence %d",
-		runs, lost[false], lost[true])
+	t.Logf("%s: every connection of the holder reset three times, a second apart, %d runs each: holds lost without presence %d, with presence %d",
+		kind, runs, lost[false], lost[true])
 	// The goal is 0 and 0 (met on a quiet machine); 40 runs side by side on
 	// 2 loaded cores may take longer than the grace to come back: such a
 	// hold ends first (checked above), and is counted, not failed, with
