@@ -660,7 +660,11 @@ func TestPresenceNewHolderIsWatchedByTheWaiterBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			last, err := k.make(redistest.OwnerOn(c, clk, nil), "watched")
+			counted := &redistest.ScriptCounter{}
+			lc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { _ = lc.Close() })
+			lc.AddHook(counted)
+			last, err := k.make(redistest.OwnerOn(lc, clk, nil), "watched")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -675,10 +679,20 @@ func TestPresenceNewHolderIsWatchedByTheWaiterBehind(t *testing.T) {
 			if err := <-nextGot; err != nil {
 				t.Fatal(err)
 			}
-			// The release's look, a poll later, and the last waiter's try.
-			for range 3 {
-				clk.Advance(core.PresencePoll)
+			// The release's look, a poll later (the releasing owner's
+			// background call, on the fake clock), then the last waiter's
+			// try and its first poll: two script calls of its client.
+			// The look's goroutine may arm its timer late (real time): the
+			// clock moves on in 10 ms steps, a millisecond of real time
+			// apart, until the waiter has made both calls.
+			calls := counted.Scripts.Load()
+			for deadline := time.Now().Add(10 * time.Second); counted.Scripts.Load() < calls+2; {
+				if time.Now().After(deadline) {
+					t.Fatalf("the waiter behind the new holder made %d script calls in 10 s; want a try and a poll", counted.Scripts.Load()-calls)
+				}
+				clk.Advance(10 * time.Millisecond)
 				waitFor(t, "the last waiter to settle", func() bool { return redistest.Asleep() == 1 })
+				time.Sleep(time.Millisecond)
 			}
 			cut.On.Store(true)
 			sever.Sever()
