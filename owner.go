@@ -26,10 +26,10 @@ type Owner struct {
 // Redis drops when the process dies, so that a dead holder's fair or
 // reentrant lock, election or semaphore permit moves on within a quarter of
 // a second and its dead waiters are passed over, where a lease (30 s) or a
-// wait timeout (10 s) was the cost. Its price: when the owner's connection breaks and
-// Redis cannot be reached again at once (down and refusing connections, a
-// restart), its holds end at once (ErrLockLost), where a lease rides that
-// out; a connection that comes back within the grace (200 ms) costs
+// wait timeout (10 s) was the cost. Its price: when the owner's connection
+// breaks and Redis cannot be reached again at once (down and refusing
+// connections, a restart), its holds end at once (ErrLockLost), where a
+// lease rides that out; a connection that comes back within the grace (200 ms) costs
 // nothing, and a stall with the connections open (Redis paused, a silent
 // network) is ridden out up to the lease. WithoutPresence turns it off; on
 // Cluster and Sentinel it is off (WithPresence there is an error). See

@@ -79,21 +79,22 @@
 // A holder on an owner that keeps a presence (the default on a single
 // server: [github.com/fairlock/fairlock.NewOwner]) that dies loses the lock
 // within about a quarter of a second, not at its lease's end: while it
-// holds, the longest-waiting live waiter (that one only, so a lock costs
-// about 20 script calls a second while held and waited for, whatever the
-// waiters) tries every 50 ms, and an attempt that finds the holder's
-// presence gone for 200 ms ends its hold, as a lease that ran out would, and
-// takes the lock with a greater token (any attempt may: TryLock too). A blip
+// holds, the longest-waiting live waiter whose owner is there (that one
+// only, so a lock costs about 20 script calls a second while held and
+// waited for, whatever the waiters) tries every 50 ms, and an attempt that
+// finds the holder's presence gone for 200 ms ends its hold, as a lease that
+// ran out would, and takes the lock with a greater token (any attempt may:
+// TryLock too). A blip
 // of the holder's connection costs nothing, and a holder that cannot
 // confirm its hold after a break stops believing first, as for the fair
 // lock (docs/presence.md). A waiter whose owner keeps a presence and dies is
 // passed over: a release's wake-up skips one whose presence has been gone
 // for 200 ms, and wakes the first live waiter behind one gone for less;
 // the waiter that polls a holder is the longest-waiting one whose owner is
-// there; and a release that woke a waiter that keeps a presence looks
-// again 50 ms later (its owner, in the background), waking again if that
-// waiter died unseen, or making the waiter behind the new holder its
-// poller.
+// there; and after a release that woke a waiter that keeps a presence, the
+// releasing owner looks again 50 ms later, in the background (at most once
+// per 50 ms and lock), waking again if that waiter died unseen, or making
+// the waiter behind the new holder its poller.
 //
 // # Redis
 //
