@@ -141,6 +141,54 @@ func (ph *presenceHolder) step(t *testing.T, d time.Duration) {
 	})
 }
 
+// A break after which Redis cannot be reached at once ends the holder's
+// holds at once (Lost), and their release fails while it is cut off; the
+// presence comes back within the grace, so no waiter may end the hold that
+// Redis still keeps, and every waiter would wait for its lease (30 s: so it
+// did). The owner releases such holds again when its presence comes back:
+// the waiter holds as soon as that release has run, with no time passing.
+func TestPresenceBreakReleasesTheLostHoldsWhenBack(t *testing.T) {
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			ph := newPresenceHolderOf(t, k.make)
+			ph.pinged(t)
+			ph.cut.On.Store(true)
+			ph.sever.Sever()
+			broke := ph.clk.Now()
+			waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
+			waitFor(t, "its release to fail", func() bool { return redistest.Background() == 0 })
+			ups := redistest.PresenceUps(ph.holderOwner)
+			ph.cut.On.Store(false)
+			// Its next try comes presenceRetry after the last: the clock
+			// moves 10 ms at a time, 20 ms of real time apart.
+			for deadline := time.Now().Add(10 * time.Second); !waitBriefly(func() bool { return redistest.PresenceUps(ph.holderOwner) > ups }); {
+				if time.Now().After(deadline) {
+					t.Fatal("the holder's presence did not come back")
+				}
+				ph.clk.Advance(10 * time.Millisecond)
+			}
+			back := ph.clk.Now()
+			if back.Sub(broke) >= core.PresenceGrace {
+				t.Fatalf("the presence came back %v after the break; want within the grace", back.Sub(broke))
+			}
+			waitFor(t, "the waiter to hold (no time passing)", func() bool { return len(ph.got) == 1 })
+			if err := <-ph.got; err != nil {
+				t.Fatal(err)
+			}
+			if now := ph.clk.Now(); now != back {
+				t.Fatalf("the clock moved %v while the waiter was to take the lost hold's lock", now.Sub(back))
+			}
+			if err := ph.holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+				t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
+			}
+			if err := ph.waiter.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // A holder that lives keeps its lock however long a waiter polls; one whose
 // process dies (every connection gone, none made again) loses it within the
 // grace and two polls of its death, with its lease far from its end.

@@ -717,18 +717,22 @@ func (s *spec) breakFor(t *rapid.T) {
 		s.step10(t)
 	}
 	// Reconnected, it subscribes again at its next try (each a retry pause
-	// apart, on its clock): its presence is gone until then.
+	// apart, on its clock): its presence is gone until then. A hold it
+	// ended as lost, whose release failed while it was cut off, is released
+	// when the presence is back (the owner's background call): the lock is
+	// given back before the checks go on, which must not race it.
 	p.cut.On.Store(false)
 	p.stalled = false
-	for back := time.Now().Add(10 * time.Second); ; s.step10(t) {
-		if waitBriefly(func() bool { return redistest.PresenceUps(p.presence) > ups }) {
-			break
-		}
+	for back := time.Now().Add(10 * time.Second); !waitBriefly(func() bool { return redistest.PresenceUps(p.presence) > ups }); {
 		if time.Now().After(back) {
 			t.Fatalf("%s's presence did not come back after the break", p.label)
 		}
+		s.clk.Advance(10 * time.Millisecond)
 	}
 	p.broken = time.Time{}
+	if p.phase == holding && isClosed(p.m.Lost()) {
+		s.gaveBack(t, p, "its connections broke for a while")
+	}
 	s.settle()
 }
 
@@ -785,7 +789,7 @@ func (s *spec) gaveBack(t *rapid.T, p *proc, why string) {
 	if err := p.m.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
 		t.Fatalf("presence: Unlock of %s's hold, ended when %s = %v, want ErrLockLost", p.label, why, err)
 	}
-	p.phase, p.count, p.lostToken, p.forced = idle, 0, p.token, false
+	p.phase, p.count, p.lostToken, p.forced, p.jeopardy = idle, 0, p.token, false, false
 }
 
 // stall cuts a waiter off from Redis: its heartbeats fail, so once its

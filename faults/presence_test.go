@@ -376,6 +376,75 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		took[runs/2].Round(time.Millisecond), took[runs-1].Round(time.Millisecond))
 }
 
+// A short outage of the holder's Redis (the fault proxy closes its
+// connections and refuses new ones for 150 ms) ends its hold at once: the
+// price of presence. The hold's release fails while Redis is out of reach,
+// and its presence is back before any waiter could end the hold Redis still
+// keeps: the owner releases it again when the presence comes back, so the
+// waiter holds within a poll or so of the outage's end, not at the lease's
+// (30 s: so it did), and never before the holder's Lost closed.
+func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
+	const runs = 5
+	const outage = 150 * time.Millisecond
+	for _, kind := range []string{"fair", "reentrant"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := sharedServer(t)
+			direct := client(t, srv.Addr)
+			var took []time.Duration
+			for i := range runs {
+				proxy, c := proxied(t, srv, redis.Options{})
+				owner := newOwner(t, c, fairlock.WithPresence())
+				name := fmt.Sprintf("%s-%d", lockName(t), i)
+				var holder *fairlock.Mutex
+				var err error
+				if kind == "reentrant" {
+					holder, err = reentrant.New(owner, name, fairlock.WithLease(presenceLease))
+				} else {
+					holder, err = fair.New(owner, name, fairlock.WithLease(presenceLease))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := holder.Lock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				next := newHandle(t, kind, direct, name, presenceLease)
+				done := acquired(next.Lock, presenceLease/2)
+				eventually(t, 5*time.Second, "the waiter queued", func() bool { return waitingFor(t, kind, direct, name) == 1 })
+				lostAt := make(chan time.Time, 1)
+				go func() { <-holder.Lost(); lostAt <- time.Now() }()
+				proxy.Cut(true)
+				time.Sleep(outage)
+				proxy.Cut(false)
+				over := time.Now()
+				r := <-done
+				if r.err != nil {
+					t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
+				}
+				select {
+				case at := <-lostAt:
+					if at.After(r.at) {
+						t.Errorf("run %d: the waiter held at %v, before the holder's Lost closed at %v", i, r.at, at)
+					}
+				default:
+					t.Errorf("run %d: the waiter held while the holder believed it held", i)
+				}
+				took = append(took, r.at.Sub(over))
+				if d := r.at.Sub(over); d > presenceBound {
+					t.Errorf("run %d: the waiter held %v after the outage ended; want within %v", i, d.Round(time.Millisecond), presenceBound)
+				}
+				if err := holder.Unlock(context.Background()); !errors.Is(err, fairlock.ErrLockLost) {
+					t.Errorf("run %d: the holder's Unlock = %v, want ErrLockLost", i, err)
+				}
+				_ = next.Unlock(context.Background())
+			}
+			slices.Sort(took)
+			t.Logf("%s: Redis out of the holder's reach for %v, %d runs: the waiter held %v (min), %v (max) after it; lease %v",
+				kind, outage, runs, took[0].Round(time.Millisecond), took[runs-1].Round(time.Millisecond), presenceLease)
+		})
+	}
+}
+
 // A blip costs nothing, however often: every connection of a holder is
 // reset at once (the fault proxy closes them and accepts new ones), three
 // times a second apart, with a waiter queued behind it on a client of its

@@ -37,7 +37,8 @@ import (
 // never taken over, since from its return every waiter sees the presence
 // again. A hold that is not so confirmed by alive + PresenceGrace -
 // sessionMargin (its jeopardy) ends then as lost (ErrLockLost), before any
-// waiter can take it, and is released in the background. A hold whose
+// waiter can take it, and is released in the background (again when the
+// presence comes back, if that release failed: releaseLost). A hold whose
 // acquisition was sent before the current subscription was confirmed is
 // confirmed the same way before it is handed to its caller (covers).
 // Acquisitions wait for the subscription (await).
@@ -110,6 +111,9 @@ type presence struct {
 	// before its next try (nil otherwise), ends the pause when closed.
 	fails int64
 	kick  chan struct{}
+	// unreleased are the holds ended as lost whose release failed while the
+	// presence was down: released again when it comes back (releaseLater).
+	unreleased []*hold
 }
 
 func newPresence(o *Owner) *presence {
@@ -296,7 +300,12 @@ func (p *presence) cameUp() {
 	p.since = now
 	p.err = nil
 	p.broken = false
+	pending := p.unreleased
+	p.unreleased = nil
 	p.mu.Unlock()
+	for _, h := range pending {
+		p.o.releaseLost(h, true)
+	}
 	if back {
 		p.ping()
 		for _, h := range p.o.heldWhere(func(h *hold) bool { return h.sentAt().Before(now) }) {
@@ -478,23 +487,51 @@ func PresenceUps(o *Owner) int64 {
 }
 
 // giveUp ends h as lost (why) and, if that ended it, releases it in Redis
-// in the background (counted as Bounded's background calls are, from
-// before the hold ends).
+// in the background (releaseLost).
 func (o *Owner) giveUp(h *hold, why string) {
 	o.hubs.ProbeBackground(1)
 	o.cleanups.add(nil)
-	done := func() {
-		o.cleanups.done()
-		o.hubs.ProbeBackground(-1)
+	ended := h.end(ErrLockLost, why)
+	if ended {
+		o.releaseLost(h, true)
 	}
-	if !h.end(ErrLockLost, why) {
-		done()
+	o.cleanups.done()
+	o.hubs.ProbeBackground(-1)
+}
+
+// releaseLost releases h, a hold that ended as lost, in Redis, in the
+// background (counted as Bounded's background calls are). A release that
+// fails while Redis cannot be reached leaves the hold in Redis, where no
+// waiter would end it once the owner's presence is back (a break of a
+// second or so: the hold ended at once, the presence came back within its
+// lease), and every waiter would wait for the lease; so, with again and a
+// presence, it is released once more when the presence comes back
+// (releaseLater), or at once if it is back already.
+func (o *Owner) releaseLost(h *hold, again bool) {
+	o.hubs.ProbeBackground(1)
+	o.cleanups.add(nil)
+	go func() {
+		defer func() {
+			o.cleanups.done()
+			o.hubs.ProbeBackground(-1)
+		}()
+		if err := h.releaseAll(); err != nil && !Refused(err) && again && o.presence != nil {
+			o.presence.releaseLater(h)
+		}
+	}()
+}
+
+// releaseLater releases h again when the presence comes back (cameUp), or
+// once more at once if it is up: a hold whose release failed.
+func (p *presence) releaseLater(h *hold) {
+	p.mu.Lock()
+	if !p.up.Load() {
+		p.unreleased = append(p.unreleased, h)
+		p.mu.Unlock()
 		return
 	}
-	go func() {
-		defer done()
-		_ = h.releaseAll()
-	}()
+	p.mu.Unlock()
+	p.o.releaseLost(h, false)
 }
 
 // BootKey is where a server records when it first served an acquisition
