@@ -502,11 +502,11 @@ func (o *Owner) giveUp(h *hold, why string) {
 // releaseLost releases h, a hold that ended as lost, in Redis, in the
 // background (counted as Bounded's background calls are). A release that
 // fails while Redis cannot be reached leaves the hold in Redis, where no
-// waiter would end it once the owner's presence is back (a break of a
-// second or so: the hold ended at once, the presence came back within its
-// lease), and every waiter would wait for the lease; so, with again and a
-// presence, it is released once more when the presence comes back
-// (releaseLater), or at once if it is back already.
+// waiter ends it once the owner's presence is back (a break shorter than
+// the grace: the hold ended at once, the presence came back before any
+// waiter could count it gone), and every waiter would wait for the lease;
+// so, with again and a presence, it is released once more when the
+// presence comes back (releaseLater), or at once if it is back already.
 func (o *Owner) releaseLost(h *hold, again bool) {
 	o.hubs.ProbeBackground(1)
 	o.cleanups.add(nil)
