@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
@@ -132,6 +133,44 @@ func (ph *presenceHolder) pinged(t *testing.T) {
 	waitFor(t, "the holder's PING to be answered", func() bool { return !redistest.PresenceAlive(ph.holderOwner).Before(now) })
 }
 
+// breakOff cuts the holder off from Redis and breaks its connections, a
+// PING answered just before, and waits for its holds to end, which they do
+// at once, with no clock moving: its first try to subscribe again fails,
+// so Redis is not there. It returns when the break came (the fake clock).
+func (ph *presenceHolder) breakOff(t *testing.T) time.Time {
+	t.Helper()
+	ph.pinged(t)
+	ph.cut.On.Store(true)
+	ph.sever.Sever()
+	broke := ph.clk.Now()
+	waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
+	return broke
+}
+
+// presenceBack waits for owner's presence, cut off until now, to come back
+// (it had come up ups times): its next try to subscribe comes
+// presenceRetry after the last, on clk, which moves 10 ms at a time, 20 ms
+// of real time apart (at most 10 s of it).
+func presenceBack(t tb, label string, owner *fairlock.Owner, clk *clock.Fake, ups int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !waitBriefly(func() bool { return redistest.PresenceUps(owner) > ups }); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's presence did not come back", label)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+}
+
+// countedClient is a client of mr's whose script calls are counted.
+func countedClient(t *testing.T, mr *miniredis.Miniredis) (*redis.Client, *redistest.ScriptCounter) {
+	t.Helper()
+	counted := &redistest.ScriptCounter{}
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(counted)
+	return c, counted
+}
+
 // step advances the fake clock by d, then lets the waiter act on it.
 func (ph *presenceHolder) step(t *testing.T, d time.Duration) {
 	t.Helper()
@@ -152,22 +191,11 @@ func TestPresenceBreakReleasesTheLostHoldsWhenBack(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.NoLeaks(t)
 			ph := newPresenceHolderOf(t, k.make)
-			ph.pinged(t)
-			ph.cut.On.Store(true)
-			ph.sever.Sever()
-			broke := ph.clk.Now()
-			waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
+			broke := ph.breakOff(t)
 			waitFor(t, "its release to fail", func() bool { return redistest.Background() == 0 })
 			ups := redistest.PresenceUps(ph.holderOwner)
 			ph.cut.On.Store(false)
-			// Its next try comes presenceRetry after the last: the clock
-			// moves 10 ms at a time, 20 ms of real time apart.
-			for deadline := time.Now().Add(10 * time.Second); !waitBriefly(func() bool { return redistest.PresenceUps(ph.holderOwner) > ups }); {
-				if time.Now().After(deadline) {
-					t.Fatal("the holder's presence did not come back")
-				}
-				ph.clk.Advance(10 * time.Millisecond)
-			}
+			presenceBack(t, "the holder", ph.holderOwner, ph.clk, ups)
 			back := ph.clk.Now()
 			if back.Sub(broke) >= core.PresenceGrace {
 				t.Fatalf("the presence came back %v after the break; want within the grace", back.Sub(broke))
@@ -266,15 +294,10 @@ func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.NoLeaks(t)
 			ph := newPresenceHolderOf(t, k.make)
-			ph.pinged(t)
-			ph.cut.On.Store(true)
-			ph.sever.Sever()
-			broke := ph.clk.Now()
-			// Its holds end at once, with no clock moving: its first try to
-			// subscribe again fails, so Redis is not there. (The loop below would
-			// otherwise race the holder's goroutine in real time: a step does not
-			// wait for it.)
-			waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
+			// (breakOff waits for the hold to end: the loop below would
+			// otherwise race the holder's goroutine in real time, as a step
+			// does not wait for it.)
+			broke := ph.breakOff(t)
 			for len(ph.got) == 0 {
 				if ph.clk.Now().Sub(broke) > core.PresenceGrace+2*core.PresencePoll {
 					t.Fatalf("the waiter did not take the lock within the grace and two polls of the break")
@@ -634,10 +657,7 @@ func TestPresenceReentrantWaitersPollOneAtATime(t *testing.T) {
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	counted := &redistest.ScriptCounter{}
-	wc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = wc.Close() })
-	wc.AddHook(counted)
+	wc, counted := countedClient(t, mr)
 	owner := redistest.OwnerOn(wc, clk, nil)
 	const waiters = 3
 	got := make(chan error, waiters)
@@ -708,10 +728,7 @@ func TestPresenceNewHolderIsWatchedByTheWaiterBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			counted := &redistest.ScriptCounter{}
-			lc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { _ = lc.Close() })
-			lc.AddHook(counted)
+			lc, counted := countedClient(t, mr)
 			last, err := k.make(redistest.OwnerOn(lc, clk, nil), "watched")
 			if err != nil {
 				t.Fatal(err)

@@ -126,7 +126,7 @@ const reentrantPresenceClient = "cb" + wire.PresenceMark
 
 // keepsPresence reports whether hd's client keeps a presence.
 func (s *reentrantSpec) keepsPresence(hd *reentrantHandle) bool {
-	return s.presence && strings.HasPrefix(hd.owner, reentrantPresenceClient+".")
+	return s.keepsPresenceID(hd.owner)
 }
 
 // drop ends cb's presence subscription, as its process's death does.
@@ -171,7 +171,7 @@ func (s *reentrantSpec) lookAtHolder() bool {
 // lookAtWaiter is the model of a look at the presence of waiter id's client
 // (queue.lua's waiter_absent_since): whether it is gone, and since when.
 func (s *reentrantSpec) lookAtWaiter(id string) (time.Time, bool) {
-	if !s.presence || !strings.HasPrefix(id, reentrantPresenceClient+".") {
+	if !s.keepsPresenceID(id) {
 		return time.Time{}, false
 	}
 	if s.there {

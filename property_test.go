@@ -617,17 +617,9 @@ func (p *proc) presenceGoneSince() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// hide drops every connection of a process that keeps a presence and holds
-// the lock, on the server's side alone, and cuts it off: a partition that
-// the server noticed (its keepalive closed the connections) and the holder
-// did not. Its presence is gone from Redis while it believes it holds, and
-// a live head takes the lock once the grace has passed: the one case in
-// which two handles may both believe they hold (guarantee 10,
-// docs/presence.md), bounded by the fencing token, which must be greater
-// for the next holder. resume lets it learn. A waiter so hidden may be
-// passed over as dead once the grace has passed (it lost its place, as a
-// stalled waiter may): resumed, it learns and re-joins at the tail.
-func (s *spec) hide(t *rapid.T) {
+// pickLiveWithPresence draws a process that keeps a presence and holds the
+// lock (a hold it still believes in) or waits, and is not cut off.
+func (s *spec) pickLiveWithPresence(t *rapid.T) *proc {
 	var c []*proc
 	for _, p := range s.procs {
 		holds := p.phase == holding && !p.forced && !isClosed(p.m.Lost())
@@ -639,6 +631,21 @@ func (s *spec) hide(t *rapid.T) {
 		t.Skip("no live holder or waiter that keeps a presence")
 	}
 	p := rapid.SampledFrom(c).Draw(t, "handle")
+	return p
+}
+
+// hide drops every connection of a process that keeps a presence and holds
+// the lock, on the server's side alone, and cuts it off: a partition that
+// the server noticed (its keepalive closed the connections) and the holder
+// did not. Its presence is gone from Redis while it believes it holds, and
+// a live head takes the lock once the grace has passed: the one case in
+// which two handles may both believe they hold (guarantee 10,
+// docs/presence.md), bounded by the fencing token, which must be greater
+// for the next holder. resume lets it learn. A waiter so hidden may be
+// passed over as dead once the grace has passed (it lost its place, as a
+// stalled waiter may): resumed, it learns and re-joins at the tail.
+func (s *spec) hide(t *rapid.T) {
+	p := s.pickLiveWithPresence(t)
 	p.cut.On.Store(true)
 	p.muffle.Drop()
 	p.stalled, p.stalledAt, p.wasStalled, p.everCut = true, s.clk.Now(), true, true
@@ -692,17 +699,7 @@ func (s *spec) blip(t *rapid.T) {
 // confirmed and kept; a lost one's Unlock says ErrLockLost; a waiter passed
 // over re-joins at the tail.
 func (s *spec) breakFor(t *rapid.T) {
-	var c []*proc
-	for _, p := range s.procs {
-		holds := p.phase == holding && !p.forced && !isClosed(p.m.Lost())
-		if p.presence != nil && (holds || p.phase == waiting) && !p.stalled {
-			c = append(c, p)
-		}
-	}
-	if len(c) == 0 {
-		t.Skip("no live holder or waiter that keeps a presence")
-	}
-	p := rapid.SampledFrom(c).Draw(t, "handle")
+	p := s.pickLiveWithPresence(t)
 	if p.phase == holding {
 		pingAnswered(t, p.label, p.presence, s.clk)
 		p.jeopardy = true
@@ -723,12 +720,7 @@ func (s *spec) breakFor(t *rapid.T) {
 	// given back before the checks go on, which must not race it.
 	p.cut.On.Store(false)
 	p.stalled = false
-	for back := time.Now().Add(10 * time.Second); !waitBriefly(func() bool { return redistest.PresenceUps(p.presence) > ups }); {
-		if time.Now().After(back) {
-			t.Fatalf("%s's presence did not come back after the break", p.label)
-		}
-		s.clk.Advance(10 * time.Millisecond)
-	}
+	presenceBack(t, p.label, p.presence, s.clk, ups)
 	p.broken = time.Time{}
 	if p.phase == holding && isClosed(p.m.Lost()) {
 		s.gaveBack(t, p, "its connections broke for a while")

@@ -478,25 +478,13 @@ func firstWaiterKilledAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("killed-at-sem-release"))
 	defer stop()
-	gate := wire.GateBase(ps.base)
 	token := ps.semBehindTheDead()
 	if r := ps.semRelease(plainHolder+".1#1", token); r != wire.ReleasedWatch {
 		t.Fatalf("P's release, serving D0, which keeps a presence: %v, want %d (watch it)", r, wire.ReleasedWatch)
 	}
 	ps.gone(deadWaiter(0))
 	ps.gone(deadWaiter(1))
-	sub := ps.inbox(gate, plainWaiter)
-	defer sub.Close()
-	clk.Advance(core.PresencePoll)
-	watched := clk.Now().UnixMilli()
-	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
-	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", wire.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
-		t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
-	}
-	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
-		t.Fatalf("W's head notice after the watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
-	}
-	ps.semHoldsAGraceLater(clk, "the watch")
+	ps.semWatchTellsW(clk)
 }
 
 func TestFirstWaiterKilledAtTheSemaphoreRelease(t *testing.T) {
@@ -515,27 +503,36 @@ func firstWaiterGoneAloneAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("gone-alone-at-sem-release"))
 	defer stop()
-	gate := wire.GateBase(ps.base)
 	token := ps.semBehindTheDead()
 	ps.gone(deadWaiter(0))
 	if r := ps.semRelease(plainHolder+".1#1", token); r != wire.ReleasedWatch {
 		t.Fatalf("P's release, serving D0, gone, with D1 still there: %v, want %d (watch it)", r, wire.ReleasedWatch)
 	}
 	ps.gone(deadWaiter(1))
+	ps.semWatchTellsW(clk)
+}
+
+func TestFirstWaiterGoneAloneAtTheSemaphoreRelease(t *testing.T) {
+	firstWaiterGoneAloneAtTheSemaphoreRelease(t, lua.Default())
+}
+
+// semWatchTellsW plays the releasing owner's look a poll after a release
+// of semBehindTheDead's that asked for one (sem_watch.lua), D0 and D1 gone
+// by then: it must tell W (1), with a head notice due by the grace's end,
+// when W takes the gate and the permits.
+func (ps *presenceScripts) semWatchTellsW(clk *clock.Fake) {
+	ps.t.Helper()
+	gate := wire.GateBase(ps.base)
 	sub := ps.inbox(gate, plainWaiter)
 	defer sub.Close()
 	clk.Advance(core.PresencePoll)
 	watched := clk.Now().UnixMilli()
 	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
 	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", wire.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
-		t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
+		ps.t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
 	}
-	if at := headNotice(t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
-		t.Fatalf("W's head notice after the watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
+	if at := headNotice(ps.t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {
+		ps.t.Fatalf("W's head notice after the watch: expiry %d, want by the grace's end (%d)", at, watched+core.PresenceGrace.Milliseconds())
 	}
 	ps.semHoldsAGraceLater(clk, "the watch")
-}
-
-func TestFirstWaiterGoneAloneAtTheSemaphoreRelease(t *testing.T) {
-	firstWaiterGoneAloneAtTheSemaphoreRelease(t, lua.Default())
 }

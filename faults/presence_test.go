@@ -276,16 +276,7 @@ func killedConnectionCostsNothing(t *testing.T, kind string) {
 		named, connName := redistest.Named(t, direct)
 		owner := newOwner(t, named, fairlock.WithPresence())
 		name := fmt.Sprintf("%s-%d", lockName(t), i)
-		var holder *fairlock.Mutex
-		var err error
-		if kind == "reentrant" {
-			holder, err = reentrant.New(owner, name, fairlock.WithLease(presenceLease))
-		} else {
-			holder, err = fair.New(owner, name, fairlock.WithLease(presenceLease))
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		holder := mutexOn(t, kind, owner, name, presenceLease)
 		if err := holder.Lock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -391,20 +382,12 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 			srv := sharedServer(t)
 			direct := client(t, srv.Addr)
 			var took []time.Duration
+			kept := 0
 			for i := range runs {
 				proxy, c := proxied(t, srv, redis.Options{})
 				owner := newOwner(t, c, fairlock.WithPresence())
 				name := fmt.Sprintf("%s-%d", lockName(t), i)
-				var holder *fairlock.Mutex
-				var err error
-				if kind == "reentrant" {
-					holder, err = reentrant.New(owner, name, fairlock.WithLease(presenceLease))
-				} else {
-					holder, err = fair.New(owner, name, fairlock.WithLease(presenceLease))
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				holder := mutexOn(t, kind, owner, name, presenceLease)
 				if err := holder.Lock(context.Background()); err != nil {
 					t.Fatal(err)
 				}
@@ -417,7 +400,27 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 				time.Sleep(outage)
 				proxy.Cut(false)
 				over := time.Now()
-				r := <-done
+				var r result
+				select {
+				case r = <-done:
+				case <-time.After(presenceBound):
+					if isClosed(holder.Lost()) {
+						t.Fatalf("run %d: the holder lost its hold, and the waiter still waits %v after the outage ended", i, presenceBound)
+					}
+					// Ridden out as a blip: on a loaded machine the owner's
+					// first try to subscribe again may come after the outage,
+					// and the hold is kept (1 run in 40 under a busy loop).
+					// The waiter gets the lock from the holder's Unlock.
+					kept++
+					if err := holder.Unlock(context.Background()); err != nil {
+						t.Fatalf("run %d: the Unlock of a hold kept through the outage = %v", i, err)
+					}
+					if r := <-done; r.err != nil {
+						t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
+					}
+					_ = next.Unlock(context.Background())
+					continue
+				}
 				if r.err != nil {
 					t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
 				}
@@ -438,9 +441,12 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 				}
 				_ = next.Unlock(context.Background())
 			}
+			if len(took) == 0 {
+				t.Fatalf("%s: every hold was kept through the outage: nothing measured", kind)
+			}
 			slices.Sort(took)
-			t.Logf("%s: Redis out of the holder's reach for %v, %d runs: the waiter held %v (min), %v (max) after it; lease %v",
-				kind, outage, runs, took[0].Round(time.Millisecond), took[runs-1].Round(time.Millisecond), presenceLease)
+			t.Logf("%s: Redis out of the holder's reach for %v, %d runs: %d holds lost, the waiter holding %v (min), %v (max) after the outage; %d kept (a blip); lease %v",
+				kind, outage, runs, len(took), took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), kept, presenceLease)
 		})
 	}
 }
@@ -477,16 +483,7 @@ func connectionResetsCostNothing(t *testing.T, kind string) {
 			proxy, c := proxied(t, srv, redis.Options{})
 			owner := newOwner(t, c, opts...)
 			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
-			var holder *fairlock.Mutex
-			var err error
-			if kind == "reentrant" {
-				holder, err = reentrant.New(owner, name, fairlock.WithLease(lease))
-			} else {
-				holder, err = fair.New(owner, name, fairlock.WithLease(lease))
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			holder := mutexOn(t, kind, owner, name, lease)
 			if err := holder.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -863,46 +860,19 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = o.Close(context.Background()) })
+	var m interface {
+		Lock(context.Context) error
+		Unlock(context.Context) error
+	}
 	switch kind {
-	case "fair":
-		m, err := fair.New(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}, o
+	case "fair", "reentrant":
+		m = mutexOn(t, kind, o, name, presenceLease)
 	case "rwmutex":
-		m, err := fair.NewRWMutex(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		rw, err := fair.NewRWMutex(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}, o
-	case "reentrant":
-		m, err := reentrant.New(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			if err := m.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}, o
+		m = rw
 	case "election":
 		e, err := fair.NewElection(o, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
@@ -914,6 +884,16 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 		}
 		return func() {
 			if err := e.Resign(lead); err != nil {
+				t.Fatal(err)
+			}
+		}, o
+	}
+	if m != nil {
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}, o
@@ -931,6 +911,21 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 			t.Fatal(err)
 		}
 	}, o
+}
+
+// mutexOn makes a handle of kind's lock ("fair" or "reentrant") named name
+// on owner, with lease.
+func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, lease time.Duration) *fairlock.Mutex {
+	t.Helper()
+	mk := func() (*fairlock.Mutex, error) { return fair.New(owner, name, fairlock.WithLease(lease)) }
+	if kind == "reentrant" {
+		mk = func() (*fairlock.Mutex, error) { return reentrant.New(owner, name, fairlock.WithLease(lease)) }
+	}
+	m, err := mk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // waitingFor counts the waiters of kind's lock name: its queue's list (a
