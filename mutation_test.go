@@ -943,10 +943,32 @@ var mutations = []struct {
 		seed: 12459866379866634251, // a witness: found at the 473rd check of a search
 	},
 	{
-		name: "presence: the reentrant waiter that tries is taken for gone with its client's presence",
+		name:   "failover: an owner never learns that its subscription is not on the master",
+		file:   "session.lua",
+		from:   "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",
+		to:     "return 1",
+		spec:   scenarioSpec(failoverKeepsTheLiveHold),
+		checks: 1,
+	},
+	{
+		name: "failover: a try counts the holder gone where the caller's own subscription is not",
 		file: "queue.lua",
-		from: "      if e == caller then return e end",
-		to:   "      -- (no exception)",
+		from: "  if not absence_counts() then return true end",
+		to:   "  -- (counted anywhere)",
+		spec: reentrantPresenceSpecOf,
+	},
+	{
+		name: "failover: a look counts a waiter gone where the caller's own subscription is not",
+		file: "queue.lua",
+		from: "  if not absence_counts() then return nil end",
+		to:   "  -- (counted anywhere)",
+		spec: reentrantPresenceSpecOf,
+	},
+	{
+		name: "failover: every caller's own subscription is taken as there",
+		file: "queue.lua",
+		from: "    caller_here = ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0",
+		to:   "    caller_here = true",
 		spec: reentrantPresenceSpecOf,
 	},
 	{
@@ -1146,7 +1168,7 @@ var mutations = []struct {
 	{
 		name: "presence: a crashed permit holder's presence is never checked",
 		file: "permits.lua",
-		from: "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then",
+		from: "if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 or not absence_counts() then",
 		to:   "if true then",
 		spec: semaphorePresenceSpec,
 		seed: 10880607142326997860,

@@ -334,8 +334,8 @@ func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
 	}
 }
 
-// WithPresence is refused on Cluster and on Sentinel (docs/presence.md),
-// where an owner made with the defaults keeps none; on a single server the
+// WithPresence is refused on Cluster (docs/presence.md), where an owner
+// made with the defaults keeps none; on a single server and on Sentinel the
 // defaults keep one and WithoutPresence none; WithPresence and
 // WithoutPresence together, and a zero OwnerOption, are refused. None of it
 // calls Redis (nothing listens at these addresses).
@@ -347,9 +347,6 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 	}
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
 	defer func() { _ = fc.Close() }()
-	if _, err := fairlock.NewOwner(fc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
-		t.Errorf("NewOwner(sentinel, WithPresence()) = %v, want ErrInvalidArgument", err)
-	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = c.Close() }()
 	keeps := func(client redis.UniversalClient, opts ...fairlock.OwnerOption) bool {
@@ -371,7 +368,8 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 		{"a single server, WithPresence", c, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
 		{"a single server, WithoutPresence", c, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
 		{"Cluster, the defaults", cc, nil, false},
-		{"Sentinel, the defaults", fc, nil, false},
+		{"Sentinel, the defaults", fc, nil, true},
+		{"Sentinel, WithPresence", fc, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
 		{"Sentinel, WithoutPresence", fc, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
 	} {
 		if got := keeps(k.client, k.opts...); got != k.want {

@@ -118,6 +118,9 @@ type reentrantSpec struct {
 	// not seen, or forgotten): queue.lua's wa, a record apart from the
 	// holder's.
 	waiterAbsentSince time.Time
+	// caller is the owner id of the script call being modelled ("" for a
+	// call with none: the watch, ForceUnlock).
+	caller string
 }
 
 // reentrantPresenceClient is the client that keeps a presence in
@@ -151,7 +154,7 @@ func (s *reentrantSpec) back(t *rapid.T) {
 // that keeps a presence: it reports whether the hold ends (its presence
 // gone for the grace), and records or forgets the absence.
 func (s *reentrantSpec) lookAtHolder() bool {
-	if s.holder == nil || !s.keepsPresence(s.holder) {
+	if s.holder == nil || !s.keepsPresence(s.holder) || !s.callerCounts() {
 		return false
 	}
 	switch {
@@ -168,10 +171,15 @@ func (s *reentrantSpec) lookAtHolder() bool {
 	return false
 }
 
+// callerCounts reports whether the script the model runs now counts an
+// absence (queue.lua's absence_counts): only where its caller's own
+// subscription is, if its caller keeps one (cb's: while cb is there).
+func (s *reentrantSpec) callerCounts() bool { return !s.keepsPresenceID(s.caller) || s.there }
+
 // lookAtWaiter is the model of a look at the presence of waiter id's client
 // (queue.lua's waiter_absent_since): whether it is gone, and since when.
 func (s *reentrantSpec) lookAtWaiter(id string) (time.Time, bool) {
-	if !s.keepsPresenceID(id) {
+	if !s.keepsPresenceID(id) || !s.callerCounts() {
 		return time.Time{}, false
 	}
 	if s.there {
@@ -344,6 +352,7 @@ func (s *reentrantSpec) req(hd *reentrantHandle) string {
 // acquire is one try of hd: a TryLock that never waits (waiter ""), or a
 // waiter's try (its first, or one a wake-up or its timer prompted).
 func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
+	s.caller = hd.owner
 	args := []any{hd.owner, s.req(hd), reentrantSpecLease.Milliseconds(), "0"}
 	ask := rapid.Bool().Draw(t, "ask freed")
 	if waits {
@@ -408,7 +417,10 @@ func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 		if waits && s.keepsPresence(s.holder) && s.firstPresentWaiter(hd.waiter) == hd.waiter {
 			at := s.now().Add(core.PresencePoll)
 			if !s.absentSince.IsZero() {
-				at = s.absentSince.Add(core.PresenceGrace)
+				// At the grace's end, or at once (1 ms) if it is over:
+				// a caller whose own presence is gone counts no absence
+				// (callerCounts), and finds the grace over.
+				at = maxTime(s.absentSince.Add(core.PresenceGrace), s.now().Add(time.Millisecond))
 			}
 			if at.Before(want) {
 				want = at
@@ -446,6 +458,7 @@ func (s *reentrantSpec) waiterTries(t *rapid.T) {
 
 func (s *reentrantSpec) unlock(t *rapid.T) {
 	hd := s.pick(t, func(hd *reentrantHandle) bool { return hd.count > 0 })
+	s.caller = hd.owner
 	r := s.call(s.scripts.ReentrantRelease, hd.owner, s.req(hd), hd.token, "PUBLISH", reentrantSpecBase+":wake")
 	hd.count--
 	if hd.count > 0 {
@@ -478,6 +491,7 @@ func (s *reentrantSpec) keepsPresenceID(id string) bool {
 // waiter of cb's (reentrant_watch.lua); the property may make it at any
 // time: it is safe whenever it runs.
 func (s *reentrantSpec) watch(t *rapid.T) {
+	s.caller = ""
 	r := s.call(s.scripts.ReentrantWatch, "PUBLISH", reentrantSpecBase+":wake")
 	var woken, also string
 	switch {
@@ -495,6 +509,7 @@ func (s *reentrantSpec) watch(t *rapid.T) {
 }
 
 func (s *reentrantSpec) forceUnlock(t *rapid.T) {
+	s.caller = ""
 	r := s.call(s.scripts.ReentrantForceUnlock, "PUBLISH", reentrantSpecBase+":wake")
 	if (r[0] == 1) != (s.holder != nil) {
 		t.Fatalf("ForceUnlock answered %v with the lock held by %v", r, s.holder)
@@ -512,6 +527,7 @@ func (s *reentrantSpec) forceUnlock(t *rapid.T) {
 func (s *reentrantSpec) leave(t *rapid.T) {
 	hd := s.pick(t, func(hd *reentrantHandle) bool { return hd.waiter != "" })
 	id := hd.waiter
+	s.caller = hd.owner
 	r := s.call(s.scripts.ReentrantLeave, hd.owner, id, "PUBLISH", reentrantSpecBase+":wake")
 	s.leaveOrder(hd)
 	next, also := "", ""
@@ -607,4 +623,11 @@ func TestReentrantWaitersSpecification(t *testing.T) {
 // passed over. The scripts alone, so it is as quick as the plain one.
 func TestReentrantSpecificationWithPresence(t *testing.T) {
 	checkWith(t, 500, reentrantPresenceSpecOf(lua.Default()))
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // workerSpec says what a worker does: "<lock> <addr> <name> <lease> <wait
-// timeout> <label>", lock being fair or reentrant, fair+presence (a fair
+// timeout> <label>", addr as workerClient takes it, lock being fair or reentrant, fair+presence (a fair
 // lock on an owner made WithPresence), election+presence (a candidate of
 // an election on such an owner, campaigning with the label as its value),
 // reentrant+presence (a reentrant lock on such an owner), or semaphore (all 2 permits of a semaphore of 2), or semaphore+presence
@@ -69,7 +69,7 @@ func runWorker(spec string) int {
 	}
 	lease, _ := time.ParseDuration(f[3])
 	wait, _ := time.ParseDuration(f[4])
-	c := redis.NewClient(&redis.Options{Addr: f[1]})
+	c := workerClient(f[1])
 	var m locker
 	var err error
 	switch f[0] {
@@ -121,6 +121,16 @@ func runWorker(spec string) int {
 	}
 	fmt.Printf("held %d\n", m.Token())
 	select {}
+}
+
+// workerClient is a worker's client of addr: a server's address, or
+// "sentinel=<addr>,<addr>..." for the master of a Sentinel group
+// (redistest.SentinelMaster) through its sentinels.
+func workerClient(addr string) *redis.Client {
+	if list, ok := strings.CutPrefix(addr, "sentinel="); ok {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: strings.Split(list, ",")})
+	}
+	return redis.NewClient(&redis.Options{Addr: addr})
 }
 
 // candidate campaigns in an election as its Lock, its term the token.

@@ -95,7 +95,7 @@ type Rig struct {
 }
 
 // PresenceWorks reports whether an owner on client can keep a presence:
-// not on Cluster or Sentinel (PresenceRefused says why). fairlock.NewOwner
+// not on Cluster (presenceRefused says why). fairlock.NewOwner
 // keeps one by default where it does.
 func PresenceWorks(client redis.UniversalClient) bool { return presenceRefused(client) == nil }
 

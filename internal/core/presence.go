@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,6 +43,13 @@ import (
 // acquisition was sent before the current subscription was confirmed is
 // confirmed the same way before it is handed to its caller (covers).
 // Acquisitions wait for the subscription (await).
+//
+// Failovers (docs/presence.md, "Failovers"): a promoted replica has the
+// holds and none of the subscriptions. A script counts an absence only
+// where the subscription of the owner that called it is (queue.lua's
+// absence_counts), and an owner whose subscription is not where its
+// commands go subscribes again there (check, follow), which is a break
+// that the new subscription's confirmation ends.
 
 // PresenceGrace is how long a holder's presence must have been gone before
 // a waiter ends its hold; PresencePoll how often the head of a lock whose
@@ -87,8 +95,8 @@ type presence struct {
 	up   atomic.Bool  // subscribed: acquisitions may go
 	ups  atomic.Int64 // how many times it came up (PresenceUps)
 	mu   sync.Mutex
-	ps   *redis.PubSub
-	done chan struct{} // closed when run returns; nil until started
+	ps   *redis.PubSub  // the current subscription; nil until started
+	runs sync.WaitGroup // run's goroutines: one per subscription
 	// since is when the current subscription was confirmed (o's clock);
 	// ready is closed at the next outcome (up, or a failure) and replaced;
 	// err is why it is down, since its last failure (nil while up, and
@@ -107,6 +115,11 @@ type presence struct {
 	// broken: the connection broke since it was last up (the next up
 	// confirms the holds).
 	broken bool
+	// checking: a check runs; checkAt is when the next check of a holding
+	// owner is due (held), waitCheckAt of a waiting one (waited).
+	checking    bool
+	checkAt     time.Time
+	waitCheckAt time.Time
 	// fails counts the failed tries; kick, while run pauses presenceRetry
 	// before its next try (nil otherwise), ends the pause when closed.
 	fails int64
@@ -133,9 +146,9 @@ func (p *presence) await(ctx context.Context) error {
 	first := int64(-1) // the failed tries when this call began
 	for !p.up.Load() {
 		p.mu.Lock()
-		if p.done == nil {
+		if p.ps == nil {
 			p.ps = p.o.client.Subscribe(context.Background()) // no channel yet: no call
-			p.done = make(chan struct{})
+			p.runs.Add(1)
 			go p.run(p.ps)
 		}
 		ready, err, fails := p.ready, p.err, p.fails
@@ -200,17 +213,19 @@ func (p *presence) awaitUp(ctx, stop context.Context) bool {
 // confirmation brings the presence up, an error takes it down (ending every
 // hold), and the next read subscribes again (go-redis re-subscribes on a
 // new connection). It subscribes here, not in await: a server that does not
-// answer must hold up nobody but this goroutine.
+// answer must hold up nobody but this goroutine. It returns once ps is no
+// longer the presence's subscription (the owner closed, or follow replaced
+// it).
 func (p *presence) run(ps *redis.PubSub) {
-	defer close(p.done)
+	defer p.runs.Done()
 	failed := false // the last read failed too: pause before the next
-	if err := ps.Subscribe(context.Background(), p.channel); err != nil && !p.o.closed.Load() {
+	if err := ps.Subscribe(context.Background(), p.channel); err != nil && !p.o.closed.Load() && p.current(ps) {
 		p.broke(err) // the channel is kept: the next read subscribes again
 		failed = true
 	}
 	for {
 		msg, err := ps.Receive(context.Background())
-		if p.o.closed.Load() {
+		if p.o.closed.Load() || !p.current(ps) {
 			return
 		}
 		if err != nil && p.pingRefused(err) {
@@ -249,6 +264,13 @@ func (p *presence) run(ps *redis.PubSub) {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// current reports whether ps is the presence's subscription.
+func (p *presence) current(ps *redis.PubSub) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ps == ps
 }
 
 // pingRefused reports whether err is Redis refusing a PING of the
@@ -342,6 +364,12 @@ func (p *presence) ping() {
 // presence gone for the grace.
 func (p *presence) broke(err error) {
 	p.mu.Lock()
+	p.brokeLocked(err)
+	p.mu.Unlock()
+}
+
+// brokeLocked is broke with p.mu held.
+func (p *presence) brokeLocked(err error) {
 	was := p.up.Load()
 	p.up.Store(false)
 	p.err = fmt.Errorf("fairlock: presence: the owner's subscription to %s failed: %w", p.channel, err)
@@ -353,7 +381,6 @@ func (p *presence) broke(err error) {
 		p.broken = true
 		p.armJeopardyLocked()
 	}
-	p.mu.Unlock()
 }
 
 // armJeopardyLocked arms the jeopardy of a break: the holds not confirmed
@@ -424,16 +451,152 @@ func (p *presence) pause() bool {
 // stop closes the subscription and waits for run to return.
 func (p *presence) stop() {
 	p.mu.Lock()
-	ps, done := p.ps, p.done
+	ps := p.ps
 	if p.jeopardy != nil {
 		p.jeopardy.Stop()
 	}
 	p.mu.Unlock()
-	if ps == nil {
+	if ps != nil {
+		_ = ps.Close()
+	}
+	p.runs.Wait()
+}
+
+// errElsewhere is why the presence went down when the server that runs the
+// owner's commands did not have its subscription (check).
+var errElsewhere = errors.New("the server that runs the owner's commands does not have its subscription (a failover moved them)")
+
+// waitCheck is how often, at most, an owner whose waiters try while it
+// holds nothing checks where its subscription is (waited).
+const waitCheck = 4 * SessionPing
+
+// held runs check, every SessionPing while the owner holds anything (the
+// restart check's round, beside the PING), from SessionPing after the
+// round that began it on: a hold shorter than that costs no call.
+func (p *presence) held() {
+	now := p.o.clock.Now()
+	p.mu.Lock()
+	if p.checkAt.IsZero() || now.Sub(p.checkAt) > 2*SessionPing {
+		p.checkAt = now.Add(SessionPing) // the first round of a run of holds
+	}
+	due := !now.Before(p.checkAt) && !p.checking
+	if due {
+		p.checking = true
+		p.checkAt = now.Add(SessionPing)
+	}
+	p.mu.Unlock()
+	if due {
+		p.check()
+	}
+}
+
+// waited runs check in the background after an attempt of one of the
+// owner's waiters that did not take the lock, at most every waitCheck: a
+// waiter counts nobody gone where its own subscription is not (queue.lua's
+// absence_counts), so after a failover it must follow too, or a holder that
+// dies there would keep its lock until the waiter's subscription moves.
+// Only waiters that try ask: the head of a lock held by a holder that keeps
+// a presence, every poll; the others when told, or at their heartbeat.
+func (p *presence) waited() {
+	o := p.o
+	now := o.clock.Now()
+	p.mu.Lock()
+	due := p.up.Load() && !p.checking && !now.Before(p.waitCheckAt)
+	if due {
+		p.checking = true
+		p.waitCheckAt = now.Add(waitCheck)
+	}
+	p.mu.Unlock()
+	if !due {
 		return
 	}
-	_ = ps.Close()
-	<-done
+	o.hubs.ProbeBackground(1)
+	if !o.cleanups.add(&o.closed) { // Close waits for it
+		o.hubs.ProbeBackground(-1)
+		p.mu.Lock()
+		p.checking = false
+		p.mu.Unlock()
+		return
+	}
+	go func() {
+		defer o.hubs.ProbeBackground(-1)
+		defer o.cleanups.done()
+		p.check()
+	}()
+}
+
+// Waited tells h's owner that one of its waiters tried and did not take
+// the lock (presence.waited); nothing without a presence.
+func (h Agent) Waited() {
+	if h.Owner.presence != nil {
+		h.Owner.presence.waited()
+	}
+}
+
+// check asks the server that runs the owner's commands whether the owner's
+// subscription is there (session.lua): while the owner holds anything
+// (held) or its waiters try (waited). It ends a round that held or waited
+// began (checking). After a failover (Sentinel's, or an
+// address that moved to a promoted replica) the owner's commands reach the
+// new master as soon as its client learns of it, while its subscription
+// stays on the old one until that server closes it, which Sentinel does
+// only when it reconfigures the old master as a replica (10.6 s after
+// SENTINEL FAILOVER, measured): the new master's waiters would count the
+// owner gone meanwhile. Answered 0 (the subscription is elsewhere), or
+// refused with READONLY (the commands reach a replica), the owner follows:
+// it subscribes again (follow). Any other failure is the PING's to find.
+func (p *presence) check() {
+	p.mu.Lock()
+	up, since := p.up.Load(), p.since
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.checking = false
+		p.mu.Unlock()
+	}()
+	if !up {
+		return
+	}
+	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), SessionPing)
+	defer cancel()
+	n, err := p.o.scripts.Session.Run(ctx, p.o.client, &p.o.mode, []string{p.channel}).Int64()
+	switch {
+	case err == nil && n > 0:
+		return
+	case err == nil:
+		err = errElsewhere
+	case !isReadOnly(err):
+		return
+	}
+	p.follow(since, err)
+}
+
+// isReadOnly reports whether err is a replica's refusal of a write.
+func isReadOnly(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "READONLY")
+}
+
+// follow moves the owner's subscription to the server that runs its
+// commands: the one confirmed at since is replaced by a new one, which
+// go-redis dials where the client's commands go now (Sentinel's master).
+// Until it is confirmed the presence is down, as after a break (why): its
+// jeopardy is armed, and its return renews every hold, on that server. A
+// subscription that broke or came up again since the check began is left
+// alone: its own outcome stands.
+func (p *presence) follow(since time.Time, why error) {
+	p.mu.Lock()
+	if p.o.closed.Load() || !p.up.Load() || !p.since.Equal(since) {
+		p.mu.Unlock()
+		return
+	}
+	old := p.ps
+	p.brokeLocked(why)
+	p.ps = p.o.client.Subscribe(context.Background())
+	p.runs.Add(1)
+	go p.run(p.ps)
+	p.mu.Unlock()
+	_ = old.Close()
 }
 
 // PresenceAlive returns o's alive (zero without WithPresence): a test that
@@ -457,21 +620,16 @@ func PresenceConfirmed(o *Owner) bool {
 	return len(o.presence.unconfirmed()) == 0 && o.presence.up.Load()
 }
 
-// presenceRefused rejects the deployments presence cannot serve safely:
-// Cluster, where a script sees only the subscriptions of its own node, and
-// Sentinel, where a failover moves the locks to a master that never had the
-// holders' subscriptions while a holder may learn of it only when Sentinel
-// closes the old master's clients (10.6 s after SENTINEL FAILOVER in a
-// gentle failover measured here): its hold could be ended meanwhile.
+// presenceRefused rejects the deployments presence cannot serve yet:
+// Cluster, where a script sees only the subscriptions of its own node.
+// Sentinel and addresses that move to a promoted replica are served: a
+// script counts an absence only where its caller's own subscription is
+// (queue.lua's absence_counts), and subscriptions follow the master
+// (check).
 func presenceRefused(client redis.UniversalClient) error {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return Invalid("WithPresence does not work on a *redis.ClusterClient (Cluster, or Sentinel through NewFailoverClusterClient): a script sees only the subscriptions of its own node, and a failover moves the locks away from the holders' subscriptions (docs/presence.md)")
-	case *redis.Client:
-		if c.Options().Addr == "FailoverClient" { // go-redis's mark of a Sentinel client
-			return Invalid("WithPresence does not work on Sentinel: after a failover a holder's subscription is on the old master, " +
-				"and its hold could be ended on the new one before it knows (docs/presence.md)")
-		}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		return Invalid("WithPresence does not work on a *redis.ClusterClient (Cluster, or Sentinel through NewFailoverClusterClient): " +
+			"a script sees only the subscriptions of its own node (docs/presence.md)")
 	}
 	return nil
 }
@@ -595,6 +753,6 @@ func (h Agent) watchHandOff() {
 		case <-ctx.Done():
 			return
 		}
-		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Heartbeat(h.Publish, h.Channel, nil, nil)...).Err()
+		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Watch(h.Publish, h.Channel, h.Owner.ids.Client())...).Err()
 	})
 }

@@ -133,6 +133,7 @@ func (o *Owner) checkRestart() {
 		o.restartTimer = o.clock.AfterFunc(o.restartEvery, o.checkRestart)
 		o.mu.Unlock()
 		o.presence.ping()
+		o.presence.held()
 		return
 	}
 	if len(o.holds) == 0 {

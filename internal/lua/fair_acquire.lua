@@ -31,6 +31,7 @@
 --                            settles (hold.lua's settling)
 --   {-1}                     the entry was evicted (deadline passed) or removed
 local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
+caller = owner -- absences count only where its session is (queue.lua)
 local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local po, pn, pl, value = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 if po == '' then po, pn, pl = nil, nil, nil end -- an election's candidate asks for no permits

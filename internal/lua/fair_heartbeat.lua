@@ -5,7 +5,10 @@
 -- waiter whether the lock was already handed to it, and whether it is the
 -- head of a held lock (news whose message may have been lost).
 -- KEYS[1..3]: hold, queue, deadlines.
--- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms.
+-- ARGV[1] publish command, ARGV[2] channel, then pairs: entry id, wait ms;
+-- or, for a release's second look (core's watchHandOff), no pairs and
+-- ARGV[3] the releasing client's id. The caller (absences count only where
+-- its session is: queue.lua) is that client, or the entries' owner.
 -- Returns, for each entry in order: 0 queued, -2 queued as the live head of
 -- a held lock, -3 queued as the first waiter whose client is there behind a
 -- head whose client is gone (queue.lua's present_head), -1 evicted or gone,
@@ -14,6 +17,7 @@
 -- (0 if a release or an earlier call did), and the hold's expiry (Redis ms,
 -- 0: free).
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
+if #ARGV == 3 then caller = ARGV[3] else caller = entry_owner(ARGV[3] or '') end
 watch_leader(ARGV[1], ARGV[2])
 local s = load()
 local bad = layout_error(s)
@@ -60,7 +64,7 @@ local granted, token = w.e or s.e, w.f or s.f
 local first_looks = false
 
 local status = {}
-for i = 3, #ARGV, 2 do
+for i = 3, #ARGV - 1, 2 do
   local entry, wait = ARGV[i], tonumber(ARGV[i + 1])
   local deadline = redis.call('ZSCORE', Q.deadlines, entry)
   if entry == granted then

@@ -8,6 +8,7 @@
 -- Returns 1 if a grant to this entry was given back.
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local owner, entry = ARGV[1], ARGV[2]
+caller = owner -- absences count only where its session is (queue.lua)
 watch_leader(ARGV[3], ARGV[4])
 local s = load()
 local bad = layout_error(s)

@@ -10,6 +10,7 @@
 -- watchHandOff: the release cannot see a death whose close Redis has not
 -- read yet).
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 watch_leader(ARGV[4], ARGV[5])
 local s = load()
 local bad = layout_error(s)

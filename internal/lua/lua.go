@@ -53,6 +53,7 @@ type Scripts struct {
 	ElectionProclaim     *transport.Script
 	ElectionLeader       *transport.Script
 	ElectionInspect      *transport.Script
+	Session              *transport.Script
 }
 
 var defaultScripts = MustBuild(Sources())
@@ -106,8 +107,8 @@ func MustBuild(src map[string]string) *Scripts {
 	// of a function. The helpers read KEYS and ARGV, which a function
 	// receives as arguments, so they are upvalues that each call sets first,
 	// together with the per-call state, missing, changed and announce
-	// (declared in hold.lua, reset here by name: rename them in both
-	// places). Its name
+	// (declared in hold.lua) and caller and caller_here (queue.lua), reset
+	// here by name: rename them in both places. Its name
 	// carries a hash of its text, so
 	// that libraries of different fairlock versions (function names are
 	// global to a server) live side by side.
@@ -119,7 +120,7 @@ func MustBuild(src map[string]string) *Scripts {
 	scripts := map[string]*transport.Script{}
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
-		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce = keys, args, false, false, nil\n%s\nend)\n", fn, src[name])
+		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce, caller, caller_here = keys, args, false, false, nil, nil, nil\n%s\nend)\n", fn, src[name])
 		scripts[name] = transport.NewScript(l, fn, lib+src[name])
 	}
 	l.Code = code.String()
@@ -154,6 +155,7 @@ func MustBuild(src map[string]string) *Scripts {
 		ElectionProclaim:     get("election_proclaim.lua"),
 		ElectionLeader:       get("election_leader.lua"),
 		ElectionInspect:      get("election_inspect.lua"),
+		Session:              get("session.lua"),
 	}
 }
 

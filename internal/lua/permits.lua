@@ -44,7 +44,7 @@ local function present_permits(s, w, holds, used, now)
     local ch = presence_channel(owner)
     if ch then
       local at
-      if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 then
+      if redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0 or not absence_counts() then
         at = now + PRESENCE_POLL_MS
       else
         local since = tonumber(seen[owner] or '') or now
@@ -107,7 +107,7 @@ local function gone_look(s, w, g, gate, who, now)
   if type(seen) ~= 'table' then seen = {} end
   for owner in pairs(permit_holds(s, w, now)) do
     local ch = presence_channel(owner)
-    if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 then
+    if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 and absence_counts() then
       local since = tonumber(seen[owner] or '') or now
       seen[owner] = int(since)
       if latest == nil or since > latest then latest = since end
@@ -171,7 +171,7 @@ local function serve(s, w, gate, used, k, now, now_us, publish, channel, skip_ho
         -- waiters killed with it may not look gone yet (Redis reads the
         -- closes of their sockets one by one, and this may run between).
         local ch = presence_channel(who)
-        if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 then
+        if ch and redis.call('PUBSUB', 'NUMSUB', ch)[2] == 0 and absence_counts() then
           later = gone_look(s, w, g, gate, who, now)
         end
         watch = ch ~= nil

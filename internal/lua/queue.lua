@@ -43,6 +43,27 @@ local function presence_channel(holder)
   return PRESENCE_PREFIX .. client
 end
 
+-- Failovers (docs/presence.md, "Failovers"). A script counts an absence
+-- only where the caller's own session is seen. After a failover the new
+-- master has the locks and none of the sessions until they follow it: a
+-- caller whose own session is not here cannot tell a client that died from
+-- one whose session is still on the old master, and counts nobody gone.
+-- caller is the caller's owner (or client) id, set by each script that
+-- has one; nil (an operator's call) and a client that keeps no presence
+-- count absences as before. caller_here keeps the answer of its one
+-- PUBSUB NUMSUB, asked at the first absence a call finds. Both are
+-- per-call state (lua.go resets them by name).
+local caller, caller_here = nil, nil
+
+-- Whether an absence found by this call counts (see above).
+local function absence_counts()
+  if caller_here == nil then
+    local ch = presence_channel(caller)
+    caller_here = ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0
+  end
+  return caller_here
+end
+
 -- Fair lock: is the holder of s, held now, still to be counted on? False
 -- once its client's presence has been gone for PRESENCE_GRACE_MS: the caller
 -- then ends the hold. Records (w.pa) or forgets (s.pa) when absence was
@@ -57,6 +78,7 @@ local function holder_present(s, w, now)
     end
     return true
   end
+  if not absence_counts() then return true end
   local since = tonumber(s.pa or '')
   if since == nil then
     w.pa = int(now)
@@ -107,6 +129,7 @@ local function waiter_absent_since(s, e, now)
     end
     return nil
   end
+  if not absence_counts() then return nil end
   local since = wa and tonumber(wa[client] or '')
   if since == nil or now - since > ABSENCE_KEPT_MS then
     since = now
@@ -277,7 +300,7 @@ end
 local function first_present_waiter(s, list, deadlines, now, caller)
   for _, e in ipairs(redis.call('LRANGE', list, 0, PRESENCE_SCAN * 2 - 1)) do
     if tonumber(redis.call('ZSCORE', deadlines, e) or '0') > now then
-      if e == caller then return e end
+      if e == caller then return e end -- there, and one NUMSUB less (absence_counts)
       local since = waiter_absent_since(s, e, now)
       if since == nil then return e end
       if now - since >= PRESENCE_GRACE_MS then redis.call('ZREM', deadlines, e) end

@@ -14,6 +14,7 @@
 -- whose client is there, while the holder keeps a presence, until it should
 -- look again: within the poll).
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local waiter, wait = ARGV[6], tonumber(ARGV[7])
 local s = load()
 local bad = layout_error(s)

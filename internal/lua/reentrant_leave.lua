@@ -7,6 +7,7 @@
 -- channel.
 -- Returns 1 if a wake-up was passed on.
 local waiter = ARGV[2]
+caller = ARGV[1] -- absences count only where its session is (queue.lua)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

@@ -8,6 +8,7 @@
 -- poll later, reentrant_watch.lua), {2} still held (a re-entry undone), {0}
 -- not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

@@ -6,8 +6,10 @@
 -- the waiter behind it, which a release never tells, should now poll the
 -- new holder's presence.
 -- KEYS[1..3]: the hold, the waiters, their deadlines (see hold.lua).
--- ARGV[1] publish command, ARGV[2] channel.
+-- ARGV[1] publish command, ARGV[2] channel, ARGV[3] the releasing client's
+-- id (absences count only where its session is: queue.lua).
 -- Returns 1 if it told a waiter to try, 0 if not.
+caller = ARGV[3]
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

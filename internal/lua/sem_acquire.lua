@@ -30,6 +30,7 @@
 --   {-3}                          mode "check": nothing was served to it
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, n, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local mode, label = ARGV[5], ARGV[8]
 local s = load()
 local bad = layout_error(s)

@@ -13,6 +13,7 @@
 -- (sem_watch.lua).
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, token = ARGV[1], tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

@@ -7,6 +7,7 @@
 -- now).
 -- Returns {1, ms until expiry} or {0} when the hold is gone.
 local owner, token, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

@@ -9,6 +9,7 @@
 -- when the hold is gone.
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
 local owner, token, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+caller = owner -- absences count only where its session is (queue.lua)
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

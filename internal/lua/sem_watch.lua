@@ -7,9 +7,12 @@
 -- died: so this looks at whoever holds the gate and the permits now
 -- (gone_look in permits.lua, as a release that finds them gone does).
 -- KEYS[1] the permits, KEYS[2..4] the gate: hold, queue, deadlines.
--- ARGV[1] publish command, ARGV[2] channel (the gate's).
+-- ARGV[1] publish command, ARGV[2] channel (the gate's), ARGV[3] the
+-- releasing client's id (absences count only where its session is:
+-- queue.lua).
 -- Returns 1 if it told a waiter to look, 0 if not.
 local GATE = queue_keys(KEYS[2], KEYS[3], KEYS[4])
+caller = ARGV[3]
 local s = load()
 local bad = layout_error(s)
 if bad then return bad end

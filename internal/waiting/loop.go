@@ -111,6 +111,7 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 			} else {
 				w.answered = w.Clock().Now()
 				w.outage.end()
+				w.h.Waited()
 			}
 		}
 		var done bool

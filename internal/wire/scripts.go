@@ -236,6 +236,12 @@ func Heartbeat(publish, channel any, entries []string, waits []int64) []any {
 	return args
 }
 
+// Watch is the ARGV of a release's second look (fair_heartbeat.lua with no
+// entries, sem_watch.lua, reentrant_watch.lua): the publish command and
+// channel, and the releasing client's id, where the scripts look for its
+// own session (queue.lua's absence_counts).
+func Watch(publish, channel any, client string) []any { return []any{publish, channel, client} }
+
 // Heartbeat statuses of an entry.
 const (
 	BeatQueued  = 0  // still queued; its deadline was pushed

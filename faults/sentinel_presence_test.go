@@ -1,0 +1,159 @@
+package faults
+
+// Presence on Sentinel (docs/presence.md, "Failovers"). SENTINEL FAILOVER
+// under a holder that keeps a presence (a process of its own), with a
+// waiter queued (an owner of the test's, made with the defaults): the new
+// master has the hold and none of the subscriptions. The waiter must not
+// end the live hold, however its subscription and the holder's move; once
+// both have followed the master, a SIGKILL of the holder must pass the
+// lock on within presenceBound, as on a single server.
+//
+// FAULTS_FAILOVERS sets the number of failovers (5 unless set; the closing
+// notes' figures are of 20): each waits for the old master to be a linked
+// replica again, about 10 s.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// failoverWatch is how long a run watches the live hold after Sentinel
+// names the new master: ten graces, and the time a client takes to learn
+// of the switch many times over.
+const failoverWatch = 2 * time.Second
+
+func failoverRuns(t *testing.T) int {
+	t.Helper()
+	if v := os.Getenv("FAULTS_FAILOVERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("FAULTS_FAILOVERS=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 5
+}
+
+func TestPresenceSentinelFailoverEndsNoLiveHold(t *testing.T) {
+	g := redistest.NewSentinelGroup(t)
+	ctx := context.Background()
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0]})
+	defer func() { _ = sentinel.Close() }()
+	newClient := func() *redis.Client {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: g.Sentinels})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	probe := newClient()
+	owner, err := fairlock.NewOwner(newClient())
+	must(t, err)
+	defer func() { _ = owner.Close(ctx) }()
+	if !owner.KeepsPresence() {
+		t.Fatal("an owner made with the defaults on Sentinel keeps no presence")
+	}
+	addr := "sentinel=" + strings.Join(g.Sentinels, ",")
+	runs := failoverRuns(t)
+	var delays []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("%s-%d", lockName(t), i)
+		w := startWorker(t, workerSpec{Lock: "fair+presence", Addr: addr, Name: name, Lease: presenceLease, Wait: killWait, Label: "holder"})
+		token := w.held(30 * time.Second)
+		next, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		must(t, err)
+		done := acquired(next.Lock, time.Minute)
+		queue := wire.QueueKeys(wire.FairBase(name))[1]
+		eventually(t, 5*time.Second, "the waiter queued", func() bool {
+			n, err := probe.LLen(ctx, queue).Result()
+			return err == nil && n == 1
+		})
+		from := masterOf(t, sentinel)
+		must(t, probe.Do(ctx, "WAIT", 1, 5000).Err()) // the replica has the hold
+		eventually(t, 30*time.Second, "SENTINEL FAILOVER accepted", func() bool { return sentinel.Failover(ctx, redistest.SentinelMaster).Err() == nil })
+		eventually(t, 30*time.Second, "Sentinel names the promoted replica", func() bool { return masterOf(t, sentinel) != from })
+		to := masterOf(t, sentinel)
+
+		// The holder lives: its hold stays, on the new master, while the
+		// subscriptions move.
+		watchEnd := time.Now().Add(failoverWatch)
+		for time.Now().Before(watchEnd) {
+			select {
+			case r := <-done:
+				t.Fatalf("run %d: the waiter took the lock (err %v) %v after Sentinel named %s, while its holder lived",
+					i, r.err, failoverWatch-time.Until(watchEnd), to)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		direct := redis.NewClient(&redis.Options{Addr: to})
+		hold, err := direct.Get(ctx, holdKey("fair", name)).Result()
+		if err != nil || !strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token)) || !strings.Contains(hold, `"o":`) {
+			t.Fatalf("run %d: the new master %s has %q (%v), not the live holder's hold (token %d)", i, to, hold, err, token)
+		}
+		// Both subscriptions followed the master; then the holder dies.
+		eventually(t, 10*time.Second, "the holder's and the waiter's subscriptions on the new master", func() bool {
+			chans, err := direct.PubSubChannels(ctx, "fairlock:presence:*").Result()
+			return err == nil && len(chans) >= 2
+		})
+		_ = direct.Close()
+		killed := time.Now()
+		w.kill()
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("run %d: the waiter's Lock after the holder died: %v", i, r.err)
+		}
+		delay := r.at.Sub(killed)
+		delays = append(delays, delay)
+		if delay > presenceBound {
+			t.Errorf("run %d: passed on %v after SIGKILL on the new master; want within %v", i, delay, presenceBound)
+		}
+		if next.Token() <= token {
+			t.Errorf("run %d: the next holder's token %d is not greater than the dead holder's %d", i, next.Token(), token)
+		}
+		must(t, next.Unlock(ctx))
+		if i < runs-1 {
+			settled(t, sentinel, from)
+		}
+	}
+	slices.Sort(delays)
+	t.Logf("Sentinel: %d failovers under a live holder with a waiter queued: no live hold ended; a holder SIGKILLed after each passed on in %v (min), %v (median), %v (max); bound %v",
+		runs, delays[0].Round(time.Millisecond), delays[len(delays)/2].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond), presenceBound)
+}
+
+// masterOf is the master Sentinel names.
+func masterOf(t *testing.T, s *redis.SentinelClient) string {
+	t.Helper()
+	addr, err := s.GetMasterAddrByName(context.Background(), redistest.SentinelMaster).Result()
+	if err != nil || len(addr) != 2 {
+		return ""
+	}
+	return addr[0] + ":" + addr[1]
+}
+
+// settled waits until old, the master before the last failover, is a
+// replica with its link up again, so that the next failover can promote it.
+func settled(t *testing.T, s *redis.SentinelClient, old string) {
+	t.Helper()
+	eventually(t, 60*time.Second, old+" a linked replica again", func() bool {
+		replicas, err := s.Replicas(context.Background(), redistest.SentinelMaster).Result()
+		if err != nil {
+			return false
+		}
+		for _, r := range replicas {
+			if r["ip"]+":"+r["port"] == old && r["flags"] == "slave" && r["master-link-status"] == "ok" {
+				return true
+			}
+		}
+		return false
+	})
+}

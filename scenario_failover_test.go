@@ -1,0 +1,253 @@
+package fairlock_test
+
+// A failover, modelled (docs/presence.md, "Failovers"): a master swap that
+// keeps the data and loses the subscriptions. Two miniredis on one fake
+// clock: the swap copies every key, with its TTL, to the other server, and
+// from then on every client's commands and new connections go there, while
+// the pub/sub connections made before stay on the old one, as after a
+// gentle SENTINEL FAILOVER (go-redis moves its pool to the new master at
+// once, and leaves its pub/sub connections where they are). The holder
+// lives through it: no waiter may end its hold, and both subscriptions
+// must follow the master, after which the holder's death passes the lock
+// on as on a single server.
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/clock"
+	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// swapped is a deployment of two servers, one of them the master.
+type swapped struct {
+	servers [2]*miniredis.Miniredis
+	direct  [2]*redis.Client // a plain client of each, for the routed commands
+	master  atomic.Int32
+	clk     *clock.Fake
+	clients []*redis.Client
+}
+
+func newSwapped(t tb) *swapped {
+	t.Helper()
+	d := &swapped{}
+	for i := range d.servers {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			t.Fatalf("miniredis: %v", err)
+		}
+		mr.ClockTTL(true)
+		d.servers[i] = mr
+		d.direct[i] = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	}
+	redistest.Booted(d.servers[0])
+	d.clk = clock.NewFake(redistest.Epoch, func(t time.Time) {
+		for _, mr := range d.servers {
+			mr.SetTime(t)
+		}
+	})
+	return d
+}
+
+// client is a process's client: its connections are dialled to the master
+// of the moment, and its commands go to it (DialHook, ProcessHook).
+func (d *swapped) client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: d.servers[0].Addr(), MaxRetries: -1})
+	c.AddHook(d)
+	d.clients = append(d.clients, c)
+	return c
+}
+
+func (d *swapped) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return next(ctx, network, d.servers[d.master.Load()].Addr())
+	}
+}
+
+func (d *swapped) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if d.master.Load() == 0 {
+			return next(ctx, cmd)
+		}
+		return d.direct[1].Process(ctx, cmd) // the pool's connections are the old master's
+	}
+}
+
+func (d *swapped) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if d.master.Load() == 0 {
+			return next(ctx, cmds)
+		}
+		var first error
+		for _, cmd := range cmds {
+			if err := d.direct[1].Process(ctx, cmd); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+}
+
+// swap promotes the second server: it gets every key of the first, with
+// its TTL, and none of its subscriptions.
+func (d *swapped) swap(t tb) {
+	t.Helper()
+	from, to := d.servers[0], d.servers[1]
+	for _, k := range from.Keys() {
+		switch typ := from.Type(k); typ {
+		case "string":
+			v, _ := from.Get(k)
+			_ = to.Set(k, v)
+		case "list":
+			vs, _ := from.List(k)
+			for _, v := range vs {
+				_, _ = to.Push(k, v)
+			}
+		case "zset":
+			members, _ := from.SortedSet(k)
+			for m, score := range members {
+				_, _ = to.ZAdd(k, score, m)
+			}
+		default:
+			t.Fatalf("swap: key %s of type %s", k, typ)
+		}
+		if ttl := from.TTL(k); ttl > 0 {
+			to.SetTTL(k, ttl)
+		}
+	}
+	d.master.Store(1)
+}
+
+func (d *swapped) stop() {
+	for _, c := range d.clients {
+		_ = c.Close()
+	}
+	for i, mr := range d.servers {
+		_ = d.direct[i].Close()
+		mr.Close()
+	}
+}
+
+// presences are the presence channels subscribed on server i.
+func (d *swapped) presences(i int) []string {
+	chans, _ := d.direct[i].PubSubChannels(context.Background(), allPresences).Result()
+	return chans
+}
+
+// failoverKeepsTheLiveHold plays a failover under a fair lock's holder with
+// a waiter queued, both owners keeping a presence: for two seconds after
+// the swap (ten graces) the waiter does not hold and the holder's Lost stays
+// open; by then both subscriptions are on the new master (no later than a
+// check after the swap: SessionPing for the holder, a wait check for the
+// waiter); the holder's death then passes the lock on within the grace and
+// two polls.
+func failoverKeepsTheLiveHold(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	hc := d.client()
+	cut, sever := &redistest.Partition{}, &redistest.Severable{}
+	hc.AddHook(cut)
+	hc.AddHook(sever)
+	ho, err := redistest.PresentOwner(hc, d.clk, scripts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	wo, err := redistest.PresentOwner(d.client(), d.clk, scripts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer func() {
+		_ = wo.Close(ctx)
+		_ = ho.Close(ctx)
+	}()
+	h, err := fair.New(ho, "failover", fair.WithLabel("holder"))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	w, err := fair.New(wo, "failover", fair.WithLabel("waiter"))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := h.Lock(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	token := h.Token()
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	// A step settles before the next: the waiter asleep (or done), no
+	// background call running, and each live owner's subscription up with
+	// its holds confirmed. A follow takes a round trip or two on a real
+	// clock, well within the grace; here it takes no fake time: its
+	// confirming renewals, due at once, run at an Advance(0).
+	live := []*fairlock.Owner{ho, wo}
+	step := func(dt time.Duration) {
+		d.clk.Advance(dt)
+		waitFor(t, "the owners to settle", func() bool {
+			if (redistest.Asleep() != 1 && len(got) == 0) || redistest.Background() != 0 {
+				return false
+			}
+			for _, o := range live {
+				if !redistest.PresenceConfirmed(o) {
+					d.clk.Advance(0)
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	d.swap(t)
+	swapped := d.clk.Now()
+	for d.clk.Now().Sub(swapped) < 10*core.PresenceGrace {
+		step(10 * time.Millisecond)
+		if len(got) == 1 {
+			t.Fatalf("the waiter took the lock %v after the failover, while its holder lived", d.clk.Now().Sub(swapped))
+		}
+		if isClosed(h.Lost()) {
+			t.Fatalf("the holder lost its hold %v after the failover", d.clk.Now().Sub(swapped))
+		}
+	}
+	if n := len(d.presences(1)); n != 2 {
+		t.Fatalf("%v after the failover the new master has %d presence subscriptions (%v); want the holder's and the waiter's",
+			d.clk.Now().Sub(swapped), n, d.presences(1))
+	}
+
+	// The holder dies: nothing of it reaches either server again.
+	live = live[1:]
+	cut.On.Store(true)
+	sever.Sever()
+	died := d.clk.Now()
+	waitFor(t, "the new master to drop the holder's presence", func() bool { return len(d.presences(1)) == 1 })
+	for len(got) == 0 {
+		if d.clk.Now().Sub(died) > core.PresenceGrace+2*core.PresencePoll {
+			t.Fatalf("the waiter did not take the lock within the grace and two polls of the holder's death on the new master")
+		}
+		step(10 * time.Millisecond)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter's Lock: %v", err)
+	}
+	if w.Token() <= token {
+		t.Fatalf("the waiter's token %d is not above the dead holder's %d", w.Token(), token)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestPresenceFailoverKeepsTheLiveHold(t *testing.T) {
+	redistest.NoLeaks(t)
+	failoverKeepsTheLiveHold(t, lua.Default())
+}
