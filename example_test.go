@@ -226,8 +226,8 @@ func ExampleMutex_Extend() {
 }
 
 // WithPresence asks for the presence every owner keeps by default on a
-// single server, and makes NewOwner fail where it cannot be kept (Cluster,
-// Sentinel) rather than go without: a pub/sub subscription kept for the
+// single server and on Sentinel, and makes NewOwner fail where it cannot be
+// kept (Cluster) rather than go without: a pub/sub subscription kept for the
 // owner's life. When its process dies, Redis drops it, and whoever waits
 // for a fair lock it held takes the lock within about a quarter of a second
 // instead of at the lease's end. If the subscription breaks while the
@@ -256,8 +256,8 @@ func ExampleWithPresence() {
 
 // An owner made WithoutPresence keeps no presence: its holds ride out an
 // outage of Redis as long as a renewal gets through before their lease runs
-// out, and a dead holder's lock moves on only when its lease runs out. For a failover
-// endpoint, or where outages are common and crashes rare.
+// out, and a dead holder's lock moves on only when its lease runs out. For
+// deployments where outages are common and crashes rare.
 func ExampleWithoutPresence() {
 	mr, _ := miniredis.Run()
 	defer mr.Close()

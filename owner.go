@@ -21,8 +21,9 @@ type Owner struct {
 // NewOwner returns an owner on client, any UniversalClient but a *redis.Ring,
 // without a call to Redis, and adds a hook to a *redis.Client (see README).
 //
-// The owner keeps a presence by default, on a single server (a
-// *redis.Client that is not a Sentinel one): one pub/sub subscription that
+// The owner keeps a presence by default on a *redis.Client (a single
+// server, Sentinel, an address that moves to a promoted replica): one
+// pub/sub subscription that
 // Redis drops when the process dies, so that a dead holder's fair or
 // reentrant lock, election or semaphore permit moves on within a quarter of
 // a second and its dead waiters are passed over, where a lease (30 s) or a
@@ -31,9 +32,11 @@ type Owner struct {
 // connections, a restart), its holds end at once (ErrLockLost), where a
 // lease rides that out; a connection that comes back within the grace (200 ms) costs
 // nothing, and a stall with the connections open (Redis paused, a silent
-// network) is ridden out up to the lease. WithoutPresence turns it off; on
-// Cluster and Sentinel it is off (WithPresence there is an error). See
-// docs/presence.md.
+// network) is ridden out up to the lease. A failover to a replica ends no
+// live hold: a waiter counts a holder gone only where its own subscription
+// is, and the subscription follows the master (docs/presence.md,
+// "Failovers", says the window left). WithoutPresence turns it off; on
+// Cluster it is off (WithPresence there is an error). See docs/presence.md.
 func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error) {
 	if err := core.CheckClient(client); err != nil {
 		return nil, err
@@ -68,7 +71,7 @@ type OwnerOption struct{ set func(*ownerChoice) }
 type ownerChoice struct{ on, off bool }
 
 // WithPresence asks for the presence that NewOwner keeps by default, and
-// makes NewOwner fail where it cannot keep one (Cluster, Sentinel) rather
+// makes NewOwner fail where it cannot keep one (Cluster) rather
 // than go without. With it, a holder's death moves its locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
 // one subscription on Redis, which Redis drops when the process dies. A
@@ -86,18 +89,19 @@ func WithPresence() OwnerOption {
 // out an outage of Redis as long as a renewal gets through before their
 // lease runs out (the watchdog renews every third of the lease, 30 s by
 // default), and a dead holder's locks, and a dead waiter's place, last until
-// their lease or wait timeout runs out. For a client behind a failover
-// endpoint (a managed service's primary address, which moves to a promoted
-// replica: a failover could end live holds before their holders hear of
-// it), for deployments where Redis is often unreachable for longer than the
-// grace (200 ms) and a crash is rare, and for an ACL user without pub/sub.
+// their lease or wait timeout runs out. For deployments where Redis is
+// often unreachable for longer than the grace (200 ms) and a crash is
+// rare, and for an ACL user without pub/sub. On a deployment that fails
+// over to replicas, give every owner a presence or none: a waiter of an
+// owner without one counts a holder gone on a new master that its
+// subscription has not reached yet.
 // See docs/presence.md, "What it costs, and when to turn it off".
 func WithoutPresence() OwnerOption {
 	return OwnerOption{func(c *ownerChoice) { c.off = true }}
 }
 
 // KeepsPresence reports whether the owner keeps a presence: by default on
-// a single server, never on Cluster or Sentinel or WithoutPresence.
+// a single server and on Sentinel, never on Cluster or WithoutPresence.
 func (o *Owner) KeepsPresence() bool { return o.impl().KeepsPresence() }
 
 // Close ends the owner: waiters leave, holds go to the next in line, calls

@@ -127,8 +127,8 @@
 //     everything Redis published to its client before it learned the news
 //     has arrived (a marker of its own on its inbox), so a message merely
 //     overtaken by a reply is not counted.
-//  10. Presence (an owner that keeps one: by default on a single server,
-//     not on Cluster or Sentinel, nor [fairlock.WithoutPresence]; the
+//  10. Presence (an owner that keeps one: by default on a single server
+//     and on Sentinel, not on Cluster, nor [fairlock.WithoutPresence]; the
 //     reentrant lock's holds and waiters too): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
@@ -174,9 +174,14 @@
 //     lock alike: their first waiter ends the permit holds of a client gone
 //     for 200 ms, and their gate's queue passes dead waiters over as the
 //     fair lock's does; a release that serves a first waiter whose presence
-//     is gone tells the live waiter behind to look at the grace's end. The
-//     reentrant lock keeps no presence. Not on Cluster or Sentinel. See
-//     docs/presence.md.
+//     is gone tells the live waiter behind to look at the grace's end. A
+//     failover to a replica (Sentinel's, or an address that moves) ends no
+//     live hold: a script counts an absence only where the subscription of
+//     the owner that called it is, and an owner whose subscription is not
+//     where its commands go (asked every 50 ms while it holds, every 200 ms
+//     while its waiters try) subscribes again there; the window left is two
+//     clients that learn of the failover more than the grace apart
+//     (docs/presence.md, "Failovers"). Not on Cluster. See docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,
 //     with ErrLockLost, ErrReleased or ErrClosed as its cause, and Unlock
