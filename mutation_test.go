@@ -943,6 +943,14 @@ var mutations = []struct {
 		seed: 12459866379866634251, // a witness: found at the 473rd check of a search
 	},
 	{
+		name:   "failover: a hold whose release a failover lost is taken for a re-entry of it",
+		file:   "fair_acquire.lua",
+		from:   "if who == owner and token == tonumber(ARGV[10]) then",
+		to:     "if false then",
+		spec:   scenarioSpec(fairReleaseLostInAFailover),
+		checks: 1,
+	},
+	{
 		name:   "failover: an owner never learns that its subscription is not on the master",
 		file:   "session.lua",
 		from:   "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",

@@ -13,6 +13,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -101,6 +102,14 @@ func (d *swapped) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // its TTL, and none of its subscriptions.
 func (d *swapped) swap(t tb) {
 	t.Helper()
+	d.replicate(t)
+	d.master.Store(1)
+}
+
+// replicate copies every key of the first server, with its TTL, to the
+// second: what the replica has when it is promoted.
+func (d *swapped) replicate(t tb) {
+	t.Helper()
 	from, to := d.servers[0], d.servers[1]
 	for _, k := range from.Keys() {
 		switch typ := from.Type(k); typ {
@@ -124,7 +133,6 @@ func (d *swapped) swap(t tb) {
 			to.SetTTL(k, ttl)
 		}
 	}
-	d.master.Store(1)
 }
 
 func (d *swapped) stop() {
@@ -250,4 +258,85 @@ func failoverKeepsTheLiveHold(t tb, scripts *lua.Scripts) {
 func TestPresenceFailoverKeepsTheLiveHold(t *testing.T) {
 	redistest.NoLeaks(t)
 	failoverKeepsTheLiveHold(t, lua.Default())
+}
+
+// A release lost in a failover (it reached the old master after the
+// replica was promoted, or before the replica had it): the new master
+// still has the hold, under the hold id the handle reuses for its next
+// turn. That turn's Lock must not take it for a re-entry (before: it
+// returned the old token and counted 2, its Unlock counted 1 back, and the
+// watchdog kept the hold for good, every other Lock timing out); it ends
+// that hold first, as a late release, and takes the lock with a new token,
+// whose Unlock frees it. On owners with and without a presence.
+func releaseLostInAFailover(t tb, scripts *lua.Scripts, mk func(*fairlock.Owner, string) (*fairlock.Mutex, error)) {
+	t.Helper()
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	for _, present := range []bool{false, true} {
+		var o *fairlock.Owner
+		var err error
+		if present {
+			o, err = redistest.PresentOwner(d.client(), d.clk, scripts)
+		} else {
+			o = redistest.OwnerOn(d.client(), d.clk, scripts)
+		}
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		name := fmt.Sprintf("lost-release-%v", present)
+		m, err := mk(o, name)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		other, err := mk(redistest.OwnerOn(d.client(), d.clk, scripts), name)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		d.master.Store(0)
+		if err := m.Lock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		old := m.Token()
+		d.replicate(t)                        // the replica has the hold...
+		if err := m.Unlock(ctx); err != nil { // ...and not its release
+			t.Fatalf("%v", err)
+		}
+		d.master.Store(1)
+		if err := m.Lock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		if n, err := m.HoldCount(ctx); m.Token() <= old || n != 1 || err != nil {
+			t.Fatalf("presence %v: Lock after the failover held token %d (count %d, %v); want a new hold, token above %d, count 1",
+				present, m.Token(), n, err, old)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		ok, err := other.TryLock(ctx, 0, 0)
+		if err != nil || !ok {
+			t.Fatalf("presence %v: the lock is not free after the Unlock: TryLock = %v, %v", present, ok, err)
+		}
+		if err := other.Unlock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		if present {
+			if err := o.Close(ctx); err != nil {
+				t.Fatalf("%v", err)
+			}
+		}
+	}
+}
+
+func fairReleaseLostInAFailover(t tb, scripts *lua.Scripts) {
+	releaseLostInAFailover(t, scripts, newFair)
+}
+
+func TestAReleaseLostInAFailoverIsNotTakenForAReentry(t *testing.T) {
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			redistest.NoLeaks(t)
+			releaseLostInAFailover(t, lua.Default(), k.make)
+		})
+	}
 }

@@ -48,9 +48,9 @@
 //     its deadline passes. Waiters that die together delay the live ones
 //     behind them by at most one wait timeout plus one heartbeat interval and
 //     a round trip in all, not one timeout each; where their owners kept a
-//     presence (the default on a single server: guarantee 10) and died (their
-//     connections closed), by the grace (200 ms) and two polls once the lock
-//     is released, or by a heartbeat interval and the grace when no live
+//     presence (guarantee 10: the default on a single server and on
+//     Sentinel) and died (their connections closed), by the grace (200 ms)
+//     and two polls once the lock is released, or by a heartbeat interval and the grace when no live
 //     process looks (the holder and the first waiter died together). A
 //     paused or cut-off waiter keeps its connections and the wait timeout's
 //     rule. A live waiter that stalled

@@ -75,11 +75,13 @@ type Agent struct {
 	Publish string         // PUBLISH, or SPUBLISH on Cluster
 	Place
 
-	// stale is the token of this handle's latest hold that ended as lost:
-	// the client stopped counting on it (its lease ran out as the client
+	// stale is the token of this hold id's latest hold that ended: lost
+	// (the client stopped counting on it, its lease run out as the client
 	// counts it, a safety margin before Redis's), so Redis may still have
-	// it for a moment. The next acquiring request ends it there first, so
-	// it is neither taken for a re-entry nor left to run out. 0: none.
+	// it for a moment; or released, which a failover may have undone (the
+	// release reached the old master, or the promoted replica had not got
+	// it). The next acquiring request ends it there first, so it is
+	// neither taken for a re-entry nor left to run out. 0: none.
 	stale *atomic.Int64
 	// abandoned: the slot's latest acquiring call abandoned at its ctx's
 	// end, still running in the background until its Done closes.

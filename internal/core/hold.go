@@ -302,19 +302,20 @@ func (h *hold) reenter(g Grant, lease time.Duration) bool {
 // reports whether this call ended it.
 func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, true) }
 
-// finish finishes the hold once (End.Finish), and stops its loss timer. A
-// lost hold is remembered as its slot's stale hold (Agent.stale) before
-// Lost closes and the context ends: a caller that reacts to them by
-// acquiring again takes that slot, the latest freed, and sends the stale
-// token with its request, so the script ends that hold in Redis rather than
-// take the call for a re-entry of it. With reuse false (a release whose
-// outcome is unknown), the slot is dropped: its hold id may still hold the
-// lock. It reports whether this call ended the hold.
+// finish finishes the hold once (End.Finish), and stops its loss timer.
+// Every hold that ends is remembered as its slot's stale hold (Agent.stale)
+// before Lost closes and the context ends: a caller that acquires again
+// (one that reacts to Lost takes that slot, the latest freed) sends the
+// stale token with its request, so the script ends that hold if Redis
+// still has it, rather than take the call for a re-entry of it. A lost
+// hold may still be there for a moment; a released one, when a failover
+// lost its release (the release reached the old master, or the promoted
+// replica had not got it). With reuse false (a release whose outcome is
+// unknown), the slot is dropped: its hold id may still hold the lock. It
+// reports whether this call ended the hold.
 func (h *hold) finish(cause error, why string, reuse bool) bool {
 	ended := h.FinishAfter(cause, func() {
-		if cause == ErrLockLost {
-			h.s.stale.Store(h.token)
-		}
+		h.s.stale.Store(h.token)
 	}, func() {
 		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
 			h.agent.logError("lock lost: "+why, h.token)

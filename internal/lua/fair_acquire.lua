@@ -5,8 +5,9 @@
 -- KEYS[1..3]: hold, queue, deadlines (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
--- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of a hold this
--- handle gave up for lost ("0": none); on a semaphore's gate only, what the
+-- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of this hold
+-- id's latest hold that ended, lost or released ("0": none); on a
+-- semaphore's gate only, what the
 -- waiter asks for: ARGV[11] the owner id of its permit hold, ARGV[12] the
 -- permits, ARGV[13] their lease ms (kept in its queue element, and in the
 -- gate's hold while it holds the gate: po, pn, pl); in an election only,
@@ -96,10 +97,12 @@ if may_have_waiters(s, w, now) then cleanup() end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and token == tonumber(ARGV[10]) then
-  -- Still step 1: a hold this handle gave up for lost (its lease ran out as
-  -- the client counts it, a margin before Redis's): end it, as its release
-  -- would have (the lock goes to the live head below), rather than count
-  -- this call as a re-entry of it.
+  -- Still step 1: a hold of this hold id that ended on the client: given up
+  -- for lost (its lease ran out as the client counts it, a margin before
+  -- Redis's), or released where a failover lost the release (it reached the
+  -- old master, or the promoted replica had not got it). End it, as its
+  -- release would have (the lock goes to the live head below), rather than
+  -- count this call as a re-entry of it.
   clear_hold(s)
   who = nil
 end

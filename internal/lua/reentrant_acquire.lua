@@ -3,7 +3,8 @@
 -- KEYS[1..3]: the hold, the waiters in arrival order (list), their deadlines
 -- (zset) (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
--- token of a hold this handle gave up for lost ("0": none); a caller that
+-- token of this hold id's latest hold that ended, lost or released ("0":
+-- none); a caller that
 -- waits adds ARGV[5] "1" to ask whether its wake-up was lost (freed, below)
 -- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
 -- timeout in ms.
@@ -40,9 +41,11 @@ if who == nil and missing then
   end
 end
 if who == owner and token == tonumber(ARGV[4]) then
-  -- A hold this handle gave up for lost (its lease ran out as the client
-  -- counts it, a margin before Redis's): end it, as its release would have,
-  -- rather than count this call as a re-entry of it.
+  -- A hold of this hold id that ended on the client: given up for lost
+  -- (its lease ran out as the client counts it, a margin before Redis's),
+  -- or released where a failover lost the release (it reached the old
+  -- master, or the promoted replica had not got it). End it, as its
+  -- release would have, rather than count this call as a re-entry of it.
   clear_hold(s)
   who = nil
 end

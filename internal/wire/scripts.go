@@ -17,7 +17,7 @@ type FairAcquire struct {
 	Mode                  string // ModeTry, ModeJoin or ModeQueued
 	Origin                any    // EncodeOrigin's text
 	Publish, Channel      any
-	Stale                 int64 // the token of a hold this handle gave up for lost (0: none)
+	Stale                 int64 // the token of this hold id's latest hold that ended, lost or released (0: none)
 	// On a semaphore's gate, what the waiter asks for: the hold id of its
 	// permit hold, the permits and their lease (ms). Empty elsewhere.
 	Permit PermitRequest
