@@ -945,7 +945,7 @@ var mutations = []struct {
 	{
 		name:   "failover: a hold whose release a failover lost is taken for a re-entry of it",
 		file:   "fair_acquire.lua",
-		from:   "if who == owner and token == tonumber(ARGV[10]) then",
+		from:   "if who == owner and s.e ~= entry and (stale < 0 or token <= stale) then",
 		to:     "if false then",
 		spec:   scenarioSpec(fairReleaseLostInAFailover),
 		checks: 1,

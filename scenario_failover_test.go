@@ -302,6 +302,30 @@ func releaseLostInAFailover(t tb, scripts *lua.Scripts, mk func(*fairlock.Owner,
 		if err := m.Unlock(ctx); err != nil { // ...and not its release
 			t.Fatalf("%v", err)
 		}
+		// The handle tries again before its client learns of the failover
+		// (its answer must not make it forget the hold it released): the
+		// old master has the lock free, until another takes it.
+		blocker, err := mk(redistest.OwnerOn(d.client(), d.clk, scripts), name)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if err := blocker.Lock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		if ok, err := m.TryLock(ctx, 0, 0); ok || err != nil {
+			t.Fatalf("TryLock on the old master beside another's hold: %v, %v", ok, err)
+		}
+		// ...and, once the other let go, holds and releases again there:
+		// its latest ended hold is not the one the new master has.
+		if err := blocker.Unlock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		if err := m.Lock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("%v", err)
+		}
 		d.master.Store(1)
 		if err := m.Lock(ctx); err != nil {
 			t.Fatalf("%v", err)

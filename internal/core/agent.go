@@ -83,6 +83,9 @@ type Agent struct {
 	// it). The next acquiring request ends it there first, so it is
 	// neither taken for a re-entry nor left to run out. 0: none.
 	stale *atomic.Int64
+	// holding: the hold id has a hold that has not ended; without one, a
+	// request is a fresh acquisition's (NewRequest).
+	holding *atomic.Bool
 	// abandoned: the slot's latest acquiring call abandoned at its ctx's
 	// end, still running in the background until its Done closes.
 	abandoned *atomic.Pointer[transport.Abandoned]
@@ -142,14 +145,26 @@ func (h Agent) MsArg(d time.Duration) any {
 func (h Agent) Call(s *transport.Script) *transport.Call { return h.args.calls.of(s, h.Keys) }
 
 // Request is one acquiring script call: its id, which makes a retry of it
-// harmless, and the token of a stale hold it ends first (0: none).
+// harmless, and which of its hold id's holds in Redis are stale, to be
+// ended first: those whose token is no greater than Stale, or, with Stale
+// wire.AnyStale, every one but a hand-off to the call's own queue entry.
 type Request struct {
 	ID    string
 	Stale int64
 }
 
-// NewRequest returns a fresh acquiring request of this handle.
+// NewRequest returns a fresh acquiring request of this handle. One made
+// while its hold id holds nothing (a fresh acquisition, not a re-entry)
+// calls every hold of its hold id in Redis stale: a hold id serves one
+// acquisition at a time, and a re-entry's request is made while its hold
+// lasts, so such a hold is one that ended on the client and that Redis
+// has (again: a failover lost its release), or a hand-off to an earlier
+// entry of the hold id that a promoted replica made after the client left
+// it. Counted as a re-entry, it would never be released.
 func (h Agent) NewRequest() Request {
+	if h.holding != nil && !h.holding.Load() {
+		return Request{ID: h.requestID(), Stale: wire.AnyStale}
+	}
 	return Request{ID: h.requestID(), Stale: h.stale.Load()}
 }
 
@@ -162,9 +177,8 @@ func (h Agent) NewRequest() Request {
 // read: the script granted nothing, and nothing is undone.
 func (h Agent) Answered(ctx context.Context, req Request, err error) {
 	if err == nil {
-		if req.Stale != 0 {
-			h.stale.CompareAndSwap(req.Stale, 0)
-		}
+		// The stale token stays: after a failover another server may have
+		// that hold again (it never gets a later one's token).
 		return
 	}
 	if Refused(err) {

@@ -69,6 +69,7 @@ const leaseRanOut = "lease ran out before a renewal succeeded"
 
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
 	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
+	s.holding.Store(true)
 	h.sent.Store(&g.Since)
 	m.h.Owner.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
@@ -316,6 +317,7 @@ func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, t
 func (h *hold) finish(cause error, why string, reuse bool) bool {
 	ended := h.FinishAfter(cause, func() {
 		h.s.stale.Store(h.token)
+		h.s.holding.Store(false)
 	}, func() {
 		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
 			h.agent.logError("lock lost: "+why, h.token)

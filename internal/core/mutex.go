@@ -57,6 +57,8 @@ type slot struct {
 	h      Agent
 	waiter Waiter       // made at its first turn (Turn.Waiter)
 	stale  atomic.Int64 // Agent.stale
+	// holding: the slot has a hold that has not ended (Agent.NewRequest).
+	holding atomic.Bool
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's
 	// end (Agent.abandoned).
 	abandoned atomic.Pointer[transport.Abandoned]
@@ -102,6 +104,7 @@ func (m *Mutex) newSlot() *slot {
 	s.h = m.h
 	s.h.ID = m.h.Owner.ids.HoldID()
 	s.h.stale = &s.stale
+	s.h.holding = &s.holding
 	s.h.abandoned = &s.abandoned
 	s.h.args = newArgs(s.h)
 	return s

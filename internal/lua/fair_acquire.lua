@@ -6,8 +6,9 @@
 -- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
 -- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
 -- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of this hold
--- id's latest hold that ended, lost or released ("0": none); on a
--- semaphore's gate only, what the
+-- id's latest hold that ended, lost or released ("0": none), or -1 when
+-- the hold id holds nothing (not a re-entry: step 1); on a semaphore's gate
+-- only, what the
 -- waiter asks for: ARGV[11] the owner id of its permit hold, ARGV[12] the
 -- permits, ARGV[13] their lease ms (kept in its queue element, and in the
 -- gate's hold while it holds the gate: po, pn, pl); in an election only,
@@ -96,13 +97,20 @@ end
 if may_have_waiters(s, w, now) then cleanup() end
 
 local who, count, expiry, token = holder(s, now)
-if who == owner and token == tonumber(ARGV[10]) then
-  -- Still step 1: a hold of this hold id that ended on the client: given up
-  -- for lost (its lease ran out as the client counts it, a margin before
-  -- Redis's), or released where a failover lost the release (it reached the
-  -- old master, or the promoted replica had not got it). End it, as its
-  -- release would have (the lock goes to the live head below), rather than
-  -- count this call as a re-entry of it.
+local stale = tonumber(ARGV[10]) or 0
+if who == owner and s.e ~= entry and (stale < 0 or token <= stale) then
+  -- Still step 1: a stale hold of this hold id, one that is not this
+  -- call's: any but a hand-off to this call's entry when the call is not a
+  -- re-entry (ARGV[10] < 0: the hold id holds nothing on the client), else
+  -- one whose token is no greater than that of the hold id's latest hold
+  -- that ended on the client (tokens rise; a hold id holds one hold at a
+  -- time). Such a hold was given up for lost (its lease ran out as the
+  -- client counts it, a margin before Redis's), or a failover undid its
+  -- release (it reached the old master, or the promoted replica had not got
+  -- it), or a promoted replica handed the lock to an earlier entry of the
+  -- hold id that the client had left. End it, as its release would have
+  -- (the lock goes to the live head below), rather than count this call as
+  -- a re-entry of it: that count would never be released.
   clear_hold(s)
   who = nil
 end

@@ -4,7 +4,8 @@
 -- (zset) (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
 -- token of this hold id's latest hold that ended, lost or released ("0":
--- none); a caller that
+-- none), or -1 when the hold id holds nothing (not a re-entry); a caller
+-- that
 -- waits adds ARGV[5] "1" to ask whether its wake-up was lost (freed, below)
 -- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
 -- timeout in ms.
@@ -40,12 +41,16 @@ if who == nil and missing then
     who, count, expiry, token = holder(s, now)
   end
 end
-if who == owner and token == tonumber(ARGV[4]) then
+local stale = tonumber(ARGV[4]) or 0
+if who == owner and (stale < 0 or token <= stale) then
   -- A hold of this hold id that ended on the client: given up for lost
   -- (its lease ran out as the client counts it, a margin before Redis's),
   -- or released where a failover lost the release (it reached the old
-  -- master, or the promoted replica had not got it). End it, as its
-  -- release would have, rather than count this call as a re-entry of it.
+  -- master, or the promoted replica had not got it); so has every hold of
+  -- this hold id with a token no greater (tokens rise, one hold at a
+  -- time), and every one at all when this call is not a re-entry (-1: the
+  -- hold id holds nothing on the client). End it, as its release would
+  -- have, rather than count this call as a re-entry of it.
   clear_hold(s)
   who = nil
 end

@@ -17,7 +17,7 @@ type FairAcquire struct {
 	Mode                  string // ModeTry, ModeJoin or ModeQueued
 	Origin                any    // EncodeOrigin's text
 	Publish, Channel      any
-	Stale                 int64 // the token of this hold id's latest hold that ended, lost or released (0: none)
+	Stale                 int64 // the token of this hold id's latest hold that ended, lost or released (0: none), or AnyStale
 	// On a semaphore's gate, what the waiter asks for: the hold id of its
 	// permit hold, the permits and their lease (ms). Empty elsewhere.
 	Permit PermitRequest
@@ -33,6 +33,11 @@ type PermitRequest struct {
 	N     int
 	Lease int64 // ms
 }
+
+// AnyStale, as an acquiring request's stale token, calls every hold of the
+// caller's hold id stale (fair_acquire.lua, reentrant_acquire.lua): the
+// request of an acquisition that is not a re-entry.
+const AnyStale int64 = -1
 
 // Args is a's ARGV.
 func (a FairAcquire) Args() []any {
