@@ -178,9 +178,9 @@
 //     failover to a replica (Sentinel's, or an address that moves) ends no
 //     live hold: a script counts an absence only where the subscription of
 //     the owner that called it is, and an owner whose subscription is not
-//     where its commands go (asked every 50 ms while it holds, every 200 ms
-//     while its waiters try) subscribes again there; the window left is two
-//     clients that learn of the failover more than the grace apart
+//     where its commands go (asked every 100 ms while it holds, every 200
+//     ms while its waiters try) subscribes again there; the window left is
+//     two clients that learn of the failover more than 100 ms apart
 //     (docs/presence.md, "Failovers"). Not on Cluster. See docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,

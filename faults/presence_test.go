@@ -611,7 +611,9 @@ func TestPresencePollsAreBounded(t *testing.T) {
 		beats := float64(time.Second) / float64(killWait/3)
 		bound := beats + 1
 		if presence {
-			bound += float64(time.Second)/float64(core.PresencePoll) + 1
+			// The head's polls, and the holder's check of where its
+			// subscription is (docs/presence.md, "Failovers").
+			bound += float64(time.Second)/float64(core.PresencePoll) + float64(time.Second)/float64(core.SessionCheck) + 1
 		}
 		t.Logf("presence %v: %d script calls in %v while held and waited for (%.1f/s; the heartbeat alone %.1f/s); bound %.1f/s",
 			presence, n, held, perSecond, beats, bound)

@@ -466,23 +466,30 @@ func (p *presence) stop() {
 // owner's commands did not have its subscription (check).
 var errElsewhere = errors.New("the server that runs the owner's commands does not have its subscription (a failover moved them)")
 
-// waitCheck is how often, at most, an owner whose waiters try while it
-// holds nothing checks where its subscription is (waited).
-const waitCheck = 4 * SessionPing
+// SessionCheck is how often an owner that holds anything checks where its
+// subscription is (held): a holder whose client learns of a failover
+// follows within it, well within the grace that a waiter, which follows at
+// its next try, then counts. waitCheck is how often, at most, an owner
+// whose waiters try while it holds nothing checks (waited).
+const (
+	SessionCheck = 2 * SessionPing
+	waitCheck    = 4 * SessionPing
+)
 
-// held runs check, every SessionPing while the owner holds anything (the
-// restart check's round, beside the PING), from SessionPing after the
-// round that began it on: a hold shorter than that costs no call.
+// held runs check every SessionCheck while the owner holds anything (from
+// the restart check's rounds, every SessionPing, beside the PING), from
+// SessionCheck after the round that began a run of holds on: a hold
+// shorter than that costs no call.
 func (p *presence) held() {
 	now := p.o.clock.Now()
 	p.mu.Lock()
-	if p.checkAt.IsZero() || now.Sub(p.checkAt) > 2*SessionPing {
-		p.checkAt = now.Add(SessionPing) // the first round of a run of holds
+	if p.checkAt.IsZero() || now.Sub(p.checkAt) > SessionCheck+SessionPing {
+		p.checkAt = now.Add(SessionCheck) // the first round of a run of holds
 	}
 	due := !now.Before(p.checkAt) && !p.checking
 	if due {
 		p.checking = true
-		p.checkAt = now.Add(SessionPing)
+		p.checkAt = now.Add(SessionCheck)
 	}
 	p.mu.Unlock()
 	if due {
