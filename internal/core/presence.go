@@ -631,7 +631,7 @@ func PresenceConfirmed(o *Owner) bool {
 // Cluster, where a script sees only the subscriptions of its own node.
 // Sentinel and addresses that move to a promoted replica are served: a
 // script counts an absence only where its caller's own subscription is
-// (queue.lua's absence_counts), and subscriptions follow the master
+// (queue.lua's absence_counts), and the presence subscription follows the master
 // (check).
 func presenceRefused(client redis.UniversalClient) error {
 	if _, ok := client.(*redis.ClusterClient); ok {
