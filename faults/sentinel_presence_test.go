@@ -106,20 +106,7 @@ func TestPresenceSentinelFailoverEndsNoLiveHold(t *testing.T) {
 			return err == nil && len(chans) >= 2
 		})
 		_ = direct.Close()
-		killed := time.Now()
-		w.kill()
-		r := <-done
-		if r.err != nil {
-			t.Fatalf("run %d: the waiter's Lock after the holder died: %v", i, r.err)
-		}
-		delay := r.at.Sub(killed)
-		delays = append(delays, delay)
-		if delay > presenceBound {
-			t.Errorf("run %d: passed on %v after SIGKILL on the new master; want within %v", i, delay, presenceBound)
-		}
-		if next.Token() <= token {
-			t.Errorf("run %d: the next holder's token %d is not greater than the dead holder's %d", i, next.Token(), token)
-		}
+		delays = append(delays, killedPassesOn(t, i, w, token, next, done, "the waiter's Lock on the new master"))
 		must(t, next.Unlock(ctx))
 		if i < runs-1 {
 			settled(t, sentinel, from)

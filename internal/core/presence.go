@@ -147,9 +147,7 @@ func (p *presence) await(ctx context.Context) error {
 	for !p.up.Load() {
 		p.mu.Lock()
 		if p.ps == nil {
-			p.ps = p.o.client.Subscribe(context.Background()) // no channel yet: no call
-			p.runs.Add(1)
-			go p.run(p.ps)
+			p.subscribeLocked()
 		}
 		ready, err, fails := p.ready, p.err, p.fails
 		if err != nil && p.kick != nil {
@@ -264,6 +262,15 @@ func (p *presence) run(ps *redis.PubSub) {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// subscribeLocked makes a new subscription the presence's, and starts its
+// run (which subscribes, off the caller's goroutine); p.mu held. go-redis
+// dials it where the client's commands go now.
+func (p *presence) subscribeLocked() {
+	p.ps = p.o.client.Subscribe(context.Background()) // no channel yet: no call
+	p.runs.Add(1)
+	go p.run(p.ps)
 }
 
 // current reports whether ps is the presence's subscription.
@@ -599,9 +606,7 @@ func (p *presence) follow(since time.Time, why error) {
 	}
 	old := p.ps
 	p.brokeLocked(why)
-	p.ps = p.o.client.Subscribe(context.Background())
-	p.runs.Add(1)
-	go p.run(p.ps)
+	p.subscribeLocked()
 	p.mu.Unlock()
 	_ = old.Close()
 }
