@@ -9,15 +9,20 @@ import (
 
 // Delivered tells whether the message of news the waiter learned elsewhere
 // reached it after all: once the hub has read all published before
-// (Sub.Flush, bounded by MaxPause), it returns the wake-up waiting, if any.
-// Unless mine says that is the message, the news was a rescue (reported).
+// (Sub.Flush, bounded by MaxPause and by ctx), it returns the wake-up
+// waiting, if any. Unless mine says that is the message, the news was a
+// rescue (reported). The caller may be about to return a grant: the look
+// ends with ctx, so that a Lock never returns after its deadline for it,
+// and a look that ctx cut short reports nothing.
 func (w *Loop) Delivered(ctx context.Context, news string, mine func(string) bool) (payload string, found bool) {
 	sub := w.sub
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxPause) // a wait that ends now is no rescue
+	fctx, cancel := context.WithTimeout(ctx, MaxPause)
 	err := sub.Flush(fctx)
 	cancel()
 	if err == nil {
 		payload, found = sub.Take()
+	} else if ctx.Err() != nil {
+		return "", false // not known: the waiter's own end came first
 	}
 	if !found || !mine(payload) {
 		w.rescued(news)
