@@ -13,8 +13,10 @@ package fairlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +26,10 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	waitloop "github.com/fairlock/fairlock/internal/waiting"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -151,6 +155,13 @@ func (d *swapped) presences(i int) []string {
 	return chans
 }
 
+// inboxes are the waiters' inbox channels (wire.Inbox) subscribed on
+// server i.
+func (d *swapped) inboxes(i int) []string {
+	chans, _ := d.direct[i].PubSubChannels(context.Background(), "fairlock:*:wake:*").Result()
+	return chans
+}
+
 // failoverKeepsTheLiveHold plays a failover under a fair lock's holder with
 // a waiter queued, both owners keeping a presence: for two seconds after
 // the swap (ten graces) the waiter does not hold and the holder's Lost stays
@@ -230,6 +241,10 @@ func failoverKeepsTheLiveHold(t tb, scripts *lua.Scripts) {
 	if n := len(d.presences(1)); n != 2 {
 		t.Fatalf("%v after the failover the new master has %d presence subscriptions (%v); want the holder's and the waiter's",
 			d.clk.Now().Sub(swapped), n, d.presences(1))
+	}
+	if n := len(d.inboxes(1)); n != 1 {
+		t.Fatalf("%v after the failover the new master has %d waiters' inbox subscriptions (%v); want the waiter's",
+			d.clk.Now().Sub(swapped), n, d.inboxes(1))
 	}
 
 	// The holder dies: nothing of it reaches either server again.
@@ -362,5 +377,153 @@ func TestAReleaseLostInAFailoverIsNotTakenForAReentry(t *testing.T) {
 			redistest.NoLeaks(t)
 			releaseLostInAFailover(t, lua.Default(), k.make)
 		})
+	}
+}
+
+// After a failover the waiters' inbox subscriptions follow the master with
+// the owner's presence (inbox.Hubs.Follow): a hand-off published on the new
+// master reaches its waiter as a message. Before, they stayed on the old
+// master until Sentinel demoted it (about 10 s on a real group), every
+// hand-off meanwhile was lost, and each waiter learned of its turn from its
+// timers: the pool paused for 10 s after every failover. Here the waiter
+// takes the lock with the fake clock standing still: no timer can have
+// told it.
+func TestAHandOffAfterAFailoverReachesItsWaiterAsAMessage(t *testing.T) {
+	redistest.NoLeaks(t)
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	ho, err := redistest.PresentOwner(d.client(), d.clk, lua.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wo, err := redistest.PresentOwner(d.client(), d.clk, lua.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = wo.Close(ctx)
+		_ = ho.Close(ctx)
+	}()
+	h, _ := fair.New(ho, "failover-handoff")
+	w, _ := fair.New(wo, "failover-handoff")
+	if err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	d.swap(t)
+	swapped := d.clk.Now()
+	for len(d.inboxes(1)) == 0 {
+		if d.clk.Now().Sub(swapped) > 10*core.PresenceGrace {
+			t.Fatalf("the waiter's inbox subscription is not on the new master %v after the failover", d.clk.Now().Sub(swapped))
+		}
+		d.clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the owners to settle", func() bool {
+			if redistest.Background() != 0 || !redistest.PresenceConfirmed(ho) || !redistest.PresenceConfirmed(wo) {
+				d.clk.Advance(0) // a follow's confirming renewals are due at once
+				return false
+			}
+			return true
+		})
+	}
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 && redistest.Unread() == 0 })
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter's Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not hear of its hand-off: the message went where its subscription is not")
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that learned of its hand-off from its fallback looks whether
+// the message was only late (waiting.Loop.Delivered, up to MaxPause) before
+// its Lock returns. That look ends with the caller's ctx: here the waiter's
+// inbox stayed on the old master (its owner keeps no presence, so nothing
+// moves it), the look can never end by itself, and the ctx is cancelled
+// while it runs. Before, Lock returned a second (MaxPause) later: a newcomer
+// saw 10 s deadlines return nil 0.07-0.89 s after they passed.
+func TestALookForALostMessageEndsWithTheCallersContext(t *testing.T) {
+	redistest.NoLeaks(t)
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	h, _ := fair.New(redistest.OwnerOn(d.client(), d.clk, lua.Default()), "lost-message")
+	w, _ := fair.New(redistest.OwnerOn(d.client(), d.clk, lua.Default()), "lost-message")
+	if err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(wctx) }()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+
+	// The look publishes a marker where commands go now, the new master.
+	watch := d.direct[1].PSubscribe(ctx, "fairlock:*")
+	defer watch.Close()
+	if _, err := watch.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	looking := make(chan struct{})
+	go func() {
+		for m := range watch.Channel() {
+			if strings.HasPrefix(m.Payload, inbox.FlushMarker) {
+				close(looking)
+				return
+			}
+		}
+	}()
+	d.swap(t)
+	if err := h.Unlock(ctx); err != nil { // its hand-off message reaches nobody
+		t.Fatal(err)
+	}
+	for !isClosed(looking) {
+		if len(got) > 0 {
+			t.Fatalf("the waiter's Lock returned (%v) before it looked for its message", <-got)
+		}
+		if d.clk.Now().Sub(redistest.Epoch) > time.Hour {
+			t.Fatal("the waiter never learned of its hand-off")
+		}
+		// Timers run within Advance, and the look may begin in one: its own
+		// goroutine, so that the look can be seen running.
+		advanced := make(chan struct{})
+		go func() {
+			defer close(advanced)
+			d.clk.Advance(100 * time.Millisecond)
+		}()
+		waitFor(t, "the waiter to sleep or look", func() bool {
+			return isClosed(advanced) && redistest.Asleep() == 1 || isClosed(looking) || len(got) > 0
+		})
+	}
+	cancel()
+	cancelled := time.Now()
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's Lock did not return")
+	}
+	took := time.Since(cancelled)
+	t.Logf("Lock returned %v after its ctx was cancelled: %v", took, err)
+	if took >= waitloop.MaxPause/2 {
+		t.Fatalf("Lock returned %v after its ctx ended; want at once, not after the look's own bound (%v)", took, waitloop.MaxPause)
+	}
+	if err == nil {
+		if n, herr := w.HoldCount(ctx); n != 1 || herr != nil {
+			t.Fatalf("Lock returned nil, and the waiter's hold count is %d (%v)", n, herr)
+		}
+		_ = w.Unlock(ctx)
+	} else if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock = %v; want the grant, or an error wrapping context.Canceled", err)
 	}
 }

@@ -595,7 +595,8 @@ func isReadOnly(err error) bool {
 // commands: the one confirmed at since is replaced by a new one, which
 // go-redis dials where the client's commands go now (Sentinel's master).
 // Until it is confirmed the presence is down, as after a break (why): its
-// jeopardy is armed, and its return renews every hold, on that server. A
+// jeopardy is armed, and its return renews every hold, on that server. The
+// waiters' hub moves too (inbox.Hubs.Follow). A
 // subscription that broke or came up again since the check began is left
 // alone: its own outcome stands.
 func (p *presence) follow(since time.Time, why error) {
@@ -609,6 +610,15 @@ func (p *presence) follow(since time.Time, why error) {
 	p.subscribeLocked()
 	p.mu.Unlock()
 	_ = old.Close()
+	// The waiters' inbox subscriptions were left on the same server: hand-offs
+	// published on the new master would reach none of them.
+	o := p.o
+	if o.cleanups.add(&o.closed) { // Close waits for it
+		go func() {
+			defer o.cleanups.done()
+			o.hubs.Follow()
+		}()
+	}
 }
 
 // PresenceAlive returns o's alive (zero without WithPresence): a test that

@@ -115,3 +115,70 @@ func wake(subs []*Sub) {
 		}
 	}
 }
+
+// Follow moves the waiters of a single-node client's hub to a new
+// connection, which the client opens where its commands go now. An owner
+// calls it when it finds that its subscriptions were left on a server that
+// no longer runs its commands (a Sentinel failover, an address that moved to
+// a promoted replica): a hand-off published on the new master would reach
+// nobody, and each waiter would learn of its turn from its timers. The
+// waiters are woken to try again once the new connection confirms their
+// channels; the old connection is closed. Cluster hubs follow their slots
+// themselves (dropped), so Follow leaves them be.
+func (hs *Hubs) Follow() {
+	hs.mu.Lock()
+	old := hs.hubs[hs.client]
+	if old == nil || hs.closed {
+		hs.mu.Unlock()
+		return
+	}
+	delete(hs.hubs, hs.client) // the next waiter subscribes on the new one
+	hs.mu.Unlock()
+
+	old.cmdMu.Lock()
+	old.mu.Lock()
+	moving := old.chans
+	old.chans, old.pending = map[string]*channel{}, map[string]int{}
+	old.mu.Unlock()
+	old.cmdMu.Unlock()
+
+	to := hs.hubAt(hs.client, false)
+	if to == nil { // the owner closed: its waiters have gone
+		old.shut()
+		return
+	}
+	var names []string
+	var stay []*Sub // on a channel the new hub had confirmed already: woken at once
+	for name, och := range moving {
+		for _, s := range och.subs {
+			s.mu.Lock()
+			if s.h != old {
+				s.mu.Unlock()
+				continue
+			}
+			to.mu.Lock()
+			ch := to.chans[name]
+			if ch == nil {
+				ch = &channel{ready: make(chan struct{}), moved: true}
+				to.chans[name] = ch
+				to.pending[name]++
+				names = append(names, name)
+			}
+			s.h = to
+			to.attachLocked(ch, s)
+			if ch.confirmed {
+				stay = append(stay, s)
+			}
+			to.mu.Unlock()
+			s.mu.Unlock()
+		}
+	}
+	if len(names) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = to.ps.Subscribe(ctx, names...) // on error go-redis subscribes them again when it reconnects
+		cancel()
+	}
+	to.cmdMu.Unlock()
+	wake(stay)
+	old.shut()
+}
