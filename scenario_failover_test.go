@@ -415,18 +415,21 @@ func TestAHandOffAfterAFailoverReachesItsWaiterAsAMessage(t *testing.T) {
 	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
 	d.swap(t)
 	swapped := d.clk.Now()
-	for len(d.inboxes(1)) == 0 {
+	for moved := false; !moved; {
 		if d.clk.Now().Sub(swapped) > 10*core.PresenceGrace {
 			t.Fatalf("the waiter's inbox subscription is not on the new master %v after the failover", d.clk.Now().Sub(swapped))
 		}
 		d.clk.Advance(10 * time.Millisecond)
+		// Settled: the hub's move (background) is over, and a follow's
+		// confirming renewals, due at once, have run.
 		waitFor(t, "the owners to settle", func() bool {
 			if redistest.Background() != 0 || !redistest.PresenceConfirmed(ho) || !redistest.PresenceConfirmed(wo) {
-				d.clk.Advance(0) // a follow's confirming renewals are due at once
+				d.clk.Advance(0)
 				return false
 			}
 			return true
 		})
+		moved = len(d.inboxes(1)) > 0
 	}
 	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 && redistest.Unread() == 0 })
 	if err := h.Unlock(ctx); err != nil {
@@ -525,5 +528,118 @@ func TestALookForALostMessageEndsWithTheCallersContext(t *testing.T) {
 		_ = w.Unlock(ctx)
 	} else if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock = %v; want the grant, or an error wrapping context.Canceled", err)
+	}
+}
+
+// Exits a failover undid are sent again. The replica had a hold and a queue
+// entry whose release and leave reached only the old master: the hold of a
+// handle that did not lock again, and the entry of a waiter that had taken
+// the lock by it, released it, and queued again under a new entry. Their
+// owner lives and keeps a presence, so no waiter passes either over: before,
+// the lock stayed with the old hold until its lease ran out (30 s), and the
+// old entry, once handed the lock, kept it until its wait timeout (10 s): a
+// pool of goroutines on one owner paused 9-10 s after each SENTINEL
+// FAILOVER. Now the owner sends its recent releases and leaves again (core's
+// replay.go) when Redis answers that a hold it counted on is gone (here: the
+// Unlock on the new master), when one of its waiters finds its entry gone,
+// or when its presence follows the master; and the lock moves on at once,
+// with a presence or without.
+func TestExitsAFailoverUndidAreSentAgain(t *testing.T) {
+	for _, present := range []bool{true, false} {
+		t.Run(fmt.Sprintf("presence=%v", present), func(t *testing.T) {
+			redistest.NoLeaks(t)
+			exitsAFailoverUndidAreSentAgain(t, present)
+		})
+	}
+}
+
+func exitsAFailoverUndidAreSentAgain(t *testing.T, present bool) {
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	o := redistest.OwnerOn(d.client(), d.clk, lua.Default())
+	if present {
+		var err error
+		if o, err = redistest.PresentOwner(d.client(), d.clk, lua.Default()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = o.Close(ctx) }()
+	}
+	h, _ := fair.New(o, "undone-exits")
+	w, _ := fair.New(o, "undone-exits")
+	other, _ := fair.New(o, "undone-exits")
+	if err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	d.replicate(t) // the replica has h's hold and w's entry, and nothing after
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { got <- w.Lock(ctx) }() // queued again, under a new entry
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	d.clk.Advance(core.PresencePoll) // the releases' second looks
+	waitFor(t, "the second looks", func() bool { return redistest.Background() == 0 })
+	d.master.Store(1) // the promoted replica has what replicate copied
+	swapped := d.clk.Now()
+	if err := h.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("Unlock on the new master = %v; want ErrLockLost (the hold it has there is an earlier one)", err)
+	}
+	took := make(chan error, 1)
+	go func() { took <- other.Lock(ctx) }()
+	for len(got)+len(took) == 0 {
+		if d.clk.Now().Sub(swapped) > 4*core.PresenceGrace {
+			t.Fatalf("the lock did not move on within %v of the failover: the undone release and leave stand", d.clk.Now().Sub(swapped))
+		}
+		d.clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the owner to settle", func() bool {
+			if redistest.Background() != 0 || !redistest.PresenceConfirmed(o) {
+				d.clk.Advance(0)
+				return false
+			}
+			return len(got)+len(took) > 0 || redistest.Asleep() == 2 && redistest.Unread() == 0
+		})
+	}
+	t.Logf("the lock moved on %v after the failover", d.clk.Now().Sub(swapped))
+	// Whoever took it first releases it; the other takes it then (the
+	// message of its turn may have gone to the old master: its heartbeat
+	// tells it, within a third of its wait timeout).
+	first, second := w, other
+	firstDone, secondDone := got, took
+	if len(took) == 1 {
+		first, second, firstDone, secondDone = other, w, took, got
+	}
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := d.clk.Now()
+	for len(secondDone) == 0 {
+		if d.clk.Now().Sub(released) > fairlock.DefaultWaitTimeout/2 {
+			t.Fatal("the second waiter did not take the lock after the first released it")
+		}
+		d.clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the waiter to sleep or hold", func() bool {
+			return len(secondDone) > 0 || redistest.Asleep() == 1 && redistest.Background() == 0
+		})
+	}
+	if err := <-secondDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

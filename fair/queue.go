@@ -51,6 +51,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Keys:        wire.QueueKeys(base),
 		Channel:     wire.Channel(base),
 		Release:     scripts.FairRelease,
+		Leave:       scripts.FairLeave,
 		ForceUnlock: scripts.FairForceUnlock,
 		Watch:       scripts.FairHeartbeat,
 		NewWaiter:   func(h core.Agent) core.Waiter { return newQueue(h) },

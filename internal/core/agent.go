@@ -20,12 +20,16 @@ import (
 // a hold; the shared scripts (renew.lua, state.lua) work on every place
 // that keeps one hold per key.
 type Place struct {
-	What        string            // the primitive, as errors name it: "fair lock"
-	Keys        []string          // the hold first
-	Channel     string            // where hand-offs and releases are published
-	Primitive   observe.Primitive // the primitive, as an observer names it: observe.Fair
-	Acquire     *transport.Script // the script an acquisition runs first (for spans)
-	Release     *transport.Script
+	What      string            // the primitive, as errors name it: "fair lock"
+	Keys      []string          // the hold first
+	Channel   string            // where hand-offs and releases are published
+	Primitive observe.Primitive // the primitive, as an observer names it: observe.Fair
+	Acquire   *transport.Script // the script an acquisition runs first (for spans)
+	Release   *transport.Script
+	// Leave takes a queue entry out (fair_leave.lua's arguments: a replay
+	// after a failover sends the slot's recent leaves again); nil for a
+	// kind with no queue.
+	Leave       *transport.Script
 	ForceUnlock *transport.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
 	Renew *transport.Script
@@ -89,12 +93,21 @@ type Agent struct {
 	// abandoned: the slot's latest acquiring call abandoned at its ctx's
 	// end, still running in the background until its Done closes.
 	abandoned *atomic.Pointer[transport.Abandoned]
+	// slot is the handle's slot it acts for; nil for a hold id of no slot
+	// (a semaphore's permit hold).
+	slot *slot
 
 	args *args
 }
 
 // NewEntry returns a fresh queue entry id of the handle's hold id.
-func (h Agent) NewEntry() string { return h.Owner.ids.Entry(h.ID) }
+func (h Agent) NewEntry() string {
+	e := h.Owner.ids.Entry(h.ID)
+	if h.slot != nil {
+		h.slot.entryMade(e) // replay.go
+	}
+	return e
+}
 
 // Mode is what the handle's owner learnt of how its server runs scripts.
 func (h Agent) Mode() *transport.Mode { return ScriptMode(h.Owner) }

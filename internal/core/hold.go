@@ -223,6 +223,7 @@ func (h *hold) check(gone string) bool {
 		return false
 	case !ok:
 		h.end(ErrLockLost, gone)
+		h.agent.Owner.suspect()
 		return false
 	}
 	h.noteSent(since)
@@ -265,6 +266,7 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 	since, ok, err := call(ctx)
 	if err == nil && !ok {
 		h.end(ErrLockLost, gone)
+		h.agent.Owner.suspect()
 		return false
 	}
 	h.Lock()
@@ -318,6 +320,7 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 	ended := h.FinishAfter(cause, func() {
 		h.s.stale.Store(h.token)
 		h.s.holding.Store(false)
+		h.s.holdEnded(h.token)
 	}, func() {
 		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
 			h.agent.logError("lock lost: "+why, h.token)

@@ -62,6 +62,9 @@ type slot struct {
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's
 	// end (Agent.abandoned).
 	abandoned atomic.Pointer[transport.Abandoned]
+	// past is what the slot left in Redis lately, for a replay after a
+	// failover (replay.go).
+	past *past
 	// acquired is when the slot's hold was granted, for an observer (zero
 	// without one). A slot has one hold at a time, and is reused only once
 	// that hold has ended (and been reported).
@@ -100,8 +103,9 @@ func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, 
 
 // newSlot makes a slot with a fresh hold id.
 func (m *Mutex) newSlot() *slot {
-	s := &slot{}
+	s := &slot{past: &past{}}
 	s.h = m.h
+	s.h.slot = s
 	s.h.ID = m.h.Owner.ids.HoldID()
 	s.h.stale = &s.stale
 	s.h.holding = &s.holding
@@ -118,10 +122,13 @@ func (m *Mutex) take() *slot {
 		s := m.free[n-1]
 		m.free = m.free[:n-1]
 		m.mu.Unlock()
+		s.turn(true)
 		return s
 	}
 	m.mu.Unlock()
-	return m.newSlot()
+	s := m.newSlot()
+	s.turn(true)
+	return s
 }
 
 // put gives back a slot whose turn ended: no hold of its hold id is left
@@ -138,6 +145,7 @@ func (m *Mutex) put(s *slot) {
 			return
 		}
 	}
+	s.turn(false)
 	m.mu.Lock()
 	if len(m.free) < maxFreeSlots {
 		m.free = append(m.free, s)
@@ -382,6 +390,7 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 	case status == wire.NotHeld:
 		m.forget(h)
 		h.end(ErrLockLost, "Unlock found the lock gone or taken")
+		m.h.Owner.suspect()
 		return ErrLockLost
 	default:
 		m.forget(h)

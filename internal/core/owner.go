@@ -65,6 +65,16 @@ type Owner struct {
 	noHolds  chan struct{} // closed when holds empties; nil while nobody waits (Drain)
 	calls    tracker       // acquisitions in flight
 	cleanups tracker       // clean-up calls in flight (Bounded)
+
+	// What its slots left in Redis lately, for a replay after a failover
+	// (replay.go): the slots, by when they last recorded an exit, and when
+	// the last replay began.
+	pastMu   sync.Mutex
+	pasts    map[*slot]time.Time
+	prunedAt int // pasts' size at which track forgets the idle slots
+	replayed time.Time
+	// following: the waiters' hub is moving (followHubs).
+	following atomic.Bool
 }
 
 // NewOwner checks client and makes an owner of handles on it.

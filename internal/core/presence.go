@@ -521,9 +521,30 @@ func (p *presence) waited() {
 		p.waitCheckAt = now.Add(waitCheck)
 	}
 	p.mu.Unlock()
-	if !due {
-		return
+	if due {
+		p.checkInBackground()
 	}
+}
+
+// checkSoon runs check in the background at once, unless one runs: Redis
+// answered that a hold the owner counted on is gone (Owner.suspect), as
+// the new master answers after a failover.
+func (p *presence) checkSoon() {
+	p.mu.Lock()
+	due := p.up.Load() && !p.checking
+	if due {
+		p.checking = true
+	}
+	p.mu.Unlock()
+	if due {
+		p.checkInBackground()
+	}
+}
+
+// checkInBackground runs check, which the caller began (checking), in the
+// background; Close waits for it.
+func (p *presence) checkInBackground() {
+	o := p.o
 	o.hubs.ProbeBackground(1)
 	if !o.cleanups.add(&o.closed) { // Close waits for it
 		o.hubs.ProbeBackground(-1)
@@ -612,13 +633,10 @@ func (p *presence) follow(since time.Time, why error) {
 	_ = old.Close()
 	// The waiters' inbox subscriptions were left on the same server: hand-offs
 	// published on the new master would reach none of them.
-	o := p.o
-	if o.cleanups.add(&o.closed) { // Close waits for it
-		go func() {
-			defer o.cleanups.done()
-			o.hubs.Follow()
-		}()
-	}
+	p.o.followHubs()
+	// Its releases and leaves of the last moments may have reached only
+	// the old master.
+	p.o.replay()
 }
 
 // PresenceAlive returns o's alive (zero without WithPresence): a test that

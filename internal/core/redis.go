@@ -20,7 +20,11 @@ func PublishCommand(client redis.UniversalClient) string {
 // release undoes one level of slot s's hold with token: wire.Released,
 // wire.StillHeld or wire.NotHeld.
 func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
-	h := s.h
+	return release(ctx, s.h, token)
+}
+
+// release releases h's hold with token.
+func release(ctx context.Context, h Agent, token int64) (int, error) {
 	return decodeRelease(h.Call(h.Release).Run(ctx, h.Client, h.Mode(), h.releaseArgs(token, "").Args()...))
 }
 

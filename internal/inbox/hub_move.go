@@ -123,7 +123,7 @@ func wake(subs []*Sub) {
 // a promoted replica): a hand-off published on the new master would reach
 // nobody, and each waiter would learn of its turn from its timers. The
 // waiters are woken to try again once the new connection confirms their
-// channels; the old connection is closed. Cluster hubs follow their slots
+// channels; the old connection is closed then. Cluster hubs follow their slots
 // themselves (dropped), so Follow leaves them be.
 func (hs *Hubs) Follow() {
 	hs.mu.Lock()
@@ -148,7 +148,8 @@ func (hs *Hubs) Follow() {
 		return
 	}
 	var names []string
-	var stay []*Sub // on a channel the new hub had confirmed already: woken at once
+	var ready []<-chan struct{} // the moved channels' confirmations
+	var stay []*Sub             // on a channel the new hub had confirmed already: woken at once
 	for name, och := range moving {
 		for _, s := range och.subs {
 			s.mu.Lock()
@@ -163,6 +164,7 @@ func (hs *Hubs) Follow() {
 				to.chans[name] = ch
 				to.pending[name]++
 				names = append(names, name)
+				ready = append(ready, ch.ready)
 			}
 			s.h = to
 			to.attachLocked(ch, s)
@@ -173,12 +175,39 @@ func (hs *Hubs) Follow() {
 			s.mu.Unlock()
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), followWait)
+	defer cancel()
 	if len(names) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = to.ps.Subscribe(ctx, names...) // on error go-redis subscribes them again when it reconnects
-		cancel()
 	}
 	to.cmdMu.Unlock()
 	wake(stay)
+	// The old connection goes once the new one has confirmed (its waiters
+	// are woken then: hub_receive.go's confirmed), or after followWait.
+	for _, r := range ready {
+		select {
+		case <-r:
+		case <-ctx.Done():
+		}
+	}
+	to.settled(names) // and their wake-ups sent
 	old.shut()
 }
+
+// settled reports whether every channel of names is confirmed on h. It
+// takes h's lock, under which a confirmation's wake-ups are sent: once a
+// channel's ready is closed, they have been once this returns.
+func (h *hub) settled(names []string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range names {
+		if ch := h.chans[name]; ch != nil && !ch.confirmed {
+			return false
+		}
+	}
+	return true
+}
+
+// followWait bounds how long Follow keeps the old connection while the new
+// one is not confirmed.
+const followWait = 5 * time.Second

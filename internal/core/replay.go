@@ -1,0 +1,252 @@
+package core
+
+// Replaying exits after a failover. A release or a queue leave that reached
+// the old master after the replica was promoted, or that the replica had
+// not received, is undone: the new master still has the hold, or the entry,
+// under a hold id whose owner lives. Nobody passes it over (the owner is
+// present), so the lock would stay with it until its lease ran out, or the
+// entry would be handed the lock and keep it until its wait timeout: a pool
+// of 8 goroutines paused 9-10 s after each SENTINEL FAILOVER. The hold id's
+// next acquisition ends what is stale of it (fair_acquire.lua's step 1), but
+// a hold id that does not acquire again soon leaves it there.
+//
+// So each slot remembers what it left in Redis lately: the tokens of its
+// holds that ended and the queue entries it made (past), and when its owner
+// learns that its commands reach another server (the presence follows, or a
+// waiter's entry vanished), it sends them again: each release by its exact
+// token and each leave of its exact entry, which change nothing where they
+// already took effect.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/wire"
+)
+
+// replayWindow is how far back a replay reaches: exits made earlier are
+// forgotten. A gentle failover loses the writes of the second or so
+// between the promotion and the clients' switch; the window covers a
+// switch that takes longer (a partition, a slow Sentinel), up to it.
+// replayPerSlot bounds what one slot remembers: its latest exits.
+const (
+	replayWindow  = 30 * time.Second
+	replayPerSlot = 32
+	// replayEvery is the least time between two replays of one owner (each
+	// re-join after a vanished entry asks for one).
+	replayEvery = time.Second
+)
+
+// past is what one slot left in Redis lately (replay.go).
+type past struct {
+	mu      sync.Mutex
+	tokens  ring      // ended holds
+	entries ring      // queue entries made
+	inTurn  bool      // the slot is in a turn: its latest entry is in use
+	tracked time.Time // when it last told its owner (track)
+}
+
+type stamped struct {
+	at    time.Time
+	token int64
+	entry string
+}
+
+// ring keeps the latest replayPerSlot exits of a kind, made at first use:
+// no allocation after it, on the hot path.
+type ring struct {
+	buf  []stamped
+	next int // where the next one goes
+	n    int // how many it holds
+}
+
+func (r *ring) add(x stamped) {
+	if r.buf == nil {
+		r.buf = make([]stamped, replayPerSlot)
+	}
+	r.buf[r.next] = x
+	r.next = (r.next + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+}
+
+// since returns those made no earlier than from, the oldest first, and
+// whether the latest of all is among them.
+func (r *ring) since(from time.Time) (xs []stamped, latest bool) {
+	for i := range r.n {
+		x := r.buf[(r.next-r.n+i+len(r.buf))%len(r.buf)]
+		if !x.at.Before(from) {
+			xs = append(xs, x)
+			latest = i == r.n-1
+		}
+	}
+	return xs, latest
+}
+
+// track registers s with its owner, for a replay to find, at most every
+// quarter window (a slot counts as recent for the window and a quarter).
+// The owner forgets slots idle longer as it goes: a program that makes and
+// drops handles keeps only the recent ones.
+func (s *slot) track(now time.Time) {
+	p := s.past
+	if !p.tracked.IsZero() && now.Sub(p.tracked) < replayWindow/4 {
+		return
+	}
+	p.tracked = now
+	o := s.h.Owner
+	o.pastMu.Lock()
+	if o.pasts == nil {
+		o.pasts = map[*slot]time.Time{}
+	}
+	o.pasts[s] = now
+	if len(o.pasts) >= o.prunedAt {
+		for old, at := range o.pasts {
+			if now.Sub(at) > replayWindow+replayWindow/4 {
+				delete(o.pasts, old)
+			}
+		}
+		o.prunedAt = 2*len(o.pasts) + 64
+	}
+	o.pastMu.Unlock()
+}
+
+// entryMade records a queue entry of s.
+func (s *slot) entryMade(entry string) {
+	if s.past == nil {
+		return
+	}
+	now := s.h.Config.Clock.Now()
+	s.past.mu.Lock()
+	s.past.entries.add(stamped{at: now, entry: entry})
+	s.track(now)
+	s.past.mu.Unlock()
+}
+
+// holdEnded records the end of s's hold with token.
+func (s *slot) holdEnded(token int64) {
+	if s.past == nil {
+		return
+	}
+	now := s.h.Config.Clock.Now()
+	s.past.mu.Lock()
+	s.past.tokens.add(stamped{at: now, token: token})
+	s.track(now)
+	s.past.mu.Unlock()
+}
+
+// turn records whether s is in a turn.
+func (s *slot) turn(in bool) {
+	if s.past == nil {
+		return
+	}
+	s.past.mu.Lock()
+	s.past.inTurn = in
+	s.past.mu.Unlock()
+}
+
+// suspect is told when Redis answered that a hold the owner counted on is
+// gone (a release, a renewal or a claim found it so): the commands may
+// reach a promoted replica. The owner replays its exits, and, with a
+// presence, checks at once where its subscription is; and it moves the
+// waiters' hub.
+func (o *Owner) suspect() {
+	o.replay()
+	// The waiters' hub moves to where the commands go now (a new
+	// connection, on the same server if nothing failed over: its waiters
+	// try once more), whatever a check finds: one may be running already.
+	o.followHubs()
+	if o.presence != nil {
+		o.presence.checkSoon()
+	}
+}
+
+// followHubs moves the waiters' hub where the commands go now
+// (inbox.Hubs.Follow), in the background; Close waits for it.
+// One that runs already serves a second: both were asked after the
+// commands had moved.
+func (o *Owner) followHubs() {
+	if !o.following.CompareAndSwap(false, true) {
+		return
+	}
+	o.hubs.ProbeBackground(1)
+	if !o.cleanups.add(&o.closed) {
+		o.hubs.ProbeBackground(-1)
+		o.following.Store(false)
+		return
+	}
+	go func() {
+		defer o.hubs.ProbeBackground(-1)
+		defer o.cleanups.done()
+		defer o.following.Store(false)
+		o.hubs.Follow()
+	}()
+}
+
+// AskReplay asks h's owner to replay its recent exits (Owner.replay): a
+// waiter found its entry gone before its wait timeout, as a failover to a
+// replica leaves it.
+func (h Agent) AskReplay() { h.Owner.replay() }
+
+// replay sends again, in the background, the releases and leaves of the
+// owner's slots within the window (see above); at most once per
+// replayEvery. Close waits for it.
+func (o *Owner) replay() {
+	now := o.clock.Now()
+	o.pastMu.Lock()
+	if !o.replayed.IsZero() && now.Sub(o.replayed) < replayEvery {
+		o.pastMu.Unlock()
+		return
+	}
+	o.replayed = now
+	var slots []*slot
+	for s, at := range o.pasts {
+		if now.Sub(at) > replayWindow+replayWindow/4 {
+			delete(o.pasts, s)
+			continue
+		}
+		slots = append(slots, s)
+	}
+	o.pastMu.Unlock()
+	if len(slots) == 0 || !o.cleanups.add(&o.closed) {
+		return
+	}
+	o.hubs.ProbeBackground(1)
+	go func() {
+		defer o.hubs.ProbeBackground(-1)
+		defer o.cleanups.done()
+		for _, s := range slots {
+			s.replay(now)
+		}
+	}()
+}
+
+// replay sends again s's releases and leaves within the window before now:
+// every entry but the one its turn uses now, if it is in one.
+func (s *slot) replay(now time.Time) {
+	p := s.past
+	from := now.Add(-replayWindow)
+	p.mu.Lock()
+	tokens, _ := p.tokens.since(from)
+	entries, latest := p.entries.since(from)
+	if latest && p.inTurn {
+		entries = entries[:len(entries)-1] // the entry its turn uses now
+	}
+	p.mu.Unlock()
+	h := s.h
+	ctx, cancel := context.WithTimeout(context.Background(), h.Config.CleanupTimeout)
+	defer cancel()
+	if h.Leave != nil {
+		for _, e := range entries {
+			_ = h.Call(h.Leave).Run(ctx, h.Client, h.Mode(),
+				wire.Leave{Owner: h.IDArg(), Entry: e.entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+		}
+	}
+	for _, t := range tokens {
+		for range maxReleases {
+			status, err := release(ctx, h, t.token)
+			if err != nil || status != wire.StillHeld {
+				break
+			}
+		}
+	}
+}
