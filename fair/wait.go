@@ -387,8 +387,8 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 			"or the owner's presence connection was gone for the grace and the waiter was passed over as dead); re-joining at the tail",
 			"entry", q.entry, "new_entry", entry, "silent", silent)
 		// Its owner's other releases and leaves of the last moments may
-		// be lost too.
-		q.h.AskReplay()
+		// be lost too, and its hub left on the old master.
+		q.h.EntryVanished()
 	} else {
 		q.h.Info("waiter was evicted from the queue after a stall longer than its wait timeout; re-joining at the tail",
 			"entry", q.entry, "new_entry", entry, "silent", silent)

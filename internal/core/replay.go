@@ -12,8 +12,9 @@ package core
 //
 // So each slot remembers what it left in Redis lately: the tokens of its
 // holds that ended and the queue entries it made (past), and when its owner
-// learns that its commands reach another server (the presence follows, or a
-// waiter's entry vanished), it sends them again: each release by its exact
+// learns that its commands may reach another server (Redis answers that a
+// hold it counted on is gone, a waiter's entry vanished, or the presence
+// follows the master), it sends them again: each release by its exact
 // token and each leave of its exact entry, which change nothing where they
 // already took effect.
 
@@ -145,8 +146,8 @@ func (s *slot) turn(in bool) {
 }
 
 // suspect is told when Redis answered that a hold the owner counted on is
-// gone (a release, a renewal or a claim found it so): the commands may
-// reach a promoted replica. The owner replays its exits, and, with a
+// gone (a release, a renewal or a claim found it so), or that a waiter's
+// entry is (EntryVanished): the commands may reach a promoted replica. The owner replays its exits, and, with a
 // presence, checks at once where its subscription is; and it moves the
 // waiters' hub.
 func (o *Owner) suspect() {
@@ -182,10 +183,10 @@ func (o *Owner) followHubs() {
 	}()
 }
 
-// AskReplay asks h's owner to replay its recent exits (Owner.replay): a
-// waiter found its entry gone before its wait timeout, as a failover to a
-// replica leaves it.
-func (h Agent) AskReplay() { h.Owner.replay() }
+// EntryVanished tells h's owner that a waiter found its entry gone before
+// its wait timeout, as a failover to a replica leaves it: the owner acts
+// as on any sign that its commands may reach another server (suspect).
+func (h Agent) EntryVanished() { h.Owner.suspect() }
 
 // replay sends again, in the background, the releases and leaves of the
 // owner's slots within the window (see above); at most once per
