@@ -15,7 +15,8 @@ const DefaultWaitTimeout = 10 * time.Second
 // WithLogger, WithCleanupTimeout, WithWaitTimeout, WithObserver.
 type Option struct{ everywhere }
 
-// MutexOption (WithReplicas) configures fair.New, reentrant.New, NewRedLock.
+// MutexOption (WithReplicas) configures fair.New, reentrant.New and
+// multi.NewRedLock.
 type MutexOption struct{ mutexesOnly }
 
 type (
