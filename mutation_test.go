@@ -951,6 +951,14 @@ var mutations = []struct {
 		checks: 1,
 	},
 	{
+		name:   "failover: a replayed leave keeps the hand-off to the entry it leaves",
+		file:   "fair_leave.lua",
+		from:   "if who == owner and s.e == entry then",
+		to:     "if false then",
+		spec:   scenarioSpec(staleEntryGivesItBack),
+		checks: 1,
+	},
+	{
 		name:   "failover: an owner never learns that its subscription is not on the master",
 		file:   "session.lua",
 		from:   "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",

@@ -548,44 +548,47 @@ func TestExitsAFailoverUndidAreSentAgain(t *testing.T) {
 	for _, present := range []bool{true, false} {
 		t.Run(fmt.Sprintf("presence=%v", present), func(t *testing.T) {
 			redistest.NoLeaks(t)
-			exitsAFailoverUndidAreSentAgain(t, present)
+			exitsAFailoverUndidAreSentAgain(t, lua.Default(), present)
 		})
 	}
 }
 
-func exitsAFailoverUndidAreSentAgain(t *testing.T, present bool) {
+func exitsAFailoverUndidAreSentAgain(t tb, scripts *lua.Scripts, present bool) {
+	t.Helper()
 	d := newSwapped(t)
 	defer d.stop()
 	ctx := context.Background()
-	o := redistest.OwnerOn(d.client(), d.clk, lua.Default())
+	var o *fairlock.Owner
 	if present {
 		var err error
-		if o, err = redistest.PresentOwner(d.client(), d.clk, lua.Default()); err != nil {
-			t.Fatal(err)
+		if o, err = redistest.PresentOwner(d.client(), d.clk, scripts); err != nil {
+			t.Fatalf("%v", err)
 		}
 		defer func() { _ = o.Close(ctx) }()
+	} else {
+		o = redistest.OwnerOn(d.client(), d.clk, scripts)
 	}
 	h, _ := fair.New(o, "undone-exits")
 	w, _ := fair.New(o, "undone-exits")
 	other, _ := fair.New(o, "undone-exits")
 	if err := h.Lock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	got := make(chan error, 1)
 	go func() { got <- w.Lock(ctx) }()
 	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
 	d.replicate(t) // the replica has h's hold and w's entry, and nothing after
 	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if err := <-got; err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if err := w.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if err := h.Lock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	go func() { got <- w.Lock(ctx) }() // queued again, under a new entry
 	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
@@ -611,7 +614,6 @@ func exitsAFailoverUndidAreSentAgain(t *testing.T, present bool) {
 			return len(got)+len(took) > 0 || redistest.Asleep() == 2 && redistest.Unread() == 0
 		})
 	}
-	t.Logf("the lock moved on %v after the failover", d.clk.Now().Sub(swapped))
 	// Whoever took it first releases it; the other takes it then (the
 	// message of its turn may have gone to the old master: its heartbeat
 	// tells it, within a third of its wait timeout).
@@ -621,15 +623,15 @@ func exitsAFailoverUndidAreSentAgain(t *testing.T, present bool) {
 		first, second, firstDone, secondDone = other, w, took, got
 	}
 	if err := <-firstDone; err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if err := first.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	released := d.clk.Now()
 	for len(secondDone) == 0 {
 		if d.clk.Now().Sub(released) > fairlock.DefaultWaitTimeout/2 {
-			t.Fatal("the second waiter did not take the lock after the first released it")
+			t.Fatalf("the second waiter did not take the lock after the first released it")
 		}
 		d.clk.Advance(10 * time.Millisecond)
 		waitFor(t, "the waiter to sleep or hold", func() bool {
@@ -637,9 +639,80 @@ func exitsAFailoverUndidAreSentAgain(t *testing.T, present bool) {
 		})
 	}
 	if err := <-secondDone; err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	if err := second.Unlock(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
+	}
+}
+
+// A queue entry the new master handed the lock to, though its waiter had
+// left it on the old master, is given back when the owner replays its
+// exits. The replica had the waiter's entry and a holder's hold with a
+// fixed lease of a second; on the old master the waiter then took the lock
+// and released it, and went idle. On the new master the hold runs out and
+// the next acquisition hands the lock to that entry: its owner lives, so
+// nobody passes it over. The replayed leave of the entry gives the grant
+// back (fair_leave.lua), and the lock goes to the live waiter behind;
+// before, it waited for the entry's wait timeout.
+func TestAStaleEntryHandedTheLockAfterAFailoverGivesItBack(t *testing.T) {
+	redistest.NoLeaks(t)
+	staleEntryGivesItBack(t, lua.Default())
+}
+
+func staleEntryGivesItBack(t tb, scripts *lua.Scripts) {
+	t.Helper()
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	o, err := redistest.PresentOwner(d.client(), d.clk, scripts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer func() { _ = o.Close(ctx) }()
+	h, _ := fair.New(o, "stale-entry")
+	w, _ := fair.New(o, "stale-entry")
+	other, _ := fair.New(o, "stale-entry")
+	if ok, err := h.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitFor(t, "the waiter to sleep", func() bool { return redistest.Asleep() == 1 })
+	d.replicate(t) // the replica has h's hold and w's entry
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	d.clk.Advance(core.PresencePoll) // the releases' second looks
+	waitFor(t, "the second looks", func() bool { return redistest.Background() == 0 })
+	d.master.Store(1)
+	d.clk.Advance(time.Second) // h's hold runs out on the new master
+	swapped := d.clk.Now()
+	took := make(chan error, 1)
+	go func() { took <- other.Lock(ctx) }() // hands the lock to w's old entry, and queues
+	for len(took) == 0 {
+		if d.clk.Now().Sub(swapped) > 4*core.PresenceGrace {
+			t.Fatalf("the live waiter did not take the lock within %v: the grant to the entry its waiter left stands", d.clk.Now().Sub(swapped))
+		}
+		d.clk.Advance(10 * time.Millisecond)
+		waitFor(t, "the owner to settle", func() bool {
+			if redistest.Background() != 0 || !redistest.PresenceConfirmed(o) {
+				d.clk.Advance(0)
+				return false
+			}
+			return len(took) > 0 || redistest.Asleep() == 1 && redistest.Unread() == 0
+		})
+	}
+	if err := <-took; err != nil {
+		t.Fatalf("%v", err)
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatalf("%v", err)
 	}
 }

@@ -215,36 +215,59 @@ func (o *Owner) replay() {
 	go func() {
 		defer o.hubs.ProbeBackground(-1)
 		defer o.cleanups.done()
+		ctx, cancel := context.WithTimeout(context.Background(), o.cfgCleanup(slots))
+		defer cancel()
+		// Every leave first: a release replayed then hands the lock past
+		// the entries that were left, not to one of them.
 		for _, s := range slots {
-			s.replay(now)
+			s.replayLeaves(ctx, now)
+		}
+		for _, s := range slots {
+			s.replayReleases(ctx, now)
 		}
 	}()
 }
 
-// replay sends again s's releases and leaves within the window before now:
+// cfgCleanup is the bound of a replay: the longest cleanup timeout of the
+// slots' handles.
+func (o *Owner) cfgCleanup(slots []*slot) time.Duration {
+	var d time.Duration
+	for _, s := range slots {
+		d = max(d, s.h.Config.CleanupTimeout)
+	}
+	return d
+}
+
+// replayLeaves sends again s's leaves within the window before now: of
 // every entry but the one its turn uses now, if it is in one.
-func (s *slot) replay(now time.Time) {
+func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
+	h := s.h
+	if h.Leave == nil {
+		return
+	}
 	p := s.past
-	from := now.Add(-replayWindow)
 	p.mu.Lock()
-	tokens, _ := p.tokens.since(from)
-	entries, latest := p.entries.since(from)
+	entries, latest := p.entries.since(now.Add(-replayWindow))
 	if latest && p.inTurn {
 		entries = entries[:len(entries)-1] // the entry its turn uses now
 	}
 	p.mu.Unlock()
-	h := s.h
-	ctx, cancel := context.WithTimeout(context.Background(), h.Config.CleanupTimeout)
-	defer cancel()
-	if h.Leave != nil {
-		for _, e := range entries {
-			_ = h.Call(h.Leave).Run(ctx, h.Client, h.Mode(),
-				wire.Leave{Owner: h.IDArg(), Entry: e.entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
-		}
+	for _, e := range entries {
+		_ = h.Call(h.Leave).Run(ctx, h.Client, h.Mode(),
+			wire.Leave{Owner: h.IDArg(), Entry: e.entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 	}
+}
+
+// replayReleases sends again the releases of s's holds that ended within
+// the window before now, every level of a re-entry.
+func (s *slot) replayReleases(ctx context.Context, now time.Time) {
+	p := s.past
+	p.mu.Lock()
+	tokens, _ := p.tokens.since(now.Add(-replayWindow))
+	p.mu.Unlock()
 	for _, t := range tokens {
 		for range maxReleases {
-			status, err := release(ctx, h, t.token)
+			status, err := release(ctx, s.h, t.token)
 			if err != nil || status != wire.StillHeld {
 				break
 			}
