@@ -1125,7 +1125,7 @@ func (s *spec) settle() {
 				running++
 			}
 		}
-		if running == redistest.Asleep() && redistest.Unread() == 0 {
+		if running == redistest.Asleep() && redistest.Unread() == 0 && redistest.Following() == 0 {
 			st := s.inspect()
 			if !s.grantPending(st) {
 				// Every message a script publishes comes with a new

@@ -636,7 +636,7 @@ func (p *presence) follow(since time.Time, why error) {
 	p.o.followHubs()
 	// Its releases and leaves of the last moments may have reached only
 	// the old master.
-	p.o.replay()
+	_ = p.o.replay(true)
 }
 
 // PresenceAlive returns o's alive (zero without WithPresence): a test that

@@ -11,7 +11,8 @@ package core
 // a hold id that does not acquire again soon leaves it there.
 //
 // So each slot remembers what it left in Redis lately: the tokens of its
-// holds that ended and the queue entries it made (past), and when its owner
+// holds that ended and the queue entries of its turns that ended (past),
+// never those of a turn under way, and when its owner
 // learns that its commands may reach another server (Redis answers that a
 // hold it counted on is gone, a waiter's entry vanished, or the presence
 // follows the master), it sends them again: each release by its exact
@@ -42,9 +43,14 @@ const (
 // past is what one slot left in Redis lately (replay.go).
 type past struct {
 	mu      sync.Mutex
-	tokens  ring      // ended holds
-	entries ring      // queue entries made
-	inTurn  bool      // the slot is in a turn: its latest entry is in use
+	tokens  ring // ended holds
+	entries ring // queue entries of ended turns
+	// current are the entries of the slot's turn under way (its wait's,
+	// a re-join's, its re-entries'), which no replay may leave: one of
+	// them may be the live hold's, handed to it and not yet claimed. They
+	// join entries when the turn ends.
+	current []string
+	inTurn  bool
 	tracked time.Time // when it last told its owner (track)
 }
 
@@ -71,17 +77,14 @@ func (r *ring) add(x stamped) {
 	r.n = min(r.n+1, len(r.buf))
 }
 
-// since returns those made no earlier than from, the oldest first, and
-// whether the latest of all is among them.
-func (r *ring) since(from time.Time) (xs []stamped, latest bool) {
+// since returns those made no earlier than from, the oldest first.
+func (r *ring) since(from time.Time) (xs []stamped) {
 	for i := range r.n {
-		x := r.buf[(r.next-r.n+i+len(r.buf))%len(r.buf)]
-		if !x.at.Before(from) {
+		if x := r.buf[(r.next-r.n+i+len(r.buf))%len(r.buf)]; !x.at.Before(from) {
 			xs = append(xs, x)
-			latest = i == r.n-1
 		}
 	}
-	return xs, latest
+	return xs
 }
 
 // track registers s with its owner, for a replay to find, at most every
@@ -111,16 +114,19 @@ func (s *slot) track(now time.Time) {
 	o.pastMu.Unlock()
 }
 
-// entryMade records a queue entry of s.
+// entryMade records a queue entry of s's turn.
 func (s *slot) entryMade(entry string) {
 	if s.past == nil {
 		return
 	}
-	now := s.h.Config.Clock.Now()
-	s.past.mu.Lock()
-	s.past.entries.add(stamped{at: now, entry: entry})
-	s.track(now)
-	s.past.mu.Unlock()
+	p := s.past
+	p.mu.Lock()
+	if len(p.current) == replayPerSlot { // a long hold's many re-entries: the latest count
+		copy(p.current, p.current[1:])
+		p.current = p.current[:replayPerSlot-1]
+	}
+	p.current = append(p.current, entry)
+	p.mu.Unlock()
 }
 
 // holdEnded records the end of s's hold with token.
@@ -135,48 +141,63 @@ func (s *slot) holdEnded(token int64) {
 	s.past.mu.Unlock()
 }
 
-// turn records whether s is in a turn.
+// turn records that s's turn begins (in) or ended: the entries it made
+// become past then.
 func (s *slot) turn(in bool) {
-	if s.past == nil {
+	p := s.past
+	if p == nil {
 		return
 	}
-	s.past.mu.Lock()
-	s.past.inTurn = in
-	s.past.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if in == p.inTurn {
+		return
+	}
+	p.inTurn = in
+	if in || len(p.current) == 0 {
+		return
+	}
+	now := s.h.Config.Clock.Now()
+	for _, e := range p.current {
+		p.entries.add(stamped{at: now, entry: e})
+	}
+	p.current = p.current[:0]
+	s.track(now)
 }
 
 // suspect is told when Redis answered that a hold the owner counted on is
 // gone (a release, a renewal or a claim found it so), or that a waiter's
-// entry is (EntryVanished): the commands may reach a promoted replica. The owner replays its exits, and, with a
-// presence, checks at once where its subscription is; and it moves the
-// waiters' hub.
+// entry is (EntryVanished): the commands may reach a promoted replica. The
+// owner replays its exits, and, with a presence, checks at once where its
+// subscription is (its follow moves the waiters' hub too). Without a
+// presence nothing says where the hub should be: a lost hold or a vanished
+// entry may as well be a lease that ran out or a partition, and moving the
+// hub then would only churn connections.
 func (o *Owner) suspect() {
-	o.replay()
-	// The waiters' hub moves to where the commands go now (a new
-	// connection, on the same server if nothing failed over: its waiters
-	// try once more), whatever a check finds: one may be running already.
-	o.followHubs()
+	if !o.replay(false) {
+		return // one came within replayEvery
+	}
 	if o.presence != nil {
 		o.presence.checkSoon()
 	}
 }
 
 // followHubs moves the waiters' hub where the commands go now
-// (inbox.Hubs.Follow), in the background; Close waits for it.
-// One that runs already serves a second: both were asked after the
-// commands had moved.
+// (inbox.Hubs.Follow), in the background; Close waits for it. One that
+// runs already serves a second: both were asked after the commands had
+// moved.
 func (o *Owner) followHubs() {
 	if !o.following.CompareAndSwap(false, true) {
 		return
 	}
-	o.hubs.ProbeBackground(1)
+	o.hubs.ProbeFollowing(1)
 	if !o.cleanups.add(&o.closed) {
-		o.hubs.ProbeBackground(-1)
+		o.hubs.ProbeFollowing(-1)
 		o.following.Store(false)
 		return
 	}
 	go func() {
-		defer o.hubs.ProbeBackground(-1)
+		defer o.hubs.ProbeFollowing(-1)
 		defer o.cleanups.done()
 		defer o.following.Store(false)
 		o.hubs.Follow()
@@ -189,14 +210,15 @@ func (o *Owner) followHubs() {
 func (h Agent) EntryVanished() { h.Owner.suspect() }
 
 // replay sends again, in the background, the releases and leaves of the
-// owner's slots within the window (see above); at most once per
-// replayEvery. Close waits for it.
-func (o *Owner) replay() {
+// owner's slots within the window (see above); unless sure (the presence
+// found its subscription elsewhere), at most once per replayEvery: it
+// reports false when one came within it. Close waits for it.
+func (o *Owner) replay(sure bool) bool {
 	now := o.clock.Now()
 	o.pastMu.Lock()
-	if !o.replayed.IsZero() && now.Sub(o.replayed) < replayEvery {
+	if !sure && !o.replayed.IsZero() && now.Sub(o.replayed) < replayEvery {
 		o.pastMu.Unlock()
-		return
+		return false
 	}
 	o.replayed = now
 	var slots []*slot
@@ -209,11 +231,11 @@ func (o *Owner) replay() {
 	}
 	o.pastMu.Unlock()
 	if len(slots) == 0 || !o.cleanups.add(&o.closed) {
-		return
+		return true
 	}
-	o.hubs.ProbeBackground(1)
+	o.hubs.ProbeFollowing(1)
 	go func() {
-		defer o.hubs.ProbeBackground(-1)
+		defer o.hubs.ProbeFollowing(-1)
 		defer o.cleanups.done()
 		ctx, cancel := context.WithTimeout(context.Background(), o.cfgCleanup(slots))
 		defer cancel()
@@ -226,6 +248,7 @@ func (o *Owner) replay() {
 			s.replayReleases(ctx, now)
 		}
 	}()
+	return true
 }
 
 // cfgCleanup is the bound of a replay: the longest cleanup timeout of the
@@ -238,8 +261,8 @@ func (o *Owner) cfgCleanup(slots []*slot) time.Duration {
 	return d
 }
 
-// replayLeaves sends again s's leaves within the window before now: of
-// every entry but the one its turn uses now, if it is in one.
+// replayLeaves sends again the leaves of s's entries of turns that ended
+// within the window before now.
 func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
 	h := s.h
 	if h.Leave == nil {
@@ -247,10 +270,7 @@ func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
 	}
 	p := s.past
 	p.mu.Lock()
-	entries, latest := p.entries.since(now.Add(-replayWindow))
-	if latest && p.inTurn {
-		entries = entries[:len(entries)-1] // the entry its turn uses now
-	}
+	entries := p.entries.since(now.Add(-replayWindow))
 	p.mu.Unlock()
 	for _, e := range entries {
 		_ = h.Call(h.Leave).Run(ctx, h.Client, h.Mode(),
@@ -263,7 +283,7 @@ func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
 func (s *slot) replayReleases(ctx context.Context, now time.Time) {
 	p := s.past
 	p.mu.Lock()
-	tokens, _ := p.tokens.since(now.Add(-replayWindow))
+	tokens := p.tokens.since(now.Add(-replayWindow))
 	p.mu.Unlock()
 	for _, t := range tokens {
 		for range maxReleases {

@@ -5,21 +5,19 @@ import (
 	"time"
 )
 
-// A slot's ring keeps its latest exits, the oldest first, and says whether
-// the latest of all is among those asked for (a replay leaves out the entry
-// a turn uses now).
+// A slot's ring keeps its latest exits, the oldest first.
 func TestRingKeepsTheLatestExits(t *testing.T) {
 	var r ring
 	t0 := time.Unix(1000, 0)
-	if xs, latest := r.since(t0); len(xs) != 0 || latest {
-		t.Fatalf("empty ring: %v, %v", xs, latest)
+	if xs := r.since(t0); len(xs) != 0 {
+		t.Fatalf("empty ring: %v", xs)
 	}
 	for i := range replayPerSlot + 5 {
 		r.add(stamped{at: t0.Add(time.Duration(i) * time.Second), token: int64(i)})
 	}
-	xs, latest := r.since(t0)
-	if len(xs) != replayPerSlot || !latest {
-		t.Fatalf("got %d exits (latest %v); want the last %d, the latest among them", len(xs), latest, replayPerSlot)
+	xs := r.since(t0)
+	if len(xs) != replayPerSlot {
+		t.Fatalf("got %d exits; want the last %d", len(xs), replayPerSlot)
 	}
 	for i, x := range xs {
 		if want := int64(5 + i); x.token != want {
@@ -27,10 +25,10 @@ func TestRingKeepsTheLatestExits(t *testing.T) {
 		}
 	}
 	last := t0.Add(time.Duration(replayPerSlot+4) * time.Second)
-	if xs, latest := r.since(last); len(xs) != 1 || !latest || xs[0].token != int64(replayPerSlot+4) {
-		t.Fatalf("since the latest: %v, %v", xs, latest)
+	if xs := r.since(last); len(xs) != 1 || xs[0].token != int64(replayPerSlot+4) {
+		t.Fatalf("since the latest: %v", xs)
 	}
-	if xs, latest := r.since(last.Add(time.Nanosecond)); len(xs) != 0 || latest {
-		t.Fatalf("since after the latest: %v, %v", xs, latest)
+	if xs := r.since(last.Add(time.Nanosecond)); len(xs) != 0 {
+		t.Fatalf("since after the latest: %v", xs)
 	}
 }

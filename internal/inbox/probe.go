@@ -21,6 +21,11 @@ type Probe interface {
 	// Background: a call whose caller may stop waiting for it (Bounded)
 	// started (+1) or ended (-1).
 	Background(delta int)
+	// Following: the owner began (+1) or ended (-1) following the master
+	// (a replay of its recent exits, a move of its hub): background work
+	// whose scripts may hand the lock on, unasked by any caller. It is
+	// counted as Background too.
+	Following(delta int)
 	// Hub: a hub began reading; flush returns once it has read all that
 	// was published to it before (at once if it has no channel), done is
 	// closed when it stops reading.
@@ -31,6 +36,16 @@ type Probe interface {
 // waiting for it (core.Bounded): started (+1) or ended (-1).
 func (hs *Hubs) ProbeBackground(delta int) {
 	if hs.probe != nil {
+		hs.probe.Background(delta)
+	}
+}
+
+// ProbeFollowing tells hs's probe, if any, that its owner began (+1) or
+// ended (-1) following the master (Probe.Following); it counts as
+// Background too.
+func (hs *Hubs) ProbeFollowing(delta int) {
+	if hs.probe != nil {
+		hs.probe.Following(delta)
 		hs.probe.Background(delta)
 	}
 }

@@ -21,7 +21,7 @@ import (
 const SyncMarker = inbox.FlushMarker
 
 type probe struct {
-	asleep, unread, background atomic.Int64
+	asleep, unread, background, following atomic.Int64
 
 	mu   sync.Mutex
 	hubs []hubFlush // the hubs of the tests' owners, until they stop
@@ -35,6 +35,7 @@ type hubFlush struct {
 func (p *probe) Asleep(delta int)     { p.asleep.Add(int64(delta)) }
 func (p *probe) Unread(delta int)     { p.unread.Add(int64(delta)) }
 func (p *probe) Background(delta int) { p.background.Add(int64(delta)) }
+func (p *probe) Following(delta int)  { p.following.Add(int64(delta)) }
 
 func (p *probe) Hub(flush func(ctx context.Context) error, done <-chan struct{}) {
 	p.mu.Lock()
@@ -76,6 +77,12 @@ func Unread() int { return int(theProbe.unread.Load()) }
 // queue, undoing a grant) run that their caller may have stopped waiting
 // for.
 func Background() int { return int(theProbe.background.Load()) }
+
+// Following returns how many owners, in this process, are following the
+// master after a sign of a failover (a replay of their exits, a move of
+// their hub): background work whose scripts may hand a lock on unasked. A
+// specification's step waits for none before it checks.
+func Following() int { return int(theProbe.following.Load()) }
 
 // SyncHubs returns once every hub of the tests' owners has read all that
 // was published to it before the call. Each hub gets a marker on one of its
