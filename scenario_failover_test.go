@@ -722,3 +722,65 @@ func staleEntryGivesItBack(t tb, scripts *lua.Scripts) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// blockNext holds the next command sent once armed until release is
+// closed: a release in flight.
+type blockNext struct {
+	armed   atomic.Bool
+	sent    chan struct{}
+	release chan struct{}
+}
+
+func (b *blockNext) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b *blockNext) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if b.armed.CompareAndSwap(true, false) {
+			close(b.sent)
+			<-b.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (b *blockNext) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An Unlock whose hold is given up for lost while its release runs
+// returns ErrLockLost, as Lost said, though Redis still had the hold for
+// the release to end. A newcomer saw Unlock return nil after Lost had
+// closed, in a forced failover (the presence could not confirm the hold
+// while the release waited on the hung old master). Here the hold's fixed
+// lease runs out as the client counts it (a safety margin before Redis's)
+// while the release is held back.
+func TestAnUnlockOfAHoldLostMeanwhileSaysLost(t *testing.T) {
+	redistest.NoLeaks(t)
+	mr, clk := fakeServer(t)
+	defer mr.Close()
+	b := &blockNext{sent: make(chan struct{}), release: make(chan struct{})}
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer func() { _ = c.Close() }()
+	c.AddHook(b)
+	m, err := fair.New(redistest.OwnerOn(c, clk, lua.Default()), "lost-meanwhile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if ok, err := m.TryLock(ctx, 0, time.Second); !ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	b.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- m.Unlock(ctx) }()
+	<-b.sent
+	clk.Advance(990 * time.Millisecond) // past the client's count of the lease, not Redis's
+	waitFor(t, "the hold to be given up for lost", func() bool { return isClosed(m.Lost()) })
+	close(b.release)
+	if err := <-done; !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("Unlock of a hold given up for lost while its release ran = %v; want ErrLockLost, as Lost said", err)
+	}
+	if locked, err := m.IsLocked(ctx); locked || err != nil {
+		t.Fatalf("after the Unlock the lock is held (%v, %v): the release must still end the hold Redis had", locked, err)
+	}
+}

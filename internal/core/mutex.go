@@ -394,9 +394,17 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 		return ErrLockLost
 	default:
 		m.forget(h)
-		h.end(ErrReleased, "")
+		ended := h.end(ErrReleased, "")
 		if status == wire.ReleasedWatch {
 			m.h.watchHandOff()
+		}
+		if !ended && h.IsLost() {
+			// The hold was given up for lost while its release ran (the
+			// presence could not confirm it, its lease ran out as this
+			// client counts it): its holder was told so (Lost closed),
+			// and Unlock says the same, though Redis still had it for the
+			// release to end.
+			return ErrLockLost
 		}
 		return nil
 	}

@@ -340,6 +340,12 @@ func (p *presence) cameUp() {
 		for _, h := range p.o.heldWhere(func(h *hold) bool { return h.sentAt().Before(now) }) {
 			h.confirmAfterBreak(restartGone)
 		}
+		// Subscribed again after a break, go-redis dialled where the
+		// commands go now: after a failover whose old master hangs
+		// (SIGSTOP, a partition), that is the new master, while the
+		// waiters' hub stays on the hung one until its own read times out
+		// (30 s). It moves too (a blip's cost: one new connection).
+		p.o.followHubs()
 	}
 	p.ups.Add(1)
 }
