@@ -622,10 +622,10 @@ func isReadOnly(err error) bool {
 // commands: the one confirmed at since is replaced by a new one, which
 // go-redis dials where the client's commands go now (Sentinel's master).
 // Until it is confirmed the presence is down, as after a break (why): its
-// jeopardy is armed, and its return renews every hold, on that server. The
-// waiters' hub moves too (inbox.Hubs.Follow). A
-// subscription that broke or came up again since the check began is left
-// alone: its own outcome stands.
+// jeopardy is armed, and its return renews every hold, on that server; the
+// waiters' hub moves then too (cameUp), and the owner's recent exits are
+// sent again (replay.go). A subscription that broke or came up again since
+// the check began is left alone: its own outcome stands.
 func (p *presence) follow(since time.Time, why error) {
 	p.mu.Lock()
 	if p.o.closed.Load() || !p.up.Load() || !p.since.Equal(since) {
@@ -637,11 +637,10 @@ func (p *presence) follow(since time.Time, why error) {
 	p.subscribeLocked()
 	p.mu.Unlock()
 	_ = old.Close()
-	// The waiters' inbox subscriptions were left on the same server: hand-offs
-	// published on the new master would reach none of them.
-	p.o.followHubs()
-	// Its releases and leaves of the last moments may have reached only
-	// the old master.
+	// The waiters' inbox subscriptions were left on the same server: they
+	// move when the new subscription comes up (cameUp, as after any
+	// break). Its releases and leaves of the last moments may have reached
+	// only the old master.
 	_ = p.o.replay(true)
 }
 
