@@ -12,12 +12,11 @@ package core
 //
 // So each slot remembers what it left in Redis lately: the tokens of its
 // holds that ended and the queue entries of its turns that ended (past),
-// never those of a turn under way, and when its owner
-// learns that its commands may reach another server (Redis answers that a
-// hold it counted on is gone, a waiter's entry vanished, or the presence
-// follows the master), it sends them again: each release by its exact
-// token and each leave of its exact entry, which change nothing where they
-// already took effect.
+// never those of a turn under way. When its owner learns that its commands
+// may reach another server (Redis answers that a hold it counted on is
+// gone, a waiter's entry vanished, or the presence follows the master), it
+// sends them again: each release by its exact token and each leave of its
+// exact entry, which change nothing where they already took effect.
 
 import (
 	"context"
