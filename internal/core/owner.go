@@ -72,7 +72,6 @@ type Owner struct {
 	pastMu   sync.Mutex
 	pasts    map[*slot]time.Time
 	prunedAt int // pasts' size at which track forgets the idle slots
-	replayed time.Time
 	// following: the waiters' hub is moving (followHubs).
 	following atomic.Bool
 }

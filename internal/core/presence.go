@@ -641,7 +641,7 @@ func (p *presence) follow(since time.Time, why error) {
 	// move when the new subscription comes up (cameUp, as after any
 	// break). Its releases and leaves of the last moments may have reached
 	// only the old master.
-	_ = p.o.replay(true)
+	p.o.replay()
 }
 
 // PresenceAlive returns o's alive (zero without WithPresence): a test that

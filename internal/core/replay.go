@@ -12,11 +12,12 @@ package core
 //
 // So each slot remembers what it left in Redis lately: the tokens of its
 // holds that ended and the queue entries of its turns that ended (past),
-// never those of a turn under way. When its owner learns that its commands
-// may reach another server (Redis answers that a hold it counted on is
-// gone, a waiter's entry vanished, or the presence follows the master), it
-// sends them again: each release by its exact token and each leave of its
-// exact entry, which change nothing where they already took effect.
+// never those of a turn under way. When its owner's presence follows the
+// master (a check found its subscription elsewhere; Redis answering that a
+// hold it counted on is gone, or a waiter finding its entry gone, asks for
+// that check at once), it sends them again: each release by its exact
+// token and each leave of its exact entry, which change nothing where they
+// already took effect. An owner without a presence replays nothing.
 
 import (
 	"context"
@@ -34,9 +35,6 @@ import (
 const (
 	replayWindow  = 30 * time.Second
 	replayPerSlot = 32
-	// replayEvery is the least time between two replays of one owner (each
-	// re-join after a vanished entry asks for one).
-	replayEvery = time.Second
 )
 
 // past is what one slot left in Redis lately (replay.go).
@@ -166,16 +164,15 @@ func (s *slot) turn(in bool) {
 
 // suspect is told when Redis answered that a hold the owner counted on is
 // gone (a release, a renewal or a claim found it so), or that a waiter's
-// entry is (EntryVanished): the commands may reach a promoted replica. The
-// owner replays its exits, and, with a presence, checks at once where its
-// subscription is (its follow moves the waiters' hub too). Without a
-// presence nothing says where the hub should be: a lost hold or a vanished
-// entry may as well be a lease that ran out or a partition, and moving the
-// hub then would only churn connections.
+// entry is (EntryVanished): the commands may reach a promoted replica.
+// With a presence, the owner checks at once where its subscription is: if
+// it is elsewhere, the owner follows, replays its exits and moves its
+// hub. These signs alone replay nothing: they may as well be a lease that
+// ran out or a partition, and a replayed release that ends a hold takes a
+// place in the lock's memory of releases that retried releases are
+// answered from (the specification caught a retry answered [0]). Without a
+// presence nothing is done.
 func (o *Owner) suspect() {
-	if !o.replay(false) {
-		return // one came within replayEvery
-	}
 	if o.presence != nil {
 		o.presence.checkSoon()
 	}
@@ -209,17 +206,11 @@ func (o *Owner) followHubs() {
 func (h Agent) EntryVanished() { h.Owner.suspect() }
 
 // replay sends again, in the background, the releases and leaves of the
-// owner's slots within the window (see above); unless sure (the presence
-// found its subscription elsewhere), at most once per replayEvery: it
-// reports false when one came within it. Close waits for it.
-func (o *Owner) replay(sure bool) bool {
+// owner's slots within the window (see above): the presence found its
+// subscription elsewhere (follow). Close waits for it.
+func (o *Owner) replay() {
 	now := o.clock.Now()
 	o.pastMu.Lock()
-	if !sure && !o.replayed.IsZero() && now.Sub(o.replayed) < replayEvery {
-		o.pastMu.Unlock()
-		return false
-	}
-	o.replayed = now
 	var slots []*slot
 	for s, at := range o.pasts {
 		if now.Sub(at) > replayWindow+replayWindow/4 {
@@ -230,7 +221,7 @@ func (o *Owner) replay(sure bool) bool {
 	}
 	o.pastMu.Unlock()
 	if len(slots) == 0 || !o.cleanups.add(&o.closed) {
-		return true
+		return
 	}
 	o.hubs.ProbeFollowing(1)
 	go func() {
@@ -247,7 +238,6 @@ func (o *Owner) replay(sure bool) bool {
 			s.replayReleases(ctx, now)
 		}
 	}()
-	return true
 }
 
 // cfgCleanup is the bound of a replay: the longest cleanup timeout of the
