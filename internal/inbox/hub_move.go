@@ -76,33 +76,44 @@ func (h *hub) move(name string, subs []*Sub) {
 	var stay []*Sub // already confirmed there: woken at once
 	first := false
 	for _, s := range subs {
-		s.mu.Lock()
-		if s.h != h {
-			s.mu.Unlock()
-			continue
-		}
-		to.mu.Lock()
-		ch := to.chans[name]
-		if ch == nil {
-			ch = &channel{ready: make(chan struct{}), moved: true}
-			to.chans[name] = ch
-			to.pending[name]++
-			first = true
-		}
-		s.h = to
-		to.attachLocked(ch, s)
-		if ch.confirmed {
+		ch, made, confirmed := to.adopt(h, name, s)
+		first = first || made
+		if ch != nil && confirmed {
 			stay = append(stay, s)
-		} else {
-			ch.moved = true // woken when confirmed
 		}
-		to.mu.Unlock()
-		s.mu.Unlock()
 	}
 	if first {
 		_ = to.ps.SSubscribe(ctx, name) // on error go-redis subscribes it again when it reconnects
 	}
 	wake(stay)
+}
+
+// adopt moves s, a waiter of from on channel name, to h, making the
+// channel there if h has none (made: the caller subscribes it). A channel
+// not yet confirmed wakes its waiters when it is (moved). It returns nil
+// if s had left from already (its Close came first), and whether the
+// channel was confirmed already (s is to be woken at once).
+func (h *hub) adopt(from *hub, name string, s *Sub) (ch *channel, made, confirmed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.h != from {
+		return nil, false, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch = h.chans[name]
+	if ch == nil {
+		ch = &channel{ready: make(chan struct{})}
+		h.chans[name] = ch
+		h.pending[name]++
+		made = true
+	}
+	s.h = h
+	h.attachLocked(ch, s)
+	if !ch.confirmed {
+		ch.moved = true
+	}
+	return ch, made, ch.confirmed
 }
 
 // wake tells each of subs to try again.
@@ -152,27 +163,14 @@ func (hs *Hubs) Follow() {
 	var stay []*Sub             // on a channel the new hub had confirmed already: woken at once
 	for name, och := range moving {
 		for _, s := range och.subs {
-			s.mu.Lock()
-			if s.h != old {
-				s.mu.Unlock()
-				continue
-			}
-			to.mu.Lock()
-			ch := to.chans[name]
-			if ch == nil {
-				ch = &channel{ready: make(chan struct{}), moved: true}
-				to.chans[name] = ch
-				to.pending[name]++
+			ch, made, confirmed := to.adopt(old, name, s)
+			if made {
 				names = append(names, name)
 				ready = append(ready, ch.ready)
 			}
-			s.h = to
-			to.attachLocked(ch, s)
-			if ch.confirmed {
+			if ch != nil && confirmed {
 				stay = append(stay, s)
 			}
-			to.mu.Unlock()
-			s.mu.Unlock()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
