@@ -997,7 +997,7 @@ func sameState(a, b fair.State) bool {
 }
 
 // releaseLog is a go-redis hook that keeps a process's last release that
-// ended its hold (answered {1}), to replay it as a late retry, and counts
+// ended its hold (answered {1} or {1, 1}), to replay it as a late retry, and counts
 // every such release of every process (undoing ones too: they are kept in
 // the same memory of released tokens).
 type releaseLog struct {
@@ -1027,7 +1027,9 @@ func (r *releaseLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		if res, ok := reply(cmd); ok {
-			if len(res) == 1 && res[0] == int64(1) {
+			// {1}, or {1, 1}: ended, and handed to a waiter that keeps a
+			// presence. Both note the token among the released ones.
+			if len(res) >= 1 && res[0] == int64(1) {
 				n := r.seq.Add(1)
 				// owner, request, token, publish, channel: no request to undo.
 				if len(args) == 3+3+5 {
