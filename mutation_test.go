@@ -961,7 +961,7 @@ var mutations = []struct {
 	{
 		name:   "failover: an owner never learns that its subscription is not on the master",
 		file:   "session.lua",
-		from:   "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",
+		from:   "return redis.call('PUBSUB', 'NUMSUB', ARGV[1] or KEYS[1])[2]",
 		to:     "return 1",
 		spec:   scenarioSpec(failoverKeepsTheLiveHold),
 		checks: 1,

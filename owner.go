@@ -21,10 +21,10 @@ type Owner struct {
 // NewOwner returns an owner on client, any UniversalClient but a *redis.Ring,
 // without a call to Redis, and adds a hook to a *redis.Client (see README).
 //
-// The owner keeps a presence by default on a *redis.Client (a single
-// server, Sentinel, an address that moves to a promoted replica): one
-// pub/sub subscription that
-// Redis drops when the process dies, so that a dead holder's fair or
+// The owner keeps a presence by default, on every client (a single server,
+// Sentinel, an address that moves to a promoted replica, Cluster): a
+// pub/sub subscription (on Cluster, one per master) that Redis drops when
+// the process dies, so that a dead holder's fair or
 // reentrant lock, election or semaphore permit moves on within a quarter of
 // a second and its dead waiters are passed over, where a lease (30 s) or a
 // wait timeout (10 s) was the cost. Its price: when the owner's connection
@@ -35,8 +35,8 @@ type Owner struct {
 // network) is ridden out up to the lease. A failover to a replica ends no
 // live hold: a waiter counts a holder gone only where its own subscription
 // is, and the subscription follows the master (docs/presence.md,
-// "Failovers", says the window left). WithoutPresence turns it off; on
-// Cluster it is off (WithPresence there is an error). See docs/presence.md.
+// "Failovers", says the window left). WithoutPresence turns it off. See
+// docs/presence.md.
 func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error) {
 	if err := core.CheckClient(client); err != nil {
 		return nil, err
@@ -48,16 +48,10 @@ func NewOwner(client redis.UniversalClient, opts ...OwnerOption) (*Owner, error)
 		}
 		opt.set(&choice)
 	}
-	var rig core.Rig
-	switch {
-	case choice.on && choice.off:
+	if choice.on && choice.off {
 		return nil, core.Invalid("WithPresence and WithoutPresence together: choose one")
-	case choice.on:
-		rig.Presence = true // refused by core where it cannot work
-	case !choice.off:
-		rig.Presence = core.PresenceWorks(client)
 	}
-	o, err := core.NewOwnerWith(client, rig)
+	o, err := core.NewOwnerWith(client, core.Rig{Presence: !choice.off})
 	if err != nil {
 		return nil, err
 	}
@@ -70,11 +64,11 @@ type OwnerOption struct{ set func(*ownerChoice) }
 // ownerChoice is what NewOwner's options asked for.
 type ownerChoice struct{ on, off bool }
 
-// WithPresence asks for the presence that NewOwner keeps by default, and
-// makes NewOwner fail where it cannot keep one (Cluster) rather
-// than go without. With it, a holder's death moves its locks on within a
+// WithPresence asks for the presence that NewOwner keeps by default. With
+// it, a holder's death moves its locks on within a
 // fraction of a second instead of at the end of the lease: the owner keeps
-// one subscription on Redis, which Redis drops when the process dies. A
+// one subscription on Redis (one per master on Cluster), which Redis drops
+// when the process dies. A
 // blip costs nothing: if that connection breaks while the process lives,
 // the owner subscribes again at once and confirms its holds; a fair or
 // reentrant lock, election, semaphore permit or read-write lock it cannot
@@ -100,8 +94,8 @@ func WithoutPresence() OwnerOption {
 	return OwnerOption{func(c *ownerChoice) { c.off = true }}
 }
 
-// KeepsPresence reports whether the owner keeps a presence: by default on
-// a single server and on Sentinel, never on Cluster or WithoutPresence.
+// KeepsPresence reports whether the owner keeps a presence: always, but
+// with WithoutPresence.
 func (o *Owner) KeepsPresence() bool { return o.impl().KeepsPresence() }
 
 // Close ends the owner: waiters leave, holds go to the next in line, calls

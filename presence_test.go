@@ -334,17 +334,13 @@ func TestPresenceBreakThatLastsEndsTheHoldFirst(t *testing.T) {
 	}
 }
 
-// WithPresence is refused on Cluster (docs/presence.md), where an owner
-// made with the defaults keeps none; on a single server and on Sentinel the
-// defaults keep one and WithoutPresence none; WithPresence and
-// WithoutPresence together, and a zero OwnerOption, are refused. None of it
-// calls Redis (nothing listens at these addresses).
+// On a single server, on Sentinel and on Cluster the defaults keep a
+// presence, as WithPresence does, and WithoutPresence none; WithPresence
+// and WithoutPresence together, and a zero OwnerOption, are refused. None
+// of it calls Redis (nothing listens at these addresses).
 func TestPresenceOptionIsChecked(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer func() { _ = cc.Close() }()
-	if _, err := fairlock.NewOwner(cc, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
-		t.Errorf("NewOwner(cluster, WithPresence()) = %v, want ErrInvalidArgument", err)
-	}
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
 	defer func() { _ = fc.Close() }()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
@@ -367,7 +363,9 @@ func TestPresenceOptionIsChecked(t *testing.T) {
 		{"a single server, the defaults", c, nil, true},
 		{"a single server, WithPresence", c, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
 		{"a single server, WithoutPresence", c, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
-		{"Cluster, the defaults", cc, nil, false},
+		{"Cluster, the defaults", cc, nil, true},
+		{"Cluster, WithPresence", cc, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
+		{"Cluster, WithoutPresence", cc, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},
 		{"Sentinel, the defaults", fc, nil, true},
 		{"Sentinel, WithPresence", fc, []fairlock.OwnerOption{fairlock.WithPresence()}, true},
 		{"Sentinel, WithoutPresence", fc, []fairlock.OwnerOption{fairlock.WithoutPresence()}, false},

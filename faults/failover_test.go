@@ -17,15 +17,14 @@ package faults
 // must be above every token seen before, and so no hold is ever silently
 // doubled with a token that does not rise.
 //
-// An owner made with the defaults keeps a presence on Sentinel
-// (presenceKept), and the Sentinel test's holders do: the gentle run's hold
-// survives with its subscription following the master
-// (sentinel_presence_test.go has the runs that count). Cluster refuses
-// presence (presenceRefused).
+// An owner made with the defaults keeps a presence on Sentinel and on
+// Cluster (presenceKept), and these tests' holders do: the gentle run's
+// hold survives with its subscription following the master
+// (sentinel_presence_test.go and cluster_presence_test.go have the runs
+// that count).
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -203,7 +202,7 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 				return c
 			}
 			ca, cb, probe := newClient(), newClient(), newClient()
-			presenceRefused(t, "Cluster", ca)
+			presenceKept(t, "Cluster", ca)
 			ctx := context.Background()
 			name := lockName(t)
 			key := holdKey("fair", name)
@@ -235,29 +234,6 @@ func TestClusterFailoverDuringAHold(t *testing.T) {
 				took.Round(time.Millisecond), map[bool]string{false: "", true: " FORCE"}[forced])
 			afterFailover(t, forced, a, tokA, b)
 		})
-	}
-}
-
-// presenceRefused checks that an owner with presence is refused on c, a
-// client of the deployment named, and that one made with the defaults keeps
-// none there (docs/presence.md, "Where it applies"): on Cluster, a script
-// sees only its own node's subscriptions.
-func presenceRefused(t *testing.T, deployment string, c redis.UniversalClient) {
-	t.Helper()
-	if o, err := fairlock.NewOwner(c, fairlock.WithPresence()); !errors.Is(err, fairlock.ErrInvalidArgument) {
-		if o != nil {
-			_ = o.Close(context.Background())
-		}
-		t.Errorf("%s: NewOwner(client, WithPresence()) = %v, want ErrInvalidArgument", deployment, err)
-	}
-	// By default, an owner there keeps none, and works as before.
-	o, err := fairlock.NewOwner(c)
-	if err != nil {
-		t.Fatalf("%s: NewOwner(client) = %v", deployment, err)
-	}
-	defer func() { _ = o.Close(context.Background()) }()
-	if o.KeepsPresence() {
-		t.Errorf("%s: an owner made with the defaults keeps a presence; want none there", deployment)
 	}
 }
 

@@ -166,6 +166,21 @@ func TestSentinelFailoverDoesNotStopAPool(t *testing.T) {
 	defer func() { _ = sentinel.Close() }()
 	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: g.Sentinels})
 	defer func() { _ = client.Close() }()
+	poolThroughFailover(t, "Sentinel", client, func() {
+		from := masterOf(t, sentinel)
+		eventually(t, 30*time.Second, "SENTINEL FAILOVER accepted", func() bool { return sentinel.Failover(ctx, redistest.SentinelMaster).Err() == nil })
+		eventually(t, 30*time.Second, "Sentinel names the promoted replica", func() bool { return masterOf(t, sentinel) != from })
+	})
+}
+
+// poolThroughFailover runs four goroutines of one owner on client taking
+// turns on one lock, runs failover (which returns once the new master is
+// named) two seconds in, goes on five seconds more, and checks the pool's
+// pace: no overlap, tokens rising, no Lock error, and no gap between two
+// acquisitions longer than a quarter of the wait timeout.
+func poolThroughFailover(t *testing.T, deployment string, client redis.UniversalClient, failover func()) {
+	t.Helper()
+	ctx := context.Background()
 	owner, err := fairlock.NewOwner(client)
 	must(t, err)
 	defer func() { _ = owner.Close(ctx) }()
@@ -213,9 +228,7 @@ func TestSentinelFailoverDoesNotStopAPool(t *testing.T) {
 		})
 	}
 	time.Sleep(2 * time.Second)
-	from := masterOf(t, sentinel)
-	eventually(t, 30*time.Second, "SENTINEL FAILOVER accepted", func() bool { return sentinel.Failover(ctx, redistest.SentinelMaster).Err() == nil })
-	eventually(t, 30*time.Second, "Sentinel names the promoted replica", func() bool { return masterOf(t, sentinel) != from })
+	failover()
 	named := time.Now()
 	time.Sleep(5 * time.Second) // the clients' switch (about a second), and a wait timeout's half after it
 	close(stop)
@@ -238,8 +251,8 @@ func TestSentinelFailoverDoesNotStopAPool(t *testing.T) {
 	if len(acqs) > 0 {
 		maxGap = max(maxGap, stopped.Sub(acqs[len(acqs)-1].at)) // a pool that stopped for good
 	}
-	t.Logf("Sentinel failover under a pool of 4: %d acquisitions (%d after Sentinel named the new master), largest gap %v, %d Lock errors, %d overlaps",
-		len(acqs), after, maxGap.Round(time.Millisecond), len(lockErrs), overlaps.Load())
+	t.Logf("%s failover under a pool of 4: %d acquisitions (%d after the new master was named), largest gap %v, %d Lock errors, %d overlaps",
+		deployment, len(acqs), after, maxGap.Round(time.Millisecond), len(lockErrs), overlaps.Load())
 	if n := overlaps.Load(); n > 0 {
 		t.Errorf("%d acquisitions while another goroutine held the lock", n)
 	}

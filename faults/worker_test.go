@@ -123,12 +123,16 @@ func runWorker(spec string) int {
 	select {}
 }
 
-// workerClient is a worker's client of addr: a server's address, or
+// workerClient is a worker's client of addr: a server's address,
 // "sentinel=<addr>,<addr>..." for the master of a Sentinel group
-// (redistest.SentinelMaster) through its sentinels.
-func workerClient(addr string) *redis.Client {
+// (redistest.SentinelMaster) through its sentinels, or
+// "cluster=<addr>,<addr>..." for a Cluster through its nodes.
+func workerClient(addr string) redis.UniversalClient {
 	if list, ok := strings.CutPrefix(addr, "sentinel="); ok {
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: strings.Split(list, ",")})
+	}
+	if list, ok := strings.CutPrefix(addr, "cluster="); ok {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(list, ",")})
 	}
 	return redis.NewClient(&redis.Options{Addr: addr})
 }

@@ -272,7 +272,7 @@ func (h Agent) releaseArgs(token int64, undo string) wire.Release {
 // Redis's refusal, NOPERM say, if it was refused).
 func (h Agent) Present(ctx context.Context) error {
 	if p := h.Owner.presence; p != nil && h.Presence {
-		return p.await(ctx)
+		return p.await(ctx, h.Keys[0])
 	}
 	return nil
 }

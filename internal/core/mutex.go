@@ -251,7 +251,7 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		m.h.Owner.giveUp(h, "the lease ran out before the acquisition returned")
 		return h, errBornLost
 	}
-	if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(g.Since) {
+	if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(m.h.Keys[0], g.Since) {
 		// Taken while the owner's presence was down (or before it came
 		// back up): a waiter may have ended it. It is the caller's only
 		// once the presence is back and Redis still has it.
@@ -278,7 +278,7 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 // never taken over: from now on every waiter sees the presence. It reports
 // whether the hold was confirmed; the caller gives back one that was not.
 func (m *Mutex) confirm(ctx context.Context, p *presence, h *hold, g Grant) bool {
-	if !p.awaitUp(ctx, h.Context()) {
+	if !p.awaitUp(ctx, h.Context(), m.h.Keys[0]) {
 		return false
 	}
 	if g.Handoff {

@@ -98,15 +98,9 @@ type Rig struct {
 	// check off.
 	RestartCheck time.Duration
 	// Presence makes the owner keep a presence (presence.go,
-	// fairlock.WithPresence); NewOwnerWith refuses it where it cannot work
-	// (PresenceRefused).
+	// fairlock.WithPresence), on every kind of client.
 	Presence bool
 }
-
-// PresenceWorks reports whether an owner on client can keep a presence:
-// not on Cluster (presenceRefused says why). fairlock.NewOwner
-// keeps one by default where it does.
-func PresenceWorks(client redis.UniversalClient) bool { return presenceRefused(client) == nil }
 
 // KeepsPresence reports whether o keeps a presence.
 func (o *Owner) KeepsPresence() bool { return o != nil && o.presence != nil }
@@ -124,9 +118,6 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	}
 	ids := wire.NewIDs()
 	if rig.Presence {
-		if err := presenceRefused(client); err != nil {
-			return nil, err
-		}
 		ids = wire.NewIDsWithPresence()
 	}
 	if rig.RestartCheck == 0 {

@@ -88,12 +88,24 @@ const presenceGone = "the owner's presence connection to Redis broke and did not
 	"within the grace (its presence; fairlock.WithoutPresence turns it off), so a waiter may take the lock: every lock, election and semaphore permit " +
 	"of the owner that was not confirmed ends"
 
-type presence struct {
+// leg is one subscription of the presence (presence_legs.go): the only one
+// on a single server, one per master on Cluster. Everything above is what
+// a leg does; the holds it confirms or ends are those whose lock it serves
+// (serves).
+type leg struct {
+	p       *presence
 	o       *Owner
 	channel string
+	// node is where it subscribes: the owner's client, or a Cluster
+	// master's. On Cluster, addr is that master's address, route a key
+	// that never exists in one of its slots (the session check runs
+	// there), and slots the slot ranges it served when last looked up.
+	node  redis.UniversalClient
+	addr  string
+	route string
+	slots [][2]int64
 
-	up   atomic.Bool  // subscribed: acquisitions may go
-	ups  atomic.Int64 // how many times it came up (PresenceUps)
+	up   atomic.Bool // subscribed: acquisitions may go
 	mu   sync.Mutex
 	ps   *redis.PubSub  // the current subscription; nil until started
 	runs sync.WaitGroup // run's goroutines: one per subscription
@@ -129,8 +141,8 @@ type presence struct {
 	unreleased []*hold
 }
 
-func newPresence(o *Owner) *presence {
-	return &presence{o: o, channel: wire.PresenceChannel(o.ids.Client()), ready: make(chan struct{})}
+func newLeg(p *presence, node redis.UniversalClient) *leg {
+	return &leg{p: p, o: p.o, channel: p.channel, node: node, ready: make(chan struct{})}
 }
 
 // await returns nil once the owner is subscribed, starting the
@@ -142,19 +154,19 @@ func newPresence(o *Owner) *presence {
 // before it returns why the presence is still down. Redis's refusal
 // (NOPERM, say) makes the caller give up at once; any other failure is an
 // outage that a caller already queued rides out, trying again later.
-func (p *presence) await(ctx context.Context) error {
+func (l *leg) await(ctx context.Context) error {
 	first := int64(-1) // the failed tries when this call began
-	for !p.up.Load() {
-		p.mu.Lock()
-		if p.ps == nil {
-			p.subscribeLocked()
+	for !l.up.Load() {
+		l.mu.Lock()
+		if l.ps == nil {
+			l.subscribeLocked()
 		}
-		ready, err, fails := p.ready, p.err, p.fails
-		if err != nil && p.kick != nil {
-			close(p.kick) // the next try now, for this call
-			p.kick = nil
+		ready, err, fails := l.ready, l.err, l.fails
+		if err != nil && l.kick != nil {
+			close(l.kick) // the next try now, for this call
+			l.kick = nil
 		}
-		p.mu.Unlock()
+		l.mu.Unlock()
 		if first < 0 {
 			first = fails
 		}
@@ -180,20 +192,20 @@ func isRefusal(err error) bool {
 // covers reports whether a hold whose acquisition was sent at since is
 // covered by the presence: the subscription that is up now was confirmed
 // before then, so no waiter can have found it gone since the hold began.
-func (p *presence) covers(since time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.up.Load() && !p.since.After(since)
+func (l *leg) covers(since time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up.Load() && !l.since.After(since)
 }
 
 // awaitUp waits, unlike await, through failures, until the presence is up
 // (true), or ctx or stop ends (false).
-func (p *presence) awaitUp(ctx, stop context.Context) bool {
-	for !p.up.Load() {
-		p.mu.Lock()
-		ready := p.ready
-		p.mu.Unlock()
-		if p.up.Load() {
+func (l *leg) awaitUp(ctx, stop context.Context) bool {
+	for !l.up.Load() {
+		l.mu.Lock()
+		ready := l.ready
+		l.mu.Unlock()
+		if l.up.Load() {
 			break
 		}
 		select {
@@ -214,31 +226,31 @@ func (p *presence) awaitUp(ctx, stop context.Context) bool {
 // answer must hold up nobody but this goroutine. It returns once ps is no
 // longer the presence's subscription (the owner closed, or follow replaced
 // it).
-func (p *presence) run(ps *redis.PubSub) {
-	defer p.runs.Done()
+func (l *leg) run(ps *redis.PubSub) {
+	defer l.runs.Done()
 	failed := false // the last read failed too: pause before the next
-	if err := ps.Subscribe(context.Background(), p.channel); err != nil && !p.o.closed.Load() && p.current(ps) {
-		p.broke(err) // the channel is kept: the next read subscribes again
+	if err := ps.Subscribe(context.Background(), l.channel); err != nil && !l.o.closed.Load() && l.current(ps) {
+		l.broke(err) // the channel is kept: the next read subscribes again
 		failed = true
 	}
 	for {
 		msg, err := ps.Receive(context.Background())
-		if p.o.closed.Load() || !p.current(ps) {
+		if l.o.closed.Load() || !l.current(ps) {
 			return
 		}
-		if err != nil && p.pingRefused(err) {
+		if err != nil && l.pingRefused(err) {
 			continue
 		}
 		if err != nil {
-			p.broke(err)
+			l.broke(err)
 			if failed {
 				// go-redis dialled again inside the read that failed
 				// first, and this read failed too: Redis is not there
 				// (a restart, a partition), not a blip of a live server.
 				// A server that restarts empty could grant the holds
 				// to waiters as soon as it is back: they end now.
-				p.endUnconfirmed()
-				if !p.pause() {
+				l.endUnconfirmed()
+				if !l.pause() || l.relocate(ps) {
 					return
 				}
 			}
@@ -249,17 +261,17 @@ func (p *presence) run(ps *redis.PubSub) {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				p.cameUp()
+				l.cameUp()
 			}
 		case *redis.Pong:
-			p.mu.Lock()
-			if sent, ok := p.pings[m.Payload]; ok {
-				delete(p.pings, m.Payload)
-				if sent.After(p.alive) {
-					p.alive = sent
+			l.mu.Lock()
+			if sent, ok := l.pings[m.Payload]; ok {
+				delete(l.pings, m.Payload)
+				if sent.After(l.alive) {
+					l.alive = sent
 				}
 			}
-			p.mu.Unlock()
+			l.mu.Unlock()
 		}
 	}
 }
@@ -267,17 +279,17 @@ func (p *presence) run(ps *redis.PubSub) {
 // subscribeLocked makes a new subscription the presence's, and starts its
 // run (which subscribes, off the caller's goroutine); p.mu held. go-redis
 // dials it where the client's commands go now.
-func (p *presence) subscribeLocked() {
-	p.ps = p.o.client.Subscribe(context.Background()) // no channel yet: no call
-	p.runs.Add(1)
-	go p.run(p.ps)
+func (l *leg) subscribeLocked() {
+	l.ps = l.node.Subscribe(context.Background()) // no channel yet: no call
+	l.runs.Add(1)
+	go l.run(l.ps)
 }
 
 // current reports whether ps is the presence's subscription.
-func (p *presence) current(ps *redis.PubSub) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ps == ps
+func (l *leg) current(ps *redis.PubSub) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ps == ps
 }
 
 // pingRefused reports whether err is Redis refusing a PING of the
@@ -285,22 +297,22 @@ func (p *presence) current(ps *redis.PubSub) bool {
 // connection that is up with its subscription, so it moves alive on as a
 // PONG would. Answers come in the order their PINGs went, so it answers the
 // oldest PING outstanding.
-func (p *presence) pingRefused(err error) bool {
+func (l *leg) pingRefused(err error) bool {
 	if !isNoPerm(err) || !strings.Contains(strings.ToLower(err.Error()), "'ping'") {
 		return false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	oldest, first := "", int64(-1)
-	for payload := range p.pings {
+	for payload := range l.pings {
 		if n, _ := strconv.ParseInt(payload, 10, 64); first < 0 || n < first {
 			oldest, first = payload, n
 		}
 	}
-	if sent, ok := p.pings[oldest]; ok {
-		delete(p.pings, oldest)
-		if sent.After(p.alive) {
-			p.alive = sent
+	if sent, ok := l.pings[oldest]; ok {
+		delete(l.pings, oldest)
+		if sent.After(l.alive) {
+			l.alive = sent
 		}
 	}
 	return true
@@ -314,30 +326,30 @@ func (p *presence) pingRefused(err error) bool {
 // one failing (a PING's write found it broken): a break all the same,
 // whose jeopardy is armed here. ups counts the confirmation last, once the
 // holds' renewals are scheduled.
-func (p *presence) cameUp() {
-	p.mu.Lock()
-	now := p.o.clock.Now()
-	was := p.up.Load()
-	back := p.broken || was
+func (l *leg) cameUp() {
+	l.mu.Lock()
+	now := l.o.clock.Now()
+	was := l.up.Load()
+	back := l.broken || was
 	if was {
-		p.armJeopardyLocked()
+		l.armJeopardyLocked()
 	} else {
-		p.up.Store(true)
-		close(p.ready)
-		p.ready = make(chan struct{})
+		l.up.Store(true)
+		close(l.ready)
+		l.ready = make(chan struct{})
 	}
-	p.since = now
-	p.err = nil
-	p.broken = false
-	pending := p.unreleased
-	p.unreleased = nil
-	p.mu.Unlock()
+	l.since = now
+	l.err = nil
+	l.broken = false
+	pending := l.unreleased
+	l.unreleased = nil
+	l.mu.Unlock()
 	for _, h := range pending {
-		p.o.releaseLost(h, true)
+		l.o.releaseLost(h, true)
 	}
 	if back {
-		p.ping()
-		for _, h := range p.o.heldWhere(func(h *hold) bool { return h.sentAt().Before(now) }) {
+		l.ping()
+		for _, h := range l.o.heldWhere(func(h *hold) bool { return h.sentAt().Before(now) && l.serves(h.agent.Keys[0]) }) {
 			h.confirmAfterBreak(restartGone)
 		}
 		// Subscribed again after a break, go-redis dialled where the
@@ -345,27 +357,27 @@ func (p *presence) cameUp() {
 		// (SIGSTOP, a partition), that is the new master, while the
 		// waiters' hub stays on the hung one until its own read times out
 		// (30 s). It moves too (a blip's cost: one new connection).
-		p.o.followHubs()
+		l.o.followHubs()
 	}
-	p.ups.Add(1)
+	l.p.ups.Add(1)
 }
 
 // ping sends a PING on the presence connection, if it is up; its answer
 // moves alive on. It does not wait for the answer (run reads it).
-func (p *presence) ping() {
-	p.mu.Lock()
-	ps := p.ps
-	if ps == nil || !p.up.Load() {
-		p.mu.Unlock()
+func (l *leg) ping() {
+	l.mu.Lock()
+	ps := l.ps
+	if ps == nil || !l.up.Load() {
+		l.mu.Unlock()
 		return
 	}
-	p.seq++
-	payload := strconv.FormatInt(p.seq, 10)
-	if p.pings == nil {
-		p.pings = map[string]time.Time{}
+	l.seq++
+	payload := strconv.FormatInt(l.seq, 10)
+	if l.pings == nil {
+		l.pings = map[string]time.Time{}
 	}
-	p.pings[payload] = p.o.clock.Now()
-	p.mu.Unlock()
+	l.pings[payload] = l.o.clock.Now()
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), SessionPing)
 	defer cancel()
 	_ = ps.Ping(ctx, payload) // a failure shows in run's read
@@ -375,54 +387,54 @@ func (p *presence) ping() {
 // holds not confirmed by alive + PresenceGrace - sessionMargin end then
 // (at once if that has passed), before any waiter can have seen the
 // presence gone for the grace.
-func (p *presence) broke(err error) {
-	p.mu.Lock()
-	p.brokeLocked(err)
-	p.mu.Unlock()
+func (l *leg) broke(err error) {
+	l.mu.Lock()
+	l.brokeLocked(err)
+	l.mu.Unlock()
 }
 
 // brokeLocked is broke with p.mu held.
-func (p *presence) brokeLocked(err error) {
-	was := p.up.Load()
-	p.up.Store(false)
-	p.err = fmt.Errorf("fairlock: presence: the owner's subscription to %s failed: %w", p.channel, err)
-	p.fails++
-	close(p.ready) // the calls that wait see it
-	p.ready = make(chan struct{})
-	p.pings = nil // answers to them will never come
+func (l *leg) brokeLocked(err error) {
+	was := l.up.Load()
+	l.up.Store(false)
+	l.err = fmt.Errorf("fairlock: presence: the owner's subscription to %s failed: %w", l.channel, err)
+	l.fails++
+	close(l.ready) // the calls that wait see it
+	l.ready = make(chan struct{})
+	l.pings = nil // answers to them will never come
 	if was {
-		p.broken = true
-		p.armJeopardyLocked()
+		l.broken = true
+		l.armJeopardyLocked()
 	}
 }
 
 // armJeopardyLocked arms the jeopardy of a break: the holds not confirmed
 // by then end; p.mu held.
-func (p *presence) armJeopardyLocked() {
-	if p.jeopardy != nil {
-		p.jeopardy.Stop()
+func (l *leg) armJeopardyLocked() {
+	if l.jeopardy != nil {
+		l.jeopardy.Stop()
 	}
-	p.jeopardy = clock.AtFunc(p.o.clock, p.alive.Add(PresenceGrace-sessionMargin), p.endUnconfirmed)
+	l.jeopardy = clock.AtFunc(l.o.clock, l.alive.Add(PresenceGrace-sessionMargin), l.endUnconfirmed)
 }
 
 // endUnconfirmed ends, as lost, every hold of the owner that a waiter may
 // end once its presence is gone (Place.Presence) and that the presence up
 // now does not cover: the break lasted too long, or the hold's renewal
 // since has not been answered.
-func (p *presence) endUnconfirmed() {
-	for _, h := range p.unconfirmed() {
-		p.o.giveUp(h, presenceGone)
+func (l *leg) endUnconfirmed() {
+	for _, h := range l.unconfirmed() {
+		l.o.giveUp(h, presenceGone)
 	}
 }
 
 // unconfirmed returns the holds of the owner that a waiter may end once
 // its presence is gone (Place.Presence) and that the presence up now does
 // not cover.
-func (p *presence) unconfirmed() []*hold {
-	holds := p.o.heldWhere(func(h *hold) bool { return h.agent.Presence })
+func (l *leg) unconfirmed() []*hold {
+	holds := l.o.heldWhere(func(h *hold) bool { return h.agent.Presence && l.serves(h.agent.Keys[0]) })
 	n := 0
 	for _, h := range holds {
-		if !p.covers(h.sentAt()) {
+		if !l.covers(h.sentAt()) {
 			holds[n] = h
 			n++
 		}
@@ -433,46 +445,46 @@ func (p *presence) unconfirmed() []*hold {
 // pause waits presenceRetry on o's clock, or until an acquisition that
 // waits for the presence cuts it short (await); false if the owner closed
 // meanwhile.
-func (p *presence) pause() bool {
+func (l *leg) pause() bool {
 	kick := make(chan struct{})
-	p.mu.Lock()
-	p.kick = kick
+	l.mu.Lock()
+	l.kick = kick
 	// A caller that began to wait for this try's outcome sees the pause
 	// now, and has the next try made at once: on a fake clock the pause
 	// would end only when the test advances it.
-	close(p.ready)
-	p.ready = make(chan struct{})
-	p.mu.Unlock()
+	close(l.ready)
+	l.ready = make(chan struct{})
+	l.mu.Unlock()
 	defer func() {
-		p.mu.Lock()
-		p.kick = nil
-		p.mu.Unlock()
+		l.mu.Lock()
+		l.kick = nil
+		l.mu.Unlock()
 	}()
 	t := make(chan struct{})
-	timer := p.o.clock.AfterFunc(presenceRetry, func() { close(t) })
+	timer := l.o.clock.AfterFunc(presenceRetry, func() { close(t) })
 	select {
 	case <-t:
 	case <-kick:
 		timer.Stop()
-	case <-p.o.closing.Done():
+	case <-l.o.closing.Done():
 		timer.Stop()
 		return false
 	}
-	return !p.o.closed.Load()
+	return !l.o.closed.Load()
 }
 
 // stop closes the subscription and waits for run to return.
-func (p *presence) stop() {
-	p.mu.Lock()
-	ps := p.ps
-	if p.jeopardy != nil {
-		p.jeopardy.Stop()
+func (l *leg) stop() {
+	l.mu.Lock()
+	ps := l.ps
+	if l.jeopardy != nil {
+		l.jeopardy.Stop()
 	}
-	p.mu.Unlock()
+	l.mu.Unlock()
 	if ps != nil {
 		_ = ps.Close()
 	}
-	p.runs.Wait()
+	l.runs.Wait()
 }
 
 // errElsewhere is why the presence went down when the server that runs the
@@ -493,20 +505,20 @@ const (
 // the restart check's rounds, every SessionPing, beside the PING), from
 // SessionCheck after the round that began a run of holds on: a hold
 // shorter than that costs no call.
-func (p *presence) held() {
-	now := p.o.clock.Now()
-	p.mu.Lock()
-	if p.checkAt.IsZero() || now.Sub(p.checkAt) > SessionCheck+SessionPing {
-		p.checkAt = now.Add(SessionCheck) // the first round of a run of holds
+func (l *leg) held() {
+	now := l.o.clock.Now()
+	l.mu.Lock()
+	if l.checkAt.IsZero() || now.Sub(l.checkAt) > SessionCheck+SessionPing {
+		l.checkAt = now.Add(SessionCheck) // the first round of a run of holds
 	}
-	due := !now.Before(p.checkAt) && !p.checking
+	due := !now.Before(l.checkAt) && !l.checking
 	if due {
-		p.checking = true
-		p.checkAt = now.Add(SessionCheck)
+		l.checking = true
+		l.checkAt = now.Add(SessionCheck)
 	}
-	p.mu.Unlock()
+	l.mu.Unlock()
 	if due {
-		p.check()
+		l.check()
 	}
 }
 
@@ -517,52 +529,52 @@ func (p *presence) held() {
 // dies there would keep its lock until the waiter's subscription moves.
 // Only waiters that try ask: the head of a lock held by a holder that keeps
 // a presence, every poll; the others when told, or at their heartbeat.
-func (p *presence) waited() {
-	o := p.o
+func (l *leg) waited() {
+	o := l.o
 	now := o.clock.Now()
-	p.mu.Lock()
-	due := p.up.Load() && !p.checking && !now.Before(p.waitCheckAt)
+	l.mu.Lock()
+	due := l.up.Load() && !l.checking && !now.Before(l.waitCheckAt)
 	if due {
-		p.checking = true
-		p.waitCheckAt = now.Add(waitCheck)
+		l.checking = true
+		l.waitCheckAt = now.Add(waitCheck)
 	}
-	p.mu.Unlock()
+	l.mu.Unlock()
 	if due {
-		p.checkInBackground()
+		l.checkInBackground()
 	}
 }
 
 // checkSoon runs check in the background at once, unless one runs: Redis
 // answered that a hold the owner counted on is gone (Owner.suspect), as
 // the new master answers after a failover.
-func (p *presence) checkSoon() {
-	p.mu.Lock()
-	due := p.up.Load() && !p.checking
+func (l *leg) checkSoon() {
+	l.mu.Lock()
+	due := l.up.Load() && !l.checking
 	if due {
-		p.checking = true
+		l.checking = true
 	}
-	p.mu.Unlock()
+	l.mu.Unlock()
 	if due {
-		p.checkInBackground()
+		l.checkInBackground()
 	}
 }
 
 // checkInBackground runs check, which the caller began (checking), in the
 // background; Close waits for it.
-func (p *presence) checkInBackground() {
-	o := p.o
+func (l *leg) checkInBackground() {
+	o := l.o
 	o.hubs.ProbeBackground(1)
 	if !o.cleanups.add(&o.closed) { // Close waits for it
 		o.hubs.ProbeBackground(-1)
-		p.mu.Lock()
-		p.checking = false
-		p.mu.Unlock()
+		l.mu.Lock()
+		l.checking = false
+		l.mu.Unlock()
 		return
 	}
 	go func() {
 		defer o.hubs.ProbeBackground(-1)
 		defer o.cleanups.done()
-		p.check()
+		l.check()
 	}()
 }
 
@@ -570,7 +582,7 @@ func (p *presence) checkInBackground() {
 // the lock (presence.waited); nothing without a presence.
 func (h Agent) Waited() {
 	if h.Owner.presence != nil {
-		h.Owner.presence.waited()
+		h.Owner.presence.waited(h.Keys[0])
 	}
 }
 
@@ -586,21 +598,21 @@ func (h Agent) Waited() {
 // owner gone meanwhile. Answered 0 (the subscription is elsewhere), or
 // refused with READONLY (the commands reach a replica), the owner follows:
 // it subscribes again (follow). Any other failure is the PING's to find.
-func (p *presence) check() {
-	p.mu.Lock()
-	up, since := p.up.Load(), p.since
-	p.mu.Unlock()
+func (l *leg) check() {
+	l.mu.Lock()
+	up, since := l.up.Load(), l.since
+	l.mu.Unlock()
 	defer func() {
-		p.mu.Lock()
-		p.checking = false
-		p.mu.Unlock()
+		l.mu.Lock()
+		l.checking = false
+		l.mu.Unlock()
 	}()
 	if !up {
 		return
 	}
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), SessionPing)
 	defer cancel()
-	n, err := p.o.scripts.Session.Run(ctx, p.o.client, &p.o.mode, []string{p.channel}).Int64()
+	n, err := l.o.scripts.Session.Run(ctx, l.o.client, &l.o.mode, l.sessionKeys(), l.channel).Int64()
 	switch {
 	case err == nil && n > 0:
 		return
@@ -609,7 +621,7 @@ func (p *presence) check() {
 	case !isReadOnly(err):
 		return
 	}
-	p.follow(since, err)
+	l.follow(since, err, l.master(ctx))
 }
 
 // isReadOnly reports whether err is a replica's refusal of a write.
@@ -626,67 +638,23 @@ func isReadOnly(err error) bool {
 // waiters' hub moves then too (cameUp), and the owner's recent exits are
 // sent again (replay.go). A subscription that broke or came up again since
 // the check began is left alone: its own outcome stands.
-func (p *presence) follow(since time.Time, why error) {
-	p.mu.Lock()
-	if p.o.closed.Load() || !p.up.Load() || !p.since.Equal(since) {
-		p.mu.Unlock()
+func (l *leg) follow(since time.Time, why error, node redis.UniversalClient) {
+	l.mu.Lock()
+	if l.o.closed.Load() || !l.up.Load() || !l.since.Equal(since) {
+		l.mu.Unlock()
 		return
 	}
-	old := p.ps
-	p.brokeLocked(why)
-	p.subscribeLocked()
-	p.mu.Unlock()
+	old := l.ps
+	l.brokeLocked(why)
+	l.moveLocked(node)
+	l.subscribeLocked()
+	l.mu.Unlock()
 	_ = old.Close()
 	// The waiters' inbox subscriptions were left on the same server: they
 	// move when the new subscription comes up (cameUp, as after any
 	// break). Its releases and leaves of the last moments may have reached
 	// only the old master.
-	p.o.replay()
-}
-
-// PresenceAlive returns o's alive (zero without WithPresence): a test that
-// breaks its connections waits for a PING to be answered first.
-func PresenceAlive(o *Owner) time.Time {
-	if o.presence == nil {
-		return time.Time{}
-	}
-	o.presence.mu.Lock()
-	defer o.presence.mu.Unlock()
-	return o.presence.alive
-}
-
-// PresenceConfirmed reports whether o's presence is up and covers every
-// hold of o that a waiter may end (true without WithPresence): a test that
-// broke its connections waits for it before it lets the jeopardy come.
-func PresenceConfirmed(o *Owner) bool {
-	if o.presence == nil {
-		return true
-	}
-	return len(o.presence.unconfirmed()) == 0 && o.presence.up.Load()
-}
-
-// presenceRefused rejects the deployments presence cannot serve yet:
-// Cluster, where a script sees only the subscriptions of its own node.
-// Sentinel and addresses that move to a promoted replica are served: a
-// script counts an absence only where its caller's own subscription is
-// (queue.lua's absence_counts), and the presence subscription follows the master
-// (check).
-func presenceRefused(client redis.UniversalClient) error {
-	if _, ok := client.(*redis.ClusterClient); ok {
-		return Invalid("WithPresence does not work on a *redis.ClusterClient (Cluster, or Sentinel through NewFailoverClusterClient): " +
-			"a script sees only the subscriptions of its own node (docs/presence.md)")
-	}
-	return nil
-}
-
-// PresenceUps returns how many times o's presence was confirmed (0 without
-// WithPresence, or before its first acquisition): a test that breaks its
-// connections waits for the count to grow, to know the owner noticed.
-func PresenceUps(o *Owner) int64 {
-	if o.presence == nil {
-		return 0
-	}
-	return o.presence.ups.Load()
+	l.o.replay()
 }
 
 // giveUp ends h as lost (why) and, if that ended it, releases it in Redis
@@ -726,15 +694,15 @@ func (o *Owner) releaseLost(h *hold, again bool) {
 
 // releaseLater releases h again when the presence comes back (cameUp), or
 // once more at once if it is up: a hold whose release failed.
-func (p *presence) releaseLater(h *hold) {
-	p.mu.Lock()
-	if !p.up.Load() {
-		p.unreleased = append(p.unreleased, h)
-		p.mu.Unlock()
+func (l *leg) releaseLater(h *hold) {
+	l.mu.Lock()
+	if !l.up.Load() {
+		l.unreleased = append(l.unreleased, h)
+		l.mu.Unlock()
 		return
 	}
-	p.mu.Unlock()
-	p.o.releaseLost(h, false)
+	l.mu.Unlock()
+	l.o.releaseLost(h, false)
 }
 
 // BootKey is where a server records when it first served an acquisition

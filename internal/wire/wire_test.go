@@ -184,3 +184,28 @@ func TestIsNote(t *testing.T) {
 		t.Errorf("%q reads as a hand-off for e2", handOff)
 	}
 }
+
+// TestSlotMatchesTheClusterSpecification checks Slot against the cluster
+// specification's example (CRC16 of "123456789" is 0x31C3) and against
+// slots Redis reports for CLUSTER KEYSLOT.
+func TestSlotMatchesTheClusterSpecification(t *testing.T) {
+	for key, want := range map[string]int64{
+		"123456789":            0x31C3 % Slots,
+		"foo":                  12182,
+		"{user1000}.following": Slot("user1000"),
+		"foo{}{bar}":           Slot("foo{}{bar}"),
+		"fairlock:{job}":       Slot("job"),
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if got := Slot("foo{}{bar}"); got == Slot("bar") {
+		t.Errorf("an empty first tag must hash the whole key")
+	}
+	for _, r := range [][2]int64{{0, 5460}, {5461, 10922}, {10923, 16383}, {7000, 7000}} {
+		if s := Slot(SessionKey(r[0], r[1])); s < r[0] || s > r[1] {
+			t.Errorf("SessionKey(%d, %d) is in slot %d", r[0], r[1], s)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// The presence on Cluster (docs/presence.md, "Where it applies"): an owner
+// keeps a subscription on every master, since a script sees only its own
+// node's. A holder SIGKILLed passes its lock on within the grace and two
+// polls whichever master serves the lock; a CLUSTER FAILOVER under a live
+// holder with a waiter queued ends no live hold, and a holder killed after
+// it passes on as fast on the promoted replica.
+
+// clusterOf starts a 3-master cluster of the test's own and returns the
+// address a worker takes for it, and a new client of it per call.
+func clusterOf(t *testing.T) (addr string, newClient func() *redis.ClusterClient) {
+	t.Helper()
+	g := redistest.NewClusterGroup(t)
+	return "cluster=" + strings.Join(g.Nodes, ","), func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Nodes})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+}
+
+// queuedOne is true once the fair lock name has one waiter queued.
+func queuedOne(c redis.UniversalClient, name string) func() bool {
+	queue := wire.QueueKeys(wire.FairBase(name))[1]
+	return func() bool {
+		n, err := c.LLen(context.Background(), queue).Result()
+		return err == nil && n == 1
+	}
+}
+
+func TestPresenceClusterKilledHolderPassesOnOnEveryMaster(t *testing.T) {
+	addr, newClient := clusterOf(t)
+	probe := newClient()
+	owner, err := fairlock.NewOwner(newClient())
+	must(t, err)
+	defer func() { _ = owner.Close(context.Background()) }()
+	if !owner.KeepsPresence() {
+		t.Fatal("an owner made with the defaults on Cluster keeps no presence")
+	}
+	// Lock names served by each master, perMaster of each.
+	const perMaster = 7
+	byMaster := map[string][]string{}
+	var masters []string
+	full := func() bool {
+		for _, m := range masters {
+			if len(byMaster[m]) < perMaster {
+				return false
+			}
+		}
+		return len(masters) == 3
+	}
+	for i := 0; !full(); i++ {
+		name := fmt.Sprintf("%s-%d", lockName(t), i)
+		m, _ := shardOf(t, probe, holdKey("fair", name))
+		if _, ok := byMaster[m]; !ok {
+			masters = append(masters, m)
+		}
+		if len(byMaster[m]) < perMaster {
+			byMaster[m] = append(byMaster[m], name)
+		}
+	}
+	var all []time.Duration
+	for _, m := range masters {
+		var delays []time.Duration
+		for i, name := range byMaster[m] {
+			w := startWorker(t, workerSpec{Lock: "fair+presence", Addr: addr, Name: name, Lease: presenceLease, Wait: killWait, Label: "holder"})
+			token := w.held(30 * time.Second)
+			next, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+			must(t, err)
+			done := acquired(next.Lock, presenceLease/2)
+			eventually(t, 5*time.Second, "the waiter queued", queuedOne(probe, name))
+			delays = append(delays, killedPassesOn(t, i, w, token, next, done, "the waiter's Lock on "+m))
+			must(t, next.Unlock(context.Background()))
+		}
+		slices.Sort(delays)
+		t.Logf("Cluster, locks on master %s: passed on after SIGKILL in %v (min), %v (median), %v (max) over %d runs",
+			m, delays[0].Round(time.Millisecond), delays[len(delays)/2].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond), len(delays))
+		all = append(all, delays...)
+	}
+	slices.Sort(all)
+	t.Logf("Cluster, 3 masters: passed on after SIGKILL in %v (median), %v (p95), %v (max) over %d runs; bound %v",
+		all[len(all)/2].Round(time.Millisecond), all[len(all)*95/100].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond), len(all), presenceBound)
+}
+
+func TestPresenceClusterFailoverEndsNoLiveHold(t *testing.T) {
+	addr, newClient := clusterOf(t)
+	probe := newClient()
+	ctx := context.Background()
+	owner, err := fairlock.NewOwner(newClient())
+	must(t, err)
+	defer func() { _ = owner.Close(ctx) }()
+	runs := failoverRuns(t)
+	var delays, tookOver []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("%s-%d", lockName(t), i)
+		key := holdKey("fair", name)
+		w := startWorker(t, workerSpec{Lock: "fair+presence", Addr: addr, Name: name, Lease: presenceLease, Wait: killWait, Label: "holder"})
+		token := w.held(30 * time.Second)
+		next, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
+		must(t, err)
+		done := acquired(next.Lock, time.Minute)
+		eventually(t, 5*time.Second, "the waiter queued", queuedOne(probe, name))
+		master, replica := shardOf(t, probe, key)
+		rc := redis.NewClient(&redis.Options{Addr: replica, OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			return cn.ReadOnly(ctx).Err()
+		}})
+		eventually(t, 5*time.Second, "the replica has the hold and the queue", func() bool {
+			n, err := rc.LLen(ctx, wire.QueueKeys(wire.FairBase(name))[1]).Result()
+			hold, herr := rc.Get(ctx, key).Result()
+			return err == nil && n == 1 && herr == nil && strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token))
+		})
+		start := time.Now()
+		must(t, rc.Do(ctx, "CLUSTER", "FAILOVER").Err())
+		eventually(t, 30*time.Second, "the replica promoted", func() bool {
+			role, err := rc.Do(ctx, "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master"
+		})
+		tookOver = append(tookOver, time.Since(start))
+
+		// The holder lives: its hold stays, on the promoted replica, while
+		// the subscriptions move there.
+		watchEnd := time.Now().Add(failoverWatch)
+		for time.Now().Before(watchEnd) {
+			select {
+			case r := <-done:
+				t.Fatalf("run %d: the waiter took the lock (err %v) %v after %s was promoted in place of %s, while its holder lived",
+					i, r.err, failoverWatch-time.Until(watchEnd), replica, master)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		hold, err := rc.Get(ctx, key).Result()
+		if err != nil || !strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token)) || !strings.Contains(hold, `"o":`) {
+			t.Fatalf("run %d: the promoted replica %s has %q (%v), not the live holder's hold (token %d)", i, replica, hold, err, token)
+		}
+		eventually(t, 10*time.Second, "the holder's and the waiter's subscriptions on the promoted replica", func() bool {
+			chans, err := rc.PubSubChannels(ctx, "fairlock:presence:*").Result()
+			return err == nil && len(chans) >= 2
+		})
+		_ = rc.Close()
+		delays = append(delays, killedPassesOn(t, i, w, token, next, done, "the waiter's Lock on the promoted replica"))
+		must(t, next.Unlock(ctx))
+	}
+	slices.Sort(delays)
+	slices.Sort(tookOver)
+	t.Logf("Cluster: %d CLUSTER FAILOVERs (promoted in %v median) under a live holder with a waiter queued: no live hold ended; "+
+		"a holder SIGKILLed after each passed on in %v (min), %v (median), %v (max); bound %v",
+		runs, tookOver[len(tookOver)/2].Round(time.Millisecond), delays[0].Round(time.Millisecond),
+		delays[len(delays)/2].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond), presenceBound)
+}
+
+// A worker pool keeps its pace through a CLUSTER FAILOVER of the master
+// that serves its lock, as through Sentinel's (poolThroughFailover).
+func TestClusterFailoverDoesNotStopAPool(t *testing.T) {
+	g := redistest.NewClusterGroup(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Nodes})
+	defer func() { _ = client.Close() }()
+	ctx := context.Background()
+	poolThroughFailover(t, "Cluster", client, func() {
+		_, replica := shardOf(t, client, holdKey("fair", lockName(t)))
+		rc := redis.NewClient(&redis.Options{Addr: replica})
+		defer func() { _ = rc.Close() }()
+		must(t, rc.Do(ctx, "CLUSTER", "FAILOVER").Err())
+		eventually(t, 30*time.Second, "the replica promoted", func() bool {
+			role, err := rc.Do(ctx, "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master"
+		})
+	})
+}

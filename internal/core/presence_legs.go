@@ -1,0 +1,477 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
+)
+
+// The presence's legs. A script counts a subscription only where it runs:
+// on Cluster, PUBSUB NUMSUB answers for its own node. So the presence is
+// one subscription (a leg, presence.go) per server that serves locks: the
+// only one on a single server or Sentinel's master, one per master on
+// Cluster. Each hold is served by the leg of its lock's slot: that leg's
+// break arms the hold's jeopardy, its return confirms the hold, and an
+// acquisition there waits for it. On Cluster the masters are looked up
+// (CLUSTER SLOTS) at the first acquisition, then every lookEvery while the
+// owner holds or waits, and at once when a leg's master goes away; a leg
+// whose master is no longer one follows the master of its slots (check,
+// relocate), as on Sentinel.
+
+// lookEvery is how often, at most, an owner that holds or waits on Cluster
+// looks the masters up: a master that joined the cluster since serves the
+// owner's locks from then on. A slot moved to such a master within this
+// time of a hold's lock taking it is the window docs/presence.md states.
+const lookEvery = time.Second
+
+// errNoMaster is why an acquisition on Cluster cannot wait for its leg:
+// no master serves the lock's slot (the cluster is failing over).
+var errNoMaster = errors.New("no Cluster master serves the lock's slot (CLUSTER SLOTS)")
+
+// presence is the owner's session: its legs, and what they share.
+type presence struct {
+	o       *Owner
+	channel string
+	ups     atomic.Int64         // how many times a leg came up (PresenceUps)
+	cluster *redis.ClusterClient // Cluster: a leg per master
+
+	mu       sync.Mutex
+	legs     []*leg
+	started  bool      // an acquisition awaited: new legs subscribe at once
+	lookedAt time.Time // the last look at the masters (o's clock)
+	looking  bool
+}
+
+func newPresence(o *Owner) *presence {
+	p := &presence{o: o, channel: wire.PresenceChannel(o.ids.Client())}
+	if cc, ok := o.client.(*redis.ClusterClient); ok {
+		p.cluster = cc
+	} else {
+		p.legs = []*leg{newLeg(p, o.client)}
+	}
+	return p
+}
+
+// all returns the legs.
+func (p *presence) all() []*leg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.legs)
+}
+
+// serving returns the leg that serves key's lock, or nil (Cluster, before
+// the masters were looked up, or while none serves its slot).
+func (p *presence) serving(key string) *leg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cluster == nil {
+		return p.legs[0]
+	}
+	slot := wire.Slot(key)
+	for _, l := range p.legs {
+		if servesSlot(l.slots, slot) {
+			return l
+		}
+	}
+	return nil
+}
+
+// legFor is serving, looking the masters up (within ctx) when no leg
+// serves key yet.
+func (p *presence) legFor(ctx context.Context, key string) (*leg, error) {
+	if l := p.serving(key); l != nil {
+		return l, nil
+	}
+	if err := p.lookUp(ctx); err != nil {
+		return nil, err
+	}
+	if l := p.serving(key); l != nil {
+		return l, nil
+	}
+	return nil, errNoMaster
+}
+
+// serves reports whether l serves key's lock.
+func (l *leg) serves(key string) bool {
+	if l.route == "" {
+		return true
+	}
+	l.p.mu.Lock()
+	defer l.p.mu.Unlock()
+	return servesSlot(l.slots, wire.Slot(key))
+}
+
+func servesSlot(ranges [][2]int64, slot int64) bool {
+	for _, r := range ranges {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// await returns nil once the leg that serves key's lock is up (leg.await).
+func (p *presence) await(ctx context.Context, key string) error {
+	p.mu.Lock()
+	p.started = true
+	p.mu.Unlock()
+	l, err := p.legFor(ctx, key)
+	if err != nil {
+		return err
+	}
+	return l.await(ctx)
+}
+
+// awaitUp is leg.awaitUp for the leg that serves key's lock.
+func (p *presence) awaitUp(ctx, stop context.Context, key string) bool {
+	l, err := p.legFor(ctx, key)
+	return err == nil && l.awaitUp(ctx, stop)
+}
+
+// covers is leg.covers for the leg that serves key's lock.
+func (p *presence) covers(key string, since time.Time) bool {
+	l := p.serving(key)
+	return l != nil && l.covers(since)
+}
+
+// busy returns the legs that serve at least one of the owner's holds:
+// on Cluster, only they need PINGs and checks while the owner holds
+// anything.
+func (p *presence) busy() []*leg {
+	legs := p.all()
+	if p.cluster == nil {
+		return legs
+	}
+	n := 0
+	for _, l := range legs {
+		if len(p.o.heldWhere(func(h *hold) bool { return l.serves(h.agent.Keys[0]) })) > 0 {
+			legs[n] = l
+			n++
+		}
+	}
+	return legs[:n]
+}
+
+// ping PINGs every leg that serves a hold of the owner's.
+func (p *presence) ping() {
+	for _, l := range p.busy() {
+		l.ping()
+	}
+}
+
+// held runs the held of every leg that serves a hold of the owner's, and
+// on Cluster looks the masters up every lookEvery.
+func (p *presence) held() {
+	p.lookSoon()
+	for _, l := range p.busy() {
+		l.held()
+	}
+}
+
+// waited runs the waited of the leg that serves key's lock, which one of
+// the owner's waiters tried, and on Cluster looks the masters up every
+// lookEvery.
+func (p *presence) waited(key string) {
+	p.lookSoon()
+	if l := p.serving(key); l != nil {
+		l.waited()
+	}
+}
+
+// checkSoon runs every leg's checkSoon.
+func (p *presence) checkSoon() {
+	for _, l := range p.all() {
+		l.checkSoon()
+	}
+}
+
+// stop stops every leg.
+func (p *presence) stop() {
+	for _, l := range p.all() {
+		l.stop()
+	}
+}
+
+// up reports whether every leg is up (and, on Cluster, there is one).
+func (p *presence) up() bool {
+	legs := p.all()
+	for _, l := range legs {
+		if !l.up.Load() {
+			return false
+		}
+	}
+	return len(legs) > 0
+}
+
+// unconfirmed returns the holds that a waiter may end once the owner's
+// presence is gone and that the leg serving each does not cover.
+func (p *presence) unconfirmed() []*hold {
+	holds := p.o.heldWhere(func(h *hold) bool { return h.agent.Presence })
+	n := 0
+	for _, h := range holds {
+		if !p.covers(h.agent.Keys[0], h.sentAt()) {
+			holds[n] = h
+			n++
+		}
+	}
+	return holds[:n]
+}
+
+// releaseLater is leg.releaseLater on the leg that serves h's lock; with
+// none, h is released at once.
+func (p *presence) releaseLater(h *hold) {
+	if l := p.serving(h.agent.Keys[0]); l != nil {
+		l.releaseLater(h)
+		return
+	}
+	p.o.releaseLost(h, false)
+}
+
+// sessionKeys are session.lua's keys for l's check: its channel on a
+// single server; on Cluster its route, which the client sends to the
+// master that serves it now.
+func (l *leg) sessionKeys() []string {
+	if l.route != "" {
+		return []string{l.route}
+	}
+	return []string{l.channel}
+}
+
+// master returns where l should subscribe now: the master of its route's
+// slot as the Cluster client knows it (l's node if it cannot tell), or,
+// on a single-node client, that client (which dials Sentinel's master).
+func (l *leg) master(ctx context.Context) redis.UniversalClient {
+	if l.route == "" {
+		return l.node
+	}
+	node, err := l.p.cluster.MasterForKey(ctx, l.route)
+	if err != nil {
+		return l.node
+	}
+	return node
+}
+
+// moveLocked makes node the one l subscribes on; l.mu held.
+func (l *leg) moveLocked(node redis.UniversalClient) {
+	l.node = node
+	if c, ok := node.(*redis.Client); ok && l.route != "" {
+		l.addr = c.Options().Addr
+	}
+}
+
+// relocate moves a Cluster leg whose subscription failed twice in a row
+// (its master is gone: a failover, a node taken out) to the master that
+// serves its slots now, if the client knows another: ps, the failing
+// subscription, is closed, and a new run goes on there. It reports whether
+// it moved. The client is told to look the cluster up again, for the next
+// try's sake.
+func (l *leg) relocate(ps *redis.PubSub) bool {
+	if l.route == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SessionPing)
+	defer cancel()
+	l.p.cluster.ReloadState(ctx)
+	node, err := l.p.cluster.MasterForKey(ctx, l.route)
+	l.mu.Lock()
+	if err != nil || node.Options().Addr == l.addr || l.ps != ps || l.o.closed.Load() {
+		l.mu.Unlock()
+		return false
+	}
+	l.moveLocked(node)
+	l.subscribeLocked()
+	l.mu.Unlock()
+	_ = ps.Close()
+	return true
+}
+
+// lookSoon looks the Cluster's masters up in the background, if the last
+// look is lookEvery old and none runs.
+func (p *presence) lookSoon() {
+	if p.cluster == nil {
+		return
+	}
+	o := p.o
+	now := o.clock.Now()
+	p.mu.Lock()
+	due := !p.looking && now.Sub(p.lookedAt) >= lookEvery
+	if due {
+		p.looking = true
+	}
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	if !o.cleanups.add(&o.closed) { // Close waits for it
+		p.mu.Lock()
+		p.looking = false
+		p.mu.Unlock()
+		return
+	}
+	o.hubs.ProbeBackground(1)
+	go func() {
+		defer o.hubs.ProbeBackground(-1)
+		defer o.cleanups.done()
+		defer func() {
+			p.mu.Lock()
+			p.looking = false
+			p.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), lookEvery)
+		defer cancel()
+		_ = p.lookUp(ctx) // a failure: the next round looks again
+	}()
+}
+
+// lookUp reads which masters serve which slots (CLUSTER SLOTS) and fits
+// the legs to them: a master without a leg gets one, which subscribes at
+// once if any acquisition has, unless it serves slots of a leg whose own
+// master is no longer one: that leg moves there itself (check, relocate),
+// its break's jeopardy armed and its return confirming the holds it
+// serves, as on Sentinel. A second leg on one master is dropped.
+func (p *presence) lookUp(ctx context.Context) error {
+	slots, err := p.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	masters := map[string][][2]int64{}
+	var order []string
+	for _, s := range slots {
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		a := s.Nodes[0].Addr
+		if _, ok := masters[a]; !ok {
+			order = append(order, a)
+		}
+		masters[a] = append(masters[a], [2]int64{int64(s.Start), int64(s.End)})
+	}
+	p.mu.Lock()
+	have := map[string]bool{}
+	var moving [][2]int64 // the slots of legs whose address is no master's
+	for _, l := range p.legs {
+		have[l.addr] = true
+		if _, ok := masters[l.addr]; !ok {
+			moving = append(moving, l.slots...)
+		}
+	}
+	p.mu.Unlock()
+	type fresh struct {
+		addr, route string
+		node        redis.UniversalClient
+	}
+	var add []fresh
+	for _, a := range order {
+		if have[a] || overlaps(masters[a], moving) {
+			continue
+		}
+		r := masters[a][0]
+		route := wire.SessionKey(r[0], r[1])
+		node, err := p.cluster.MasterForKey(ctx, route)
+		if err != nil {
+			return err
+		}
+		if node.Options().Addr != a {
+			continue // the client's view lags CLUSTER SLOTS': the next look
+		}
+		add = append(add, fresh{addr: a, route: route, node: node})
+	}
+	p.mu.Lock()
+	var keep, drop, start []*leg
+	seen := map[string]bool{}
+	for _, l := range p.legs {
+		if seen[l.addr] {
+			drop = append(drop, l)
+			continue
+		}
+		if r, ok := masters[l.addr]; ok {
+			l.slots = r
+		}
+		seen[l.addr] = true
+		keep = append(keep, l)
+	}
+	for _, f := range add {
+		if seen[f.addr] {
+			continue
+		}
+		l := newLeg(p, f.node)
+		l.addr, l.route, l.slots = f.addr, f.route, masters[f.addr]
+		seen[f.addr] = true
+		keep = append(keep, l)
+		if p.started {
+			start = append(start, l)
+		}
+	}
+	p.legs = keep
+	p.lookedAt = p.o.clock.Now()
+	closed := p.o.closed.Load()
+	p.mu.Unlock()
+	for _, l := range start {
+		l.mu.Lock()
+		if !closed && l.ps == nil {
+			l.subscribeLocked()
+		}
+		l.mu.Unlock()
+	}
+	for _, l := range drop {
+		l.stop()
+	}
+	return nil
+}
+
+// overlaps reports whether two sets of slot ranges share a slot.
+func overlaps(a, b [][2]int64) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x[0] <= y[1] && y[0] <= x[1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// PresenceAlive returns o's alive (zero without WithPresence): the oldest
+// of its legs'. A test that breaks its connections waits for a PING to be
+// answered first.
+func PresenceAlive(o *Owner) time.Time {
+	if o.presence == nil {
+		return time.Time{}
+	}
+	var oldest time.Time
+	for _, l := range o.presence.all() {
+		l.mu.Lock()
+		if oldest.IsZero() || l.alive.Before(oldest) {
+			oldest = l.alive
+		}
+		l.mu.Unlock()
+	}
+	return oldest
+}
+
+// PresenceConfirmed reports whether o's presence is up and covers every
+// hold of o that a waiter may end (true without WithPresence): a test that
+// broke its connections waits for it before it lets the jeopardy come.
+func PresenceConfirmed(o *Owner) bool {
+	if o.presence == nil {
+		return true
+	}
+	return len(o.presence.unconfirmed()) == 0 && o.presence.up()
+}
+
+// PresenceUps returns how many times o's presence legs were confirmed (0
+// without WithPresence, or before its first acquisition): a test that
+// breaks its connections waits for the count to grow, to know the owner
+// noticed.
+func PresenceUps(o *Owner) int64 {
+	if o.presence == nil {
+		return 0
+	}
+	return o.presence.ups.Load()
+}
