@@ -178,10 +178,10 @@ func TestSentinelFailoverDoesNotStopAPool(t *testing.T) {
 // named) two seconds in, goes on five seconds more, and checks the pool's
 // pace: no overlap, tokens rising, no Lock error, and no gap between two
 // acquisitions longer than a quarter of the wait timeout.
-func poolThroughFailover(t *testing.T, deployment string, client redis.UniversalClient, failover func()) {
+func poolThroughFailover(t *testing.T, deployment string, client redis.UniversalClient, failover func(), opts ...fairlock.OwnerOption) {
 	t.Helper()
 	ctx := context.Background()
-	owner, err := fairlock.NewOwner(client)
+	owner, err := fairlock.NewOwner(client, opts...)
 	must(t, err)
 	defer func() { _ = owner.Close(ctx) }()
 	name := lockName(t)

@@ -100,6 +100,8 @@ type leg struct {
 	// master's. On Cluster, addr is that master's address, route a key
 	// that never exists in one of its slots (the session check runs
 	// there), and slots the slot ranges it served when last looked up.
+	// node is guarded by mu; addr is written under mu and p.mu, slots
+	// under p.mu.
 	node  redis.UniversalClient
 	addr  string
 	route string
@@ -619,6 +621,14 @@ func (l *leg) check() {
 	case err == nil:
 		err = errElsewhere
 	case !isReadOnly(err):
+		if l.route != "" && !isRefusal(err) {
+			// No answer in time: on Cluster, a master that hangs while
+			// its replica takes over. The client's map of the cluster
+			// is reloaded, so that the next check asks the master that
+			// serves the slots now (go-redis reloads it by itself only
+			// on a redirection, or after ten seconds).
+			l.p.cluster.ReloadState(ctx)
+		}
 		return
 	}
 	l.follow(since, err, l.master(ctx))

@@ -257,11 +257,14 @@ func (l *leg) master(ctx context.Context) redis.UniversalClient {
 	return node
 }
 
-// moveLocked makes node the one l subscribes on; l.mu held.
+// moveLocked makes node the one l subscribes on; l.mu held. Its address
+// is written under p.mu too: lookUp reads it under that lock alone.
 func (l *leg) moveLocked(node redis.UniversalClient) {
 	l.node = node
 	if c, ok := node.(*redis.Client); ok && l.route != "" {
+		l.p.mu.Lock()
 		l.addr = c.Options().Addr
+		l.p.mu.Unlock()
 	}
 }
 

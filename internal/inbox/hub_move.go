@@ -10,7 +10,10 @@ package inbox
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // dropped handles a SUNSUBSCRIBE of name. One the hub asked for (closeIdle)
@@ -24,10 +27,21 @@ func (h *hub) dropped(name string) {
 		h.mu.Unlock()
 		return
 	}
+	subs, ok := h.detachLocked(name)
+	h.mu.Unlock()
+	if ok {
+		// Not on the receive goroutine: moving subscribes on another hub,
+		// and this hub must go on reading meanwhile.
+		go h.move(name, subs)
+	}
+}
+
+// detachLocked takes the channel name off h, returning its waiters, for
+// move; false if h has no such channel. h.mu held.
+func (h *hub) detachLocked(name string) ([]*Sub, bool) {
 	ch := h.chans[name]
 	if ch == nil {
-		h.mu.Unlock()
-		return
+		return nil, false
 	}
 	delete(h.chans, name)
 	delete(h.pending, name)
@@ -36,10 +50,7 @@ func (h *hub) dropped(name string) {
 		// Nothing left here: the sweep closes the connection.
 		h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 	}
-	h.mu.Unlock()
-	// Not on the receive goroutine: moving subscribes on another hub, and
-	// this hub must go on reading meanwhile.
-	go h.move(name, subs)
+	return subs, true
 }
 
 // move re-homes the waiters of a dropped channel on the hub of the master
@@ -134,9 +145,16 @@ func wake(subs []*Sub) {
 // a promoted replica): a hand-off published on the new master would reach
 // nobody, and each waiter would learn of its turn from its timers. The
 // waiters are woken to try again once the new connection confirms their
-// channels; the old connection is closed then. Cluster hubs follow their slots
-// themselves (dropped), so Follow leaves them be.
+// channels; the old connection is closed then. On Cluster, a master that
+// lost its slots tells its hubs (dropped), but one that hangs while its
+// replica takes over tells nobody: there, Follow moves every channel whose
+// slot the client now places on another master to that master's hub, as
+// a dropped one moves (followSlots).
 func (hs *Hubs) Follow() {
+	if cc, ok := hs.client.(*redis.ClusterClient); ok {
+		hs.followSlots(cc)
+		return
+	}
 	hs.mu.Lock()
 	old := hs.hubs[hs.client]
 	if old == nil || hs.closed {
@@ -209,3 +227,39 @@ func (h *hub) settled(names []string) bool {
 // followWait bounds how long Follow keeps the old connection while the new
 // one is not confirmed.
 const followWait = 5 * time.Second
+
+// followSlots is Follow on Cluster: each channel of a hub whose slot the
+// client places on another master now moves there (move), and its waiters
+// are woken once that master confirms it. The old hub closes once idle.
+func (hs *Hubs) followSlots(cc *redis.ClusterClient) {
+	hs.mu.Lock()
+	hubs := make([]*hub, 0, len(hs.hubs))
+	for _, h := range hs.hubs {
+		hubs = append(hubs, h)
+	}
+	hs.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), followWait)
+	defer cancel()
+	var moves sync.WaitGroup
+	for _, h := range hubs {
+		h.mu.Lock()
+		names := make([]string, 0, len(h.chans))
+		for name := range h.chans {
+			names = append(names, name)
+		}
+		h.mu.Unlock()
+		for _, name := range names {
+			node, err := cc.MasterForKey(ctx, name)
+			if err != nil || any(node) == h.key {
+				continue
+			}
+			h.mu.Lock()
+			subs, ok := h.detachLocked(name)
+			h.mu.Unlock()
+			if ok {
+				moves.Go(func() { h.move(name, subs) })
+			}
+		}
+	}
+	moves.Wait()
+}
