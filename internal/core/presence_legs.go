@@ -247,14 +247,14 @@ func (l *leg) sessionKeys() []string {
 // slot as the Cluster client knows it (l's node if it cannot tell), or,
 // on a single-node client, that client (which dials Sentinel's master).
 func (l *leg) master(ctx context.Context) redis.UniversalClient {
-	if l.route == "" {
-		return l.node
+	if l.route != "" {
+		if node, err := l.p.cluster.MasterForKey(ctx, l.route); err == nil {
+			return node
+		}
 	}
-	node, err := l.p.cluster.MasterForKey(ctx, l.route)
-	if err != nil {
-		return l.node
-	}
-	return node
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.node
 }
 
 // moveLocked makes node the one l subscribes on; l.mu held. Its address
