@@ -23,10 +23,10 @@
 // no key behind: every key carries a TTL.
 //
 // Handles are made on an Owner (NewOwner): what the handles of one go-redis
-// client share, and what a graceful shutdown closes. On a single server and
-// on Sentinel an owner keeps a presence by default (WithoutPresence turns it
-// off; on Cluster it keeps none): a pub/sub
-// subscription that Redis drops when the process dies, so a dead holder's
+// client share, and what a graceful shutdown closes. An owner keeps a
+// presence by default, on every deployment (WithoutPresence turns it off):
+// a pub/sub subscription (on Cluster, one per master) that Redis drops when
+// the process dies, so a dead holder's
 // lock moves on within about a quarter of a second instead of at its
 // lease's end (docs/presence.md). The root package holds it and, in property_test.go and its companions, the executable
 // specification of the locks.

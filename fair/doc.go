@@ -127,8 +127,8 @@
 //     everything Redis published to its client before it learned the news
 //     has arrived (a marker of its own on its inbox), so a message merely
 //     overtaken by a reply is not counted.
-//  10. Presence (an owner that keeps one: by default on a single server
-//     and on Sentinel, not on Cluster, nor [fairlock.WithoutPresence]; the
+//  10. Presence (an owner that keeps one: by default on every deployment,
+//     not with [fairlock.WithoutPresence]; the
 //     reentrant lock's holds and waiters too): a hold whose
 //     owner's presence subscription has been gone from Redis for 200 ms
 //     (its process died: the kernel closed its socket) is ended by the
@@ -181,7 +181,9 @@
 //     where its commands go (asked every 100 ms while it holds, every 200
 //     ms while its waiters try) subscribes again there; the window left is
 //     two clients that learn of the failover more than 100 ms apart
-//     (docs/presence.md, "Failovers"). Not on Cluster. See docs/presence.md.
+//     (docs/presence.md, "Failovers"). On Cluster an owner keeps a
+//     subscription on every master, and each hold counts on the one where
+//     its lock lives. See docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,
 //     with ErrLockLost, ErrReleased or ErrClosed as its cause, and Unlock

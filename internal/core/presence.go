@@ -16,9 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Presence (docs/presence.md). An owner made with WithPresence subscribes,
-// before its first acquisition, to a channel of its own
-// (wire.PresenceChannel), on a connection of its own, and keeps it for its
+// Presence (docs/presence.md). An owner that keeps one subscribes, before
+// its first acquisition, to a channel of its own (wire.PresenceChannel),
+// on a connection of its own (on Cluster, one per master: the leg below is
+// one such subscription, presence_legs.go the set), and keeps it for its
 // life; its client id tells the scripts that it does (wire.NewIDs). Redis
 // drops the subscription when the process dies, and a fair lock's waiter
 // then ends the hold after PresenceGrace (queue.lua's holder_present).

@@ -19,7 +19,7 @@ import (
 // Cluster. Each hold is served by the leg of its lock's slot: that leg's
 // break arms the hold's jeopardy, its return confirms the hold, and an
 // acquisition there waits for it. On Cluster the masters are looked up
-// (CLUSTER SLOTS) at the first acquisition, then every lookEvery while the
+// (CLUSTER SHARDS) at the first acquisition, then every lookEvery while the
 // owner holds or waits, and at once when a leg's master goes away; a leg
 // whose master is no longer one follows the master of its slots (check,
 // relocate), as on Sentinel.
@@ -32,7 +32,7 @@ const lookEvery = time.Second
 
 // errNoMaster is why an acquisition on Cluster cannot wait for its leg:
 // no master serves the lock's slot (the cluster is failing over).
-var errNoMaster = errors.New("no Cluster master serves the lock's slot (CLUSTER SLOTS)")
+var errNoMaster = errors.New("no Cluster master serves the lock's slot (CLUSTER SHARDS)")
 
 // presence is the owner's session: its legs, and what they share.
 type presence struct {
@@ -332,28 +332,40 @@ func (p *presence) lookSoon() {
 	}()
 }
 
-// lookUp reads which masters serve which slots (CLUSTER SLOTS) and fits
+// lookUp reads which masters serve which slots (CLUSTER SHARDS) and fits
 // the legs to them: a master without a leg gets one, which subscribes at
 // once if any acquisition has, unless it serves slots of a leg whose own
 // master is no longer one: that leg moves there itself (check, relocate),
 // its break's jeopardy armed and its return confirming the holds it
 // serves, as on Sentinel. A second leg on one master is dropped.
 func (p *presence) lookUp(ctx context.Context) error {
-	slots, err := p.cluster.ClusterSlots(ctx).Result()
+	shards, err := p.cluster.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
+	// Each shard's master by the address the client knows it by (the
+	// master it sends a key of the shard's slots to), and its node.
 	masters := map[string][][2]int64{}
+	nodes := map[string]*redis.Client{}
+	routes := map[string]string{}
 	var order []string
-	for _, s := range slots {
-		if len(s.Nodes) == 0 {
+	for _, sh := range shards {
+		if len(sh.Slots) == 0 {
 			continue
 		}
-		a := s.Nodes[0].Addr
+		route := wire.SessionKey(sh.Slots[0].Start, sh.Slots[0].End)
+		node, err := p.cluster.MasterForKey(ctx, route)
+		if err != nil {
+			return err
+		}
+		a := node.Options().Addr
 		if _, ok := masters[a]; !ok {
 			order = append(order, a)
+			nodes[a], routes[a] = node, route
 		}
-		masters[a] = append(masters[a], [2]int64{int64(s.Start), int64(s.End)})
+		for _, r := range sh.Slots {
+			masters[a] = append(masters[a], [2]int64{r.Start, r.End})
+		}
 	}
 	p.mu.Lock()
 	have := map[string]bool{}
@@ -374,16 +386,7 @@ func (p *presence) lookUp(ctx context.Context) error {
 		if have[a] || overlaps(masters[a], moving) {
 			continue
 		}
-		r := masters[a][0]
-		route := wire.SessionKey(r[0], r[1])
-		node, err := p.cluster.MasterForKey(ctx, route)
-		if err != nil {
-			return err
-		}
-		if node.Options().Addr != a {
-			continue // the client's view lags CLUSTER SLOTS': the next look
-		}
-		add = append(add, fresh{addr: a, route: route, node: node})
+		add = append(add, fresh{addr: a, route: routes[a], node: nodes[a]})
 	}
 	p.mu.Lock()
 	var keep, drop, start []*leg
