@@ -74,6 +74,21 @@ func TestPresenceClusterKilledHolderPassesOnOnEveryMaster(t *testing.T) {
 			byMaster[m] = append(byMaster[m], name)
 		}
 	}
+	// The waiters' owner keeps a subscription on every master from its
+	// first acquisition on, and so does each worker (checked below, with
+	// its holder's).
+	first, err := fair.New(owner, lockName(t)+"-first")
+	must(t, err)
+	must(t, first.Lock(context.Background()))
+	must(t, first.Unlock(context.Background()))
+	for _, m := range masters {
+		mc := redis.NewClient(&redis.Options{Addr: m})
+		chans, err := mc.PubSubChannels(context.Background(), "fairlock:presence:*").Result()
+		_ = mc.Close()
+		if err != nil || len(chans) != 1 {
+			t.Fatalf("master %s has presence channels %q (%v), want the owner's one", m, chans, err)
+		}
+	}
 	var all []time.Duration
 	for _, m := range masters {
 		var delays []time.Duration
@@ -84,6 +99,16 @@ func TestPresenceClusterKilledHolderPassesOnOnEveryMaster(t *testing.T) {
 			must(t, err)
 			done := acquired(next.Lock, presenceLease/2)
 			eventually(t, 5*time.Second, "the waiter queued", queuedOne(probe, name))
+			if i == 0 {
+				for _, each := range masters {
+					mc := redis.NewClient(&redis.Options{Addr: each})
+					chans, err := mc.PubSubChannels(context.Background(), "fairlock:presence:*").Result()
+					_ = mc.Close()
+					if err != nil || len(chans) != 2 {
+						t.Fatalf("master %s has presence channels %q (%v), want the owner's and the holder's", each, chans, err)
+					}
+				}
+			}
 			delays = append(delays, killedPassesOn(t, i, w, token, next, done, "the waiter's Lock on "+m))
 			must(t, next.Unlock(context.Background()))
 		}
