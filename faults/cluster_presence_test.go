@@ -206,3 +206,62 @@ func TestClusterFailoverDoesNotStopAPool(t *testing.T) {
 		})
 	})
 }
+
+// Dead waiters are passed over on Cluster as on a single server: three
+// waiters whose processes keep a presence are SIGKILLed (and reaped) just
+// before the holder's release, and the live waiter behind them (an owner
+// without presence) holds within the grace and two polls of it.
+func TestPresenceClusterDeadWaitersArePassedOver(t *testing.T) {
+	addr, newClient := clusterOf(t)
+	probe := newClient()
+	ctx := context.Background()
+	holders, err := fairlock.NewOwner(newClient())
+	must(t, err)
+	defer func() { _ = holders.Close(ctx) }()
+	live, err := fairlock.NewOwner(newClient(), fairlock.WithoutPresence())
+	must(t, err)
+	defer func() { _ = live.Close(ctx) }()
+	const runs = 6
+	var delays []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("%s-%d", lockName(t), i)
+		queue := wire.QueueKeys(wire.FairBase(name))[1]
+		queued := func(n int64) func() bool {
+			return func() bool {
+				got, err := probe.LLen(ctx, queue).Result()
+				return err == nil && got == n
+			}
+		}
+		holder, err := fair.New(holders, name)
+		must(t, err)
+		must(t, holder.Lock(ctx))
+		var dead []*worker
+		for j := range 3 {
+			dead = append(dead, startWorker(t, workerSpec{Lock: "fair+presence", Addr: addr, Name: name,
+				Lease: presenceLease, Wait: 10 * time.Second, Label: fmt.Sprintf("dead%d", j)}))
+			eventually(t, 5*time.Second, "the dead-to-be queued", queued(int64(j+1)))
+		}
+		next, err := fair.New(live, name, fairlock.WithWaitTimeout(10*time.Second))
+		must(t, err)
+		done := acquired(next.Lock, presenceLease/2)
+		eventually(t, 5*time.Second, "the live waiter queued", queued(4))
+		for _, w := range dead {
+			w.kill()
+		}
+		released := time.Now()
+		must(t, holder.Unlock(ctx))
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("run %d: the live waiter: %v", i, r.err)
+		}
+		delay := r.at.Sub(released)
+		delays = append(delays, delay)
+		if delay > presenceBound {
+			t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", i, delay, presenceBound)
+		}
+		must(t, next.Unlock(ctx))
+	}
+	slices.Sort(delays)
+	t.Logf("Cluster, three waiters killed just before the release: the live one behind them held after %v (min), %v (median), %v (max) over %d runs; bound %v",
+		delays[0].Round(time.Millisecond), delays[runs/2].Round(time.Millisecond), delays[runs-1].Round(time.Millisecond), runs, presenceBound)
+}
