@@ -42,7 +42,7 @@ type presence struct {
 	cluster *redis.ClusterClient // Cluster: a leg per master
 
 	mu       sync.Mutex
-	legs     []*leg
+	legs     []*leg    // on a single-node client, one, set at newPresence and never changed
 	started  bool      // an acquisition awaited: new legs subscribe at once
 	lookedAt time.Time // the last look at the masters (o's clock)
 	looking  bool
@@ -58,7 +58,7 @@ func newPresence(o *Owner) *presence {
 	return p
 }
 
-// all returns the legs.
+// all returns the legs (a copy).
 func (p *presence) all() []*leg {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -68,11 +68,11 @@ func (p *presence) all() []*leg {
 // serving returns the leg that serves key's lock, or nil (Cluster, before
 // the masters were looked up, or while none serves its slot).
 func (p *presence) serving(key string) *leg {
+	if p.cluster == nil {
+		return p.legs[0] // set once, at newPresence
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cluster == nil {
-		return p.legs[0]
-	}
 	slot := wire.Slot(key)
 	for _, l := range p.legs {
 		if servesSlot(l.slots, slot) {
@@ -118,6 +118,9 @@ func servesSlot(ranges [][2]int64, slot int64) bool {
 
 // await returns nil once the leg that serves key's lock is up (leg.await).
 func (p *presence) await(ctx context.Context, key string) error {
+	if p.cluster == nil {
+		return p.legs[0].await(ctx)
+	}
 	p.mu.Lock()
 	p.started = true
 	p.mu.Unlock()
