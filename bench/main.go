@@ -425,8 +425,8 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintln(w, "\nCPU time per Lock+Unlock pair, µs (the benchmark process, the client side; redis-server, from INFO cpu; its time in scripts, from INFO commandstats):")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| implementation\t| uncontended: client\t| uncontended: Redis\t| uncontended: scripts\t| deadline: client\t| 8 names: client\t| 8 names: Redis\t| 8 names: total\t|")
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	fmt.Fprintln(tw, "| implementation\t| uncontended: client\t| uncontended: Redis\t| uncontended: scripts\t| deadline: client\t| deadline: Redis\t| deadline: scripts\t| 8 names: client\t| 8 names: Redis\t| 8 names: total\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for _, im := range impls {
 		pick := func(cs []cpuCost, f func(cpuCost) float64) float64 {
 			var v []float64
@@ -439,9 +439,9 @@ func (r *results) print(w io.Writer) {
 		rds := func(c cpuCost) float64 { return c.redis }
 		sum := func(c cpuCost) float64 { return c.client + c.redis }
 		scripts := func(c cpuCost) float64 { return c.scripts }
-		fmt.Fprintf(tw, "| %s\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t|\n", im.name,
+		fmt.Fprintf(tw, "| %s\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t| %.1f\t|\n", im.name,
 			pick(r.cpu1[im.name], client), pick(r.cpu1[im.name], rds), pick(r.cpu1[im.name], scripts),
-			pick(r.cpuDeadline[im.name], client),
+			pick(r.cpuDeadline[im.name], client), pick(r.cpuDeadline[im.name], rds), pick(r.cpuDeadline[im.name], scripts),
 			pick(r.cpu8[im.name], client), pick(r.cpu8[im.name], rds), pick(r.cpu8[im.name], sum))
 	}
 	_ = tw.Flush()
