@@ -265,3 +265,41 @@ func TestPresenceClusterDeadWaitersArePassedOver(t *testing.T) {
 	t.Logf("Cluster, three waiters killed just before the release: the live one behind them held after %v (min), %v (median), %v (max) over %d runs; bound %v",
 		delays[0].Round(time.Millisecond), delays[runs/2].Round(time.Millisecond), delays[runs-1].Round(time.Millisecond), runs, presenceBound)
 }
+
+// An ACL user refused CLUSTER SHARDS (as some managed services leave it
+// out) still keeps a presence on Cluster: the masters are read from
+// CLUSTER SLOTS instead, which go-redis needs anyway.
+func TestPresenceClusterWithoutClusterShards(t *testing.T) {
+	g := redistest.NewClusterGroup(t)
+	ctx := context.Background()
+	for _, n := range g.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: n})
+		err := c.Do(ctx, "ACL", "SETUSER", "noshards", "on", ">pw", "~*", "&*", "+@all", "-cluster|shards").Err()
+		_ = c.Close()
+		must(t, err)
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Nodes, Username: "noshards", Password: "pw"})
+	defer func() { _ = client.Close() }()
+	if err := client.ClusterShards(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("CLUSTER SHARDS as the user: %v, want NOPERM", err)
+	}
+	owner, err := fairlock.NewOwner(client)
+	must(t, err)
+	defer func() { _ = owner.Close(ctx) }()
+	m, err := fair.New(owner, lockName(t))
+	must(t, err)
+	must(t, m.Lock(ctx))
+	must(t, m.Unlock(ctx))
+	for _, n := range g.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: n})
+		role, err := c.Do(ctx, "ROLE").Slice()
+		must(t, err)
+		if role[0] == "master" {
+			chans, err := c.PubSubChannels(ctx, "fairlock:presence:*").Result()
+			if err != nil || len(chans) != 1 {
+				t.Errorf("master %s has presence channels %q (%v), want the owner's", n, chans, err)
+			}
+		}
+		_ = c.Close()
+	}
+}

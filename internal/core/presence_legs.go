@@ -342,21 +342,18 @@ func (p *presence) lookSoon() {
 // its break's jeopardy armed and its return confirming the holds it
 // serves, as on Sentinel. A second leg on one master is dropped.
 func (p *presence) lookUp(ctx context.Context) error {
-	shards, err := p.cluster.ClusterShards(ctx).Result()
+	ranges, err := p.slotRanges(ctx)
 	if err != nil {
 		return err
 	}
-	// Each shard's master by the address the client knows it by (the
-	// master it sends a key of the shard's slots to), and its node.
+	// Each range's master by the address the client knows it by (the
+	// master it sends a key of the range to), and its node.
 	masters := map[string][][2]int64{}
 	nodes := map[string]*redis.Client{}
 	routes := map[string]string{}
 	var order []string
-	for _, sh := range shards {
-		if len(sh.Slots) == 0 {
-			continue
-		}
-		route := wire.SessionKey(sh.Slots[0].Start, sh.Slots[0].End)
+	for _, r := range ranges {
+		route := wire.SessionKey(r[0], r[1])
 		node, err := p.cluster.MasterForKey(ctx, route)
 		if err != nil {
 			return err
@@ -366,9 +363,7 @@ func (p *presence) lookUp(ctx context.Context) error {
 			order = append(order, a)
 			nodes[a], routes[a] = node, route
 		}
-		for _, r := range sh.Slots {
-			masters[a] = append(masters[a], [2]int64{r.Start, r.End})
-		}
+		masters[a] = append(masters[a], r)
 	}
 	p.mu.Lock()
 	have := map[string]bool{}
@@ -432,6 +427,35 @@ func (p *presence) lookUp(ctx context.Context) error {
 		l.stop()
 	}
 	return nil
+}
+
+// slotRanges returns the cluster's ranges of served slots, from CLUSTER
+// SHARDS, or from CLUSTER SLOTS where that is refused (an ACL, a managed
+// service that leaves it out): go-redis needs the latter anyway.
+func (p *presence) slotRanges(ctx context.Context) ([][2]int64, error) {
+	shards, err := p.cluster.ClusterShards(ctx).Result()
+	if isRefusal(err) {
+		//nolint:staticcheck // CLUSTER SLOTS is deprecated, but answers where CLUSTER SHARDS is refused.
+		slots, err := p.cluster.ClusterSlots(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		var out [][2]int64
+		for _, s := range slots {
+			out = append(out, [2]int64{int64(s.Start), int64(s.End)})
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]int64
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			out = append(out, [2]int64{r.Start, r.End})
+		}
+	}
+	return out, nil
 }
 
 // overlaps reports whether two sets of slot ranges share a slot.
