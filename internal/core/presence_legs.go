@@ -338,9 +338,10 @@ func (p *presence) lookSoon() {
 // lookUp reads which masters serve which slots (CLUSTER SHARDS) and fits
 // the legs to them: a master without a leg gets one, which subscribes at
 // once if any acquisition has, unless it serves slots of a leg whose own
-// master is no longer one: that leg moves there itself (check, relocate),
-// its break's jeopardy armed and its return confirming the holds it
-// serves, as on Sentinel. A second leg on one master is dropped.
+// master is no longer one: that leg moves there itself (a check, asked
+// for here, or relocate), its break's jeopardy armed and its return
+// confirming the holds it serves, as on Sentinel. A second leg on one
+// master is dropped.
 func (p *presence) lookUp(ctx context.Context) error {
 	ranges, err := p.slotRanges(ctx)
 	if err != nil {
@@ -368,10 +369,12 @@ func (p *presence) lookUp(ctx context.Context) error {
 	p.mu.Lock()
 	have := map[string]bool{}
 	var moving [][2]int64 // the slots of legs whose address is no master's
+	var stray []*leg      // those legs
 	for _, l := range p.legs {
 		have[l.addr] = true
 		if _, ok := masters[l.addr]; !ok {
 			moving = append(moving, l.slots...)
+			stray = append(stray, l)
 		}
 	}
 	p.mu.Unlock()
@@ -425,6 +428,9 @@ func (p *presence) lookUp(ctx context.Context) error {
 	}
 	for _, l := range drop {
 		l.stop()
+	}
+	for _, l := range stray {
+		l.checkSoon() // it moves now, not at its owner's next hold or wait there
 	}
 	return nil
 }
