@@ -225,10 +225,9 @@ func ExampleMutex_Extend() {
 	// lease: 1m0s
 }
 
-// WithPresence asks for the presence every owner keeps by default on a
-// single server and on Sentinel, and makes NewOwner fail where it cannot be
-// kept (Cluster) rather than go without: a pub/sub subscription kept for the
-// owner's life. When its process dies, Redis drops it, and whoever waits
+// WithPresence asks for the presence every owner keeps by default: a
+// pub/sub subscription (on Cluster, one per master) kept for the owner's
+// life. When its process dies, Redis drops it, and whoever waits
 // for a fair lock it held takes the lock within about a quarter of a second
 // instead of at the lease's end. If the subscription breaks while the
 // process lives, the owner subscribes again and keeps its holds; one it
