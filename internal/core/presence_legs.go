@@ -44,6 +44,7 @@ type presence struct {
 	mu       sync.Mutex
 	legs     []*leg    // on a single-node client, one, set at newPresence and never changed
 	started  bool      // an acquisition awaited: new legs subscribe at once
+	stopped  bool      // stop ran: no leg is added
 	lookedAt time.Time // the last look at the masters (o's clock)
 	looking  bool
 }
@@ -194,8 +195,12 @@ func (p *presence) checkSoon() {
 	}
 }
 
-// stop stops every leg.
+// stop stops every leg; a look at the masters that ends after it makes
+// none (stopped).
 func (p *presence) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
 	for _, l := range p.all() {
 		l.stop()
 	}
@@ -378,19 +383,35 @@ func (p *presence) lookUp(ctx context.Context) error {
 		}
 	}
 	p.mu.Unlock()
-	type fresh struct {
-		addr, route string
-		node        redis.UniversalClient
-	}
-	var add []fresh
+	// The new legs, subscribing already if an acquisition has been made
+	// (one made later subscribes in its await): they are not the
+	// presence's until merged below.
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	var made []*leg
 	for _, a := range order {
 		if have[a] || overlaps(masters[a], moving) {
 			continue
 		}
-		add = append(add, fresh{addr: a, route: routes[a], node: nodes[a]})
+		l := newLeg(p, nodes[a])
+		l.addr, l.route, l.slots = a, routes[a], masters[a]
+		if started {
+			l.mu.Lock()
+			l.subscribeLocked()
+			l.mu.Unlock()
+		}
+		made = append(made, l)
 	}
 	p.mu.Lock()
-	var keep, drop, start []*leg
+	if p.stopped { // the owner closed meanwhile
+		p.mu.Unlock()
+		for _, l := range made {
+			l.stop()
+		}
+		return nil
+	}
+	var keep, drop []*leg
 	seen := map[string]bool{}
 	for _, l := range p.legs {
 		if seen[l.addr] {
@@ -403,29 +424,17 @@ func (p *presence) lookUp(ctx context.Context) error {
 		seen[l.addr] = true
 		keep = append(keep, l)
 	}
-	for _, f := range add {
-		if seen[f.addr] {
+	for _, l := range made {
+		if seen[l.addr] { // another look made it first
+			drop = append(drop, l)
 			continue
 		}
-		l := newLeg(p, f.node)
-		l.addr, l.route, l.slots = f.addr, f.route, masters[f.addr]
-		seen[f.addr] = true
+		seen[l.addr] = true
 		keep = append(keep, l)
-		if p.started {
-			start = append(start, l)
-		}
 	}
 	p.legs = keep
 	p.lookedAt = p.o.clock.Now()
-	closed := p.o.closed.Load()
 	p.mu.Unlock()
-	for _, l := range start {
-		l.mu.Lock()
-		if !closed && l.ps == nil {
-			l.subscribeLocked()
-		}
-		l.mu.Unlock()
-	}
 	for _, l := range drop {
 		l.stop()
 	}
