@@ -841,15 +841,7 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					r := <-done
-					if r.err != nil {
-						t.Fatalf("run %d: the live waiter: %v", i, r.err)
-					}
-					delay := r.at.Sub(released)
-					delays = append(delays, delay)
-					if delay > presenceBound {
-						t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", i, delay, presenceBound)
-					}
+					delays = append(delays, passedOver(t, i, done, released))
 				}
 				slices.Sort(delays)
 				t.Logf("%s, three waiters killed %s: the live one behind them held after %v (min), %v (median), %v (max) over %d runs; bound %v",
@@ -864,6 +856,22 @@ func TestPresenceDeadWaitersArePassedOver(t *testing.T) {
 // permits of a semaphore of 2, a read-write lock's write side, or a
 // reentrant lock) on an owner without presence, of a client of its own,
 // and returns its release and the owner.
+// passedOver waits for the live waiter's Lock (done), which must succeed
+// within presenceBound of the release at released, past the dead waiters
+// ahead of it; it returns how long after the release it did.
+func passedOver(t *testing.T, run int, done <-chan result, released time.Time) time.Duration {
+	t.Helper()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("run %d: the live waiter: %v", run, r.err)
+	}
+	delay := r.at.Sub(released)
+	if delay > presenceBound {
+		t.Errorf("run %d: the live waiter held %v after the release, past three dead waiters; want within %v", run, delay, presenceBound)
+	}
+	return delay
+}
+
 func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fairlock.Owner) {
 	t.Helper()
 	ctx := context.Background()
@@ -943,7 +951,7 @@ func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, leas
 // waitingFor counts the waiters of kind's lock name: its queue's list (a
 // semaphore's or a read-write lock's: its gate's holder, the first waiter,
 // and its gate's queue).
-func waitingFor(t *testing.T, kind string, c *redis.Client, name string) int {
+func waitingFor(t *testing.T, kind string, c redis.UniversalClient, name string) int {
 	t.Helper()
 	ctx := context.Background()
 	base := wire.FairBase(name)

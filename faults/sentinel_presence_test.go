@@ -87,27 +87,8 @@ func TestPresenceSentinelFailoverEndsNoLiveHold(t *testing.T) {
 		to := masterOf(t, sentinel)
 
 		// The holder lives: its hold stays, on the new master, while the
-		// subscriptions move.
-		watchEnd := time.Now().Add(failoverWatch)
-		for time.Now().Before(watchEnd) {
-			select {
-			case r := <-done:
-				t.Fatalf("run %d: the waiter took the lock (err %v) %v after Sentinel named %s, while its holder lived",
-					i, r.err, failoverWatch-time.Until(watchEnd), to)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		direct := redis.NewClient(&redis.Options{Addr: to})
-		hold, err := direct.Get(ctx, holdKey("fair", name)).Result()
-		if err != nil || !strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token)) || !strings.Contains(hold, `"o":`) {
-			t.Fatalf("run %d: the new master %s has %q (%v), not the live holder's hold (token %d)", i, to, hold, err, token)
-		}
-		// Both subscriptions followed the master; then the holder dies.
-		eventually(t, 10*time.Second, "the holder's and the waiter's subscriptions on the new master", func() bool {
-			chans, err := direct.PubSubChannels(ctx, "fairlock:presence:*").Result()
-			return err == nil && len(chans) >= 2
-		})
-		_ = direct.Close()
+		// subscriptions move; then the holder dies.
+		liveHoldSurvives(t, i, done, to, holdKey("fair", name), token, "Sentinel named "+to)
 		delays = append(delays, killedPassesOn(t, i, w, token, next, done, "the waiter's Lock on the new master"))
 		must(t, next.Unlock(ctx))
 		if i < runs-1 {
@@ -117,6 +98,46 @@ func TestPresenceSentinelFailoverEndsNoLiveHold(t *testing.T) {
 	slices.Sort(delays)
 	t.Logf("Sentinel: %d failovers under a live holder with a waiter queued: no live hold ended; a holder SIGKILLed after each passed on in %v (min), %v (median), %v (max); bound %v",
 		runs, delays[0].Round(time.Millisecond), delays[len(delays)/2].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond), presenceBound)
+}
+
+// liveHoldSurvives watches, for failoverWatch after a failover (what, for
+// the message), that done (the waiter's Lock) does not return while the
+// holder of token lives; then checks that the new master at addr has that
+// live hold under key, and waits for both the holder's and the waiter's
+// presence subscriptions to be there.
+func liveHoldSurvives(t *testing.T, run int, done <-chan result, addr, key string, token int64, what string) {
+	t.Helper()
+	watchEnd := time.Now().Add(failoverWatch)
+	for time.Now().Before(watchEnd) {
+		select {
+		case r := <-done:
+			t.Fatalf("run %d: the waiter took the lock (err %v) %v after %s, while its holder lived",
+				run, r.err, failoverWatch-time.Until(watchEnd), what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	direct := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = direct.Close() }()
+	hold, err := direct.Get(context.Background(), key).Result()
+	if err != nil || !strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token)) || !strings.Contains(hold, `"o":`) {
+		t.Fatalf("run %d: the new master %s has %q (%v), not the live holder's hold (token %d)", run, addr, hold, err, token)
+	}
+	eventually(t, 10*time.Second, "the holder's and the waiter's subscriptions on the new master", func() bool {
+		return len(presenceChannels(t, addr)) >= 2
+	})
+}
+
+// presenceChannels are the presence channels subscribed on the server at
+// addr (a Cluster node counts its own clients only).
+func presenceChannels(t *testing.T, addr string) []string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	chans, err := c.PubSubChannels(context.Background(), "fairlock:presence:*").Result()
+	if err != nil {
+		t.Fatalf("PUBSUB CHANNELS on %s: %v", addr, err)
+	}
+	return chans
 }
 
 // masterOf is the master Sentinel names.

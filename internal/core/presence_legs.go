@@ -152,11 +152,15 @@ func (p *presence) busy() []*leg {
 	if p.cluster == nil {
 		return legs
 	}
+	holds := p.o.heldWhere(func(*hold) bool { return true })
 	n := 0
 	for _, l := range legs {
-		if len(p.o.heldWhere(func(h *hold) bool { return l.serves(h.agent.Keys[0]) })) > 0 {
-			legs[n] = l
-			n++
+		for _, h := range holds {
+			if l.serves(h.agent.Keys[0]) {
+				legs[n] = l
+				n++
+				break
+			}
 		}
 	}
 	return legs[:n]

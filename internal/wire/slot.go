@@ -1,6 +1,9 @@
 package wire
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Slots is the number of Redis Cluster hash slots.
 const Slots = 16384
@@ -10,8 +13,8 @@ const Slots = 16384
 // empty) or of the whole key, modulo Slots, as the cluster specification
 // defines it.
 func Slot(key string) int64 {
-	if i := indexByte(key, '{'); i >= 0 {
-		if j := indexByte(key[i+1:], '}'); j > 0 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
 		}
 	}
@@ -39,13 +42,4 @@ func SessionKey(from, to int64) string {
 			return key
 		}
 	}
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
