@@ -396,75 +396,116 @@ var mutations = []struct {
 		spec: retrySpecOf,
 		seed: 15170417905771153980,
 	},
-	// The uncontended paths written straight (fair_acquire.lua and
-	// fair_release.lua, round six): their conditions dropped, and their
-	// writes. Three conditions are not here, because dropping them changes
-	// no outcome a specification can see: the acquisition's po (a gate
-	// taken without its holder's permit request is served all the same:
-	// a release that finds no request wakes the holder to look for
-	// itself, one round trip later), the release's owner check (the
-	// token, which names one hold, makes it redundant) and its lease check
-	// (the client gives a hold up for lost a margin before Redis's expiry,
-	// so no release the specifications make reaches an expired hold
-	// nobody took since); all three stay, as in the general path.
+	// The uncontended paths (hold.lua's take_free and release_own, round
+	// seven), on the hold's text: their conditions dropped, and their
+	// writes. Where no specification meets the case (keys whose TTL the
+	// acquisition must push out, a reentrant lock's unclaimed wake-up, the
+	// retry of a release whose hold nobody took since), the scenario that
+	// runs each path beside the general one from the same hold catches
+	// it. Two conditions are not here, because dropping them changes no
+	// outcome a specification can see: the acquisition's po (a gate taken
+	// without its holder's permit request is served all the same: a
+	// release that finds no request wakes the holder to look for itself,
+	// one round trip later) and the release's owner check (the token,
+	// which names one hold, makes it redundant); both stay, as in the
+	// general path. The uncontended release has no lease check (hold.lua's
+	// release_own says why).
 	{
 		name: "the uncontended path takes a lock that has waiters",
-		file: "fair_acquire.lua",
-		from: "if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then",
-		to:   "if settle == nil and announce == nil and po == nil and holder(s, now) == nil then",
-		seed: 6822529203931569051,
+		file: "hold.lua",
+		from: "if tonumber(string.sub(raw, 32, 44)) > now or tonumber(string.sub(raw, 46, 58)) > now or",
+		to:   "if tonumber(string.sub(raw, 32, 44)) > now or",
+		seed: 6822529203931591629,
 	},
 	{
 		name: "the uncontended path takes a held lock",
-		file: "fair_acquire.lua",
-		from: "if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then",
-		to:   "if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) then",
+		file: "hold.lua",
+		from: "if tonumber(string.sub(raw, 32, 44)) > now or tonumber(string.sub(raw, 46, 58)) > now or",
+		to:   "if tonumber(string.sub(raw, 46, 58)) > now or",
 		seed: 871975281524423813,
 	},
 	{
 		name: "the uncontended path takes an election without publishing its leader",
 		file: "fair_acquire.lua",
-		from: "if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then",
-		to:   "if po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then",
+		from: "if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and (ARGV[11] == nil or ARGV[11] == '') then",
+		to:   "if type(raw) == 'string' and (ARGV[11] == nil or ARGV[11] == '') then",
 		spec: electionSpecOf,
-		seed: 12724859504631599703,
+		seed: 12724859504631599709,
+	},
+	{
+		name: "the uncontended path issues the last token again",
+		file: "hold.lua",
+		from: "local token = math.max(tonumber(string.sub(raw, 15, 30)) + 1, now_us)",
+		to:   "local token = tonumber(string.sub(raw, 15, 30))",
+		seed: 5922105102761237960,
+	},
+	{
+		name:   "the uncontended path keeps the keys no longer than they were",
+		file:   "hold.lua",
+		from:   "      now + lease + RETAIN_MS > tonumber(string.sub(raw, 60, 72)) or\n",
+		to:     "",
+		spec:   scenarioSpec(uncontendedPathsAgreeWithTheGeneralPath),
+		checks: 1,
+	},
+	{
+		name: "the uncontended path takes the lock again for a retried acquisition",
+		file: "hold.lua",
+		from: "      (string.sub(raw, 139, 138 + #req) == req and string.byte(raw, 139 + #req) == 32) or\n",
+		to:   "",
+		spec: retrySpecOf,
+		seed: 18288626749384357068,
+	},
+	{
+		name:   "the uncontended path takes a reentrant lock freed for the caller without telling it",
+		file:   "hold.lua",
+		from:   "      (waiter and string.byte(raw, string.find(raw, '\",\"b\":\"', 139, true) - 1) ~= 32) then",
+		to:     "      false then",
+		spec:   scenarioSpec(uncontendedPathsAgreeWithTheGeneralPath),
+		checks: 1,
 	},
 	{
 		name: "the uncontended release ends a re-entered hold",
-		file: "fair_release.lua",
-		from: "if announce == nil and s.o == owner and s.c == '1' and",
-		to:   "if announce == nil and s.o == owner and",
+		file: "hold.lua",
+		from: "string.sub(raw, p + 1, p + #owner + 5) ~= owner .. ' 1  \"' then",
+		to:   "string.sub(raw, p + 1, p + #owner + 1) ~= owner .. ' ' then",
 		seed: 16824894139912087345,
 	},
 	{
+		name: "the uncontended release ends another hold of the same owner",
+		file: "hold.lua",
+		from: "if string.sub(raw, 1, 14) ~= PREFIX or tonumber(string.sub(raw, 15, 30)) ~= token or\n",
+		to:   "if string.sub(raw, 1, 14) ~= PREFIX or\n",
+		seed: 17490471153875307999,
+	},
+	{
 		name: "the uncontended release ends a hold that has waiters, handing it to nobody",
-		file: "fair_release.lua",
-		from: "tonumber(s.x) > now and\n    not may_have_waiters(s, s, now) then",
-		to:   "tonumber(s.x) > now then",
+		file: "hold.lua",
+		from: "tonumber(string.sub(raw, 15, 30)) ~= token or\n      string.sub(raw, 46, 58) ~= Z13 then",
+		to:   "tonumber(string.sub(raw, 15, 30)) ~= token then",
 		seed: 3347989520264742078,
 	},
 	{
 		name: "the uncontended release keeps no memory of the hold it ended",
-		file: "fair_release.lua",
-		from: "  note_released(s, s, token)\n",
-		to:   "",
+		file: "hold.lua",
+		from: "string.sub(raw, 15, 30) .. string.sub(raw, 74, 121) .. ' ' .. req",
+		to:   "string.sub(raw, 74, 137) .. ' ' .. req",
 		seed: 4018005199579652878,
 	},
 	{
-		name: "the uncontended release keeps no request id",
-		file: "fair_release.lua",
-		from: "  s.q, s.a = req, nil\n",
-		to:   "  s.a = nil\n",
-		spec: retrySpecOf,
-		seed: 340604404019033188,
+		name:   "the uncontended release keeps no request id",
+		file:   "hold.lua",
+		from:   "' ' .. req .. '    \",\"b\":\"\",\"d\":{}'",
+		to:     "' ' .. '    \",\"b\":\"\",\"d\":{}'",
+		spec:   scenarioSpec(uncontendedPathsAgreeWithTheGeneralPath),
+		checks: 1,
 	},
 	{
 		name: "the uncontended acquisition keeps no request id",
-		file: "fair_acquire.lua",
-		from: "s.o, s.c, s.x, s.b, s.q = owner, '1', int(now + lease), label, req",
-		to:   "s.o, s.c, s.x, s.b = owner, '1', int(now + lease), label",
+		file: "hold.lua",
+		from: "req .. ' ' .. owner .. ' 1  \",\"b\":\"' .. label",
+		to:   "' ' .. owner .. ' 1  \",\"b\":\"' .. label",
 		spec: retrySpecOf,
-		seed: 15751017567758442963,
+		seed: 15751017567758442973,
 	},
 	{
 		// The gate's tidiness (queueLedger).

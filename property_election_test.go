@@ -129,7 +129,7 @@ func (s *electionSpec) acquire(c *candidate, mode string) {
 		s.order = append(s.order, c)
 	}
 	r := s.call(s.scripts.FairAcquire, c.owner, c.entry, s.req(c), electionSpecLease.Milliseconds(),
-		electionSpecWait.Milliseconds(), mode, wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label), "PUBLISH", s.channel(), 0, "", 0, 0, wire.EscapeValue(c.value))
+		electionSpecWait.Milliseconds(), mode, wire.EscapeJSON(wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label)), "PUBLISH", s.channel(), 0, "", 0, 0, wire.EscapeValue(c.value))
 	s.actor = c
 	switch r[0] {
 	case 1:

@@ -5,7 +5,6 @@ package fairlock_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -258,14 +257,20 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // reply is a script call's reply as a hook sees it. Not only a *redis.Cmd:
 // a call with a deadline is made on one of the client's views
-// (internal/transport/views.go), as a type that embeds it.
+// (internal/transport/views.go), as a type that embeds it. A bare integer
+// (the uncontended paths': a token, or 1 for a release's {1}) is a list of
+// one.
 func reply(cmd redis.Cmder) ([]any, bool) {
-	v, ok := cmd.(interface{ Slice() ([]any, error) })
+	v, ok := cmd.(interface{ Result() (any, error) })
 	if !ok {
 		return nil, false
 	}
-	res, _ := v.Slice()
-	return res, true
+	res, _ := v.Result()
+	if n, ok := res.(int64); ok {
+		return []any{n}, true
+	}
+	list, _ := res.([]any)
+	return list, true
 }
 
 func (h *headReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -290,9 +295,9 @@ func rawHold(t *rapid.T, client *redis.Client, key string) map[string]any {
 	if err != nil {
 		t.Fatalf("GET %s: %v", key, err)
 	}
-	var v map[string]any
-	if err := json.Unmarshal([]byte(raw), &v); err != nil {
-		t.Fatalf("%s is not a JSON object: %v", key, err)
+	v, err := redistest.DecodeHold(raw)
+	if err != nil {
+		t.Fatalf("%s is not a hold: %v", key, err)
 	}
 	return v
 }

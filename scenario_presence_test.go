@@ -75,7 +75,7 @@ func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairA
 	ps.t.Helper()
 	ps.n++
 	a.Request, a.Lease, a.Wait = fmt.Sprintf("%s#%d", a.Owner, ps.n), int64(30000), int64(10000)
-	a.Origin, a.Publish, a.Channel = wire.EncodeOrigin("host", 1, ""), "PUBLISH", wire.Channel(base)
+	a.Origin, a.Publish, a.Channel = wire.EscapeJSON(wire.EncodeOrigin("host", 1, "")), "PUBLISH", wire.Channel(base)
 	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(base), a.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)

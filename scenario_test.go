@@ -7,7 +7,6 @@ package fairlock_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -126,8 +126,8 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 		t.Fatalf("Inspect: %+v, %v", st, err)
 	}
 	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
-	v, err := scripts.FairRelease.Run(ctx, probe, nil, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
-	if err != nil || len(v) != 1 || v[0] != int64(1) {
+	v, err := scripts.FairRelease.Run(ctx, probe, nil, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Result()
+	if got, _ := wire.DecodeRelease(v); err != nil || got != wire.Released {
 		t.Fatalf("releasing a's hold: %v, %v", v, err)
 	}
 	granted, err := fair.Inspect(ctx, probe, name)
@@ -400,15 +400,16 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 			key := "fairlock:r:{" + name + "}"
 			keys := []string{key, key + ":queue", key + ":deadlines"}
 			raw, err := probe.Get(ctx, key).Result()
-			var hold struct{ O string }
+			var hold map[string]any
 			if err == nil {
-				err = json.Unmarshal([]byte(raw), &hold)
+				hold, err = redistest.DecodeHold(raw)
 			}
 			if err != nil {
 				t.Fatalf("reading a's hold: %v", err)
 			}
-			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, keys, hold.O, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Slice()
-			if err != nil || len(v) != 1 || v[0] != int64(1) {
+			owner, _ := hold["o"].(string)
+			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, keys, owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Result()
+			if got, _ := wire.DecodeRelease(v); err != nil || got != wire.Released {
 				t.Fatalf("releasing a's hold: %v, %v", v, err)
 			}
 			redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })

@@ -437,7 +437,7 @@ func BenchmarkPairParts(b *testing.B) {
 			return c.FCall(ctx, "fairlock_bench_json", keys, "r", owner, owner+"#r"+id, "1764250000123456", "PUBLISH", keys[0]+":wake").Err()
 		}})
 	}
-	origin, n := wire.EncodeOrigin("bench-host", 12345, ""), 0
+	origin, n := wire.EscapeJSON(wire.EncodeOrigin("bench-host", 12345, "")), 0
 	variants = append(variants,
 		variant{"fair-scripts", fairScripts(ctx, c, lua.Default(), "parts-scripts", origin, &n)},
 		variant{"reentrant-scripts", reentrantScripts(ctx, c, lua.Default(), "parts-scripts", &n)})
@@ -524,19 +524,16 @@ func fairScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, name, o
 		v, err := set.FairAcquire.Run(ctx, c, mode, keys, wire.FairAcquire{
 			Owner: owner, Entry: owner + "/" + strconv.Itoa(*n), Request: id, Lease: 30000, Wait: 10000,
 			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Slice()
+		}.Args()...).Result()
 		if err != nil {
 			return err
 		}
-		if len(v) < 3 || v[0] != int64(1) {
-			return fmt.Errorf("fair_acquire did not acquire: %v", v)
-		}
-		token, ok := v[1].(int64)
-		if !ok {
-			return fmt.Errorf("fair_acquire's token: %v", v)
+		r, err := wire.DecodeFairAcquire(v)
+		if err != nil || !r.Held {
+			return fmt.Errorf("fair_acquire did not acquire: %v, %v", v, err)
 		}
 		return set.FairRelease.Run(ctx, c, mode, keys, wire.Release{
-			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+			Owner: owner, Request: id + "r", Token: r.Token, Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}
 }
@@ -552,19 +549,16 @@ func reentrantScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, na
 		id := owner + "#" + strconv.Itoa(*n)
 		v, err := set.ReentrantAcquire.Run(ctx, c, mode, keys, wire.ReentrantAcquire{
 			Owner: owner, Request: id, Lease: 30000, Waiter: owner + "/" + strconv.Itoa(*n), Wait: 10000,
-		}.Args()...).Slice()
+		}.Args()...).Result()
 		if err != nil {
 			return err
 		}
-		if len(v) < 2 || v[0] != int64(1) {
-			return fmt.Errorf("reentrant_acquire did not acquire: %v", v)
-		}
-		token, ok := v[1].(int64)
-		if !ok {
-			return fmt.Errorf("reentrant_acquire's token: %v", v)
+		r, err := wire.DecodeReentrantAcquire(v)
+		if err != nil || !r.Held {
+			return fmt.Errorf("reentrant_acquire did not acquire: %v, %v", v, err)
 		}
 		return set.ReentrantRelease.Run(ctx, c, mode, keys, wire.Release{
-			Owner: owner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
+			Owner: owner, Request: id + "r", Token: r.Token, Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}
 }

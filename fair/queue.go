@@ -22,7 +22,7 @@ type queue struct {
 	h        core.Agent
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
 	inbox    string // the channel its notes arrive on (wire.Inbox)
-	labelArg any    // label, boxed once
+	labelArg any    // label, JSON-escaped (fair_acquire.lua's ARGV[7]), boxed once
 
 	// permit is what a semaphore's waiter asks for, on its gate's queue
 	// (zero elsewhere): every attempt tells the gate.
@@ -70,7 +70,7 @@ var hostname = func() string {
 // newQueue returns the queue of the lock h serves.
 func newQueue(h core.Agent) *queue {
 	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
-	return &queue{h: h, label: label, labelArg: label, inbox: wire.Inbox(h.Channel, h.ID)}
+	return &queue{h: h, label: label, labelArg: wire.EscapeJSON(label), inbox: wire.Inbox(h.Channel, h.ID)}
 }
 
 // newGateQueue returns the queue of a semaphore's gate for a waiter that

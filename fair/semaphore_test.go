@@ -2,7 +2,6 @@ package fair_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -410,24 +409,7 @@ func TestSemaphoreAndMutexOfOneName(t *testing.T) {
 // semaphore's back: a release whose message never reached the waiters.
 func (e *env) dropPermitHolds() {
 	e.t.Helper()
-	raw, err := e.mr.Get(semKey)
-	if err != nil {
-		e.t.Fatalf("reading the permits: %v", err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		e.t.Fatalf("decoding the permits %q: %v", raw, err)
-	}
-	delete(st, "p")
-	b, err := json.Marshal(st)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ttl := e.mr.TTL(semKey)
-	if err := e.mr.Set(semKey, string(b)); err != nil {
-		e.t.Fatal(err)
-	}
-	e.mr.SetTTL(semKey, ttl)
+	redistest.SetHoldField(e.t, e.mr, semKey, "p", "")
 }
 
 // Pub/sub delivers at most once: the first waiter, waiting for permits,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,7 +60,7 @@ func (m *masters) redlock(opts ...reentrant.Option) *multi.RedLock {
 func (m *masters) heldOn() int {
 	n := 0
 	for _, mr := range m.mrs {
-		if s, _ := mr.Get("fairlock:r:{orders}"); strings.Contains(s, `"o":`) {
+		if redistest.HoldField(m.t, mr, "fairlock:r:{orders}", "o") != "" {
 			n++
 		}
 	}

@@ -17,7 +17,11 @@
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
+-- ARGV[7], the label, is JSON-escaped (wire.FairAcquire): the hold keeps it
+-- inside its JSON text (hold.lua).
 -- Returns
+--   token             held: a fresh acquisition of a free lock nobody
+--                            waits for (take_free)
 --   {1, token, 0}     held: a fresh acquisition or a re-entry
 --   {1, token, 1, g}  held: handed to this entry at Redis time g (ms),
 --                            not yet claimed
@@ -32,21 +36,36 @@
 --                            holds it is a server that lost its data and
 --                            settles (hold.lua's settling)
 --   {-1}                     the entry was evicted (deadline passed) or removed
-local owner, entry, req = ARGV[1], ARGV[2], ARGV[3]
-caller = owner -- absences count only where its session is (queue.lua)
-local lease, wait, mode, label = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local owner, req, lease = ARGV[1], ARGV[3], tonumber(ARGV[4])
+
+-- The uncontended path (hold.lua's take_free): a free lock that no waiter
+-- can be live for, neither an election's (KEYS[1] fairlock:e:..., whose
+-- tenth byte is 101, "e"; watch_leader below) nor a semaphore gate's whose
+-- waiter asks for permits (ARGV[11]), is taken on the hold's text. Step 4
+-- below would take it the same way.
+local raw, now, now_us = redis.pcall('GET', KEYS[1]), nil, nil
+if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and (ARGV[11] == nil or ARGV[11] == '') then
+  local token
+  token, now, now_us = take_free(raw, owner, req, lease, ARGV[7])
+  if token then return token end
+end
+
 local po, pn, pl, value = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 if po == '' then po, pn, pl = nil, nil, nil end -- an election's candidate asks for no permits
 local publish, channel = ARGV[8], ARGV[9]
 watch_leader(publish, channel)
-local s = load()
+local entry, wait, mode = ARGV[2], tonumber(ARGV[5]), ARGV[6]
+caller = owner -- absences count only where its session is (queue.lua)
+local decoded, label = pcall(cjson.decode, '"' .. ARGV[7] .. '"')
+if not decoded or type(label) ~= 'string' then label = ARGV[7] end
+local s = load(nil, raw)
 local bad = layout_error(s)
 if bad then return bad end
 
 -- A retry of a request that already ran gets the first run's answer.
 if s.q == req then return acquired_answer(s, entry) end
 
-local now, now_us = clock()
+if now == nil then now, now_us = clock() end
 -- A lock whose hold is missing on a server that lost its data waits for it
 -- to settle (hold.lua): it is held by nobody's (SETTLING) until then, a
 -- hold with a token of its own, saved with this call's writes, so that
@@ -60,19 +79,6 @@ if missing then
     s.o, s.c, s.x = SETTLING, '1', int(settle)
     changed = true
   end
-end
-
--- The uncontended path, written straight: the lock is free, no waiter can
--- be live (so no queue key is read), and this is neither an election's nor
--- a semaphore's gate's hold. Step 4 below would take it so; here the hold
--- is changed in place, with no tables or closures (docs/performance.md,
--- round six).
-if settle == nil and announce == nil and po == nil and not may_have_waiters(s, s, now) and holder(s, now) == nil then
-  clear_hold(s)
-  local token = next_token(s, s, now_us)
-  s.o, s.c, s.x, s.b, s.q = owner, '1', int(now + lease), label, req
-  commit(s, s, now, false, KEYS[2], KEYS[3])
-  return {1, token, 0}
 end
 
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])

@@ -4,15 +4,27 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command, ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
--- Returns {1} released, {2} still held (a re-entry undone), {0} not held;
+-- Returns 1 or {1} released, {2} still held (a re-entry undone), {0} not held;
 -- {1, 1}: released, and handed to a waiter whose client keeps a presence,
 -- which the caller's owner looks at once more a poll later (core's
 -- watchHandOff: the release cannot see a death whose close Redis has not
 -- read yet).
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
-caller = owner -- absences count only where its session is (queue.lua)
+
+-- The uncontended path (hold.lua's release_own): the final release of this
+-- very hold (not an election's: KEYS[1] fairlock:e:..., whose tenth byte
+-- is 101, "e"; watch_leader below), with no waiter that can be live to
+-- hand it to, on the hold's text. The last branch below would end it the
+-- same way.
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and ARGV[6] == nil and
+    release_own(raw, owner, req, token) then
+  return 1
+end
 watch_leader(ARGV[4], ARGV[5])
-local s = load()
+
+caller = owner -- absences count only where its session is (queue.lua)
+local s = load(nil, raw)
 local bad = layout_error(s)
 if bad then return bad end
 
@@ -24,19 +36,6 @@ if ARGV[6] then
 end
 
 local now, now_us = clock()
-
--- The uncontended path, written straight: the final release of this very
--- hold (not an election's), with no waiter that can be live to hand it to.
--- The last branch below would end it so; here the hold is changed in place.
-if announce == nil and s.o == owner and s.c == '1' and tonumber(s.f) == token and tonumber(s.x) > now and
-    not may_have_waiters(s, s, now) then
-  clear_hold(s)
-  note_released(s, s, token)
-  s.q, s.a = req, nil
-  save(s, s)
-  return {1}
-end
-
 local Q = queue_keys(KEYS[1], KEYS[2], KEYS[3])
 local who, count, _, held_token = holder(s, now)
 if who ~= owner or held_token ~= token then

@@ -37,7 +37,7 @@ func TestPresenceEndsTheHoldOfAGoneHolderAfterTheGrace(t *testing.T) {
 		base := wire.FairBase(lock)
 		v, err := s.FairAcquire.Run(ctx, c, modeOf(c), wire.QueueKeys(base), wire.FairAcquire{
 			Owner: owner, Entry: entry, Request: owner + "#" + string(rune('a'+n)), Lease: lease, Wait: 10000,
-			Mode: mode, Origin: wire.EncodeOrigin("host", 1, ""), Publish: "PUBLISH", Channel: wire.Channel(base),
+			Mode: mode, Origin: wire.EscapeJSON(wire.EncodeOrigin("host", 1, "")), Publish: "PUBLISH", Channel: wire.Channel(base),
 		}.Args()...).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -9,16 +9,29 @@
 -- waits adds ARGV[5] "1" to ask whether its wake-up was lost (freed, below)
 -- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
 -- timeout in ms.
--- Returns {1, token, freed} when held (freed: 1 if asked and the lock was
+-- Returns token (a free lock nobody waits for: take_free, as
+-- {1, token, 0}), or {1, token, freed} when held (freed: 1 if asked and the lock was
 -- free because a release (or the leave of a woken waiter) woke this very
 -- waiter, whose message should have reached it; 0 otherwise),
 -- {0, ms until the current hold expires} (for the longest-waiting waiter
 -- whose client is there, while the holder keeps a presence, until it should
 -- look again: within the poll).
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-caller = owner -- absences count only where its session is (queue.lua)
 local waiter, wait = ARGV[6], tonumber(ARGV[7])
-local s = load()
+
+-- The uncontended path (hold.lua's take_free): a free lock that no waiter
+-- can be live for, and whose last wake-up (if any) was claimed, is taken
+-- on the hold's text. The branch that takes a free lock below would take
+-- it the same way.
+local raw, now, now_us = redis.pcall('GET', KEYS[1]), nil, nil
+if type(raw) == 'string' then
+  local token
+  token, now, now_us = take_free(raw, owner, req, lease, '', waiter)
+  if token then return token end
+end
+
+caller = owner -- absences count only where its session is (queue.lua)
+local s = load(nil, raw)
 local bad = layout_error(s)
 if bad then return bad end
 
@@ -26,7 +39,7 @@ if bad then return bad end
 -- gets the first run's answer: a re-entry or a token is never applied twice.
 if s.q == req then return acquired_answer(s) end
 
-local now, now_us = clock()
+if now == nil then now, now_us = clock() end
 local who, count, expiry, token = holder(s, now)
 -- A lock whose hold is missing on a server that lost its data waits for it
 -- to settle (hold.lua): it is held by nobody's (SETTLING) until then, a

@@ -4,12 +4,21 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] token of the hold,
 -- ARGV[4] publish command (PUBLISH or SPUBLISH), ARGV[5] channel,
 -- ARGV[6] (optional) an acquiring request to undo: token is then ignored.
--- Returns {1} released ({1, 1}: and the releasing owner should look again a
+-- Returns 1 or {1} released ({1, 1}: and the releasing owner should look again a
 -- poll later, reentrant_watch.lua), {2} still held (a re-entry undone), {0}
 -- not held.
 local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+-- The uncontended path (hold.lua's release_own): the final release of this
+-- very hold, with no waiter that can be live to wake, on the hold's text.
+-- The last branch below would end it the same way.
+local raw = redis.pcall('GET', KEYS[1])
+if type(raw) == 'string' and ARGV[6] == nil and release_own(raw, owner, req, token) then
+  return 1
+end
+
 caller = owner -- absences count only where its session is (queue.lua)
-local s = load()
+local s = load(nil, raw)
 local bad = layout_error(s)
 if bad then return bad end
 

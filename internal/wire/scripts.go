@@ -15,7 +15,7 @@ type FairAcquire struct {
 	Owner, Entry, Request any
 	Lease, Wait           any    // ms
 	Mode                  string // ModeTry, ModeJoin or ModeQueued
-	Origin                any    // EncodeOrigin's text
+	Origin                any    // EncodeOrigin's text, as EscapeJSON escapes it
 	Publish, Channel      any
 	Stale                 int64 // the token of this hold id's latest hold that ended, lost or released (0: none), or AnyStale
 	// On a semaphore's gate, what the waiter asks for: the hold id of its
@@ -68,10 +68,14 @@ type FairAcquireReply struct {
 	Settling bool
 }
 
-// DecodeFairAcquire reads {1, token, 0}, {1, token, 1, g},
+// DecodeFairAcquire reads token (a fresh acquisition of a free lock, as
+// {1, token, 0}), {1, token, 0}, {1, token, 1, g},
 // {0, hold ms, head, now, queue length} ({0, hold ms, 0, now} for a try,
 // {0, hold ms, 0, now, 0, 1} for one that met a settling server) or {-1}.
 func DecodeFairAcquire(v any) (FairAcquireReply, error) {
+	if token, ok := v.(int64); ok && token > 0 {
+		return FairAcquireReply{Held: true, Token: token}, nil
+	}
 	r, err := ints(v, 1, "fair_acquire")
 	if err != nil {
 		return FairAcquireReply{}, err
@@ -135,8 +139,13 @@ type ReentrantAcquireReply struct {
 	Freed bool
 }
 
-// DecodeReentrantAcquire reads reentrant_acquire.lua's reply.
+// DecodeReentrantAcquire reads reentrant_acquire.lua's reply: token (a
+// fresh acquisition of a free lock, as {1, token, 0}), {1, token, freed},
+// {0, hold ms[, settling]}.
 func DecodeReentrantAcquire(v any) (ReentrantAcquireReply, error) {
+	if token, ok := v.(int64); ok && token > 0 {
+		return ReentrantAcquireReply{Held: true, Token: token}, nil
+	}
 	r, err := ints(v, 2, "reentrant_acquire")
 	if err != nil {
 		return ReentrantAcquireReply{}, err
@@ -179,8 +188,12 @@ const (
 	ReleasedWatch = 3
 )
 
-// DecodeRelease reads {1}, {2}, {0} or {1, 1}: one of the outcomes above.
+// DecodeRelease reads 1 (the uncontended release, as {1}), {1}, {2}, {0}
+// or {1, 1}: one of the outcomes above.
 func DecodeRelease(v any) (int, error) {
+	if n, ok := v.(int64); ok && n == Released {
+		return Released, nil
+	}
 	r, err := ints(v, 1, "release")
 	if err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -139,6 +140,14 @@ type Origin struct {
 // EncodeOrigin is origin as the scripts store it: "<host>\t<pid>\t<label>".
 func EncodeOrigin(host string, pid int, label string) string {
 	return host + "\t" + strconv.Itoa(pid) + "\t" + label
+}
+
+// EscapeJSON is s as it stands between the quotes of a JSON string: the
+// form in which fair_acquire.lua takes a label, which the hold keeps inside
+// its JSON text as it comes (internal/lua/hold.lua).
+func EscapeJSON(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals
+	return string(b[1 : len(b)-1])
 }
 
 // ParseOrigin reads EncodeOrigin's text; text of another form is all label.
