@@ -12,43 +12,45 @@
 --
 -- Data layout, for a lock named N (the braces are Redis Cluster's hash tag, so
 -- all keys of one lock live in one slot):
---   KEYS[1] fairlock:<kind>:{N}   string, the hold: one JSON object of four
---       members, always written in this order, so that the uncontended
---       paths (take_free, release_own below) read and replace it as text,
---       at fixed offsets, where every other call decodes it (load, save):
---         {"v":"8","h":"<header>","b":"<label>","d":{<the hold's>},"l":{<the lock's>}}
+--   KEYS[1] fairlock:<kind>:{N}   string, the hold: one flat JSON object
+--       whose first members are always written in this order, so that the
+--       uncontended paths (take_free, release_own below) read and replace
+--       it as text at fixed offsets, where every other call decodes it
+--       (load, save):
+--         {"v":"8","f":..,"x":..,"h":..,"k":..,"r":..,"q":..,"o":..,"c":..,
+--          "a":..,"n":..,"b":..<the hold's fields>,"~":0<the lock's fields>}
+--       All fields are strings but a few objects (wa, p, a semaphore's pa).
+--       The numbers f, x, h, k and r are zero-padded to a fixed width (all
+--       zeros when absent), so that each sits at a fixed offset (1-based,
+--       in the whole text); q to b are "" when absent.
 --       v  layout version (LAYOUT below); a mismatch fails loudly (a client
---          of layouts 2 to 7, which decodes it as JSON, finds v too)
---       h  the hot fields, space-separated; the numbers zero-padded to a
---          fixed width, all zeros when absent, so that each sits at a
---          fixed offset (1-based, in the whole text):
---            f  (15-30)  last fencing token issued for this lock (survives
---                        releases); a token is issued only with a new hold,
---                        so while one exists, f is its token
---            x  (32-44)  expiry of the hold, Redis time in ms   } present
---                        only while a hold exists; held = o and x > now
---            h  (46-58)  the latest waiter deadline ever written (bounds the
---                        life of the queue of a fair lock, and of the
---                        waiters of a reentrant lock)
---            k  (60-72)  time until which every key of the lock is kept (its
---                        TTL, in ms)
---            r  (74-137) tokens of the last holds ended by their owner's
---                        final release, 16-digit fields, newest first (retry
---                        safety of a release, see released_hold)
---          then, from offset 139, five ids or counts, empty when absent
---          (none holds a space):
---            q  id of the last owner request that took, re-entered or
---               released the hold; cleared whenever a token is issued
---               (retry safety: see acquired_answer and released_answer)
---            o  owner id of the hold ("<client>.<handle>")       } present only
---            c  hold count (re-entries)                           } while a hold
---            a  the count a release left, when that last request was a
---               release that kept the hold (re-entries remained)
---            n  reentrant lock only: the waiter the last wake-up went to (a
---               release, ForceUnlock, or a woken waiter's leave), until a
---               token is issued
---       b  the holder's label, as JSON escapes it (fair lock; "" when none)
---       d  the fields that end with the hold (clear_hold), all strings but pa:
+--          of layouts 2 to 7 decodes the JSON and finds v too)
+--       f  (15-30)  last fencing token issued for this lock (survives
+--                   releases); a token is issued only with a new hold, so
+--                   while one exists, f is its token
+--       x  (38-50)  expiry of the hold, Redis time in ms   } present only
+--                   while a hold exists; held = o and x > now
+--       h  (58-70)  the latest waiter deadline ever written (bounds the life
+--                   of the queue of a fair lock, and of the waiters of a
+--                   reentrant lock); take_free writes one that has passed
+--                   as 0
+--       k  (78-90)  time until which every key of the lock is kept (its TTL,
+--                   in ms)
+--       r  (98-161) tokens of the last holds ended by their owner's final
+--                   release, 16-digit fields, newest first (retry safety of
+--                   a release, see released_hold)
+--       q  (from 169) id of the last owner request that took, re-entered or
+--          released the hold; cleared whenever a token is issued (retry
+--          safety: see acquired_answer and released_answer)
+--       o  owner id of the hold ("<client>.<handle>")       } present only
+--       c  hold count (re-entries)                           } while a hold
+--       a  the count a release left, when that last request was a release
+--          that kept the hold (re-entries remained)
+--       n  reentrant lock only: the waiter the last wake-up went to (a
+--          release, ForceUnlock, or a woken waiter's leave), until a token
+--          is issued
+--       b  the holder's label (fair lock), as JSON escapes it
+--       then the fields that end with the hold (clear_hold), up to "~":
 --          fair lock only:
 --          pa when a waiter's attempt first found the holder's presence gone
 --             (Redis ms; queue.lua's holder_present)
@@ -60,7 +62,8 @@
 --          election only (a fair lock under fairlock:e:, fair.Election):
 --          l  the leader's value, as the Go side escaped it (no '|', ' ', ';')
 --          s  when the leader's term began (Redis ms): when its token was issued
---       l  the fields that outlive holds, read only where they are used:
+--       "~":0, which marks where they end, then the fields that outlive
+--       holds, read only where they are used:
 --          wa object: client id -> when a look first found the presence of a
 --             queued waiter's client gone (Redis ms; queue.lua's
 --             waiter_absent_since); forgotten when found back (a reentrant
@@ -88,15 +91,14 @@
 -- A fair semaphore named N (sem_*.lua) keeps its permits in one string of the
 -- same form, and queues its waiters on a fair lock, its gate:
 --   fairlock:s:{N}        the permits: f, r, k and x (the latest expiry any
---       permit hold ever had, for commit) in h as above, and
---       m  (in l) the number of permits (K), set by the first caller or
---          SetPermits
---       p  (in l) object, one field per permit hold: the holder's owner id ->
+--       permit hold ever had, for commit) as above, and
+--       m  the number of permits (K), set by the first caller or SetPermits
+--       p  object, one field per permit hold: the holder's owner id ->
 --          "<permits>|<expiry, Redis ms>|<token>|<g>|<label>", g the grant
 --          time (Redis ms) of permits served to a waiter until it claims
 --          them, 0 otherwise
---       pa (in d) object: permit holder's owner id -> when the first waiter
---          first found that client's presence gone (Redis ms; permits.lua)
+--       pa object: permit holder's owner id -> when the first waiter first
+--          found that client's presence gone (Redis ms; permits.lua)
 --   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
 --       of the layout above: its holder is the first waiter, waiting for
 --       permits; everyone behind it waits in its queue. Each says what it
@@ -181,27 +183,18 @@ end
 -- What load makes of a string that is not a hold fairlock wrote.
 local NOT_OURS = '\0not ours'
 
--- The hold's text starts with PREFIX; its header's fields sit at the
--- offsets the layout above gives. Written with these widths, all zeros when
--- absent (a time past 2286 is kept as 9999999999999 ms).
-local PREFIX = '{"v":"8","h":"'
+-- The hold's text starts with PREFIX; its first fields sit at the offsets
+-- the layout above gives. Written with these widths, all zeros when absent
+-- (a time past 2286 is kept as 9999999999999 ms).
+local PREFIX = '{"v":"8","f":"'
 local Z16, Z13 = '0000000000000000', '0000000000000'
 local Z64 = Z16 .. Z16 .. Z16 .. Z16
-local MAX_MS, MAX_TOKEN = 9999999999999, 9999999999999999
--- The fields of d (they end with the hold) and of l (they outlive it); the
--- header holds the others. Every field a script writes is in one of the
--- three (hold.lua's layout above lists them).
+local MAX_TOKEN = 9999999999999999
+-- The fields that end with the hold, written before "~":0, and those that
+-- outlive it, written after; the ordered ones (f to b) are the others.
+-- Every field a script writes is among them (the layout above).
 local HOLD_FIELDS = {'e', 'g', 'po', 'pn', 'pl', 'l', 's', 'pa'}
 local LOCK_FIELDS = {'wa', 'wt', 'w', 'm', 'p'}
-
--- A header number as the scripts read it: leading zeros dropped, nil when
--- all zeros.
-local function header_number(text)
-  if string.byte(text, 1) ~= 48 then return text end
-  text = string.match(text, '^0*(.-)$')
-  if text == '' then return nil end
-  return text
-end
 
 -- load reads the hold: strings by field name, absent fields nil. key: another
 -- key of the same layout (a semaphore's gate), KEYS[1] if nil. raw: the
@@ -216,42 +209,28 @@ local function load(key, raw)
     if key == nil then missing = true end
     return {}
   end
-  local b_at = string.sub(raw, 1, 14) == PREFIX and string.find(raw, '","b":"', 139, true)
-  local d_at = b_at and string.find(raw, '","d":{', b_at, true)
-  local l_at = d_at and string.find(raw, '},"l":{', d_at, true)
-  local q, o, c, a, n = nil, nil, nil, nil, nil
-  if l_at then q, o, c, a, n = string.match(string.sub(raw, 139, b_at - 1), '^([^ ]*) ([^ ]*) ([^ ]*) ([^ ]*) ([^ ]*)$') end
-  if n == nil then
-    -- Not this layout. Every hold fairlock writes is a JSON object with a
-    -- layout version: layouts 2 to 7 were one flat object.
-    local ok, t = pcall(cjson.decode, raw)
-    if not ok or type(t) ~= 'table' or t.v == nil or t.v == LAYOUT then return {v = NOT_OURS} end
-    return {v = t.v}
-  end
-  local s, lock = nil, string.sub(raw, l_at + 6, -2)
-  if lock == '{}' then s = {} else s = cjson.decode(lock) end
-  if l_at > d_at + 7 then
-    for name, value in pairs(cjson.decode(string.sub(raw, d_at + 6, l_at))) do s[name] = value end
-  end
-  local b = string.sub(raw, b_at + 7, d_at - 1)
-  if b ~= '' then
-    if string.find(b, '\\', 1, true) then b = cjson.decode('"' .. b .. '"') end
-    s.b = b
-  end
-  s.v, s.r = LAYOUT, string.sub(raw, 74, 137)
-  s.f, s.x, s.h, s.k = header_number(string.sub(raw, 15, 30)), header_number(string.sub(raw, 32, 44)),
-    header_number(string.sub(raw, 46, 58)), header_number(string.sub(raw, 60, 72))
-  if q ~= '' then s.q = q end
-  if o ~= '' then s.o = o end
-  if c ~= '' then s.c = c end
-  if a ~= '' then s.a = a end
-  if n ~= '' then s.n = n end
+  -- Every hold fairlock writes is a JSON object with a layout version.
+  local ok, s = pcall(cjson.decode, raw)
+  if not ok or type(s) ~= 'table' or s.v == nil then return {v = NOT_OURS} end
+  if s.v ~= LAYOUT then return {v = s.v} end
+  if s['~'] == nil or type(s.r) ~= 'string' then return {v = NOT_OURS} end
+  s['~'] = nil
+  if s.f == Z16 then s.f = nil end
+  if s.x == Z13 then s.x = nil end
+  if s.h == Z13 then s.h = nil end
+  if s.k == Z13 then s.k = nil end
+  if s.q == '' then s.q = nil end
+  if s.o == '' then s.o = nil end
+  if s.c == '' then s.c = nil end
+  if s.a == '' then s.a = nil end
+  if s.n == '' then s.n = nil end
+  if s.b == '' then s.b = nil end
   if key == nil and announce then announce.o, announce.f, announce.l = s.o, s.f, s.l end
   return s
 end
 
--- A header number's fixed-width text (zeros: the width's text of zeros):
--- zeros when absent, the largest when too long.
+-- A number's fixed-width text (zeros: the width's text of zeros): zeros
+-- when absent, the largest when too long.
 local function fixed(v, zeros)
   if v == nil then return zeros end
   if type(v) ~= 'string' then v = string.format('%d', v) end
@@ -262,33 +241,30 @@ local function fixed(v, zeros)
   return '9999999999999'
 end
 
--- A member of the hold's tail: the named fields of s as a JSON object.
--- Their string values are ids, numbers and escaped values, none of which
--- JSON escapes (the label, which may hold anything, is b's).
-local function tail(s, names)
-  local out = nil
+-- The named fields of s as JSON members, each after a comma. Their string
+-- values are ids, numbers and escaped values, none of which JSON escapes
+-- (the label, which may hold anything, is b's).
+local function members(s, names)
+  local out = ''
   for i = 1, #names do
     local v = s[names[i]]
     if v ~= nil then
       if type(v) == 'string' then v = '"' .. v .. '"' else v = cjson.encode(v) end
-      out = (out and out .. ',"' or '{"') .. names[i] .. '":' .. v
+      out = out .. ',"' .. names[i] .. '":' .. v
     end
   end
-  if out == nil then return '{}' end
-  return out .. '}'
+  return out
 end
 
--- encode is the text of hold s, as load reads it. The ids of the header
--- (q, o, n) hold no space, nor anything JSON escapes: the Go side makes
--- them so (internal/wire).
+-- encode is the text of hold s, as load reads it. The ids (q, o, n) hold
+-- nothing JSON escapes: the Go side makes them so (internal/wire).
 local function encode(s)
   local r = s.r or ''
   if #r ~= 64 then r = string.sub(r .. Z64, 1, 64) end
-  local b = s.b or ''
-  if b ~= '' then b = string.sub(cjson.encode(b), 2, -2) end
-  return PREFIX .. fixed(s.f, Z16) .. ' ' .. fixed(s.x, Z13) .. ' ' .. fixed(s.h, Z13) .. ' ' .. fixed(s.k, Z13) ..
-    ' ' .. r .. ' ' .. (s.q or '') .. ' ' .. (s.o or '') .. ' ' .. (s.c or '') .. ' ' .. (s.a or '') .. ' ' ..
-    (s.n or '') .. '","b":"' .. b .. '","d":' .. tail(s, HOLD_FIELDS) .. ',"l":' .. tail(s, LOCK_FIELDS) .. '}'
+  return PREFIX .. fixed(s.f, Z16) .. '","x":"' .. fixed(s.x, Z13) .. '","h":"' .. fixed(s.h, Z13) ..
+    '","k":"' .. fixed(s.k, Z13) .. '","r":"' .. r .. '","q":"' .. (s.q or '') .. '","o":"' .. (s.o or '') ..
+    '","c":"' .. (s.c or '') .. '","a":"' .. (s.a or '') .. '","n":"' .. (s.n or '') .. '","b":' ..
+    cjson.encode(s.b or '') .. members(s, HOLD_FIELDS) .. ',"~":0' .. members(s, LOCK_FIELDS) .. '}'
 end
 
 -- The uncontended pair, on the hold's text (docs/performance.md, round
@@ -300,12 +276,13 @@ end
 -- take_free takes a free lock for owner, with a fresh token, when its hold
 -- (raw, the text of KEYS[1]) is of this layout, nobody holds it (x has
 -- passed), no waiter can be live (h has passed), this is not a retry of req
--- (q), and the keys already outlive the new hold (k): then only the hold's
--- header, label and d change (the hold's fields of a hold that ended go,
--- as clear_hold drops them), the fence is next_token's, and the key keeps
--- its TTL. h, passed, is written as 0: every deadline written since is
--- above it, which is how release_own knows that nobody has waited since
--- without reading the clock. label: JSON-escaped. waiter: a reentrant
+-- (q), and the keys already outlive the new hold (k): then the ordered
+-- fields are rewritten and the hold's fields of a hold that ended, up to
+-- "~", dropped (as clear_hold drops them); the fields after "~" stay as
+-- they are, the fence is next_token's, and the key keeps its TTL. h, passed,
+-- is written as 0: every deadline written since is above it, which is how
+-- release_own knows that nobody has waited since without reading the
+-- clock. label: JSON-escaped. waiter: a reentrant
 -- lock's caller that may wait, which the general path would have to tell
 -- whether the last wake-up went to it (n): taken here only when no wake-up
 -- is pending (n empty, as in every uncontended pair). Returns the token; or
@@ -315,17 +292,17 @@ local function take_free(raw, owner, req, lease, label, waiter)
   local t = redis.call('TIME')
   local sec, us = tonumber(t[1]), tonumber(t[2])
   local now, now_us = sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
-  if tonumber(string.sub(raw, 32, 44)) > now or tonumber(string.sub(raw, 46, 58)) > now or
-      now + lease + RETAIN_MS > tonumber(string.sub(raw, 60, 72)) or
-      (string.sub(raw, 139, 138 + #req) == req and string.byte(raw, 139 + #req) == 32) or
-      (waiter and string.byte(raw, string.find(raw, '","b":"', 139, true) - 1) ~= 32) then
+  if tonumber(string.sub(raw, 38, 50)) > now or tonumber(string.sub(raw, 58, 70)) > now or
+      now + lease + RETAIN_MS > tonumber(string.sub(raw, 78, 90)) or
+      (string.sub(raw, 169, 168 + #req) == req and string.byte(raw, 169 + #req) == 34) or
+      (waiter and string.byte(raw, string.find(raw, '","b":"', 169, true) - 1) ~= 34) then
     return nil, now, now_us
   end
   local token = math.max(tonumber(string.sub(raw, 15, 30)) + 1, now_us)
   if token > MAX_TOKEN then return nil, now, now_us end
-  local d = string.find(raw, '},"l":{', 139, true)
-  redis.call('SET', KEYS[1], PREFIX .. string.format('%016d %013d ', token, now + lease) .. Z13 .. string.sub(raw, 59, 138) ..
-    req .. ' ' .. owner .. ' 1  ","b":"' .. label .. '","d":{}' .. string.sub(raw, d + 1), 'KEEPTTL')
+  redis.call('SET', KEYS[1], PREFIX .. string.format('%016d","x":"%013d","h":"', token, now + lease) .. Z13 ..
+    string.sub(raw, 71, 168) .. req .. '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"' .. label .. '"' ..
+    string.sub(raw, (string.find(raw, ',"~":0', 169, true))), 'KEEPTTL')
   return token
 end
 
@@ -333,8 +310,9 @@ end
 -- layout, held by owner once (c 1, no count a release left, no waiter a
 -- wake-up went to), this is not a retry of req, and no waiter has written
 -- a deadline since take_free took it (h still 0): the hold's fields go (x
--- zeroed, o, c, b and d emptied), the token joins the release memory r
--- (note_released), q becomes req, and the key keeps its TTL. It reads no
+-- zeroed, o, c and b emptied, those up to "~" dropped), the token joins
+-- the release memory r (note_released), q becomes req, and the key keeps
+-- its TTL. It reads no
 -- clock, so it does not check the lease as the general path does: a
 -- release that reaches a hold whose lease ran out, nobody having taken the
 -- lock since (f is still its token), ends it here, where the general path
@@ -344,18 +322,17 @@ end
 -- Returns 1 (released); or nil.
 local function release_own(raw, owner, req, token)
   if string.sub(raw, 1, 14) ~= PREFIX or tonumber(string.sub(raw, 15, 30)) ~= token or
-      string.sub(raw, 46, 58) ~= Z13 then
+      string.sub(raw, 58, 70) ~= Z13 then
     return nil
   end
-  local p = string.find(raw, ' ', 139, true)
-  if (p == 139 + #req and string.sub(raw, 139, p - 1) == req) or
-      string.sub(raw, p + 1, p + #owner + 5) ~= owner .. ' 1  "' then
+  local p = string.find(raw, '"', 169, true)
+  local held = '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"'
+  if (p == 169 + #req and string.sub(raw, 169, p - 1) == req) or string.sub(raw, p, p + #held - 1) ~= held then
     return nil
   end
-  local d = string.find(raw, '},"l":{', p, true)
-  redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 15, 31) .. Z13 .. string.sub(raw, 45, 73) ..
-    string.sub(raw, 15, 30) .. string.sub(raw, 74, 121) .. ' ' .. req .. '    ","b":"","d":{}' .. string.sub(raw, d + 1),
-    'KEEPTTL')
+  redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 15, 37) .. Z13 .. string.sub(raw, 51, 97) ..
+    string.sub(raw, 15, 30) .. string.sub(raw, 98, 145) .. '","q":"' .. req .. '","o":"","c":"","a":"","n":"","b":""' ..
+    string.sub(raw, (string.find(raw, ',"~":0', p, true))), 'KEEPTTL')
   return 1
 end
 

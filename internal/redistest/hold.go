@@ -3,32 +3,33 @@ package redistest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
 )
 
-// The hold's layout (internal/lua/hold.lua): a JSON object of four members,
-// {"v":"8","h":"<header>","b":"<label>","d":{...},"l":{...}}, the header
-// holding f, x, h, k and r at fixed widths, then q, o, c, a and n.
+// The hold's layout (internal/lua/hold.lua): one flat JSON object whose
+// first members come in a fixed order, the numbers among them at fixed
+// widths, then the fields that end with the hold, "~":0, and the fields
+// that outlive it.
 const layout = "8"
 
-// headerNumbers are the header's fixed-width fields, in order, and their
-// widths; headerIDs follow them.
-var (
-	headerNumbers = []struct {
-		name  string
-		width int
-	}{{"f", 16}, {"x", 13}, {"h", 13}, {"k", 13}, {"r", 64}}
-	headerIDs = []string{"q", "o", "c", "a", "n"}
-	// holdFields end with the hold (the member d); the others outlive it (l).
-	holdFields = map[string]bool{"e": true, "g": true, "po": true, "pn": true, "pl": true, "l": true, "s": true, "pa": true}
-)
+// ordered are the members written first, in order, with the width of the
+// fixed-width ones (0: an id or a count, "" when absent).
+var ordered = []struct {
+	name  string
+	width int
+}{{"f", 16}, {"x", 13}, {"h", 13}, {"k", 13}, {"r", 64}, {"q", 0}, {"o", 0}, {"c", 0}, {"a", 0}, {"n", 0}, {"b", 0}}
+
+// holdFields end with the hold: written before "~"; the others after it.
+var holdFields = map[string]bool{"e": true, "g": true, "po": true, "pn": true, "pl": true, "l": true, "s": true, "pa": true}
 
 // DecodeHold reads a hold's text into its fields, as the scripts' load does
-// (absent fields left out; objects such as wa as decoded JSON). A text of
-// another layout gives its members as they are, v included.
+// (absent fields left out; objects such as wa as decoded JSON; r without
+// its empty places). A text of another layout gives its members as they
+// are, v included.
 func DecodeHold(raw string) (map[string]any, error) {
 	var t map[string]any
 	if err := json.Unmarshal([]byte(raw), &t); err != nil {
@@ -37,51 +38,33 @@ func DecodeHold(raw string) (map[string]any, error) {
 	if t["v"] != layout {
 		return t, nil
 	}
-	out := map[string]any{"v": layout}
-	for _, member := range []string{"l", "d"} {
-		m, ok := t[member].(map[string]any)
-		if !ok && t[member] != nil {
-			return nil, fmt.Errorf("member %s is %T", member, t[member])
-		}
-		for k, v := range m {
-			out[k] = v
-		}
+	if _, ok := t["~"]; !ok {
+		return nil, fmt.Errorf("no \"~\" member")
 	}
-	header, _ := t["h"].(string)
-	parts := strings.Split(header, " ")
-	if len(parts) != len(headerNumbers)+len(headerIDs) {
-		return nil, fmt.Errorf("header %q has %d fields", header, len(parts))
-	}
-	for i, f := range headerNumbers {
-		if len(parts[i]) != f.width {
-			return nil, fmt.Errorf("header field %s is %q", f.name, parts[i])
+	delete(t, "~")
+	for _, f := range ordered {
+		text, ok := t[f.name].(string)
+		if !ok {
+			return nil, fmt.Errorf("member %s is %T", f.name, t[f.name])
 		}
-		if strings.Trim(parts[i], "0") == "" {
-			continue
+		if f.width > 0 && len(text) != f.width {
+			return nil, fmt.Errorf("member %s is %q", f.name, text)
 		}
-		if f.name == "r" { // the empty places, 16 zeros each, are left out
-			r := parts[i]
-			for strings.HasSuffix(r, strings.Repeat("0", 16)) {
-				r = r[:len(r)-16]
+		switch {
+		case f.name == "r": // the empty places, 16 zeros each, are left out
+			for strings.HasSuffix(text, strings.Repeat("0", 16)) {
+				text = text[:len(text)-16]
 			}
-			out["r"] = r
-			continue
+		case f.width > 0:
+			text = strings.TrimLeft(text, "0")
 		}
-		n, err := strconv.ParseInt(parts[i], 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out[f.name] = strconv.FormatInt(n, 10)
-	}
-	for i, name := range headerIDs {
-		if v := parts[len(headerNumbers)+i]; v != "" {
-			out[name] = v
+		if text == "" {
+			delete(t, f.name)
+		} else {
+			t[f.name] = text
 		}
 	}
-	if b, _ := t["b"].(string); b != "" {
-		out["b"] = b
-	}
-	return out, nil
+	return t, nil
 }
 
 // EncodeHold writes fields as the scripts' save does. Fields whose v is
@@ -92,51 +75,60 @@ func EncodeHold(fields map[string]any) (string, error) {
 		b, err := json.Marshal(fields)
 		return string(b), err
 	}
-	d, l := map[string]any{}, map[string]any{}
-	var header []string
-	for _, f := range headerNumbers {
+	var out strings.Builder
+	out.WriteString(`{"v":"8"`)
+	member := func(name string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		out.WriteString(`,"` + name + `":`)
+		out.Write(b)
+		return nil
+	}
+	for _, f := range ordered {
 		text, _ := fields[f.name].(string)
-		if f.name == "r" {
-			header = append(header, (text + strings.Repeat("0", 64))[:64])
-			continue
-		}
-		n, _ := strconv.ParseInt(text, 10, 64)
-		header = append(header, fmt.Sprintf("%0*d", f.width, n))
-	}
-	for _, name := range headerIDs {
-		text, _ := fields[name].(string)
-		header = append(header, text)
-	}
-	inHeader := map[string]bool{"v": true, "b": true}
-	for _, f := range headerNumbers {
-		inHeader[f.name] = true
-	}
-	for _, name := range headerIDs {
-		inHeader[name] = true
-	}
-	for k, v := range fields {
 		switch {
-		case inHeader[k]:
-		case holdFields[k]:
-			d[k] = v
-		default:
-			l[k] = v
+		case f.name == "r":
+			text = (text + strings.Repeat("0", 64))[:64]
+		case f.width > 0:
+			n, _ := strconv.ParseInt(text, 10, 64)
+			text = fmt.Sprintf("%0*d", f.width, n)
+		}
+		if err := member(f.name, text); err != nil {
+			return "", err
 		}
 	}
-	label, _ := fields["b"].(string)
-	b, err := json.Marshal(label)
-	if err != nil {
-		return "", err
+	var hold, lock []string
+	for k := range fields {
+		switch {
+		case k == "v" || slices.ContainsFunc(ordered, func(f struct {
+			name  string
+			width int
+		}) bool {
+			return f.name == k
+		}):
+		case holdFields[k]:
+			hold = append(hold, k)
+		default:
+			lock = append(lock, k)
+		}
 	}
-	db, err := json.Marshal(d)
-	if err != nil {
-		return "", err
+	slices.Sort(hold)
+	slices.Sort(lock)
+	for _, k := range hold {
+		if err := member(k, fields[k]); err != nil {
+			return "", err
+		}
 	}
-	lb, err := json.Marshal(l)
-	if err != nil {
-		return "", err
+	out.WriteString(`,"~":0`)
+	for _, k := range lock {
+		if err := member(k, fields[k]); err != nil {
+			return "", err
+		}
 	}
-	return `{"v":"8","h":"` + strings.Join(header, " ") + `","b":` + string(b) + `,"d":` + string(db) + `,"l":` + string(lb) + "}", nil
+	out.WriteString("}")
+	return out.String(), nil
 }
 
 // Hold reads a lock's hold at key (see internal/lua/hold.lua) as a map of

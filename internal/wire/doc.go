@@ -27,8 +27,8 @@
 //	                                                 to the inbox of the client its target names
 //	permit record "<n>|<expiry>|<token>|<g>|<origin>"  Lua only (wire.lua)
 //	released tokens, 16-digit fields                  Lua only (retry.lua)
-//	the hold, a JSON object whose hot fields sit at   Lua only (hold.lua); Go reads it
-//	fixed offsets of its member h                     through the scripts' replies
+//	the hold, a flat JSON object whose hot fields     Lua only (hold.lua); Go reads it
+//	come first, at fixed offsets                      through the scripts' replies
 //	fair_acquire's label, JSON-escaped                Go (EscapeJSON); Lua keeps it in the hold
 //	modes, flags and undo markers                     the constants below
 package wire
