@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/redis/go-redis/v9"
@@ -238,5 +240,16 @@ func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return printable(s)
+}
+
+// printable is text for a table cell: a label may hold anything, and a tab,
+// a newline or a terminal's escape would break the table or reach the
+// operator's terminal, so text with control characters is shown quoted, as
+// Go writes a string ("a\tb"); -json gives it as it is.
+func printable(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -53,13 +53,27 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A lock that cannot be read (one of another data layout, during an
+	// upgrade) is listed with its error, and the others still are; the
+	// command then fails, so that a script sees it.
 	var views []view
+	var failed error
+	unreadable := 0
 	for _, l := range locks {
 		v, err := load(ctx, client, l.kind, l.name)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			if unreadable++; unreadable == 1 {
+				failed = err
+			}
+			v = view{Kind: l.kind, Name: l.name, Error: err.Error()}
 		}
 		views = append(views, v)
+	}
+	if unreadable > 1 {
+		failed = fmt.Errorf("%w (and %d more of the %d locks listed)", failed, unreadable-1, len(views))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -68,7 +82,7 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		return nil
+		return failed
 	}
 	if len(views) == 0 {
 		fmt.Fprintln(stdout, "no locks")
@@ -82,9 +96,12 @@ func ls(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if d := v.ttl(); d > 0 {
 			ttl = d.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Kind, v.Name, v.holderSummary(), queue, ttl)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Kind, printable(v.Name), v.holderSummary(), queue, ttl)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return failed
 }
 
 // lockID is one lock: a kind and a name.

@@ -432,3 +432,33 @@ func TestLsAndInspectShowElections(t *testing.T) {
 		t.Fatalf("inspect -json: %+v", v)
 	}
 }
+
+// A lock ls cannot read (one written by a version of another data layout,
+// during an upgrade) is listed with its error beside the others, and ls
+// fails; a label's control characters are shown quoted, not written to the
+// terminal.
+func TestLsListsWhatItCanReadBesideALockOfAnotherLayout(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	if err := mr.Set("fairlock:f:{old}", `{"v":"7","f":"5","k":"9999999999999","r":""}`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := fair.New(redistest.Owner(client), "new", fair.WithLabel("two\nlines"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(ctx)
+	out, _, err := runCLI(t, "ls", "-redis", "redis://"+mr.Addr())
+	if err == nil || !strings.Contains(err.Error(), "data layout 7") {
+		t.Errorf("ls beside a layout-7 lock: %v, want its layout error", err)
+	}
+	if !regexp.MustCompile(`(?m)^fair\s+new\s+"two\\nlines" \(`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^fair\s+old\s+unreadable: .*data layout 7`).MatchString(out) {
+		t.Errorf("ls does not list both locks, the label quoted:\n%s", out)
+	}
+}

@@ -83,6 +83,9 @@ func kindsOf(ctx context.Context, client redis.UniversalClient, name string) ([]
 type view struct {
 	Kind string `json:"kind"` // fair, reentrant, semaphore, rw or election
 	Name string `json:"name"`
+	// Error: ls could not read this lock (a lock of another data layout,
+	// say); the other fields are empty.
+	Error string `json:"error,omitempty"`
 	// Permits and InUse: a semaphore's number of permits and those held.
 	Permits int          `json:"permits,omitempty"`
 	InUse   int          `json:"in_use,omitempty"`
@@ -261,6 +264,8 @@ func waiters(kind string, q []fair.Waiter) []waiterView {
 // holderSummary is the lock's holders in a few words, for ls.
 func (v view) holderSummary() string {
 	switch {
+	case v.Error != "":
+		return "unreadable: " + v.Error
 	case len(v.Holders) == 0 && v.Kind == kindElection:
 		return "no leader"
 	case len(v.Holders) == 0:
@@ -279,12 +284,12 @@ func (v view) holderSummary() string {
 
 // who names a holder: its label, else its hold id, and where it runs.
 func who(h holderView) string {
-	s := h.Label
+	s := printable(h.Label)
 	if s == "" {
 		s = h.Owner
 	}
 	if h.Host != "" {
-		s += fmt.Sprintf(" (%s, pid %d)", h.Host, h.PID)
+		s += fmt.Sprintf(" (%s, pid %d)", printable(h.Host), h.PID)
 	}
 	return s
 }

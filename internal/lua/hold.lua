@@ -344,7 +344,8 @@ local function layout_error(s, key)
   end
   if s.v and s.v ~= LAYOUT then
     return redis.error_reply('fairlock: lock ' .. key .. ' has data layout ' ..
-      s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock')
+      s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock: upgrade ' ..
+      'every client of it, or wait until its keys expire (at most 40 s after the end of its last lease)')
   end
   return nil
 end
