@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,24 @@ func holdKey(lock, name string) string {
 }
 
 // lockName is a name no other test uses.
+// holdOf reads a hold key's text (internal/lua/hold.lua): its owner and
+// token, "" and 0 when nobody holds it or the text is not a hold (a
+// restarted server's "!settling" hold, which grants nothing, counts as
+// nobody's).
+func holdOf(raw string) (owner string, token int64) {
+	fields, err := redistest.DecodeHold(raw)
+	if err != nil {
+		return "", 0
+	}
+	owner, _ = fields["o"].(string)
+	if owner == "!settling" {
+		return "", 0
+	}
+	f, _ := fields["f"].(string)
+	token, _ = strconv.ParseInt(f, 10, 64)
+	return owner, token
+}
+
 func lockName(t testing.TB) string {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()

@@ -119,7 +119,8 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 		gate := wire.GateBase(wire.RWBase(name))
 		return m, func() bool {
 			hold, err := c.Get(context.Background(), gate).Result()
-			return err == nil && strings.Contains(hold, `"o":`)
+			owner, _ := holdOf(hold)
+			return err == nil && owner != ""
 		}
 	}
 	s, err := fair.NewSemaphore(redistest.Owner(c), name, 2, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
@@ -129,7 +130,8 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	gate := wire.GateBase(wire.SemaphoreBase(name))
 	return &permits{s: s, n: 1}, func() bool {
 		hold, err := c.Get(context.Background(), gate).Result()
-		return err == nil && strings.Contains(hold, `"o":`)
+		owner, _ := holdOf(hold)
+		return err == nil && owner != ""
 	}
 }
 
@@ -966,8 +968,10 @@ func waitingFor(t *testing.T, kind string, c redis.UniversalClient, name string)
 		if kind == "rwmutex" {
 			base = wire.GateBase(wire.RWBase(name))
 		}
-		if hold, err := c.Get(ctx, base).Result(); err == nil && strings.Contains(hold, `"o":`) {
-			first = 1
+		if hold, err := c.Get(ctx, base).Result(); err == nil {
+			if owner, _ := holdOf(hold); owner != "" {
+				first = 1
+			}
 		}
 	}
 	n, err := c.LLen(ctx, wire.QueueKeys(base)[1]).Result()

@@ -119,7 +119,7 @@ func liveHoldSurvives(t *testing.T, run int, done <-chan result, addr, key strin
 	direct := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = direct.Close() }()
 	hold, err := direct.Get(context.Background(), key).Result()
-	if err != nil || !strings.Contains(hold, fmt.Sprintf(`"f":"%d"`, token)) || !strings.Contains(hold, `"o":`) {
+	if owner, held := holdOf(hold); err != nil || owner == "" || held != token {
 		t.Fatalf("run %d: the new master %s has %q (%v), not the live holder's hold (token %d)", run, addr, hold, err, token)
 	}
 	eventually(t, 10*time.Second, "the holder's and the waiter's subscriptions on the new master", func() bool {

@@ -13,33 +13,36 @@
 -- Data layout, for a lock named N (the braces are Redis Cluster's hash tag, so
 -- all keys of one lock live in one slot):
 --   KEYS[1] fairlock:<kind>:{N}   string, the hold: one flat JSON object
---       whose first members are always written in this order, so that the
---       uncontended paths (take_free, release_own below) read and replace
---       it as text at fixed offsets, where every other call decodes it
---       (load, save):
---         {"v":"8","f":..,"x":..,"h":..,"k":..,"r":..,"q":..,"o":..,"c":..,
---          "a":..,"n":..,"b":..<the hold's fields>,"~":0<the lock's fields>}
---       All fields are strings but a few objects (wa, p, a semaphore's pa).
---       The numbers f, x, h, k and r are zero-padded to a fixed width (all
---       zeros when absent), so that each sits at a fixed offset (1-based,
---       in the whole text); q to b are "" when absent.
+--       of the fields below, all strings but a few objects (wa, p, a
+--       semaphore's pa), absent fields left out; every call decodes it
+--       (load). A fair or reentrant lock's hold that no waiter can be live
+--       for (its waiters' horizon h has passed) is written in its ordered
+--       form, where the uncontended paths (take_free, release_own below)
+--       read and replace it as text at fixed offsets; any other is written
+--       as cjson encodes it, which costs the contended calls less:
+--         {"~":0,"v":"8","f":..,"x":..,"h":..,"k":..,"r":..,"q":..,"o":..,
+--          "c":..,"a":..,"n":..,"b":..<the hold's fields>,"~~":0<the lock's>}
+--       In the ordered form the numbers f, x, h, k and r are zero-padded to
+--       a fixed width (all zeros when absent), so that each sits at a fixed
+--       offset (1-based, in the whole text); q to b are "" when absent; the
+--       hold's other fields come before "~~", the lock's after.
 --       v  layout version (LAYOUT below); a mismatch fails loudly (a client
 --          of layouts 2 to 7 decodes the JSON and finds v too)
---       f  (15-30)  last fencing token issued for this lock (survives
+--       f  (21-36)  last fencing token issued for this lock (survives
 --                   releases); a token is issued only with a new hold, so
 --                   while one exists, f is its token
---       x  (38-50)  expiry of the hold, Redis time in ms   } present only
+--       x  (44-56)  expiry of the hold, Redis time in ms   } present only
 --                   while a hold exists; held = o and x > now
---       h  (58-70)  the latest waiter deadline ever written (bounds the life
+--       h  (64-76)  the latest waiter deadline ever written (bounds the life
 --                   of the queue of a fair lock, and of the waiters of a
 --                   reentrant lock); take_free writes one that has passed
 --                   as 0
---       k  (78-90)  time until which every key of the lock is kept (its TTL,
+--       k  (84-96)  time until which every key of the lock is kept (its TTL,
 --                   in ms)
---       r  (98-161) tokens of the last holds ended by their owner's final
+--       r  (104-167) tokens of the last holds ended by their owner's final
 --                   release, 16-digit fields, newest first (retry safety of
 --                   a release, see released_hold)
---       q  (from 169) id of the last owner request that took, re-entered or
+--       q  (from 175) id of the last owner request that took, re-entered or
 --          released the hold; cleared whenever a token is issued (retry
 --          safety: see acquired_answer and released_answer)
 --       o  owner id of the hold ("<client>.<handle>")       } present only
@@ -50,7 +53,7 @@
 --          release, ForceUnlock, or a woken waiter's leave), until a token
 --          is issued
 --       b  the holder's label (fair lock), as JSON escapes it
---       then the fields that end with the hold (clear_hold), up to "~":
+--       then the fields that end with the hold (clear_hold):
 --          fair lock only:
 --          pa when a waiter's attempt first found the holder's presence gone
 --             (Redis ms; queue.lua's holder_present)
@@ -62,8 +65,7 @@
 --          election only (a fair lock under fairlock:e:, fair.Election):
 --          l  the leader's value, as the Go side escaped it (no '|', ' ', ';')
 --          s  when the leader's term began (Redis ms): when its token was issued
---       "~":0, which marks where they end, then the fields that outlive
---       holds, read only where they are used:
+--       and the fields that outlive holds, read only where they are used:
 --          wa object: client id -> when a look first found the presence of a
 --             queued waiter's client gone (Redis ms; queue.lua's
 --             waiter_absent_since); forgotten when found back (a reentrant
@@ -138,10 +140,17 @@ local RETAIN_MS = 30000
 -- watchdog renewal, say) find them long enough and skip the PEXPIREs.
 local SLACK_MS = 10000
 
+-- call_now is Redis's clock (ms) as this call last read it (clock, or
+-- take_free), nil before; per call (lua.go resets it by this name). save
+-- writes the hold in its ordered form only for a lock whose waiters are
+-- all past their deadlines by then (encode).
+local call_now = nil
+
 local function clock()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+  call_now = s * 1000 + math.floor(us / 1000)
+  return call_now, s * 1000000 + us
 end
 
 -- Integers are written with %d: Lua's default formatting keeps 14 digits.
@@ -186,12 +195,13 @@ local NOT_OURS = '\0not ours'
 -- The hold's text starts with PREFIX; its first fields sit at the offsets
 -- the layout above gives. Written with these widths, all zeros when absent
 -- (a time past 2286 is kept as 9999999999999 ms).
-local PREFIX = '{"v":"8","f":"'
+local PREFIX = '{"~":0,"v":"8","f":"'
 local Z16, Z13 = '0000000000000000', '0000000000000'
 local Z64 = Z16 .. Z16 .. Z16 .. Z16
 local MAX_TOKEN = 9999999999999999
--- The fields that end with the hold, written before "~":0, and those that
--- outlive it, written after; the ordered ones (f to b) are the others.
+-- In the ordered form, the fields that end with the hold, written before
+-- "~~":0, and those that outlive it, written after; the ordered ones (f to
+-- b) are the others.
 -- Every field a script writes is among them (the layout above).
 local HOLD_FIELDS = {'e', 'g', 'po', 'pn', 'pl', 'l', 's', 'pa'}
 local LOCK_FIELDS = {'wa', 'wt', 'w', 'm', 'p'}
@@ -213,18 +223,22 @@ local function load(key, raw)
   local ok, s = pcall(cjson.decode, raw)
   if not ok or type(s) ~= 'table' or s.v == nil then return {v = NOT_OURS} end
   if s.v ~= LAYOUT then return {v = s.v} end
-  if s['~'] == nil or type(s.r) ~= 'string' then return {v = NOT_OURS} end
-  s['~'] = nil
-  if s.f == Z16 then s.f = nil end
-  if s.x == Z13 then s.x = nil end
-  if s.h == Z13 then s.h = nil end
-  if s.k == Z13 then s.k = nil end
-  if s.q == '' then s.q = nil end
-  if s.o == '' then s.o = nil end
-  if s.c == '' then s.c = nil end
-  if s.a == '' then s.a = nil end
-  if s.n == '' then s.n = nil end
-  if s.b == '' then s.b = nil end
+  if s['~'] ~= nil then
+    -- The ordered form: its markers go, and its empty fields.
+    if s['~~'] == nil or type(s.r) ~= 'string' then return {v = NOT_OURS} end
+    s['~'], s['~~'] = nil, nil
+    if s.r == Z64 then s.r = nil end
+    if s.f == Z16 then s.f = nil end
+    if s.x == Z13 then s.x = nil end
+    if s.h == Z13 then s.h = nil end
+    if s.k == Z13 then s.k = nil end
+    if s.q == '' then s.q = nil end
+    if s.o == '' then s.o = nil end
+    if s.c == '' then s.c = nil end
+    if s.a == '' then s.a = nil end
+    if s.n == '' then s.n = nil end
+    if s.b == '' then s.b = nil end
+  end
   if key == nil and announce then announce.o, announce.f, announce.l = s.o, s.f, s.l end
   return s
 end
@@ -256,15 +270,24 @@ local function members(s, names)
   return out
 end
 
--- encode is the text of hold s, as load reads it. The ids (q, o, n) hold
--- nothing JSON escapes: the Go side makes them so (internal/wire).
-local function encode(s)
+-- encode is the text of hold s, as load reads it, for key (KEYS[1] if
+-- nil): its ordered form where an uncontended path may read it next (a fair
+-- or reentrant lock, the tenth byte of whose key is 102 "f" or 114 "r",
+-- with no waiter live as this call last read the clock), as cjson encodes
+-- it elsewhere. The ids (q, o, n) hold nothing JSON escapes: the Go side
+-- makes them so (internal/wire).
+local function encode(s, key)
+  local kind = string.byte(key or KEYS[1], 10)
+  if (kind ~= 102 and kind ~= 114) or tonumber(s.h or '0') > (call_now or 0) then
+    s.v = LAYOUT
+    return cjson.encode(s)
+  end
   local r = s.r or ''
   if #r ~= 64 then r = string.sub(r .. Z64, 1, 64) end
   return PREFIX .. fixed(s.f, Z16) .. '","x":"' .. fixed(s.x, Z13) .. '","h":"' .. fixed(s.h, Z13) ..
     '","k":"' .. fixed(s.k, Z13) .. '","r":"' .. r .. '","q":"' .. (s.q or '') .. '","o":"' .. (s.o or '') ..
     '","c":"' .. (s.c or '') .. '","a":"' .. (s.a or '') .. '","n":"' .. (s.n or '') .. '","b":' ..
-    cjson.encode(s.b or '') .. members(s, HOLD_FIELDS) .. ',"~":0' .. members(s, LOCK_FIELDS) .. '}'
+    cjson.encode(s.b or '') .. members(s, HOLD_FIELDS) .. ',"~~":0' .. members(s, LOCK_FIELDS) .. '}'
 end
 
 -- The uncontended pair, on the hold's text (docs/performance.md, round
@@ -274,11 +297,11 @@ end
 -- nothing and returns nil, and the script goes on to its general path.
 
 -- take_free takes a free lock for owner, with a fresh token, when its hold
--- (raw, the text of KEYS[1]) is of this layout, nobody holds it (x has
+-- (raw, the text of KEYS[1]) is in the ordered form, nobody holds it (x has
 -- passed), no waiter can be live (h has passed), this is not a retry of req
 -- (q), and the keys already outlive the new hold (k): then the ordered
 -- fields are rewritten and the hold's fields of a hold that ended, up to
--- "~", dropped (as clear_hold drops them); the fields after "~" stay as
+-- "~~", dropped (as clear_hold drops them); the fields after "~~" stay as
 -- they are, the fence is next_token's, and the key keeps its TTL. h, passed,
 -- is written as 0: every deadline written since is above it, which is how
 -- release_own knows that nobody has waited since without reading the
@@ -288,29 +311,30 @@ end
 -- is pending (n empty, as in every uncontended pair). Returns the token; or
 -- nil and Redis's clock (ms, µs) when it read it.
 local function take_free(raw, owner, req, lease, label, waiter)
-  if string.sub(raw, 1, 14) ~= PREFIX then return nil end
+  if string.sub(raw, 1, 20) ~= PREFIX then return nil end
   local t = redis.call('TIME')
   local sec, us = tonumber(t[1]), tonumber(t[2])
   local now, now_us = sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
-  if tonumber(string.sub(raw, 38, 50)) > now or tonumber(string.sub(raw, 58, 70)) > now or
-      now + lease + RETAIN_MS > tonumber(string.sub(raw, 78, 90)) or
-      (string.sub(raw, 169, 168 + #req) == req and string.byte(raw, 169 + #req) == 34) or
-      (waiter and string.byte(raw, string.find(raw, '","b":"', 169, true) - 1) ~= 34) then
+  call_now = now
+  if tonumber(string.sub(raw, 44, 56)) > now or tonumber(string.sub(raw, 64, 76)) > now or
+      now + lease + RETAIN_MS > tonumber(string.sub(raw, 84, 96)) or
+      (string.sub(raw, 175, 174 + #req) == req and string.byte(raw, 175 + #req) == 34) or
+      (waiter and string.byte(raw, string.find(raw, '","b":"', 175, true) - 1) ~= 34) then
     return nil, now, now_us
   end
-  local token = math.max(tonumber(string.sub(raw, 15, 30)) + 1, now_us)
+  local token = math.max(tonumber(string.sub(raw, 21, 36)) + 1, now_us)
   if token > MAX_TOKEN then return nil, now, now_us end
   redis.call('SET', KEYS[1], PREFIX .. string.format('%016d","x":"%013d","h":"', token, now + lease) .. Z13 ..
-    string.sub(raw, 71, 168) .. req .. '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"' .. label .. '"' ..
-    string.sub(raw, (string.find(raw, ',"~":0', 169, true))), 'KEEPTTL')
+    string.sub(raw, 77, 174) .. req .. '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"' .. label .. '"' ..
+    string.sub(raw, (string.find(raw, ',"~~":0', 175, true))), 'KEEPTTL')
   return token
 end
 
--- release_own ends owner's hold of token, when its hold (raw) is of this
--- layout, held by owner once (c 1, no count a release left, no waiter a
+-- release_own ends owner's hold of token, when its hold (raw) is in the
+-- ordered form, held by owner once (c 1, no count a release left, no waiter a
 -- wake-up went to), this is not a retry of req, and no waiter has written
 -- a deadline since take_free took it (h still 0): the hold's fields go (x
--- zeroed, o, c and b emptied, those up to "~" dropped), the token joins
+-- zeroed, o, c and b emptied, those up to "~~" dropped), the token joins
 -- the release memory r (note_released), q becomes req, and the key keeps
 -- its TTL. It reads no
 -- clock, so it does not check the lease as the general path does: a
@@ -321,18 +345,18 @@ end
 -- such an Unlock returns ErrLockLost either way (core's released).
 -- Returns 1 (released); or nil.
 local function release_own(raw, owner, req, token)
-  if string.sub(raw, 1, 14) ~= PREFIX or tonumber(string.sub(raw, 15, 30)) ~= token or
-      string.sub(raw, 58, 70) ~= Z13 then
+  if string.sub(raw, 1, 20) ~= PREFIX or tonumber(string.sub(raw, 21, 36)) ~= token or
+      string.sub(raw, 64, 76) ~= Z13 then
     return nil
   end
-  local p = string.find(raw, '"', 169, true)
+  local p = string.find(raw, '"', 175, true)
   local held = '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"'
-  if (p == 169 + #req and string.sub(raw, 169, p - 1) == req) or string.sub(raw, p, p + #held - 1) ~= held then
+  if (p == 175 + #req and string.sub(raw, 175, p - 1) == req) or string.sub(raw, p, p + #held - 1) ~= held then
     return nil
   end
-  redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 15, 37) .. Z13 .. string.sub(raw, 51, 97) ..
-    string.sub(raw, 15, 30) .. string.sub(raw, 98, 145) .. '","q":"' .. req .. '","o":"","c":"","a":"","n":"","b":""' ..
-    string.sub(raw, (string.find(raw, ',"~":0', p, true))), 'KEEPTTL')
+  redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 21, 43) .. Z13 .. string.sub(raw, 57, 103) ..
+    string.sub(raw, 21, 36) .. string.sub(raw, 104, 151) .. '","q":"' .. req .. '","o":"","c":"","a":"","n":"","b":""' ..
+    string.sub(raw, (string.find(raw, ',"~~":0', p, true))), 'KEEPTTL')
   return 1
 end
 

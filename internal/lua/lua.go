@@ -106,8 +106,9 @@ func MustBuild(src map[string]string) *Scripts {
 	// The function library: the helpers once, then each script as the body
 	// of a function. The helpers read KEYS and ARGV, which a function
 	// receives as arguments, so they are upvalues that each call sets first,
-	// together with the per-call state, missing, changed and announce
-	// (declared in hold.lua) and caller and caller_here (queue.lua), reset
+	// together with the per-call state, missing, changed, announce and
+	// call_now (declared in hold.lua) and caller and caller_here
+	// (queue.lua), reset
 	// here by name: rename them in both places. Its name
 	// carries a hash of its text, so
 	// that libraries of different fairlock versions (function names are
@@ -120,7 +121,7 @@ func MustBuild(src map[string]string) *Scripts {
 	scripts := map[string]*transport.Script{}
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
-		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce, caller, caller_here = keys, args, false, false, nil, nil, nil\n%s\nend)\n", fn, src[name])
+		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce, caller, caller_here, call_now = keys, args, false, false, nil, nil, nil, nil\n%s\nend)\n", fn, src[name])
 		scripts[name] = transport.NewScript(l, fn, lib+src[name])
 	}
 	l.Code = code.String()

@@ -118,7 +118,7 @@ local function gone_look(s, w, g, gate, who, now)
   holder_present(g, gw, now)
   if gw.pa then g.pa = gw.pa end
   local head, popped, _, _, first, from = present_head(g, gate, now)
-  redis.call('SET', gate.hold, encode(g), 'KEEPTTL')
+  redis.call('SET', gate.hold, encode(g, gate.hold), 'KEEPTTL')
   local notes = {}
   local at = look_at(who, tonumber(g.x), now, g.pa)
   if head and popped then notes[1] = head_notice(head, at) end

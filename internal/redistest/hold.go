@@ -10,10 +10,10 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// The hold's layout (internal/lua/hold.lua): one flat JSON object whose
-// first members come in a fixed order, the numbers among them at fixed
-// widths, then the fields that end with the hold, "~":0, and the fields
-// that outlive it.
+// The hold's layout (internal/lua/hold.lua): one flat JSON object, in one
+// of two forms: as cjson encodes it, or ordered: "~":0, then members in a
+// fixed order, the numbers among them at fixed widths, then the fields that
+// end with the hold, "~~":0, and the fields that outlive it.
 const layout = "8"
 
 // ordered are the members written first, in order, with the width of the
@@ -38,10 +38,23 @@ func DecodeHold(raw string) (map[string]any, error) {
 	if t["v"] != layout {
 		return t, nil
 	}
-	if _, ok := t["~"]; !ok {
-		return nil, fmt.Errorf("no \"~\" member")
+	if _, ok := t["~"]; !ok { // as cjson encodes it: absent fields left out
+		if r, ok := t["r"].(string); ok {
+			for strings.HasSuffix(r, strings.Repeat("0", 16)) {
+				r = r[:len(r)-16]
+			}
+			t["r"] = r
+			if r == "" {
+				delete(t, "r")
+			}
+		}
+		return t, nil
+	}
+	if _, ok := t["~~"]; !ok {
+		return nil, fmt.Errorf("ordered, but no \"~~\" member")
 	}
 	delete(t, "~")
+	delete(t, "~~")
 	for _, f := range ordered {
 		text, ok := t[f.name].(string)
 		if !ok {
@@ -67,16 +80,16 @@ func DecodeHold(raw string) (map[string]any, error) {
 	return t, nil
 }
 
-// EncodeHold writes fields as the scripts' save does. Fields whose v is
-// not this layout's are written as a plain JSON object, as layouts 2 to 7
-// were.
+// EncodeHold writes fields in the ordered form, which the uncontended
+// paths read. Fields whose v is not this layout's are written as a plain
+// JSON object, as layouts 2 to 7 were.
 func EncodeHold(fields map[string]any) (string, error) {
 	if v, ok := fields["v"]; ok && v != layout {
 		b, err := json.Marshal(fields)
 		return string(b), err
 	}
 	var out strings.Builder
-	out.WriteString(`{"v":"8"`)
+	out.WriteString(`{"~":0,"v":"8"`)
 	member := func(name string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -121,7 +134,7 @@ func EncodeHold(fields map[string]any) (string, error) {
 			return "", err
 		}
 	}
-	out.WriteString(`,"~":0`)
+	out.WriteString(`,"~~":0`)
 	for _, k := range lock {
 		if err := member(k, fields[k]); err != nil {
 			return "", err
