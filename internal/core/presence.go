@@ -112,6 +112,9 @@ type leg struct {
 	mu   sync.Mutex
 	ps   *redis.PubSub  // the current subscription; nil until started
 	runs sync.WaitGroup // run's goroutines: one per subscription
+	// stopped: stop ran (a look-up dropped the leg): run returns at its
+	// next read, and nothing subscribes again.
+	stopped bool
 	// since is when the current subscription was confirmed (o's clock);
 	// ready is closed at the next outcome (up, or a failure) and replaced;
 	// err is why it is down, since its last failure (nil while up, and
@@ -283,6 +286,9 @@ func (l *leg) run(ps *redis.PubSub) {
 // run (which subscribes, off the caller's goroutine); p.mu held. go-redis
 // dials it where the client's commands go now.
 func (l *leg) subscribeLocked() {
+	if l.stopped {
+		return
+	}
 	l.ps = l.node.Subscribe(context.Background()) // no channel yet: no call
 	l.runs.Add(1)
 	go l.run(l.ps)
@@ -292,7 +298,7 @@ func (l *leg) subscribeLocked() {
 func (l *leg) current(ps *redis.PubSub) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ps == ps
+	return l.ps == ps && !l.stopped
 }
 
 // pingRefused reports whether err is Redis refusing a PING of the
@@ -476,9 +482,15 @@ func (l *leg) pause() bool {
 	return !l.o.closed.Load()
 }
 
-// stop closes the subscription and waits for run to return.
+// stop closes the subscription and waits for run to return. Closing it is
+// not enough by itself: a run whose read failed keeps reading (go-redis
+// subscribes again) for as long as ps is the leg's, so it is marked
+// stopped first (a look-up that dropped a leg whose run was between two
+// failed reads waited for it forever, and so did the acquisition that
+// made the look-up, past its deadline).
 func (l *leg) stop() {
 	l.mu.Lock()
+	l.stopped = true
 	ps := l.ps
 	if l.jeopardy != nil {
 		l.jeopardy.Stop()
@@ -651,7 +663,7 @@ func isReadOnly(err error) bool {
 // the check began is left alone: its own outcome stands.
 func (l *leg) follow(since time.Time, why error, node redis.UniversalClient) {
 	l.mu.Lock()
-	if l.o.closed.Load() || !l.up.Load() || !l.since.Equal(since) {
+	if l.o.closed.Load() || l.stopped || !l.up.Load() || !l.since.Equal(since) {
 		l.mu.Unlock()
 		return
 	}

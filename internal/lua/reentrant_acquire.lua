@@ -10,9 +10,9 @@
 -- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
 -- timeout in ms.
 -- Returns token (a free lock nobody waits for: take_free, as
--- {1, token, 0}), or {1, token, freed} when held (freed: 1 if asked and the lock was
--- free because a release (or the leave of a woken waiter) woke this very
--- waiter, whose message should have reached it; 0 otherwise),
+-- {1, token, 0}), or {1, token, freed} when held (freed: 1 if asked and
+-- the lock was free because a release (or the leave of a woken waiter) woke
+-- this very waiter, whose message should have reached it; 0 otherwise),
 -- {0, ms until the current hold expires} (for the longest-waiting waiter
 -- whose client is there, while the holder keeps a presence, until it should
 -- look again: within the poll).
