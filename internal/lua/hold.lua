@@ -312,10 +312,7 @@ end
 -- nil and Redis's clock (ms, µs) when it read it.
 local function take_free(raw, owner, req, lease, label, waiter)
   if string.sub(raw, 1, 20) ~= PREFIX then return nil end
-  local t = redis.call('TIME')
-  local sec, us = tonumber(t[1]), tonumber(t[2])
-  local now, now_us = sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
-  call_now = now
+  local now, now_us = clock()
   if tonumber(string.sub(raw, 44, 56)) > now or tonumber(string.sub(raw, 64, 76)) > now or
       now + lease + RETAIN_MS > tonumber(string.sub(raw, 84, 96)) or
       (string.sub(raw, 175, 174 + #req) == req and string.byte(raw, 175 + #req) == 34) or
