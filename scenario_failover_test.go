@@ -380,6 +380,78 @@ func TestAReleaseLostInAFailoverIsNotTakenForAReentry(t *testing.T) {
 	}
 }
 
+// A hold granted by the old master after the promotion never reaches the
+// new one, whose earlier state another handle of the same owner then takes
+// the lock from: here the replica had a hold of m's, which m released and
+// w then took on the old master; once the client moved, m's next Lock ends
+// its own stale hold on the new master (fair_acquire.lua's step 1) and is
+// granted the lock. w's hold is gone from Redis, and w must stop counting
+// on it before m's Lock returns: Lost closed, its Unlock ErrLockLost.
+// Before, w went on believing until its next renewal or its Unlock, and a
+// worker pool through a SENTINEL FAILOVER saw two of its goroutines in the
+// critical section at once (TestSentinelFailoverDoesNotStopAPool). On
+// owners with and without a presence, for both locks.
+func TestAHoldAFailoverLostEndsBeforeAnotherHandleOfItsOwnerTakesTheLock(t *testing.T) {
+	for _, k := range lockKinds {
+		for _, present := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/presence=%v", k.name, present), func(t *testing.T) {
+				redistest.NoLeaks(t)
+				lostHoldEndsFirst(t, k.make, present)
+			})
+		}
+	}
+}
+
+func lostHoldEndsFirst(t *testing.T, mk func(*fairlock.Owner, string) (*fairlock.Mutex, error), present bool) {
+	d := newSwapped(t)
+	defer d.stop()
+	ctx := context.Background()
+	o := redistest.OwnerOn(d.client(), d.clk, lua.Default())
+	if present {
+		var err error
+		if o, err = redistest.PresentOwner(d.client(), d.clk, lua.Default()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { _ = o.Close(ctx) }()
+	m, err := mk(o, "lost-on-the-new-master")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := mk(o, "lost-on-the-new-master")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.replicate(t) // the replica has m's hold, and nothing after
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Lock(ctx); err != nil { // on the old master only
+		t.Fatal(err)
+	}
+	lost := w.Lost()
+	d.clk.Advance(core.PresencePoll) // the release's second look
+	waitFor(t, "the second look", func() bool { return redistest.Background() == 0 })
+	d.master.Store(1)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("m's Lock on the new master: %v", err)
+	}
+	select {
+	case <-lost:
+	default:
+		t.Fatal("m holds the lock on the new master while w, of the same owner, still counts on the hold the old master granted it")
+	}
+	if err := w.Unlock(ctx); !errors.Is(err, fairlock.ErrLockLost) {
+		t.Fatalf("w's Unlock = %v; want ErrLockLost", err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("m's Unlock: %v", err)
+	}
+}
+
 // After a failover the waiters' inbox subscriptions follow the master with
 // the owner's presence (inbox.Hubs.Follow): a hand-off published on the new
 // master reaches its waiter as a message. Before, they stayed on the old

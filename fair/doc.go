@@ -181,9 +181,12 @@
 //     where its commands go (asked every 100 ms while it holds, every 200
 //     ms while its waiters try) subscribes again there; the window left is
 //     two clients that learn of the failover more than 100 ms apart
-//     (docs/presence.md, "Failovers"). On Cluster an owner keeps a
-//     subscription on every master, and each hold counts on the one where
-//     its lock lives. See docs/presence.md.
+//     (docs/presence.md, "Failovers"). A hold that a failover lost (the
+//     old master granted it after the promotion) ends, Lost closing,
+//     before any other handle of its owner is granted the lock: a grant
+//     proves that Redis has no other hold (docs/deployments.md). On
+//     Cluster an owner keeps a subscription on every master, and each
+//     hold counts on the one where its lock lives. See docs/presence.md.
 //  11. Ends are told apart: Lost is closed when a hold is lost (ErrLockLost),
 //     never at Unlock or the owner's Close; the hold's context ends at each,
 //     with ErrLockLost, ErrReleased or ErrClosed as its cause, and Unlock

@@ -92,6 +92,7 @@ func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election,
 func electionPlace(name string, scripts *lua.Scripts) core.Place {
 	p := placeAt(wire.ElectionBase(name), scripts)
 	p.What, p.Primitive = "election", observe.Election
+	p.Exclusive = true // one term at a time
 	return p
 }
 

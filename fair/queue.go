@@ -38,7 +38,9 @@ type queue struct {
 // place is where a fair lock lives: the hold, the queue, the waiters'
 // deadlines, and the channel that carries hand-offs and head notices.
 func place(name string, scripts *lua.Scripts) core.Place {
-	return placeAt(wire.FairBase(name), scripts)
+	p := placeAt(wire.FairBase(name), scripts)
+	p.Exclusive = true
+	return p
 }
 
 // placeAt is a fair lock's layout on keys that start with base (a

@@ -32,6 +32,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Watch:       scripts.ReentrantWatch, // after a release that woke a waiter that keeps a presence
 		NewWaiter:   func(h core.Agent) core.Waiter { return &kind{h: h} },
 		Presence:    true, // a holder gone for the grace is ended by an attempt (reentrant_acquire.lua)
+		Exclusive:   true,
 	}
 }
 

@@ -41,6 +41,11 @@ type Place struct {
 	// gone (fairlock.WithPresence; the fair queue's). Such holds are taken
 	// only while the owner's presence is up, and end when it breaks.
 	Presence bool
+	// Exclusive: the lock grants one hold at a time (the fair and the
+	// reentrant lock, an election's term; not the semaphore's permits).
+	// A grant then proves that Redis has no other hold of the lock, so
+	// the owner ends any other it still counts on (Owner.track).
+	Exclusive bool
 	// Watch looks at the queue once, PresencePoll after a release that
 	// handed the lock to (or, for the reentrant lock, woke) a waiter that
 	// keeps a presence (wire.ReleasedWatch), with fair_heartbeat.lua's

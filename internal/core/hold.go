@@ -67,11 +67,15 @@ type hold struct {
 // leaseRanOut is why a hold whose loss timer fired ended.
 const leaseRanOut = "lease ran out before a renewal succeeded"
 
-func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold {
-	h := &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
+// newHold makes m's hold of g, granted to slot s, and starts its timers.
+// On a lock that grants one hold at a time, it also returns the owner's
+// hold that was granted that lock before it and is still tracked
+// (Owner.track); nil if none.
+func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) (h, prev *hold) {
+	h = &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
 	s.holding.Store(true)
 	h.sent.Store(&g.Since)
-	m.h.Owner.track(h) // before its timers can end it: Close releases it
+	prev = m.h.Owner.track(h) // before its timers can end it: Close releases it
 	if m.h.Config.Observer != nil {
 		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
 	}
@@ -94,7 +98,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) *hold 
 	} else if !fixed {
 		h.RenewLocked(clk, h.roundDueLocked(), h.watchdog)
 	}
-	return h
+	return h, prev
 }
 
 // roundDueLocked is when the watchdog's next round is due, from now: every

@@ -31,7 +31,7 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for token := int64(1); token <= 200; token++ {
-		h := newHold(m, m.first, Grant{Token: token, Since: cfg.Clock.Now()}, time.Minute, true)
+		h, _ := newHold(m, m.first, Grant{Token: token, Since: cfg.Clock.Now()}, time.Minute, true)
 		seen := make(chan int64, 2)
 		go func() { <-h.Lost(); seen <- m.first.stale.Load() }()
 		stop := context.AfterFunc(h.Context(), func() { seen <- m.first.stale.Load() })

@@ -230,7 +230,7 @@ func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
 // presence came back (errGivenBack: confirm). No acquisition returns
 // success with such a hold.
 func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold, error) {
-	h := newHold(m, s, *g, a.Lease, a.Fixed)
+	h, prev := newHold(m, s, *g, a.Lease, a.Fixed)
 	m.mu.Lock()
 	old := m.cur
 	m.cur = h
@@ -242,6 +242,17 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		// an Unlock is releasing is ended by that Unlock, as released: its
 		// release handed the lock on.)
 		old.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
+	}
+	if prev != nil && prev != old && !prev.releasing.Load() {
+		// Another handle of the owner believes in a hold of this lock,
+		// which grants one at a time: Redis no longer has it. A failover
+		// lost it (granted by the old master after the promotion, it never
+		// reached the new one, which has just granted this), or an
+		// operator forced it out. It ends here, before this acquisition
+		// returns, so that no two handles of one owner ever count on the
+		// lock at once (docs/deployments.md, "Writes between the promotion
+		// and the clients' switch are lost").
+		m.h.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
 	}
 	if h.bornLost() {
 		// Its loss timer would only fire at the clock's next tick (a fake

@@ -62,7 +62,11 @@ type Owner struct {
 	mu       sync.Mutex
 	services map[any]any // by *Service: what a primitive keeps per owner
 	holds    map[*hold]struct{}
-	noHolds  chan struct{} // closed when holds empties; nil while nobody waits (Drain)
+	// latest is, per lock that grants one hold at a time
+	// (Place.Exclusive), by its hold key, the owner's hold of it granted
+	// last (track).
+	latest  map[string]*hold
+	noHolds chan struct{} // closed when holds empties; nil while nobody waits (Drain)
 	calls    tracker       // acquisitions in flight
 	cleanups tracker       // clean-up calls in flight (Bounded)
 
@@ -337,17 +341,33 @@ func (o *Owner) heldWhere(keep func(*hold) bool) []*hold {
 	return holds
 }
 
-// track and untrack keep the owner's live holds, for Close.
-func (o *Owner) track(h *hold) {
+// track and untrack keep the owner's live holds, for Close. On a lock
+// that grants one hold at a time, track returns the hold of the owner's
+// that was granted it before h and is still tracked (nil if none): Redis
+// has just granted h, so it no longer has that one, unless its Unlock is
+// releasing it (adopt).
+func (o *Owner) track(h *hold) (prev *hold) {
 	o.mu.Lock()
 	o.holds[h] = struct{}{}
+	if h.agent.Exclusive {
+		if o.latest == nil {
+			o.latest = map[string]*hold{}
+		}
+		key := h.agent.Keys[0]
+		prev = o.latest[key]
+		o.latest[key] = h
+	}
 	o.watchRestartsLocked()
 	o.mu.Unlock()
+	return prev
 }
 
 func (o *Owner) untrack(h *hold) {
 	o.mu.Lock()
 	delete(o.holds, h)
+	if h.agent.Exclusive && o.latest[h.agent.Keys[0]] == h {
+		delete(o.latest, h.agent.Keys[0])
+	}
 	if len(o.holds) == 0 && o.noHolds != nil {
 		close(o.noHolds)
 		o.noHolds = nil
