@@ -65,8 +65,8 @@ type Owner struct {
 	// latest is, per lock that grants one hold at a time
 	// (Place.Exclusive), by its hold key, the owner's hold of it granted
 	// last (track).
-	latest  map[string]*hold
-	noHolds chan struct{} // closed when holds empties; nil while nobody waits (Drain)
+	latest   map[string]*hold
+	noHolds  chan struct{} // closed when holds empties; nil while nobody waits (Drain)
 	calls    tracker       // acquisitions in flight
 	cleanups tracker       // clean-up calls in flight (Bounded)
 
