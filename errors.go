@@ -22,4 +22,11 @@ var (
 	ErrClosed = errors.New("fairlock: owner closed")
 	// ErrNotReplicated: too few replicas acknowledged (WithReplicas); undone.
 	ErrNotReplicated = errors.New("fairlock: acquisition not acknowledged by enough replicas")
+	// ErrDataLayout: Redis refused the call because the lock's keys hold
+	// data this version of the library does not read: a client of
+	// another data layout wrote them (the CHANGELOG says which versions
+	// share one; upgrade every client of the lock together), or something
+	// other than fairlock did. The error's text says which, and what to
+	// do; the call changed nothing.
+	ErrDataLayout = errors.New("fairlock: the lock's data in Redis is of another layout")
 )

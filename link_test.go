@@ -26,6 +26,7 @@ func TestPublicValuesAreTheLibrarys(t *testing.T) {
 		"ErrClosed":                   {fairlock.ErrClosed, core.ErrClosed},
 		"inbox's ErrClosed":           {fairlock.ErrClosed, inbox.ErrClosed},
 		"ErrNotReplicated":            {fairlock.ErrNotReplicated, core.ErrNotReplicated},
+		"ErrDataLayout":               {fairlock.ErrDataLayout, core.ErrDataLayout},
 	}
 	for name, v := range same {
 		if v[0] != v[1] {

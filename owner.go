@@ -127,6 +127,7 @@ func init() {
 	core.Link(core.Public{
 		InvalidArgument: ErrInvalidArgument, NotHeld: ErrNotHeld, LockLost: ErrLockLost,
 		Released: ErrReleased, Pending: ErrPending, Closed: ErrClosed, NotReplicated: ErrNotReplicated,
+		DataLayout: ErrDataLayout,
 		OwnerOf: func(v any) *core.Owner {
 			if o, ok := v.(*Owner); ok {
 				return o.impl()

@@ -41,6 +41,14 @@ func wantErr(t *testing.T, what string, err error, words ...string) {
 	t.Fatalf("%s: error %q names none of %q", what, err, words)
 }
 
+// isLayout fails t unless err matches fairlock.ErrDataLayout.
+func isLayout(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, fairlock.ErrDataLayout) {
+		t.Fatalf("%s: %v does not match ErrDataLayout", what, err)
+	}
+}
+
 // A key where the lock keeps its state holds something else.
 func TestForeignValuesInTheLocksKeys(t *testing.T) {
 	srv := sharedServer(t)
@@ -59,11 +67,15 @@ func TestForeignValuesInTheLocksKeys(t *testing.T) {
 					t.Fatal(err)
 				}
 				m := newHandle(t, lock, c, name, time.Second)
-				wantErr(t, "Lock", m.Lock(within(t, 5*time.Second)), "did not write", "data layout")
-				_, err := m.TryLock(bg, 0, 0)
+				err := m.Lock(within(t, 5*time.Second))
+				wantErr(t, "Lock", err, "did not write", "data layout")
+				isLayout(t, "Lock", err)
+				_, err = m.TryLock(bg, 0, 0)
 				wantErr(t, "TryLock", err, "did not write", "data layout")
+				isLayout(t, "TryLock", err)
 				_, err = m.IsLocked(bg)
 				wantErr(t, "IsLocked", err, "did not write", "data layout")
+				isLayout(t, "IsLocked", err)
 				if lock == "fair" {
 					_, err = fair.Inspect(bg, c, name)
 					wantErr(t, "Inspect", err, "did not write", "data layout", "WRONGTYPE")

@@ -568,6 +568,9 @@ func TestLayoutVersionMismatchFailsLoudly(t *testing.T) {
 			if err == nil || !contains(err.Error(), "layout") {
 				t.Fatalf("TryLock on a lock written by another layout = %v, want a layout error", err)
 			}
+			if !errors.Is(err, fairlock.ErrDataLayout) {
+				t.Fatalf("the layout error %q does not match ErrDataLayout", err)
+			}
 			if e.mr.Dump() != before {
 				t.Fatal("a layout error changed the lock's data")
 			}

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // lockError names the primitive and the lock an error came from: what a
@@ -42,7 +44,30 @@ func Named(ctx context.Context, what, name string, err error) error {
 	if errors.As(err, &le) && le.name == name {
 		return err
 	}
+	if isLayoutRefusal(err) {
+		err = layoutError{err}
+	}
 	return &lockError{what: what, name: name, err: err}
+}
+
+// layoutError is Redis's refusal of a lock whose keys hold data of another
+// layout, or not fairlock's (hold.lua's layout_error): its text as it is,
+// matched by ErrDataLayout too.
+type layoutError struct{ err error }
+
+func (e layoutError) Error() string   { return e.err.Error() }
+func (e layoutError) Unwrap() []error { return []error{ErrDataLayout, e.err} }
+
+// isLayoutRefusal reports whether err is hold.lua's layout_error: an error
+// reply whose text starts as that function's two texts do.
+func isLayoutRefusal(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	text := rerr.Error()
+	return strings.HasPrefix(text, "fairlock: ") &&
+		(strings.Contains(text, " has data layout ") || strings.Contains(text, " that fairlock did not write "))
 }
 
 // NoAnswer wraps err, ctx's error when a call to Redis sent at sent had no

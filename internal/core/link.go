@@ -15,7 +15,7 @@ import (
 
 // Public is what package fairlock hands down.
 type Public struct {
-	InvalidArgument, NotHeld, LockLost, Released, Pending, Closed, NotReplicated error
+	InvalidArgument, NotHeld, LockLost, Released, Pending, Closed, NotReplicated, DataLayout error
 
 	OwnerOf func(any) *Owner // the core of a *fairlock.Owner; nil for nil
 	Wrap    func(*Owner) any // a *fairlock.Owner of a core (tests' rigs)
@@ -26,7 +26,7 @@ type Public struct {
 // The errors of package fairlock, set by Link.
 var (
 	ErrInvalidArgument, ErrNotHeld, ErrLockLost, ErrReleased error
-	ErrPending, ErrClosed, ErrNotReplicated                  error
+	ErrPending, ErrClosed, ErrNotReplicated, ErrDataLayout   error
 )
 
 var public Public
@@ -36,7 +36,7 @@ var public Public
 func Link(p Public) {
 	public = p
 	ErrInvalidArgument, ErrNotHeld, ErrLockLost, ErrReleased = p.InvalidArgument, p.NotHeld, p.LockLost, p.Released
-	ErrPending, ErrClosed, ErrNotReplicated = p.Pending, p.Closed, p.NotReplicated
+	ErrPending, ErrClosed, ErrNotReplicated, ErrDataLayout = p.Pending, p.Closed, p.NotReplicated, p.DataLayout
 	config.ErrInvalidArgument = p.InvalidArgument
 	inbox.ErrClosed = p.Closed
 	// What is made of them once.

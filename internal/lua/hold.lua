@@ -357,6 +357,10 @@ local function release_own(raw, owner, req, token)
   return 1
 end
 
+-- layout_error is Redis's refusal of a hold it cannot read. The Go side
+-- matches its two texts ("... has data layout ...", "... that fairlock did
+-- not write ...": internal/core's isLayoutRefusal) to fairlock.ErrDataLayout:
+-- change them there too.
 local function layout_error(s, key)
   key = key or KEYS[1]
   if s.v == NOT_OURS then
