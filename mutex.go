@@ -76,12 +76,24 @@ func (m *Mutex) acquire(ctx context.Context, a core.Attempt) (*core.End, error) 
 // Unlock undoes one Lock; the last frees the lock for the next waiter. An
 // error wraps ErrNotHeld (nothing held), ErrLockLost (the hold was lost),
 // ErrClosed (the owner's Close ended it), or ErrPending (the release goes on).
+//
+// Given the context LockContext returned (or one derived from it), Unlock
+// releases exactly that hold. Given any other, it releases the handle's
+// current hold: on a handle that goroutines share, that may be another
+// goroutine's, taken after this one's was lost, as a sync.Mutex's Unlock
+// may be called by any goroutine. Goroutines that share a handle and may
+// lose a hold pass the hold's context to Unlock.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.impl().Unlock(ctx) }
 
 // Extend makes the current hold's lease d from now, never shorter.
 func (m *Mutex) Extend(ctx context.Context, d time.Duration) error { return m.impl().Extend(ctx, d) }
 
-// ForceUnlock ends whoever holds the lock (an operator's tool), and reports whether it was held.
+// ForceUnlock ends whoever holds the lock (an operator's tool), and reports
+// whether it was held. The holder it forced out is not told at once: it
+// learns at its next renewal (within a third of its lease: 10 s with the
+// default lease), its Unlock, or when another handle of its own owner is
+// granted the lock, and meanwhile the next holder may already hold. Code
+// that must not overlap checks fencing tokens (docs/reliability.md).
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.impl().ForceUnlock(ctx) }
 
 // Name returns the lock's name.

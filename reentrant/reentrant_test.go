@@ -3,6 +3,7 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -570,6 +571,12 @@ func TestLayoutVersionMismatchFailsLoudly(t *testing.T) {
 			}
 			if !errors.Is(err, fairlock.ErrDataLayout) {
 				t.Fatalf("the layout error %q does not match ErrDataLayout", err)
+			}
+			// What to do, once, for a key that never expires too (one an old
+			// client keeps renewing, or written without a TTL).
+			if msg := err.Error(); strings.Count(msg, "fairlock: ") != 1 ||
+				!contains(msg, "upgrade every client") || !contains(msg, "delete the keys that start with "+key) {
+				t.Fatalf("the layout error %q does not say, once, what to do", msg)
 			}
 			if e.mr.Dump() != before {
 				t.Fatal("a layout error changed the lock's data")

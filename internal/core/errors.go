@@ -51,11 +51,13 @@ func Named(ctx context.Context, what, name string, err error) error {
 }
 
 // layoutError is Redis's refusal of a lock whose keys hold data of another
-// layout, or not fairlock's (hold.lua's layout_error): its text as it is,
-// matched by ErrDataLayout too.
+// layout, or not fairlock's (hold.lua's layout_error), matched by
+// ErrDataLayout too. Its text is the refusal's, after the step that met it
+// ("joining the queue: lock ... has data layout 7, ..."): the lock's error
+// says "fairlock:" once, in front.
 type layoutError struct{ err error }
 
-func (e layoutError) Error() string   { return e.err.Error() }
+func (e layoutError) Error() string { return strings.Replace(e.err.Error(), ": fairlock: ", ": ", 1) }
 func (e layoutError) Unwrap() []error { return []error{ErrDataLayout, e.err} }
 
 // isLayoutRefusal reports whether err is hold.lua's layout_error: an error

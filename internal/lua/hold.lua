@@ -370,7 +370,8 @@ local function layout_error(s, key)
   if s.v and s.v ~= LAYOUT then
     return redis.error_reply('fairlock: lock ' .. key .. ' has data layout ' ..
       s.v .. ', this library writes layout ' .. LAYOUT .. '; do not mix library versions on one lock: upgrade ' ..
-      'every client of it, or wait until its keys expire (at most 40 s after the end of its last lease)')
+      'every client of it. Its keys expire at most 40 s after the end of the last lease a client of that ' ..
+      'layout took; to clear them sooner, once none of those clients runs, delete the keys that start with ' .. key)
   end
   return nil
 end
