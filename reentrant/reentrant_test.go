@@ -3,8 +3,8 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"

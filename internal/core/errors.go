@@ -57,7 +57,7 @@ func Named(ctx context.Context, what, name string, err error) error {
 // says "fairlock:" once, in front.
 type layoutError struct{ err error }
 
-func (e layoutError) Error() string { return strings.Replace(e.err.Error(), ": fairlock: ", ": ", 1) }
+func (e layoutError) Error() string   { return strings.Replace(e.err.Error(), ": fairlock: ", ": ", 1) }
 func (e layoutError) Unwrap() []error { return []error{ErrDataLayout, e.err} }
 
 // isLayoutRefusal reports whether err is hold.lua's layout_error: an error
