@@ -341,7 +341,7 @@ var mutations = []struct {
 		from: "  s.n = nil\n",
 		to:   "\n",
 		spec: reentrantSpecOf,
-		seed: 14721072016732465872,
+		seed: 14721072016732475052,
 	},
 	{
 		name: "ForceUnlock wakes nobody",
@@ -868,7 +868,7 @@ var mutations = []struct {
 		from: "if who and who ~= owner and not holder_present(s, w, now) then",
 		to:   "if false then",
 		spec: fairLockPresenceSpec,
-		seed: 7588116206888711540,
+		seed: 7588116206888779068,
 	},
 	{
 		name: "presence: the head of a present holder's lock waits for the expiry",
@@ -1018,6 +1018,7 @@ var mutations = []struct {
 		from: "  if not absence_counts() then return nil end",
 		to:   "  -- (counted anywhere)",
 		spec: reentrantPresenceSpecOf,
+		seed: 2349086049775240279,
 	},
 	{
 		name: "failover: every caller's own subscription is taken as there",
@@ -1025,6 +1026,7 @@ var mutations = []struct {
 		from: "    caller_here = ch == nil or redis.call('PUBSUB', 'NUMSUB', ch)[2] > 0",
 		to:   "    caller_here = true",
 		spec: reentrantPresenceSpecOf,
+		seed: 14617627390477826021,
 	},
 	{
 		name: "presence: a reentrant wake-up goes to waiters gone for the grace",
@@ -1088,7 +1090,7 @@ var mutations = []struct {
 		from: "    if next(absent) ~= nil or changed then commit(s, absent, now, false, KEYS[2], KEYS[3]) end",
 		to:   "    -- (nothing saved)",
 		spec: reentrantPresenceSpecOf,
-		seed: 14028068732833668294,
+		seed: 14028068732833692604,
 	},
 	// Dead waiters passed over (queue.lua's present_head and hand_off),
 	// each caught by a scenario of scenario_deadwaiter_test.go.
