@@ -16,12 +16,28 @@ import (
 // end with the hold, "~~":0, and the fields that outlive it.
 const layout = "8"
 
-// ordered are the members written first, in order, with the width of the
-// fixed-width ones (0: an id or a count, "" when absent).
-var ordered = []struct {
+// orderedMember is one of the members written first in the ordered form.
+type orderedMember struct {
 	name  string
-	width int
-}{{"f", 16}, {"x", 13}, {"h", 13}, {"k", 13}, {"r", 64}, {"q", 0}, {"o", 0}, {"c", 0}, {"a", 0}, {"n", 0}, {"b", 0}}
+	width int // of a fixed-width number; 0: an id or a count, "" when absent
+}
+
+// ordered are those members, in order.
+var ordered = []orderedMember{{"f", 16}, {"x", 13}, {"h", 13}, {"k", 13}, {"r", 64}, {"q", 0}, {"o", 0}, {"c", 0}, {"a", 0}, {"n", 0}, {"b", 0}}
+
+// isOrdered reports whether name is one of them.
+func isOrdered(name string) bool {
+	return slices.ContainsFunc(ordered, func(m orderedMember) bool { return m.name == name })
+}
+
+// withoutEmptyPlaces is the release memory r without its empty places
+// (16 zeros each), as load reads it.
+func withoutEmptyPlaces(r string) string {
+	for strings.HasSuffix(r, strings.Repeat("0", 16)) {
+		r = r[:len(r)-16]
+	}
+	return r
+}
 
 // holdFields end with the hold: written before "~"; the others after it.
 var holdFields = map[string]bool{"e": true, "g": true, "po": true, "pn": true, "pl": true, "l": true, "s": true, "pa": true}
@@ -40,9 +56,7 @@ func DecodeHold(raw string) (map[string]any, error) {
 	}
 	if _, ok := t["~"]; !ok { // as cjson encodes it: absent fields left out
 		if r, ok := t["r"].(string); ok {
-			for strings.HasSuffix(r, strings.Repeat("0", 16)) {
-				r = r[:len(r)-16]
-			}
+			r = withoutEmptyPlaces(r)
 			t["r"] = r
 			if r == "" {
 				delete(t, "r")
@@ -64,10 +78,8 @@ func DecodeHold(raw string) (map[string]any, error) {
 			return nil, fmt.Errorf("member %s is %q", f.name, text)
 		}
 		switch {
-		case f.name == "r": // the empty places, 16 zeros each, are left out
-			for strings.HasSuffix(text, strings.Repeat("0", 16)) {
-				text = text[:len(text)-16]
-			}
+		case f.name == "r":
+			text = withoutEmptyPlaces(text)
 		case f.width > 0:
 			text = strings.TrimLeft(text, "0")
 		}
@@ -115,12 +127,7 @@ func EncodeHold(fields map[string]any) (string, error) {
 	var hold, lock []string
 	for k := range fields {
 		switch {
-		case k == "v" || slices.ContainsFunc(ordered, func(f struct {
-			name  string
-			width int
-		}) bool {
-			return f.name == k
-		}):
+		case k == "v" || isOrdered(k):
 		case holdFields[k]:
 			hold = append(hold, k)
 		default:
