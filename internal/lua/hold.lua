@@ -104,7 +104,7 @@
 --   fairlock:s:{N}:gate, :gate:queue, :gate:deadlines   the gate, a fair lock
 --       of the layout above: its holder is the first waiter, waiting for
 --       permits; everyone behind it waits in its queue. Each says what it
---       asks for when it joins (fair_acquire.lua's ARGV[11..13]), which the
+--       asks for when it joins (fair_acquire.lua's ARGV[6..8]), which the
 --       gate keeps in its queue element and, for its holder, in po, pn and
 --       pl, so that a release can serve them; grants go out to the inboxes
 --       under the gate's channel, :gate:wake:<client>.
@@ -311,15 +311,20 @@ end
 -- is pending (n empty, as in every uncontended pair). Returns the token; or
 -- nil and Redis's clock (ms, µs) when it read it.
 local function take_free(raw, owner, req, lease, label, waiter)
-  if string.sub(raw, 1, 20) ~= PREFIX then return nil end
+  -- string.find(raw, text, at, true) == at compares text in place,
+  -- making no substring: fields that are all zeros (x and h after a
+  -- release) are read no further.
+  if string.find(raw, PREFIX, 1, true) ~= 1 then return nil end
   local now, now_us = clock()
-  if tonumber(string.sub(raw, 44, 56)) > now or tonumber(string.sub(raw, 64, 76)) > now or
+  if (string.find(raw, Z13, 44, true) ~= 44 and tonumber(string.sub(raw, 44, 56)) > now) or
+      (string.find(raw, Z13, 64, true) ~= 64 and tonumber(string.sub(raw, 64, 76)) > now) or
       now + lease + RETAIN_MS > tonumber(string.sub(raw, 84, 96)) or
-      (string.sub(raw, 175, 174 + #req) == req and string.byte(raw, 175 + #req) == 34) or
+      (string.find(raw, req, 175, true) == 175 and string.byte(raw, 175 + #req) == 34) or
       (waiter and string.byte(raw, string.find(raw, '","b":"', 175, true) - 1) ~= 34) then
     return nil, now, now_us
   end
-  local token = math.max(tonumber(string.sub(raw, 21, 36)) + 1, now_us)
+  local token = tonumber(string.sub(raw, 21, 36)) + 1
+  if token < now_us then token = now_us end
   if token > MAX_TOKEN then return nil, now, now_us end
   redis.call('SET', KEYS[1], PREFIX .. string.format('%016d","x":"%013d","h":"', token, now + lease) .. Z13 ..
     string.sub(raw, 77, 174) .. req .. '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"' .. label .. '"' ..
@@ -342,13 +347,13 @@ end
 -- such an Unlock returns ErrLockLost either way (core's released).
 -- Returns 1 (released); or nil.
 local function release_own(raw, owner, req, token)
-  if string.sub(raw, 1, 20) ~= PREFIX or tonumber(string.sub(raw, 21, 36)) ~= token or
-      string.sub(raw, 64, 76) ~= Z13 then
+  if string.find(raw, PREFIX, 1, true) ~= 1 or string.find(raw, Z13, 64, true) ~= 64 or
+      tonumber(string.sub(raw, 21, 36)) ~= token then
     return nil
   end
   local p = string.find(raw, '"', 175, true)
   local held = '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"'
-  if (p == 175 + #req and string.sub(raw, 175, p - 1) == req) or string.sub(raw, p, p + #held - 1) ~= held then
+  if (p == 175 + #req and string.find(raw, req, 175, true) == 175) or string.find(raw, held, p, true) ~= p then
     return nil
   end
   redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 21, 43) .. Z13 .. string.sub(raw, 57, 103) ..
