@@ -128,8 +128,10 @@ func (s *electionSpec) acquire(c *candidate, mode string) {
 		c.deadline = s.now().Add(electionSpecWait)
 		s.order = append(s.order, c)
 	}
-	r := s.call(s.scripts.FairAcquire, c.owner, c.entry, s.req(c), electionSpecLease.Milliseconds(),
-		electionSpecWait.Milliseconds(), mode, wire.EscapeJSON(wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label)), "PUBLISH", s.channel(), 0, "", 0, 0, wire.EscapeValue(c.value))
+	r := s.call(s.scripts.FairAcquire, wire.FairAcquire{Owner: c.owner, Entry: c.entry, Request: s.req(c),
+		Lease: electionSpecLease.Milliseconds(), Wait: electionSpecWait.Milliseconds(), Mode: mode,
+		Origin:  wire.EscapeJSON(wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label)),
+		Publish: "PUBLISH", Channel: s.channel(), Stale: 0, Value: wire.EscapeValue(c.value)}.Args()...)
 	s.actor = c
 	switch r[0] {
 	case 1:

@@ -353,20 +353,16 @@ func (s *reentrantSpec) req(hd *reentrantHandle) string {
 // waiter's try (its first, or one a wake-up or its timer prompted).
 func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 	s.caller = hd.owner
-	args := []any{hd.owner, s.req(hd), reentrantSpecLease.Milliseconds(), "0"}
+	a := wire.ReentrantAcquire{Owner: hd.owner, Request: s.req(hd), Lease: reentrantSpecLease.Milliseconds()}
 	ask := rapid.Bool().Draw(t, "ask freed")
 	if waits {
 		if hd.waiter == "" {
 			hd.joins++
 			hd.waiter = fmt.Sprintf("%s/%d", hd.owner, hd.joins)
 		}
-		a := "0"
-		if ask {
-			a = "1"
-		}
-		args = append(args, a, hd.waiter, reentrantSpecWait.Milliseconds())
+		a.Waiter, a.Wait, a.AskFreed = hd.waiter, reentrantSpecWait.Milliseconds(), ask
 	}
-	r := s.call(s.scripts.ReentrantAcquire, args...)
+	r := s.call(s.scripts.ReentrantAcquire, a.Args()...)
 	if s.holder != hd && s.lookAtHolder() && r[0] != 1 {
 		t.Fatalf("%s's try, the grace (%v) after a try first found cb's presence gone: %v, want the lock", hd.owner,
 			core.PresenceGrace, r)

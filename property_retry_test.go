@@ -14,6 +14,7 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
+	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -140,8 +141,9 @@ func (s *retrySpec) acquire(t *rapid.T) {
 		mode = "try"
 	}
 	s.reqs++
-	args := []any{hd.owner, hd.entry, fmt.Sprintf("%s#%d", hd.owner, s.reqs), retryLease.Milliseconds(),
-		retryWait.Milliseconds(), mode, "", "PUBLISH", "retry", "0"}
+	args := wire.FairAcquire{Owner: hd.owner, Entry: hd.entry, Request: fmt.Sprintf("%s#%d", hd.owner, s.reqs),
+		Lease: retryLease.Milliseconds(), Wait: retryWait.Milliseconds(), Mode: mode, Origin: "",
+		Publish: "PUBLISH", Channel: "retry", Stale: 0}.Args()
 	r := s.call(s.scripts.FairAcquire, args...)
 	switch {
 	case r[0] == 1:
@@ -182,7 +184,7 @@ func (s *retrySpec) undoRelease(t *rapid.T) {
 		rapid.Bool().Draw(t, "undo the applied one")
 	undo := fmt.Sprintf("%s#never%d", hd.owner, s.reqs)
 	if applied {
-		undo = hd.acquire[2].(string)
+		undo = hd.acquire[1].(string)
 	}
 	before := s.snapshot()
 	r := s.call(s.scripts.FairRelease, hd.owner, fmt.Sprintf("%s#%d", hd.owner, s.reqs), "0", "PUBLISH", "retry", undo)
@@ -214,18 +216,18 @@ func (s *retrySpec) retryAcquire(t *rapid.T) {
 	first := hd.granted
 	// The hold stands as the request left it: its id is the last, or no
 	// request was sent since (whatever the scripts wrote).
-	unchanged := (h["q"] == hd.acquire[2] || s.reqs == hd.acquireSeq) && h["o"] == hd.owner &&
+	unchanged := (h["q"] == hd.acquire[1] || s.reqs == hd.acquireSeq) && h["o"] == hd.owner &&
 		h["f"] == strconv.FormatInt(first[1], 10) && h["c"] == hd.count
 	before := s.snapshot()
 	again := s.replay(s.scripts.FairAcquire, hd.acquire)
 	now := s.hold()
 	if again[0] == 1 && again[1] != first[1] &&
-		!(now["o"] == hd.owner && now["f"] == strconv.FormatInt(again[1], 10) && now["q"] == hd.acquire[2]) {
+		!(now["o"] == hd.owner && now["f"] == strconv.FormatInt(again[1], 10) && now["q"] == hd.acquire[1]) {
 		// Not its first hold, nor a fresh one this very run made (a late
 		// retry is a new request once others ran): a hold made since by
 		// someone else, or none.
 		t.Fatalf("%s's retried request %s answered held with token %d; its first run was granted %d, and Redis has %v",
-			hd.owner, hd.acquire[2], again[1], first[1], now)
+			hd.owner, hd.acquire[1], again[1], first[1], now)
 	}
 	if unchanged {
 		if !slices.Equal(again, first) {

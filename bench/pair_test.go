@@ -201,18 +201,18 @@ redis.register_function('fairlock_bench_lean_acquire', function(keys, args)
   if raw then
     s = cjson.decode(raw)
     if s.v ~= '7' then return redis.error_reply('layout') end
-    if s.q == args[3] then return {1, tonumber(s.f), 0} end
+    if s.q == args[2] then return {1, tonumber(s.f), 0} end
   end
   if string.sub(keys[1], 1, 11) == 'fairlock:e:' then return redis.error_reply('election') end
   local t = redis.call('TIME')
   local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
   if tonumber(s.h or '0') > now then return redis.error_reply('waiters') end
-  if s.o and tonumber(s.x) > now and not (s.o == args[1] and tonumber(s.f) == tonumber(args[10])) then
+  if s.o and tonumber(s.x) > now and not (s.o == args[1] and tonumber(s.f) == tonumber(string.match(args[5], '^%S+ %d+ %l+ (%-?%d+)'))) then
     return redis.error_reply('held')
   end
   local token = math.max(tonumber(s.f or '0') + 1, now_us)
-  local x = now + tonumber(args[4])
-  s.v, s.f, s.o, s.c, s.x, s.b, s.q = '7', string.format('%d', token), args[1], '1', string.format('%d', x), args[7], args[3]
+  local x = now + tonumber(args[3])
+  s.v, s.f, s.o, s.c, s.x, s.b, s.q = '7', string.format('%d', token), args[1], '1', string.format('%d', x), args[4], args[2]
   s.a, s.e, s.g = nil, nil, nil
   local keep = x + 30000
   if keep > tonumber(s.k or '0') then
@@ -256,13 +256,13 @@ redis.register_function('fairlock_bench_flat_acquire', function(keys, args)
   if redis.call('GET', keys[1]) then return redis.error_reply('held') end
   if string.sub(keys[1], 1, 11) == 'fairlock:e:' then return redis.error_reply('election') end
   local m = redis.call('GET', keys[4]) or string.rep('0', 93)
-  if string.sub(m, 94) == args[3] then return redis.error_reply('retry') end
+  if string.sub(m, 94) == args[2] then return redis.error_reply('retry') end
   local t = redis.call('TIME')
   local now, now_us = t[1] * 1000 + math.floor(t[2] / 1000), t[1] * 1000000 + t[2]
   if tonumber(string.sub(m, 17, 29)) > now then return redis.error_reply('waiters') end
   local token = string.format('%016d', math.max(tonumber(string.sub(m, 1, 16)) + 1, now_us))
-  redis.call('SET', keys[1], args[1] .. ' ' .. token .. ' 1 ' .. args[7], 'PX', args[4])
-  redis.call('SET', keys[4], token .. string.sub(m, 17, 93) .. args[3], 'PX', tonumber(args[4]) + 30000)
+  redis.call('SET', keys[1], args[1] .. ' ' .. token .. ' 1 ' .. args[4], 'PX', args[3])
+  redis.call('SET', keys[4], token .. string.sub(m, 17, 93) .. args[2], 'PX', tonumber(args[3]) + 30000)
   return {1, tonumber(token), 0}
 end)
 redis.register_function('fairlock_bench_flat_release', function(keys, args)
@@ -298,14 +298,16 @@ end)`
 //     what the library does around its calls: a hold's two timers, and an
 //     acquisition's context;
 //   - json+words: json called with the words of the fair scripts' calls
-//     (three keys, ten and five arguments), which it ignores;
+//     (three keys, five arguments each), which it ignores;
 //   - fair-scripts and reentrant-scripts: each lock's acquire and release
 //     scripts called directly, with the arguments the library sends,
 //     without the library around them; base-fair-scripts and
 //     base-reentrant-scripts the same with the scripts of another version,
 //     when FAIRLOCK_BASE_LUA names its internal/lua folder (a git
 //     worktree's), so that a change to the scripts is timed against what
-//     it changed in one interleaved run;
+//     it changed in one interleaved run (with this version's arguments:
+//     a version before round eight takes others, which
+//     BenchmarkScriptsAgainstBase sends it);
 //   - lean: fair-scripts' calls to functions that do what those scripts
 //     did on an uncontended pair's path before round six, written
 //     straight (busyLibrary): the target of round six's straight paths;
@@ -420,7 +422,7 @@ func BenchmarkPairParts(b *testing.B) {
 		}})
 	}
 	// json with the words of fair_acquire's and fair_release's calls
-	// (three keys, ten and five arguments), which it ignores: what the
+	// (three keys, five arguments each), which it ignores: what the
 	// calls' size adds to json.
 	{
 		keys := []string{"busy:{" + lockName("json-words") + "}", "busy:{x}:queue", "busy:{x}:deadlines"}
@@ -430,8 +432,8 @@ func BenchmarkPairParts(b *testing.B) {
 			n++
 			id := strconv.Itoa(n)
 			owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
-			if err := c.FCall(ctx, "fairlock_bench_json", keys, "a", owner, owner+"#a"+id, owner+"/"+id, 30000, 10000,
-				"join", "bench-host\t12345\t", "PUBLISH", keys[0]+":wake", 0).Err(); err != nil {
+			if err := c.FCall(ctx, "fairlock_bench_json", keys, "a", owner, owner+"#a"+id, "bench-host\t12345\t",
+				owner+"/"+id+" 10000 join -1 PUBLISH "+keys[0]+":wake").Err(); err != nil {
 				return err
 			}
 			return c.FCall(ctx, "fairlock_bench_json", keys, "r", owner, owner+"#r"+id, "1764250000123456", "PUBLISH", keys[0]+":wake").Err()

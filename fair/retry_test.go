@@ -7,6 +7,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/wire"
 )
 
 func TestUncontendedLockUnlockIsTwoScriptCalls(t *testing.T) {
@@ -30,7 +31,8 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	keys := keysFor()
 	acquire := func(owner, entry, req string) []any {
 		t.Helper()
-		v, err := lua.Default().FairAcquire.Run(ctx, e.client, nil, keys, owner, entry, req, 30000, 10000, "join", "", "PUBLISH", channel).Slice()
+		v, err := lua.Default().FairAcquire.Run(ctx, e.client, nil, keys, wire.FairAcquire{Owner: owner, Entry: entry, Request: req,
+			Lease: 30000, Wait: 10000, Mode: wire.ModeJoin, Origin: "", Publish: "PUBLISH", Channel: channel}.Args()...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

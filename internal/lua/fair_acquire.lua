@@ -3,21 +3,24 @@
 -- that order, but for the hand-off (5), tried before the caller's own
 -- acquisition (4), since passing over the dead may leave nobody ahead.
 -- KEYS[1..3]: hold, queue, deadlines (see hold.lua).
--- ARGV[1] owner id, ARGV[2] entry id (fresh for every join), ARGV[3] request id,
--- ARGV[4] lease ms, ARGV[5] wait timeout ms, ARGV[6] mode, ARGV[7] label,
--- ARGV[8] publish command, ARGV[9] channel, ARGV[10] the token of this hold
+-- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease ms, ARGV[4] label;
+-- ARGV[5] the rest, which only the general path reads, in one word (each
+-- word of a call costs Redis time: wire.FairAcquire):
+-- "<entry> <wait> <mode> <stale> <publish> <channel>": the entry id (fresh
+-- for every join), the wait timeout ms, the mode, the token of this hold
 -- id's latest hold that ended, lost or released ("0": none), or -1 when
--- the hold id holds nothing (not a re-entry: step 1); on a semaphore's gate
--- only, what the
--- waiter asks for: ARGV[11] the owner id of its permit hold, ARGV[12] the
--- permits, ARGV[13] their lease ms (kept in its queue element, and in the
--- gate's hold while it holds the gate: po, pn, pl); in an election only,
--- ARGV[14] the candidate's value, escaped (ARGV[11..13] are then "", 0, 0):
--- kept in its queue element, and in the hold while it leads (l).
+-- the hold id holds nothing (not a re-entry: step 1), the publish command
+-- and the channel (last: a lock's name may hold spaces); on a semaphore's
+-- gate only, what the waiter asks for: ARGV[6] the owner id of its permit
+-- hold, ARGV[7] the permits, ARGV[8] their lease ms (kept in its queue
+-- element, and in the gate's hold while it holds the gate: po, pn, pl); in
+-- an election only, ARGV[9] the candidate's value, escaped (ARGV[6..8] are
+-- then "", 0, 0): kept in its queue element, and in the hold while it
+-- leads (l).
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
--- ARGV[7], the label, is JSON-escaped (wire.FairAcquire): the hold keeps it
+-- ARGV[4], the label, is JSON-escaped (wire.FairAcquire): the hold keeps it
 -- inside its JSON text (hold.lua).
 -- Returns
 --   token             held: a fresh acquisition of a free lock nobody
@@ -36,28 +39,29 @@
 --                            holds it is a server that lost its data and
 --                            settles (hold.lua's settling)
 --   {-1}                     the entry was evicted (deadline passed) or removed
-local owner, req, lease = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 -- The uncontended path (hold.lua's take_free): a free lock that no waiter
 -- can be live for, neither an election's (KEYS[1] fairlock:e:..., whose
 -- tenth byte is 101, "e"; watch_leader below) nor a semaphore gate's whose
--- waiter asks for permits (ARGV[11]), is taken on the hold's text. Step 4
+-- waiter asks for permits (ARGV[6]), is taken on the hold's text. Step 4
 -- below would take it the same way.
 local raw, now, now_us = redis.pcall('GET', KEYS[1]), nil, nil
-if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and (ARGV[11] == nil or ARGV[11] == '') then
+if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and (ARGV[6] == nil or ARGV[6] == '') then
   local token
-  token, now, now_us = take_free(raw, owner, req, lease, ARGV[7])
+  token, now, now_us = take_free(raw, owner, req, lease, ARGV[4])
   if token then return token end
 end
 
-local po, pn, pl, value = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local po, pn, pl, value = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 if po == '' then po, pn, pl = nil, nil, nil end -- an election's candidate asks for no permits
-local publish, channel = ARGV[8], ARGV[9]
+local entry, wait, mode, stale, publish, channel = string.match(ARGV[5], '^(%S+) (%d+) (%l+) (%-?%d+) (%u+) (.+)$')
+if not channel then return redis.error_reply('fairlock: fair_acquire: malformed ARGV[5]: ' .. ARGV[5]) end
+wait, stale = tonumber(wait), tonumber(stale)
 watch_leader(publish, channel)
-local entry, wait, mode = ARGV[2], tonumber(ARGV[5]), ARGV[6]
 caller = owner -- absences count only where its session is (queue.lua)
-local decoded, label = pcall(cjson.decode, '"' .. ARGV[7] .. '"')
-if not decoded or type(label) ~= 'string' then label = ARGV[7] end
+local decoded, label = pcall(cjson.decode, '"' .. ARGV[4] .. '"')
+if not decoded or type(label) ~= 'string' then label = ARGV[4] end
 local s = load(nil, raw)
 local bad = layout_error(s)
 if bad then return bad end
@@ -103,11 +107,10 @@ end
 if may_have_waiters(s, w, now) then cleanup() end
 
 local who, count, expiry, token = holder(s, now)
-local stale = tonumber(ARGV[10]) or 0
 if who == owner and s.e ~= entry and (stale < 0 or token <= stale) then
   -- Still step 1: a stale hold of this hold id, one that is not this
   -- call's: any but a hand-off to this call's entry when the call is not a
-  -- re-entry (ARGV[10] < 0: the hold id holds nothing on the client), else
+  -- re-entry (stale < 0: the hold id holds nothing on the client), else
   -- one whose token is no greater than that of the hold id's latest hold
   -- that ended on the client (tokens rise; a hold id holds one hold at a
   -- time). Such a hold was given up for lost (its lease ran out as the

@@ -5,10 +5,10 @@
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease in ms, ARGV[4] the
 -- token of this hold id's latest hold that ended, lost or released ("0":
 -- none), or -1 when the hold id holds nothing (not a re-entry); a caller
--- that
--- waits adds ARGV[5] "1" to ask whether its wake-up was lost (freed, below)
--- or "0", ARGV[6] its waiter id (fresh for each call) and ARGV[7] its wait
--- timeout in ms.
+-- that waits adds ARGV[5], "<ask> <waiter> <wait>" in one word (each word
+-- of a call costs Redis time: wire.ReentrantAcquire): ask "1" to ask
+-- whether its wake-up was lost (freed, below) or "0", its waiter id (fresh
+-- for each call) and its wait timeout in ms.
 -- Returns token (a free lock nobody waits for: take_free, as
 -- {1, token, 0}), or {1, token, freed} when held (freed: 1 if asked and
 -- the lock was free because a release (or the leave of a woken waiter) woke
@@ -17,7 +17,6 @@
 -- whose client is there, while the holder keeps a presence, until it should
 -- look again: within the poll).
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local waiter, wait = ARGV[6], tonumber(ARGV[7])
 
 -- The uncontended path (hold.lua's take_free): a free lock that no waiter
 -- can be live for, and whose last wake-up (if any) was claimed, is taken
@@ -26,8 +25,15 @@ local waiter, wait = ARGV[6], tonumber(ARGV[7])
 local raw, now, now_us = redis.pcall('GET', KEYS[1]), nil, nil
 if type(raw) == 'string' then
   local token
-  token, now, now_us = take_free(raw, owner, req, lease, '', waiter)
+  token, now, now_us = take_free(raw, owner, req, lease, '', ARGV[5])
   if token then return token end
+end
+
+local ask, waiter, wait = nil, nil, nil
+if ARGV[5] then
+  ask, waiter, wait = string.match(ARGV[5], '^([01]) (%S+) (%d+)$')
+  if not wait then return redis.error_reply('fairlock: reentrant_acquire: malformed ARGV[5]: ' .. ARGV[5]) end
+  wait = tonumber(wait)
 end
 
 caller = owner -- absences count only where its session is (queue.lua)
@@ -121,7 +127,7 @@ if who == nil then
   -- names the waiter the last wake-up went to, until a token is issued.
   local woken = waiter ~= nil and s.n == waiter
   local freed = 0
-  if ARGV[5] == '1' and woken then freed = 1 end
+  if ask == '1' and woken then freed = 1 end
   if woken then
     -- The waiter the last wake-up went to is the list's head: wake_waiter
     -- left it first, and nothing pops the list until a token is issued. It

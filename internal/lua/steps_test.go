@@ -242,7 +242,8 @@ func BenchmarkScriptCalls(b *testing.B) {
 	reentrant := func(s *lua.Scripts) func(i int) {
 		keys := []string{"fairlock:r:{" + name + "}", "fairlock:r:{" + name + "}:queue", "fairlock:r:{" + name + "}:deadlines"}
 		return func(i int) {
-			v, err := s.ReentrantAcquire.Run(ctx, client, &mode, keys, owner, owner+"#a"+strconv.Itoa(i), 30000, 0, "0", owner+"/"+strconv.Itoa(i), 10000).Result()
+			v, err := s.ReentrantAcquire.Run(ctx, client, &mode, keys, wire.ReentrantAcquire{Owner: owner, Request: owner + "#a" + strconv.Itoa(i),
+				Lease: 30000, Waiter: owner + "/" + strconv.Itoa(i), Wait: 10000}.Args()...).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -258,7 +259,9 @@ func BenchmarkScriptCalls(b *testing.B) {
 	fair := func(s *lua.Scripts) func(i int) {
 		keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
 		return func(i int) {
-			v, err := s.FairAcquire.Run(ctx, client, &mode, keys, owner, owner+"/"+strconv.Itoa(i), owner+"#a"+strconv.Itoa(i), 30000, 10000, "join", wire.EscapeJSON("host\t1234\t"), "PUBLISH", keys[0]+":wake", 0).Result()
+			v, err := s.FairAcquire.Run(ctx, client, &mode, keys, wire.FairAcquire{Owner: owner, Entry: owner + "/" + strconv.Itoa(i),
+				Request: owner + "#a" + strconv.Itoa(i), Lease: 30000, Wait: 10000, Mode: wire.ModeJoin,
+				Origin: wire.EscapeJSON("host\t1234\t"), Publish: "PUBLISH", Channel: keys[0] + ":wake"}.Args()...).Result()
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -39,17 +40,43 @@ type PermitRequest struct {
 // request of an acquisition that is not a re-entry.
 const AnyStale int64 = -1
 
-// Args is a's ARGV.
+// Args is a's ARGV: the words the uncontended path reads first, each its
+// own (owner, request, lease, origin), then the rest in one word,
+// "<entry> <wait> <mode> <stale> <publish> <channel>" (the channel last:
+// a lock's name may hold spaces), which only the general path reads (each
+// word of a call costs Redis about as much as one of these fields takes
+// to read from it); a gate's permit request or a candidate's value after
+// them.
 func (a FairAcquire) Args() []any {
+	rest := words(a.Entry, a.Wait, a.Mode, a.Stale, a.Publish, a.Channel)
 	if a.Value != nil {
-		return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale,
-			"", 0, 0, a.Value}
+		return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, "", 0, 0, a.Value}
 	}
 	if a.Permit.Owner == "" {
-		return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale}
+		return []any{a.Owner, a.Request, a.Lease, a.Origin, rest}
 	}
-	return []any{a.Owner, a.Entry, a.Request, a.Lease, a.Wait, a.Mode, a.Origin, a.Publish, a.Channel, a.Stale,
-		a.Permit.Owner, a.Permit.N, a.Permit.Lease}
+	return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, a.Permit.Owner, a.Permit.N, a.Permit.Lease}
+}
+
+// words is vs as text, separated by spaces, in one string.
+func words(vs ...any) string {
+	b := make([]byte, 0, 96)
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		switch v := v.(type) {
+		case string:
+			b = append(b, v...)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		default:
+			b = fmt.Append(b, v)
+		}
+	}
+	return string(b)
 }
 
 // FairAcquireReply is fair_acquire.lua's reply.
@@ -112,7 +139,9 @@ type ReentrantAcquire struct {
 	AskFreed bool
 }
 
-// Args is a's ARGV.
+// Args is a's ARGV: for a caller that waits, its ask, waiter id and wait
+// in one word, "<ask> <waiter> <wait>", after the words that every call
+// sends.
 func (a ReentrantAcquire) Args() []any {
 	if a.Waiter == "" {
 		return []any{a.Owner, a.Request, a.Lease, a.Stale}
@@ -121,7 +150,7 @@ func (a ReentrantAcquire) Args() []any {
 	if a.AskFreed {
 		ask = "1"
 	}
-	return []any{a.Owner, a.Request, a.Lease, a.Stale, ask, a.Waiter, a.Wait}
+	return []any{a.Owner, a.Request, a.Lease, a.Stale, words(ask, a.Waiter, a.Wait)}
 }
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,18 +132,25 @@ func TestIDs(t *testing.T) {
 	}
 }
 
-// A semaphore's waiter says what it asks for in arguments of its own; a fair
-// lock's attempt sends none of them.
+// A fair lock's attempt sends the words its uncontended path reads, then
+// the rest in one word; a semaphore's waiter adds what it asks for, and a
+// reentrant waiter packs its own words likewise.
 func TestFairAcquireArgs(t *testing.T) {
 	a := FairAcquire{Owner: "o", Entry: "o/1", Request: "o#2", Lease: int64(30000), Wait: int64(10000),
-		Mode: ModeJoin, Origin: "h\t1\tl", Publish: "PUBLISH", Channel: "c", Stale: 0}
-	if got := len(a.Args()); got != 10 {
-		t.Fatalf("a fair lock's attempt sends %d arguments, want 10", got)
+		Mode: ModeJoin, Origin: "h\t1\tl", Publish: "PUBLISH", Channel: "fairlock:f:{a lock}:wake", Stale: AnyStale}
+	args := a.Args()
+	want := []any{"o", "o#2", int64(30000), "h\t1\tl", "o/1 10000 join -1 PUBLISH fairlock:f:{a lock}:wake"}
+	if !slices.Equal(args, want) {
+		t.Fatalf("a fair lock's attempt sends %q, want %q", args, want)
 	}
 	a.Permit = PermitRequest{Owner: "p.1", N: 3, Lease: 5000}
-	args := a.Args()
-	if len(args) != 13 || args[10] != "p.1" || args[11] != 3 || args[12] != int64(5000) {
-		t.Fatalf("a gate's attempt sends %v, want the permit request as ARGV[11..13]", args)
+	args = a.Args()
+	if len(args) != 8 || args[5] != "p.1" || args[6] != 3 || args[7] != int64(5000) {
+		t.Fatalf("a gate's attempt sends %v, want the permit request as ARGV[6..8]", args)
+	}
+	r := ReentrantAcquire{Owner: "o", Request: "o#3", Lease: 30000, Stale: 7, Waiter: "o/4", Wait: 10000, AskFreed: true}
+	if got, want := r.Args(), []any{"o", "o#3", 30000, int64(7), "1 o/4 10000"}; !slices.Equal(got, want) {
+		t.Fatalf("a reentrant waiter's attempt sends %q, want %q", got, want)
 	}
 }
 
