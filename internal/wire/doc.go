@@ -30,5 +30,9 @@
 //	the hold, a flat JSON object whose hot fields     Lua only (hold.lua); Go reads it
 //	come first, at fixed offsets                      through the scripts' replies
 //	fair_acquire's label, JSON-escaped                Go (EscapeJSON); Lua keeps it in the hold
+//	fair_acquire's general words, one argument        Go (FairAcquire.Args); Lua fair_acquire.lua
+//	  "<entry> <wait> <mode> <stale> <publish> <channel>"
+//	a reentrant waiter's words, one argument          Go (ReentrantAcquire.Args); Lua reentrant_acquire.lua
+//	  "<ask> <waiter> <wait>"
 //	modes, flags and undo markers                     the constants below
 package wire

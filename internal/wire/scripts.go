@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -48,7 +49,8 @@ const AnyStale int64 = -1
 // to read from it); a gate's permit request or a candidate's value after
 // them.
 func (a FairAcquire) Args() []any {
-	rest := words(a.Entry, a.Wait, a.Mode, a.Stale, a.Publish, a.Channel)
+	var w words
+	rest := w.value(a.Entry).value(a.Wait).text(a.Mode).number(a.Stale).value(a.Publish).value(a.Channel).b.String()
 	if a.Value != nil {
 		return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, "", 0, 0, a.Value}
 	}
@@ -58,25 +60,46 @@ func (a FairAcquire) Args() []any {
 	return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, a.Permit.Owner, a.Permit.N, a.Permit.Lease}
 }
 
-// words is vs as text, separated by spaces, in one string.
-func words(vs ...any) string {
-	b := make([]byte, 0, 96)
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		switch v := v.(type) {
-		case string:
-			b = append(b, v...)
-		case int64:
-			b = strconv.AppendInt(b, v, 10)
-		case int:
-			b = strconv.AppendInt(b, int64(v), 10)
-		default:
-			b = fmt.Append(b, v)
-		}
+// words is the text of the given words, separated by spaces, in one
+// string: the one allocation they cost (each is a string or a number,
+// already boxed where it is an any).
+type words struct {
+	b       strings.Builder
+	num     [20]byte
+	started bool
+}
+
+func (w *words) value(v any) *words {
+	switch v := v.(type) {
+	case string:
+		return w.text(v)
+	case int64:
+		return w.number(v)
+	case int:
+		return w.number(int64(v))
 	}
-	return string(b)
+	return w.text(fmt.Sprint(v))
+}
+
+func (w *words) text(v string) *words {
+	w.sep()
+	w.b.WriteString(v)
+	return w
+}
+
+func (w *words) number(v int64) *words {
+	w.sep()
+	w.b.Write(strconv.AppendInt(w.num[:0], v, 10))
+	return w
+}
+
+func (w *words) sep() {
+	if w.started {
+		w.b.WriteByte(' ')
+		return
+	}
+	w.started = true
+	w.b.Grow(96)
 }
 
 // FairAcquireReply is fair_acquire.lua's reply.
@@ -150,7 +173,8 @@ func (a ReentrantAcquire) Args() []any {
 	if a.AskFreed {
 		ask = "1"
 	}
-	return []any{a.Owner, a.Request, a.Lease, a.Stale, words(ask, a.Waiter, a.Wait)}
+	var w words
+	return []any{a.Owner, a.Request, a.Lease, a.Stale, w.text(ask).text(a.Waiter).value(a.Wait).b.String()}
 }
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}
