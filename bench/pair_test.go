@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -441,16 +440,16 @@ func BenchmarkPairParts(b *testing.B) {
 	}
 	origin, n := wire.EscapeJSON(wire.EncodeOrigin("bench-host", 12345, "")), 0
 	variants = append(variants,
-		variant{"fair-scripts", fairScripts(ctx, c, lua.Default(), "parts-scripts", origin, &n)},
-		variant{"reentrant-scripts", reentrantScripts(ctx, c, lua.Default(), "parts-scripts", &n)})
+		variant{"fair-scripts", abFair(ctx, c, lua.Default(), "parts-scripts", false, &n)},
+		variant{"reentrant-scripts", abReentrant(ctx, c, lua.Default(), "parts-scripts", false, &n)})
 	if dir := os.Getenv("FAIRLOCK_BASE_LUA"); dir != "" {
 		base, err := luaFolder(dir)
 		if err != nil {
 			b.Fatal(err)
 		}
 		variants = append(variants,
-			variant{"base-fair-scripts", fairScripts(ctx, c, base, "parts-base", origin, &n)},
-			variant{"base-reentrant-scripts", reentrantScripts(ctx, c, base, "parts-base", &n)})
+			variant{"base-fair-scripts", abFair(ctx, c, base, "parts-base", false, &n)},
+			variant{"base-reentrant-scripts", abReentrant(ctx, c, base, "parts-base", false, &n)})
 	}
 	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
 	leanBase := wire.FairBase(lockName("parts-lean"))
@@ -510,58 +509,6 @@ func BenchmarkPairParts(b *testing.B) {
 		slices.Sort(took[i])
 		b.ReportMetric(float64(took[i][len(took[i])/2].Nanoseconds())/1e3, v.name+"-µs/pair")
 		b.ReportMetric(inRedis[i]/float64(b.N), v.name+"-redis-µs/pair")
-	}
-}
-
-// fairScripts is a pair of fair_acquire and fair_release from set, called
-// directly with the arguments the library sends, without the library
-// around them; n numbers the requests.
-func fairScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, name, origin string, n *int) func() error {
-	mode, base := &transport.Mode{}, wire.FairBase(lockName(name))
-	keys, channel := wire.QueueKeys(base), wire.Channel(base)
-	const owner = "QhOrGB6RQrKo9uyIgFu7VQ.1"
-	return func() error {
-		*n++
-		id := owner + "#" + strconv.Itoa(*n)
-		v, err := set.FairAcquire.Run(ctx, c, mode, keys, wire.FairAcquire{
-			Owner: owner, Entry: owner + "/" + strconv.Itoa(*n), Request: id, Lease: 30000, Wait: 10000,
-			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Result()
-		if err != nil {
-			return err
-		}
-		r, err := wire.DecodeFairAcquire(v)
-		if err != nil || !r.Held {
-			return fmt.Errorf("fair_acquire did not acquire: %v, %v", v, err)
-		}
-		return set.FairRelease.Run(ctx, c, mode, keys, wire.Release{
-			Owner: owner, Request: id + "r", Token: r.Token, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Err()
-	}
-}
-
-// reentrantScripts is fairScripts for reentrant_acquire and
-// reentrant_release, as a Lock (which may wait: a waiter id) makes them.
-func reentrantScripts(ctx context.Context, c *redis.Client, set *lua.Scripts, name string, n *int) func() error {
-	mode, base := &transport.Mode{}, wire.ReentrantKey(lockName(name))
-	keys, channel := wire.QueueKeys(base), wire.Channel(base)
-	const owner = "QhOrGB6RQrKo9uyIgFu7VQ.1"
-	return func() error {
-		*n++
-		id := owner + "#" + strconv.Itoa(*n)
-		v, err := set.ReentrantAcquire.Run(ctx, c, mode, keys, wire.ReentrantAcquire{
-			Owner: owner, Request: id, Lease: 30000, Waiter: owner + "/" + strconv.Itoa(*n), Wait: 10000,
-		}.Args()...).Result()
-		if err != nil {
-			return err
-		}
-		r, err := wire.DecodeReentrantAcquire(v)
-		if err != nil || !r.Held {
-			return fmt.Errorf("reentrant_acquire did not acquire: %v, %v", v, err)
-		}
-		return set.ReentrantRelease.Run(ctx, c, mode, keys, wire.Release{
-			Owner: owner, Request: id + "r", Token: r.Token, Publish: "PUBLISH", Channel: channel,
-		}.Args()...).Err()
 	}
 }
 
