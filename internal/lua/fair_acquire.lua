@@ -55,8 +55,8 @@ end
 
 local po, pn, pl, value = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 if po == '' then po, pn, pl = nil, nil, nil end -- an election's candidate asks for no permits
-local entry, wait, mode, stale, publish, channel = string.match(ARGV[5], '^(%S+) (%d+) (%l+) (%-?%d+) (%u+) (.+)$')
-if not channel then return redis.error_reply('fairlock: fair_acquire: malformed ARGV[5]: ' .. ARGV[5]) end
+local entry, wait, mode, stale, publish, channel = string.match(ARGV[5] or '', '^(%S+) (%d+) (%l+) (%-?%d+) (%u+) (.+)$')
+if not channel then return redis.error_reply('fairlock: fair_acquire: malformed ARGV[5]: ' .. tostring(ARGV[5])) end
 wait, stale = tonumber(wait), tonumber(stale)
 watch_leader(publish, channel)
 caller = owner -- absences count only where its session is (queue.lua)
