@@ -244,11 +244,14 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok {
 			return err
 		}
-		// FCALL fn numkeys keys... owner entry ... (EVALSHA alike).
+		// FCALL fn numkeys keys... owner request lease label "<entry> ..."
+		// (EVALSHA alike; wire.FairAcquire.Args): ARGV[5] starts with the
+		// entry.
 		keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
-		if len(res) >= 3 && res[0] == int64(0) && res[2] == int64(1) && len(args) > 4+keys {
+		if len(res) >= 3 && res[0] == int64(0) && res[2] == int64(1) && len(args) > 7+keys {
+			entry, _, _ := strings.Cut(fmt.Sprint(args[7+keys]), " ")
 			h.mu.Lock()
-			h.heads[fmt.Sprint(args[4+keys])] = true
+			h.heads[entry] = true
 			h.mu.Unlock()
 		}
 		return err
