@@ -18,7 +18,7 @@ local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 -- same way.
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) == 'string' and string.byte(KEYS[1], 10) ~= 101 and ARGV[6] == nil and
-    release_own(raw, owner, req, token) then
+    release_own(raw, owner, req, ARGV[3]) then
   return 1
 end
 watch_leader(ARGV[4], ARGV[5])

@@ -146,11 +146,13 @@ local SLACK_MS = 10000
 -- all past their deadlines by then (encode).
 local call_now = nil
 
+-- clock returns Redis's clock in ms and in µs, and TIME's reply (seconds
+-- and µs as text), which take_free writes out as a token.
 local function clock()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   call_now = s * 1000 + math.floor(us / 1000)
-  return call_now, s * 1000000 + us
+  return call_now, s * 1000000 + us, t
 end
 
 -- Integers are written with %d: Lua's default formatting keeps 14 digits.
@@ -296,6 +298,16 @@ end
 -- would do in its case, and nothing else; in any other case it changes
 -- nothing and returns nil, and the script goes on to its general path.
 
+-- What the uncontended pair compares and writes whole: x and h, both
+-- passed (all zeros); a hold's fields from c to b, held once by nobody a
+-- wake-up went to, and a free hold's from o to b; and the end of a hold
+-- whose fields that outlive holds are all absent.
+local XH_PASSED = Z13 .. '","h":"' .. Z13
+local HELD_ONCE = '","c":"1","a":"","n":"","b":"'
+local FREE = '","o":"","c":"","a":"","n":"","b":""'
+local BARE_END = ',"~~":0}'
+-- The zeros that pad TIME's µs (text) to six digits, by its length.
+local US_PAD = {'00000', '0000', '000', '00', '0', ''}
 -- take_free takes a free lock for owner, with a fresh token, when its hold
 -- (raw, the text of KEYS[1]) is in the ordered form, nobody holds it (x has
 -- passed), no waiter can be live (h has passed), this is not a retry of req
@@ -311,24 +323,36 @@ end
 -- is pending (n empty, as in every uncontended pair). Returns the token; or
 -- nil and Redis's clock (ms, µs) when it read it.
 local function take_free(raw, owner, req, lease, label, waiter)
-  -- string.find(raw, text, at, true) == at compares text in place,
-  -- making no substring: fields that are all zeros (x and h after a
-  -- release) are read no further.
+  -- string.find(raw, text, at, true) == at compares text in place, making
+  -- no substring: x and h, all zeros after a release, are read no further.
   if string.find(raw, PREFIX, 1, true) ~= 1 then return nil end
-  local now, now_us = clock()
-  if (string.find(raw, Z13, 44, true) ~= 44 and tonumber(string.sub(raw, 44, 56)) > now) or
-      (string.find(raw, Z13, 64, true) ~= 64 and tonumber(string.sub(raw, 64, 76)) > now) or
+  local now, now_us, time = clock()
+  if (string.find(raw, XH_PASSED, 44, true) ~= 44 and
+       ((string.find(raw, Z13, 44, true) ~= 44 and tonumber(string.sub(raw, 44, 56)) > now) or
+        (string.find(raw, Z13, 64, true) ~= 64 and tonumber(string.sub(raw, 64, 76)) > now))) or
       now + lease + RETAIN_MS > tonumber(string.sub(raw, 84, 96)) or
       (string.find(raw, req, 175, true) == 175 and string.byte(raw, 175 + #req) == 34) or
       (waiter and string.byte(raw, string.find(raw, '","b":"', 175, true) - 1) ~= 34) then
     return nil, now, now_us
   end
-  local token = tonumber(string.sub(raw, 21, 36)) + 1
-  if token < now_us then token = now_us end
-  if token > MAX_TOKEN then return nil, now, now_us end
-  redis.call('SET', KEYS[1], PREFIX .. string.format('%016d","x":"%013d","h":"', token, now + lease) .. Z13 ..
-    string.sub(raw, 77, 174) .. req .. '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"' .. label .. '"' ..
-    string.sub(raw, (string.find(raw, ',"~~":0', 175, true))), 'KEEPTTL')
+  -- next_token's fence: the last token + 1, or the clock in µs when that
+  -- is later, as it is unless tokens came faster than one a µs. The
+  -- clock's token is written as TIME gave it (seconds, then the µs
+  -- padded to six digits), which is its 16 digits until the year 2286.
+  local token, text = tonumber(string.sub(raw, 21, 36)) + 1, nil
+  if token < now_us and #time[1] == 10 then
+    token, text = now_us, time[1] .. US_PAD[#time[2]] .. time[2]
+  else
+    if token < now_us then token = now_us end
+    if token > MAX_TOKEN then return nil, now, now_us end
+    text = string.format('%016d', token)
+  end
+  -- The end from "~~" on, as it was: in an uncontended pair, the bare end.
+  local e = string.find(raw, ',"~~":0', 175, true)
+  local rest = BARE_END
+  if e ~= #raw - 7 then rest = string.sub(raw, e) end
+  redis.call('SET', KEYS[1], PREFIX .. text .. '","x":"' .. string.format('%013d', now + lease) .. '","h":"' .. Z13 ..
+    string.sub(raw, 77, 174) .. req .. '","o":"' .. owner .. HELD_ONCE .. label .. '"' .. rest, 'KEEPTTL')
   return token
 end
 
@@ -338,27 +362,38 @@ end
 -- a deadline since take_free took it (h still 0): the hold's fields go (x
 -- zeroed, o, c and b emptied, those up to "~~" dropped), the token joins
 -- the release memory r (note_released), q becomes req, and the key keeps
--- its TTL. It reads no
--- clock, so it does not check the lease as the general path does: a
--- release that reaches a hold whose lease ran out, nobody having taken the
--- lock since (f is still its token), ends it here, where the general path
--- would answer "not held". Its owner cannot tell the two apart: it gave
--- the hold up for lost, by its own count, a margin before that expiry, and
--- such an Unlock returns ErrLockLost either way (core's released).
+-- its TTL. token: the release's ARGV, text; the Go side sends it at f's
+-- width (wire.Release), so that it is compared and written as it comes.
+-- It reads no clock, so it does not check the lease as the general path
+-- does: a release that reaches a hold whose lease ran out, nobody having
+-- taken the lock since (f is still its token), ends it here, where the
+-- general path would answer "not held". Its owner cannot tell the two
+-- apart: it gave the hold up for lost, by its own count, a margin before
+-- that expiry, and such an Unlock returns ErrLockLost either way (core's
+-- released).
 -- Returns 1 (released); or nil.
 local function release_own(raw, owner, req, token)
-  if string.find(raw, PREFIX, 1, true) ~= 1 or string.find(raw, Z13, 64, true) ~= 64 or
-      tonumber(string.sub(raw, 21, 36)) ~= token then
+  if #token ~= 16 then
+    local n = tonumber(token)
+    if not n or n < 0 or n % 1 ~= 0 or n > MAX_TOKEN then return nil end
+    token = string.format('%016d', n)
+  end
+  if string.find(raw, token, 21, true) ~= 21 or string.find(raw, Z13, 64, true) ~= 64 or
+      string.find(raw, PREFIX, 1, true) ~= 1 then
     return nil
   end
+  -- p: where q's value ends; held: where o's begins.
   local p = string.find(raw, '"', 175, true)
-  local held = '","o":"' .. owner .. '","c":"1","a":"","n":"","b":"'
-  if (p == 175 + #req and string.find(raw, req, 175, true) == 175) or string.find(raw, held, p, true) ~= p then
+  local held = p + 7
+  if (p == 175 + #req and string.find(raw, req, 175, true) == 175) or string.find(raw, owner, held, true) ~= held or
+      string.find(raw, HELD_ONCE, held + #owner, true) ~= held + #owner then
     return nil
   end
-  redis.call('SET', KEYS[1], PREFIX .. string.sub(raw, 21, 43) .. Z13 .. string.sub(raw, 57, 103) ..
-    string.sub(raw, 21, 36) .. string.sub(raw, 104, 151) .. '","q":"' .. req .. '","o":"","c":"","a":"","n":"","b":""' ..
-    string.sub(raw, (string.find(raw, ',"~~":0', p, true))), 'KEEPTTL')
+  local e = string.find(raw, ',"~~":0', p, true)
+  local rest = BARE_END
+  if e ~= #raw - 7 then rest = string.sub(raw, e) end
+  redis.call('SET', KEYS[1], string.sub(raw, 1, 43) .. Z13 .. string.sub(raw, 57, 103) .. token .. string.sub(raw, 104, 151) ..
+    '","q":"' .. req .. FREE .. rest, 'KEEPTTL')
   return 1
 end
 

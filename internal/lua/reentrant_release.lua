@@ -13,7 +13,7 @@ local owner, req, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 -- very hold, with no waiter that can be live to wake, on the hold's text.
 -- The last branch below would end it the same way.
 local raw = redis.pcall('GET', KEYS[1])
-if type(raw) == 'string' and ARGV[6] == nil and release_own(raw, owner, req, token) then
+if type(raw) == 'string' and ARGV[6] == nil and release_own(raw, owner, req, ARGV[3]) then
   return 1
 end
 

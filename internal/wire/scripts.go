@@ -222,12 +222,36 @@ type Release struct {
 	Undo string
 }
 
-// Args is r's ARGV.
+// Args is r's ARGV. The token goes as TokenText writes it, which the
+// uncontended release compares with the hold's text as it comes
+// (hold.lua's release_own).
 func (r Release) Args() []any {
+	token := TokenText(r.Token)
 	if r.Undo == "" {
-		return []any{r.Owner, r.Request, r.Token, r.Publish, r.Channel}
+		return []any{r.Owner, r.Request, token, r.Publish, r.Channel}
 	}
-	return []any{r.Owner, r.Request, r.Token, r.Publish, r.Channel, r.Undo}
+	return []any{r.Owner, r.Request, token, r.Publish, r.Channel, r.Undo}
+}
+
+// TokenWidth is the width of a fencing token in a hold's text (hold.lua's
+// f: 16 digits, zero-padded).
+const TokenWidth = 16
+
+// TokenText is token in decimal, zero-padded to TokenWidth digits when it
+// fits (a token past them, or below 0, as it is), in one allocation.
+func TokenText(token int64) string {
+	var buf [24]byte
+	b := strconv.AppendInt(buf[:0], token, 10)
+	if token < 0 || len(b) >= TokenWidth {
+		return string(b)
+	}
+	var out [TokenWidth]byte
+	pad := TokenWidth - len(b)
+	for i := range pad {
+		out[i] = '0'
+	}
+	copy(out[pad:], b)
+	return string(out[:])
 }
 
 // Release outcomes.

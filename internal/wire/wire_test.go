@@ -154,6 +154,32 @@ func TestFairAcquireArgs(t *testing.T) {
 	}
 }
 
+func TestReleaseSendsTheTokenAtTheFencesWidth(t *testing.T) {
+	for _, c := range []struct {
+		token int64
+		want  string
+	}{
+		{1796221944051744, "1796221944051744"},
+		{42, "0000000000000042"},
+		{0, "0000000000000000"},
+		{9999999999999999, "9999999999999999"},
+		{12345678901234567, "12345678901234567"}, // past the width: as it is
+		{-1, "-1"},
+	} {
+		if got := TokenText(c.token); got != c.want {
+			t.Errorf("TokenText(%d) = %q, want %q", c.token, got, c.want)
+		}
+	}
+	r := Release{Owner: "o", Request: "o#5", Token: 42, Publish: "PUBLISH", Channel: "c"}
+	if got, want := r.Args(), []any{"o", "o#5", "0000000000000042", "PUBLISH", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("a release sends %q, want %q", got, want)
+	}
+	r.Undo = "o#4"
+	if got := r.Args(); len(got) != 6 || got[2] != "0000000000000042" || got[5] != "o#4" {
+		t.Fatalf("an undoing release sends %q, want the token at its width and the request to undo", got)
+	}
+}
+
 // Inspect reads a queue element's origin and, on a gate, the hold id of
 // the permit hold its waiter asks for.
 func TestParseElementInfo(t *testing.T) {
