@@ -542,3 +542,36 @@ func TestExtend(t *testing.T) {
 		t.Fatalf("Extend after Unlock = %v, want ErrNotHeld", err)
 	}
 }
+
+// A lock contended once and free since lets its inbox channel go 30 s
+// after its last wait, however often it is taken meanwhile. Each blocking
+// Lock registers on a lingering channel before its first try (a busy lock
+// then needs no second try); one held at that try waited for nothing, and
+// must not keep the channel subscribed, or every Lock of a lock that was
+// ever contended would pay to register for as long as it is used.
+func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.named("a"), e.named("b")
+	mustLock(t, a)
+	got := e.enqueue(b, 1)
+	mustUnlock(t, a)
+	if r := <-got; !r.ok || r.err != nil {
+		t.Fatalf("the waiter's TryLock = %v, %v; want the lock", r.ok, r.err)
+	}
+	mustUnlock(t, b)
+	inboxes := func() []string { return e.mr.PubSubChannels("*:wake:*") }
+	if len(inboxes()) != 1 {
+		t.Fatalf("inbox channels after a wait: %q, want one", inboxes())
+	}
+	for range 40 {
+		mustLock(t, b)
+		mustUnlock(t, b)
+		e.clk.Advance(time.Second)
+	}
+	waitUntil(t, "the inbox channel unsubscribed 30 s after the last wait", func() bool { return len(inboxes()) == 0 })
+	mustLock(t, b)
+	mustUnlock(t, b)
+	if len(inboxes()) != 0 {
+		t.Fatalf("inbox channels after a Lock of a free lock: %q, want none", inboxes())
+	}
+}

@@ -62,6 +62,9 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		return outcome{}, core.Step("joining the queue", err)
 	}
 	if r.Held {
+		if sub != nil {
+			sub.Unused() // a lock free again lets its channel go (inbox.Sub.Unused)
+		}
 		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, nil // a fresh entry is never handed the lock
 	}
 	qu.h.QueueNews(a, observe.Joined, r.Queue)

@@ -114,6 +114,9 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return nil, err
 	}
 	if g != nil {
+		if sub != nil {
+			sub.Unused() // a lock free again lets its channel go (inbox.Sub.Unused)
+		}
 		return g, nil
 	}
 	clk := k.h.Config.Clock

@@ -313,3 +313,32 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A lock contended once and free since lets its inbox channel go 30 s
+// after its last wait, however often it is taken meanwhile: a Lock held at
+// its first try registered on the lingering channel for nothing, and does
+// not keep it subscribed (the fair lock's test says why it matters).
+func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.handle(), e.handle()
+	mustLock(t, a)
+	got := tryLockAsync(b, context.Background(), time.Hour)
+	waitSubscribed(t, e, 1)
+	if err := a.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := await(t, got); !r.ok || r.err != nil {
+		t.Fatalf("waiter after Unlock: %v, %v; want true", r.ok, r.err)
+	}
+	unlockAll(t, b)
+	inboxes := func() []string { return e.mr.PubSubChannels("*:wake:*") }
+	if len(inboxes()) != 1 {
+		t.Fatalf("inbox channels after a wait: %q, want one", inboxes())
+	}
+	for range 40 {
+		mustLock(t, b)
+		unlockAll(t, b)
+		e.clk.Advance(time.Second)
+	}
+	redistest.Quiet(t, "the inbox channel unsubscribed 30 s after the last wait", func() bool { return len(inboxes()) == 0 })
+}

@@ -83,6 +83,12 @@ type Sub struct {
 	// an attempt (Settle), with the channel already confirmed. Only the
 	// waiter's goroutine reads and writes it.
 	readyTold bool
+
+	// idleBefore is when the channel had last been left by its waiters,
+	// if it was idle when this waiter registered (SubscribeIfLive); unused:
+	// the waiter waited for nothing (Unused). Guarded by h.mu.
+	idleBefore time.Time
+	unused     bool
 }
 
 func hubKey(ctx context.Context, client redis.UniversalClient, name string) (any, bool, error) {
@@ -192,9 +198,25 @@ func (hs *Hubs) SubscribeIfLive(name, id string) *Sub {
 	}
 	// Registered on a confirmed channel before the caller's first attempt:
 	// that attempt sees all that was published before, so no Ready wake.
-	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, probe: hs.probe, readyTold: true}
+	s := &Sub{C: make(chan string, 1), h: h, channel: name, id: id, probe: hs.probe, readyTold: true,
+		idleBefore: ch.idleSince}
 	h.attachLocked(ch, s)
 	return s
+}
+
+// Unused tells Close that the waiter waited for nothing: its first attempt
+// took the lock. Close then leaves the channel's idle time as the waiter
+// found it, so that a lock contended once and free since, whose every
+// Lock registers on its lingering channel (SubscribeIfLive) and leaves at
+// once, has the channel closed hubLinger after its last wait, as any
+// other; or every Lock would keep paying to register, for as long as the
+// lock is used.
+func (s *Sub) Unused() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	s.unused = true
+	s.h.mu.Unlock()
 }
 
 func (h *hub) attachLocked(ch *channel, s *Sub) {
@@ -305,7 +327,8 @@ func (h *hub) flush(ctx context.Context, channel string) error {
 }
 
 // Close unregisters the waiter, dropping a wake-up it did not consume (a
-// note was for it alone). The channel stays subscribed for hubLinger.
+// note was for it alone). The channel stays subscribed for hubLinger after
+// its last waiter leaves (after the last that waited: Unused).
 func (s *Sub) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,6 +349,9 @@ func (s *Sub) Close() {
 	}
 	if len(ch.subs) == 0 {
 		ch.idleSince = h.clk.Now()
+		if s.unused && !s.idleBefore.IsZero() {
+			ch.idleSince = s.idleBefore
+		}
 		if h.sweep == nil {
 			h.sweep = h.clk.AfterFunc(hubLinger, func() { h.closeIdle(hubLinger) })
 		}
