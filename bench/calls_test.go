@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fairlock/fairlock/internal/lua"
@@ -66,6 +68,83 @@ func BenchmarkCallWords(b *testing.B) {
 				metric := fmt.Sprintf("%s-library-%v-µs/call", s.name, loaded)
 				got[metric] = append(got[metric], run(keys[:s.keys], args[:s.args]))
 			}
+		}
+	}
+	for metric, v := range got {
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], metric)
+	}
+}
+
+// luaOps times, inside one script call, what the uncontended paths are
+// made of: each operation run ARGV[1] times in a loop, timed by Redis's
+// own clock, the empty loop's time taken off. It returns "name=µs" per
+// operation. The hold is a 244-byte text as release_own leaves it.
+const luaOps = `
+local n = tonumber(ARGV[1])
+local function t() local r = redis.call('TIME'); return tonumber(r[1]) * 1e6 + tonumber(r[2]) end
+local a = t()
+for i = 1, n do end
+local empty = t() - a
+local out = {}
+local function run(name, f)
+  local s = t()
+  f()
+  out[#out + 1] = name .. '=' .. string.format('%.4f', (t() - s - empty) / n)
+end
+local raw = redis.call('GET', KEYS[1])
+local s10, s100, s300 = string.rep('a', 10), string.rep('b', 100), string.rep('c', 300)
+local p = {'x', 'y', 'z', 'w', 'v', 'u', 't', 's', 'r'}
+run('find', function() for i = 1, n do local _ = string.find(raw, '0000000000000', 44, true) end end)
+run('sub-13', function() for i = 1, n do local _ = string.sub(raw, 84 + i % 2, 96) end end)
+run('sub-250', function() for i = 1, n do local _ = string.sub(raw, 1 + i % 9, 250) end end)
+run('tonumber-sub', function() for i = 1, n do local _ = tonumber(string.sub(raw, 84, 96)) end end)
+run('concat-20', function() for i = 1, n do local _ = s10 .. p[i % 9 + 1] end end)
+run('concat-110', function() for i = 1, n do local _ = s100 .. p[i % 9 + 1] end end)
+run('concat-310', function() for i = 1, n do local _ = s300 .. p[i % 9 + 1] end end)
+run('format-16', function() for i = 1, n do local _ = string.format('%016d', 1796221944051744 + i) end end)
+run('number-to-text', function() for i = 1, n do local _ = '' .. (1796221944051 + i) end end)
+run('TIME', function() for i = 1, n do local _ = redis.call('TIME') end end)
+run('GET-244', function() for i = 1, n do local _ = redis.call('GET', KEYS[1]) end end)
+run('SET-244', function() for i = 1, n do redis.call('SET', KEYS[1], raw, 'KEEPTTL') end end)
+return out
+`
+
+// BenchmarkLuaOps weighs what the uncontended pair's scripts are made of,
+// inside Redis: a string search, substrings, concatenations of growing
+// length, number formats, TIME, GET and SET of a hold's text. Each figure
+// is the median over the reps of Redis's µs per operation, 100,000 of each
+// per rep in one EVAL (docs/performance.md, round nine):
+//
+//	cd bench && go test -run XXX -bench LuaOps -benchtime 5x
+//
+// It uses the Redis at FAIRLOCK_REDIS_ADDR, or starts its own.
+func BenchmarkLuaOps(b *testing.B) {
+	addr := benchRedis(b)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	key := "fairlock:f:{bench-lua-ops}"
+	hold := `{"~":0,"v":"8","f":"1796222045405830","x":"0000000000000","h":"0000000000000","k":"9000000000000",` +
+		`"r":"0000000000000123000000000000000000000000000000000000000000000000","q":"Yf3kq9-ZcUu2W1zN8rLq0w.1#b",` +
+		`"o":"","c":"","a":"","n":"","b":"","~~":0}`
+	if err := c.Set(ctx, key, hold, 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Del(ctx, key).Err() }()
+	got := map[string][]float64{}
+	for b.Loop() {
+		lines, err := c.Eval(ctx, luaOps, []string{key}, 100000).StringSlice()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range lines {
+			name, value, _ := strings.Cut(l, "=")
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("%q: %v", l, err)
+			}
+			got[name+"-µs/op"] = append(got[name+"-µs/op"], v)
 		}
 	}
 	for metric, v := range got {

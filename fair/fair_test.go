@@ -544,34 +544,54 @@ func TestExtend(t *testing.T) {
 }
 
 // A lock contended once and free since lets its inbox channel go 30 s
-// after its last wait, however often it is taken meanwhile. Each blocking
-// Lock registers on a lingering channel before its first try (a busy lock
-// then needs no second try); one held at that try waited for nothing, and
-// must not keep the channel subscribed, or every Lock of a lock that was
-// ever contended would pay to register for as long as it is used.
+// after its last wait, however often it is taken meanwhile
+// (redistest.InboxGoes says why it matters).
 func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
 	e := newEnv(t)
-	a, b := e.named("a"), e.named("b")
-	mustLock(t, a)
-	got := e.enqueue(b, 1)
-	mustUnlock(t, a)
-	if r := <-got; !r.ok || r.err != nil {
-		t.Fatalf("the waiter's TryLock = %v, %v; want the lock", r.ok, r.err)
-	}
-	mustUnlock(t, b)
-	inboxes := func() []string { return e.mr.PubSubChannels("*:wake:*") }
-	if len(inboxes()) != 1 {
-		t.Fatalf("inbox channels after a wait: %q, want one", inboxes())
-	}
-	for range 40 {
+	b := e.contendedOnce()
+	redistest.InboxGoes(t, e.mr, e.clk, func() {
 		mustLock(t, b)
 		mustUnlock(t, b)
-		e.clk.Advance(time.Second)
+	})
+}
+
+// Once a lock's last waiter has left, the next Lock finds the queue empty
+// and drops the waiters' horizon: the hold it writes is in the ordered
+// form, and the Locks and Unlocks after it take the uncontended path at
+// once, not a wait timeout later (hold.lua's take_free).
+func TestTheUncontendedPathResumesOnceTheQueueIsEmpty(t *testing.T) {
+	e := newEnv(t)
+	b := e.contendedOnce()
+	ordered := func() bool {
+		raw, err := e.mr.Get(wire.FairBase(lockName))
+		return err == nil && strings.HasPrefix(raw, `{"~":0,`)
 	}
-	waitUntil(t, "the inbox channel unsubscribed 30 s after the last wait", func() bool { return len(inboxes()) == 0 })
+	if ordered() {
+		t.Fatal("the hold is in the ordered form while a waiter's deadline is ahead")
+	}
 	mustLock(t, b)
-	mustUnlock(t, b)
-	if len(inboxes()) != 0 {
-		t.Fatalf("inbox channels after a Lock of a free lock: %q, want none", inboxes())
+	if !ordered() {
+		raw, _ := e.mr.Get(wire.FairBase(lockName))
+		t.Fatalf("a Lock that found the queue empty wrote %s; want the ordered form", raw)
 	}
+	mustUnlock(t, b)
+	if !ordered() {
+		t.Fatal("the Unlock after it left the ordered form")
+	}
+}
+
+// contendedOnce makes the lock contended once: a handle holds it while
+// another waits for it, and the waiter takes it when the holder lets go,
+// then lets go too. It returns the waiter's handle.
+func (e *env) contendedOnce() *fair.Mutex {
+	e.t.Helper()
+	a, b := e.named("a"), e.named("b")
+	mustLock(e.t, a)
+	got := e.enqueue(b, 1)
+	mustUnlock(e.t, a)
+	if r := <-got; !r.ok || r.err != nil {
+		e.t.Fatalf("the waiter's TryLock = %v, %v; want the lock", r.ok, r.err)
+	}
+	mustUnlock(e.t, b)
+	return b
 }

@@ -104,7 +104,18 @@ local function cleanup()
   local _, _
   head, popped, _, _, first, from = present_head(s, Q, now)
 end
-if may_have_waiters(s, w, now) then cleanup() end
+if may_have_waiters(s, w, now) then
+  cleanup()
+  -- An empty queue (live_head found no element): no waiter can be live,
+  -- whatever deadline was written last. The horizon goes with them (a join
+  -- below writes its own), so that the hold is written in the ordered form
+  -- and the next uncontended pair takes its path (hold.lua's take_free) at
+  -- once, not a wait timeout after the last waiter left.
+  if head == nil then
+    s.h = nil
+    changed = true
+  end
+end
 
 local who, count, expiry, token = holder(s, now)
 if who == owner and s.e ~= entry and (stale < 0 or token <= stale) then

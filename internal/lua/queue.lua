@@ -12,10 +12,11 @@ local function horizon(s, w, d)
   if d > tonumber(w.h or s.h or '0') then w.h = int(d) end
 end
 
--- Fair lock: can any waiter be live? Every deadline ever written is at most
--- h, so once h has passed (or no one ever queued) the queue holds only the
--- dead, and the lookups of live_head can be skipped: the common uncontended
--- call never touches the queue keys.
+-- Fair lock: can any waiter be live? Every deadline of a queued entry is at
+-- most h (written with each, dropped only with an empty queue:
+-- fair_acquire.lua), so once h has passed (or no one ever queued) the queue
+-- holds only the dead, and the lookups of live_head can be skipped: the
+-- common uncontended call never touches the queue keys.
 local function may_have_waiters(s, w, now)
   return tonumber(w.h or s.h or '0') > now
 end

@@ -289,3 +289,28 @@ func BootedServer(addr string) error {
 	defer func() { _ = c.Close() }()
 	return c.Set(context.Background(), core.BootKey, "0", 30*24*time.Hour).Err()
 }
+
+// InboxGoes checks that a lock's inbox channel, subscribed by a wait just
+// ended, goes 30 s after that wait however often the lock is taken
+// meanwhile: pair (a Lock that takes the lock at once, and its Unlock)
+// runs once a second of clk for 40 s, then the inbox channels on mr must
+// be gone. A Lock registers on a live channel before its first try (a
+// busy lock then needs no second try); one held at that try waited for
+// nothing, and must not keep the channel subscribed, or every Lock of a
+// lock ever contended would pay to register for as long as it is used.
+func InboxGoes(t Fataler, mr *miniredis.Miniredis, clk *clock.Fake, pair func()) {
+	t.Helper()
+	inboxes := func() []string { return mr.PubSubChannels("*:wake:*") }
+	if got := inboxes(); len(got) != 1 {
+		t.Fatalf("inbox channels after a wait: %q, want one", got)
+	}
+	for range 40 {
+		pair()
+		clk.Advance(time.Second)
+	}
+	Quiet(t, "the inbox channel unsubscribed 30 s after the last wait", func() bool { return len(inboxes()) == 0 })
+	pair()
+	if got := inboxes(); len(got) != 0 {
+		t.Fatalf("inbox channels after a Lock of a free lock: %q, want none", got)
+	}
+}

@@ -34,5 +34,7 @@
 //	  "<entry> <wait> <mode> <stale> <publish> <channel>"
 //	a reentrant waiter's words, one argument          Go (ReentrantAcquire.Args); Lua reentrant_acquire.lua
 //	  "<ask> <waiter> <wait>"
+//	a release's token, 16 digits, zero-padded         Go (TokenText, Release.Args); Lua release_own
+//	                                                 compares it with the hold's f as it comes
 //	modes, flags and undo markers                     the constants below
 package wire
