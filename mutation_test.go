@@ -52,6 +52,13 @@ var mutations = []struct {
 		seed: 3982093010411427981,
 	},
 	{
+		name: "an acquisition drops the waiters' horizon while the queue is not empty",
+		file: "fair_acquire.lua",
+		from: "  if head == nil then\n    s.h = nil",
+		to:   "  if true then\n    s.h = nil",
+		seed: 4511093190421028338,
+	},
+	{
 		name: "enqueueing at the head",
 		file: "fair_acquire.lua",
 		from: "redis.call('RPUSH', Q.list,",
@@ -286,6 +293,14 @@ var mutations = []struct {
 		to:   "redis.call('LPUSH', KEYS[2], waiter)",
 		spec: reentrantSpecOf,
 		seed: 1115339465463812614,
+	},
+	{
+		name: "an acquisition drops the waiters' horizon while waiters are left",
+		file: "reentrant_acquire.lua",
+		from: "if may_have_waiters(s, w, now) and redis.call('ZCARD', KEYS[3]) == 0 then s.h = nil end",
+		to:   "if may_have_waiters(s, w, now) then s.h = nil end",
+		spec: reentrantSpecOf,
+		seed: 11364601292687374101,
 	},
 	{
 		name: "a waiter that took the lock is still woken",

@@ -562,22 +562,10 @@ func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
 func TestTheUncontendedPathResumesOnceTheQueueIsEmpty(t *testing.T) {
 	e := newEnv(t)
 	b := e.contendedOnce()
-	ordered := func() bool {
-		raw, err := e.mr.Get(wire.FairBase(lockName))
-		return err == nil && strings.HasPrefix(raw, `{"~":0,`)
-	}
-	if ordered() {
+	if raw, _ := e.mr.Get(wire.FairBase(lockName)); strings.HasPrefix(raw, `{"~":0,`) {
 		t.Fatal("the hold is in the ordered form while a waiter's deadline is ahead")
 	}
-	mustLock(t, b)
-	if !ordered() {
-		raw, _ := e.mr.Get(wire.FairBase(lockName))
-		t.Fatalf("a Lock that found the queue empty wrote %s; want the ordered form", raw)
-	}
-	mustUnlock(t, b)
-	if !ordered() {
-		t.Fatal("the Unlock after it left the ordered form")
-	}
+	redistest.TakesTheUncontendedPath(t, e.mr, wire.FairBase(lockName), func() { mustLock(t, b) }, func() { mustUnlock(t, b) })
 }
 
 // contendedOnce makes the lock contended once: a handle holds it while

@@ -333,3 +333,13 @@ func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
 		unlockAll(t, b)
 	})
 }
+
+// Once a lock's last waiter has taken it, the next Lock finds no deadline
+// left and drops the waiters' horizon: the hold it writes is in the
+// ordered form, and the pairs after it take the uncontended path at once,
+// not a wait timeout later (hold.lua's take_free).
+func TestTheUncontendedPathResumesOnceNoWaiterIsLeft(t *testing.T) {
+	e := newEnv(t)
+	b := e.contendedOnce()
+	redistest.TakesTheUncontendedPath(t, e.mr, key, func() { mustLock(t, b) }, func() { unlockAll(t, b) })
+}

@@ -36,8 +36,9 @@
 --       h  (64-76)  the latest waiter deadline ever written (bounds the life
 --                   of the queue of a fair lock, and of the waiters of a
 --                   reentrant lock); take_free writes one that has passed
---                   as 0, and a fair acquisition that finds the queue
---                   empty drops it
+--                   as 0, and an acquisition that finds no waiter left
+--                   (a fair lock's queue empty, a reentrant lock's
+--                   deadlines) drops it
 --       k  (84-96)  time until which every key of the lock is kept (its TTL,
 --                   in ms)
 --       r  (104-167) tokens of the last holds ended by their owner's final

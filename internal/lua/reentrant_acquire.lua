@@ -148,6 +148,12 @@ end
 -- wake-up's cleanup reaches it. With no waiter live (h passed) its deadline,
 -- if it has one, has passed too, and wakes nobody: no call.
 if waiter and may_have_waiters(s, w, now) then redis.call('ZREM', KEYS[3], waiter) end
+-- With no deadline left (a dead waiter's counts), no waiter can be live:
+-- h goes, as a fair lock's does once its queue is empty, so that the hold
+-- is written in the ordered form and the next pair takes the uncontended
+-- path at once, not a wait timeout after the last waiter left. Tombstones
+-- left in the list wake nobody.
+if may_have_waiters(s, w, now) and redis.call('ZCARD', KEYS[3]) == 0 then s.h = nil end
 w.q, s.a = req, nil
 commit(s, w, now, false, KEYS[2], KEYS[3])
 return answer

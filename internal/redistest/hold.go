@@ -208,3 +208,20 @@ func SetHoldField(t Fataler, mr *miniredis.Miniredis, key, field, value string) 
 		mr.SetTTL(key, ttl)
 	}
 }
+
+// TakesTheUncontendedPath runs lock and unlock (a Lock that takes the lock
+// at once, then its Unlock) and fails t unless the hold at key is in its
+// ordered form after each: the form the next uncontended Lock and Unlock
+// read and replace whole (hold.lua's take_free and release_own).
+func TakesTheUncontendedPath(t Fataler, mr *miniredis.Miniredis, key string, lock, unlock func()) {
+	t.Helper()
+	for _, step := range []struct {
+		name string
+		run  func()
+	}{{"a Lock", lock}, {"its Unlock", unlock}} {
+		step.run()
+		if raw, err := mr.Get(key); err != nil || !strings.HasPrefix(raw, `{"~":0,`) {
+			t.Fatalf("%s wrote %s (%v); want the ordered form", step.name, raw, err)
+		}
+	}
+}
