@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // reentrant_release.lua try first) must leave the hold as the general path
 // would. Two locks start alike but for their waiters' horizon h: long
 // passed on one (the uncontended paths may run), a millisecond ahead on the
-// other with an empty queue (the general path runs and finds nobody). Each
+// other with an empty queue (the general path runs and finds nobody, and
+// drops h, which is put back before the release for the same reason). Each
 // gets the same acquisition and release at the same Redis time; the
 // replies (as the Go side reads them), the holds but h, and the keys' TTLs
 // must agree. The starting holds cover what those paths drop or carry
@@ -180,6 +182,29 @@ func uncontendedPathsAgreeWithTheGeneralPath(t tb, s *lua.Scripts) {
 				if err != nil || token <= 7 {
 					t.Fatalf("the token is %q, want one above the last", hold["f"])
 				}
+				// The general acquisition found no waiter left and dropped h, so
+				// that the next pair takes the uncontended paths at once
+				// (fair_acquire.lua, reentrant_acquire.lua): put it back a
+				// millisecond ahead, or the general lock's release would take
+				// them too.
+				general := kind.base + "{general}"
+				raw, _ := mr.Get(general)
+				if !strings.HasPrefix(raw, `{"~":0,`) {
+					t.Fatalf("%s/%s: the general acquisition found no waiter and kept the horizon: %s", kind.name, start, raw)
+				}
+				f, err := redistest.DecodeHold(raw)
+				if err != nil {
+					t.Fatalf("%v", err)
+				}
+				f["h"] = at(time.Millisecond)
+				if raw, err = redistest.EncodeHold(f); err != nil {
+					t.Fatalf("%v", err)
+				}
+				ttl := mr.TTL(general)
+				if err := mr.Set(general, raw); err != nil {
+					t.Fatalf("%v", err)
+				}
+				mr.SetTTL(general, ttl)
 				got = compare("release", straightAcquisition[start], func(base string) (any, any, error) { return kind.release(s, c, base, token) })
 				hold = got["straight"].hold
 				if got["straight"].reply != wire.Released || hold["o"] != "" || hold["q"] != owner+"#2" || hold["r"][:16] != hold["f"] {
