@@ -155,7 +155,10 @@
 //     confirmed within the grace, less 20 ms, counted from the send of the
 //     owner's latest answered PING (it PINGs every 50 ms while it holds),
 //     ends then (Lost closes, ErrLockLost) and is given back, before any
-//     waiter can count the grace; a break after which Redis cannot be
+//     waiter can count the grace (while the holder's process runs that
+//     timer less than 20 ms late; one that runs later, loaded or paused,
+//     believes up to its lateness less 20 ms past it, with the smaller
+//     fencing token); a break after which Redis cannot be
 //     reached at once (a restart, a partition) ends them at once. An empty
 //     restart that is back before the owner's first reconnect is taken for
 //     a blip, and the holder learns from its confirming renewal; a server

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,6 +178,87 @@ func (l *logSink) String() string {
 
 // logger returns a logger that writes to l.
 func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// lossClock notes when the library gave a hold up as lost: it logs "lock
+// lost" on the goroutine that ends the hold, before Lost closes. A test's
+// goroutine that waits on Lost and then reads the clock may run tens of ms
+// late on a loaded machine, and see two believers where the library made
+// none.
+type lossClock struct{ at atomic.Pointer[time.Time] }
+
+// option is the mutex option that has the handle log to l.
+func (l *lossClock) option() fairlock.Option { return fairlock.WithLogger(slog.New(l)) }
+
+// lostAt is when the hold was given up as lost; ok false if it was not.
+func (l *lossClock) lostAt() (at time.Time, ok bool) {
+	if p := l.at.Load(); p != nil {
+		return *p, true
+	}
+	return time.Time{}, false
+}
+
+func (l *lossClock) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *lossClock) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "fairlock: lock lost") {
+		now := time.Now()
+		l.at.CompareAndSwap(nil, &now)
+	}
+	return nil
+}
+
+func (l *lossClock) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lossClock) WithGroup(string) slog.Handler      { return l }
+
+// sessionMargin is how long before any waiter can have counted the grace a
+// holder whose presence broke stops believing (its jeopardy; core's
+// sessionMargin, docs/presence.md): the bound on two believers assumes the
+// holder's process runs that timer less late than this.
+const sessionMargin = 20 * time.Millisecond
+
+// timerLateness measures how late this process's timers run while t
+// works: a goroutine sleeps 2 ms at a time until t ends, and the function
+// returned says the most a sleep has overrun so far. A holder's jeopardy is
+// such a timer, so on a machine loaded past its cores two believers may
+// overlap by up to that, less sessionMargin (docs/presence.md); a test
+// allows no more.
+func timerLateness(t testing.TB) (worst func() time.Duration) {
+	var most atomic.Int64
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(2 * time.Millisecond)
+			if late := int64(time.Since(start) - 2*time.Millisecond); late > most.Load() {
+				most.Store(late)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		<-exited
+	})
+	return func() time.Duration { return time.Duration(most.Load()) }
+}
+
+// twoBelievers says what is wrong when a waiter's Lock returned at took while
+// the holder gave its hold up as lost at lost, and the process's timers ran
+// up to late late: an overlap beyond late less sessionMargin ("" if none).
+func twoBelievers(took, lost time.Time, late time.Duration) string {
+	overlap := lost.Sub(took)
+	if overlap <= 0 || overlap <= late-sessionMargin {
+		return ""
+	}
+	return fmt.Sprintf("the waiter held at %v, %v before the holder gave its hold up (its timers ran up to %v late, less the %v margin)",
+		took.Format("15:04:05.000"), overlap.Round(time.Millisecond), late.Round(time.Millisecond), sessionMargin)
+}
 
 // newOwner is fairlock.NewOwner(c, opts...), closed when the test ends.
 func newOwner(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) *fairlock.Owner {

@@ -393,21 +393,21 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			srv := sharedServer(t)
 			direct := client(t, srv.Addr)
+			late := timerLateness(t)
 			var took []time.Duration
 			kept := 0
 			for i := range runs {
 				proxy, c := proxied(t, srv, redis.Options{})
 				owner := newOwner(t, c, fairlock.WithPresence())
 				name := fmt.Sprintf("%s-%d", lockName(t), i)
-				holder := mutexOn(t, kind, owner, name, presenceLease)
+				var loss lossClock
+				holder := mutexOn(t, kind, owner, name, presenceLease, loss.option())
 				if err := holder.Lock(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				next := newHandle(t, kind, direct, name, presenceLease)
 				done := acquired(next.Lock, presenceLease/2)
 				eventually(t, 5*time.Second, "the waiter queued", func() bool { return waitingFor(t, kind, direct, name) == 1 })
-				lostAt := make(chan time.Time, 1)
-				go func() { <-holder.Lost(); lostAt <- time.Now() }()
 				proxy.Cut(true)
 				time.Sleep(outage)
 				proxy.Cut(false)
@@ -436,13 +436,10 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 				if r.err != nil {
 					t.Fatalf("run %d: the waiter's Lock: %v", i, r.err)
 				}
-				select {
-				case at := <-lostAt:
-					if at.After(r.at) {
-						t.Errorf("run %d: the waiter held at %v, before the holder's Lost closed at %v", i, r.at, at)
-					}
-				default:
+				if at, ok := loss.lostAt(); !ok {
 					t.Errorf("run %d: the waiter held while the holder believed it held", i)
+				} else if why := twoBelievers(r.at, at, late()); why != "" {
+					t.Errorf("run %d: %s", i, why)
 				}
 				took = append(took, r.at.Sub(over))
 				if d := r.at.Sub(over); d > presenceBound {
@@ -480,6 +477,7 @@ func TestPresenceConnectionResetCostsNothing(t *testing.T) {
 func connectionResetsCostNothing(t *testing.T, kind string) {
 	srv := sharedServer(t)
 	direct := client(t, srv.Addr)
+	late := timerLateness(t)
 	const runs = 20
 	// Renewed every lease/3; lost if no renewal gets through for a lease.
 	const lease = 1500 * time.Millisecond
@@ -495,7 +493,8 @@ func connectionResetsCostNothing(t *testing.T, kind string) {
 			proxy, c := proxied(t, srv, redis.Options{})
 			owner := newOwner(t, c, opts...)
 			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
-			holder := mutexOn(t, kind, owner, name, lease)
+			loss := new(lossClock)
+			holder := mutexOn(t, kind, owner, name, lease, loss.option())
 			if err := holder.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -503,13 +502,6 @@ func connectionResetsCostNothing(t *testing.T, kind string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				lostAt := make(chan time.Time, 1)
-				go func() { // returns when the hold ends, lost or released
-					<-holder.HoldContext().Done()
-					if errors.Is(context.Cause(holder.HoldContext()), fairlock.ErrLockLost) {
-						lostAt <- time.Now()
-					}
-				}()
 				done := acquired(next.Lock, 10*time.Second)
 				for range 3 {
 					time.Sleep(time.Second)
@@ -521,13 +513,10 @@ func connectionResetsCostNothing(t *testing.T, kind string) {
 					// Only a hold given up first (lost: a blip that took
 					// longer than the grace on a loaded machine) may pass
 					// on; two believers never.
-					select {
-					case at := <-lostAt:
-						if at.After(r.at) {
-							t.Errorf("presence %v, run %d: the waiter held at %v, before the holder's Lost closed at %v", present, i, r.at, at)
-						}
-					default:
+					if at, ok := loss.lostAt(); !ok {
 						t.Errorf("presence %v, run %d: the waiter took the lock (%v) while the holder believed it held", present, i, r.err)
+					} else if why := twoBelievers(r.at, at, late()); why != "" {
+						t.Errorf("presence %v, run %d: %s", present, i, why)
 					}
 					mu.Lock()
 					lost[present]++
@@ -726,6 +715,7 @@ func anys(s []string) []any {
 // 500 ms), which the second line reports.
 func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 	srv := ownServer(t)
+	late := timerLateness(t)
 	const runs = 20
 	for _, present := range []bool{true, false} {
 		var overlaps []time.Duration
@@ -737,7 +727,8 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 			}
 			owner := newOwner(t, c, opts...)
 			name := fmt.Sprintf("%s-%v-%d", lockName(t), present, i)
-			holder, err := fair.New(owner, name)
+			var loss lossClock
+			holder, err := fair.New(owner, name, loss.option())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -748,8 +739,6 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 			done := acquired(next.Lock, 10*time.Second)
 			eventually(t, 5*time.Second, "the waiter queued", func() bool { return len(queueOf(t, client(t, srv.Addr), name)) == 1 })
 			time.Sleep(2 * core.SessionPing)
-			lost := make(chan time.Time, 1)
-			go func() { <-holder.Lost(); lost <- time.Now() }()
 			srv.Stop()
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
@@ -758,16 +747,19 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("presence %v, run %d: the waiter's Lock after the restart: %v", present, i, r.err)
 			}
-			var lostAt time.Time
 			select {
-			case lostAt = <-lost:
+			case <-holder.Lost():
 			case <-time.After(5 * time.Second):
 				t.Fatalf("presence %v, run %d: the holder did not learn of the restart within 5 s of the waiter's Lock", present, i)
 			}
+			lostAt, ok := loss.lostAt()
+			if !ok {
+				t.Fatalf("presence %v, run %d: Lost closed, and the holder logged no loss", present, i)
+			}
 			overlap := max(lostAt.Sub(r.at), 0)
 			overlaps = append(overlaps, overlap)
-			if present && overlap > 0 {
-				t.Errorf("run %d: the waiter held %v before the holder's Lost closed: two believers", i, overlap)
+			if why := twoBelievers(r.at, lostAt, late()); present && why != "" {
+				t.Errorf("run %d: %s", i, why)
 			}
 			_ = next.Unlock(context.Background())
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -937,11 +929,17 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 
 // mutexOn makes a handle of kind's lock ("fair" or "reentrant") named name
 // on owner, with lease.
-func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, lease time.Duration) *fairlock.Mutex {
+func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, lease time.Duration, opts ...fairlock.Option) *fairlock.Mutex {
 	t.Helper()
-	mk := func() (*fairlock.Mutex, error) { return fair.New(owner, name, fairlock.WithLease(lease)) }
+	opts = append([]fairlock.Option{fairlock.WithLease(lease)}, opts...)
+	var fairOpts []fair.MutexOption
+	var reentrantOpts []reentrant.Option
+	for _, o := range opts {
+		fairOpts, reentrantOpts = append(fairOpts, o), append(reentrantOpts, o)
+	}
+	mk := func() (*fairlock.Mutex, error) { return fair.New(owner, name, fairOpts...) }
 	if kind == "reentrant" {
-		mk = func() (*fairlock.Mutex, error) { return reentrant.New(owner, name, fairlock.WithLease(lease)) }
+		mk = func() (*fairlock.Mutex, error) { return reentrant.New(owner, name, reentrantOpts...) }
 	}
 	m, err := mk()
 	if err != nil {
