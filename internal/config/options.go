@@ -26,8 +26,7 @@ type (
 	ReentrantOption interface{ appliesToReentrant() Setting }
 )
 
-// Everywhere is an option of every primitive: fairlock.Option, and the
-// tests' clock and scripts.
+// Everywhere is an option of every primitive: fairlock.Option.
 type Everywhere Setting
 
 func (o Everywhere) appliesToFairMutex() Setting          { return Setting(o) }

@@ -28,16 +28,17 @@
 --   {1, token, 0}     held: a fresh acquisition or a re-entry
 --   {1, token, 1, g}  held: handed to this entry at Redis time g (ms),
 --                            not yet claimed
---   {0, hold ms, head, now, queue[, settling]}  waiting: ms until the
+--   {0, hold ms, head, now[, queue[, settling]]}  waiting: ms until the
 --                            current hold expires (until the caller should
 --                            look again), 1 if the caller's entry is the live
 --                            head, or the first behind it whose client is
 --                            there while the head's is gone (present_head),
---                            Redis's clock in ms (head notices
---                            give absolute expiries), the queue's length (a
---                            join; 0 for a try), and, for a try, 1 if what
---                            holds it is a server that lost its data and
---                            settles (hold.lua's settling)
+--                            Redis's clock in ms (head notices give absolute
+--                            expiries), then for a join the queue's length;
+--                            a try that finds the lock held stops at now,
+--                            unless what holds it is a server that lost its
+--                            data and settles (hold.lua's settling): then
+--                            0 and 1
 --   {-1}                     the entry was evicted (deadline passed) or removed
 local owner, req, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 

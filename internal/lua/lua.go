@@ -108,11 +108,9 @@ func MustBuild(src map[string]string) *Scripts {
 	// receives as arguments, so they are upvalues that each call sets first,
 	// together with the per-call state, missing, changed, announce and
 	// call_now (declared in hold.lua) and caller and caller_here
-	// (queue.lua), reset
-	// here by name: rename them in both places. Its name
-	// carries a hash of its text, so
-	// that libraries of different fairlock versions (function names are
-	// global to a server) live side by side.
+	// (queue.lua), reset here by name: rename them in both places. Its name
+	// carries a hash of its text, so that libraries of different fairlock
+	// versions (function names are global to a server) live side by side.
 	sum := sha1.Sum([]byte(strings.Join(append([]string{lib}, bodies(src, names)...), "\x00")))
 	prefix := "fairlock_" + hex.EncodeToString(sum[:6])
 	var code strings.Builder
