@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/observe"
-	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -83,61 +80,6 @@ func ExampleOwner_Drain() {
 	// the job's hold ended by its Unlock: true
 }
 
-// One handle, shared by goroutines: they take turns, each Lock in the
-// queue in arrival order; the context LockContext returns re-enters.
-func ExampleMutex_LockContext() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	jobs, _ := fair.New(owner, "jobs")      // share it
-
-	var inside, most atomic.Int32
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			ctx, err := jobs.LockContext(context.Background())
-			if err != nil {
-				panic(err)
-			}
-			defer jobs.Unlock(ctx)
-			if n := inside.Add(1); n > most.Load() {
-				most.Store(n)
-			}
-			_ = jobs.Lock(ctx) // a re-entry: ctx carries the hold
-			_ = jobs.Unlock(ctx)
-			inside.Add(-1)
-		})
-	}
-	wg.Wait()
-	fmt.Println("goroutines inside at once, at most:", most.Load())
-	// Output: goroutines inside at once, at most: 1
-}
-
-// Do runs a function holding the lock, and releases it after.
-func ExampleMutex_Do() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	reports, _ := fair.New(owner, "reports")
-
-	err := reports.Do(context.Background(), func(ctx context.Context) error {
-		// ctx ends if the hold is lost; pass it to the work.
-		fmt.Println("held:", ctx.Err() == nil)
-		return nil
-	})
-	held, _ := reports.IsLocked(context.Background())
-	fmt.Println(err, held)
-	// Output:
-	// held: true
-	// <nil> false
-}
-
 // An observer hears of every acquisition and hold; the OpenTelemetry and
 // Prometheus modules (extra/) are ready-made ones.
 func ExampleWithObserver() {
@@ -166,63 +108,6 @@ type waitLogger struct{ observe.Nop }
 
 func (waitLogger) ObserveAcquisition(_ context.Context, a observe.Acquisition) {
 	fmt.Printf("%s lock %q: %s, queued %v\n", a.Primitive, a.Lock, a.Outcome, a.Queued)
-}
-
-// TryLock with wait 0 is one attempt; a positive lease is fixed, with no
-// watchdog, and the hold's context re-enters.
-func ExampleMutex_TryLock() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	ctx := context.Background()
-
-	a, _ := reentrant.New(owner, "cache-refresh")
-	b, _ := reentrant.New(owner, "cache-refresh")
-
-	ok, _ := a.TryLock(ctx, 0, 10*time.Second) // fixed 10 s lease, no watchdog
-	fmt.Println("a:", ok)
-	ok, _ = b.TryLock(ctx, 0, 0) // one attempt, no waiting
-	fmt.Println("b:", ok)
-	ok, _ = a.TryLock(a.HoldContext(), 0, 0) // re-entry: the hold's context proves it
-	n, _ := a.HoldCount(ctx)
-	fmt.Println("a again:", ok, "hold count", n)
-	_ = a.Unlock(ctx)
-	_ = a.Unlock(ctx)
-	// Output:
-	// a: true
-	// b: false
-	// a again: true hold count 2
-}
-
-// Extend lengthens a fixed lease once, where a watchdog is not wanted.
-func ExampleMutex_Extend() {
-	mr, _ := miniredis.Run()
-	defer mr.Close()
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
-	defer owner.Close(context.Background()) // leaves queues, releases holds
-	ctx := context.Background()
-
-	m, _ := reentrant.New(owner, "export")
-	ok, _ := m.TryLock(ctx, 0, 10*time.Second) // a fixed lease, sized for the usual export
-	fmt.Println("held:", ok)
-
-	// This export is a big one: it needs a minute more, asked for once
-	// rather than renewed by a watchdog.
-	if err := m.Extend(ctx, time.Minute); err != nil {
-		fmt.Println("lost:", err)
-		return
-	}
-	ttl, _ := m.TTL(ctx)
-	fmt.Println("lease:", ttl.Round(time.Second))
-	_ = m.Unlock(ctx)
-	// Output:
-	// held: true
-	// lease: 1m0s
 }
 
 // WithPresence asks for the presence every owner keeps by default: a

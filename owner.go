@@ -134,13 +134,6 @@ func init() {
 			}
 			return nil
 		},
-		Wrap:  func(c *core.Owner) any { return &Owner{core: c} },
-		Mutex: func(c *core.Mutex) any { return &Mutex{core: c} },
-		MutexOf: func(v any) *core.Mutex {
-			if m, ok := v.(*Mutex); ok {
-				return m.impl()
-			}
-			return nil
-		},
+		Wrap: func(c *core.Owner) any { return &Owner{core: c} },
 	})
 }

@@ -2,9 +2,8 @@
 //
 // Waiters are served strictly in the order they joined the queue, across
 // processes and machines: for job runners whose jobs must run one at a time
-// in submission order, or services that must take turns. A Mutex
-// ([fairlock.Mutex], which reentrant.New returns too) has the API
-// of the reentrant lock, plus a queue.
+// in submission order, or services that must take turns. A Mutex has the
+// API of the reentrant lock's (both are a [fairlock.Mutex]), plus a queue.
 //
 //	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
 //	var deploys, _ = fair.New(owner, "deploys", fair.WithLabel("deployer")) // one handle, shared
@@ -21,8 +20,8 @@
 // queue. Re-entry needs proof that the call chain holds the lock, which Go
 // cannot give by goroutine: the context. Lock given the context that
 // LockContext returned (or one derived from it, or HoldContext, or the one
-// [fairlock.Mutex.Do] passes to its function) re-enters; any other context waits its
-// turn. [fairlock.Mutex.Do] runs a function under the lock and releases it after.
+// [Mutex.Do] passes to its function) re-enters; any other context waits its
+// turn. [Mutex.Do] runs a function under the lock and releases it after.
 //
 // # Guarantees
 //
@@ -30,7 +29,7 @@
 //     Redis's clock, a caller being one Lock call and the call chain its
 //     context is passed along, of any handle (goroutines sharing a handle
 //     included); a caller stops believing it holds the lock before Redis
-//     lets it go (see Leases in the reentrant package). [fairlock.Mutex.ForceUnlock], an
+//     lets it go (see Leases in the reentrant package). [Mutex.ForceUnlock], an
 //     operator's tool, is the exception: the handle it forced out learns at
 //     its next renewal.
 //  2. FIFO: among waiters that stay alive (and, with presence, whose

@@ -3,6 +3,8 @@ package fair_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -127,4 +129,59 @@ func ExampleRWMutex() {
 	// Output:
 	// writer beside two readers: false
 	// writer once they are gone: true
+}
+
+// One handle, shared by goroutines: they take turns, each Lock in the
+// queue in arrival order; the context LockContext returns re-enters.
+func ExampleMutex_LockContext() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
+	jobs, _ := fair.New(owner, "jobs")      // share it
+
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			ctx, err := jobs.LockContext(context.Background())
+			if err != nil {
+				panic(err)
+			}
+			defer jobs.Unlock(ctx)
+			if n := inside.Add(1); n > most.Load() {
+				most.Store(n)
+			}
+			_ = jobs.Lock(ctx) // a re-entry: ctx carries the hold
+			_ = jobs.Unlock(ctx)
+			inside.Add(-1)
+		})
+	}
+	wg.Wait()
+	fmt.Println("goroutines inside at once, at most:", most.Load())
+	// Output: goroutines inside at once, at most: 1
+}
+
+// Do runs a function holding the lock, and releases it after.
+func ExampleMutex_Do() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	owner, _ := fairlock.NewOwner(client)   // one per client: its handles share it
+	defer owner.Close(context.Background()) // leaves queues, releases holds
+	reports, _ := fair.New(owner, "reports")
+
+	err := reports.Do(context.Background(), func(ctx context.Context) error {
+		// ctx ends if the hold is lost; pass it to the work.
+		fmt.Println("held:", ctx.Err() == nil)
+		return nil
+	})
+	held, _ := reports.IsLocked(context.Background())
+	fmt.Println(err, held)
+	// Output:
+	// held: true
+	// <nil> false
 }

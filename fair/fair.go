@@ -26,10 +26,6 @@ type (
 // most 200 bytes).
 func WithLabel(s string) Option { return config.WithLabel(s) }
 
-// Mutex is a handle on a fair lock (New): each Lock takes its turn in the
-// lock's queue, in arrival order with every other waiter of any process.
-type Mutex = fairlock.Mutex
-
 // New returns a handle on the fair lock name, made on owner. Its Lock
 // joins the lock's queue and waits until the lock is handed to it; TryLock
 // with wait 0 succeeds only if the lock is free and nobody waits; the last
@@ -47,5 +43,5 @@ func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error
 	if err != nil {
 		return nil, err
 	}
-	return core.PublicMutex(m).(*Mutex), nil
+	return &Mutex{c: m}, nil
 }

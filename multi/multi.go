@@ -115,6 +115,9 @@ func New(members ...Locker) (*Lock, error) {
 		if m == nil || isNilHandle(m) {
 			return nil, fmt.Errorf("%w: member %d is nil", fairlock.ErrInvalidArgument, i)
 		}
+		if m.Name() == "" { // every handle a constructor made has a name
+			return nil, fmt.Errorf("%w: member %d is a zero %T: make it with its constructor", fairlock.ErrInvalidArgument, i, m)
+		}
 		if kindOf(m) == "" {
 			return nil, fmt.Errorf("%w: member %d is a %T; members are *fair.Mutex, *reentrant.Mutex or *fair.RWMutex", fairlock.ErrInvalidArgument, i, m)
 		}
@@ -130,7 +133,9 @@ func New(members ...Locker) (*Lock, error) {
 
 func isNilHandle(m Locker) bool {
 	switch v := m.(type) {
-	case *fairlock.Mutex:
+	case *fair.Mutex:
+		return v == nil
+	case *reentrant.Mutex:
 		return v == nil
 	case *fair.RWMutex:
 		return v == nil
@@ -141,9 +146,11 @@ func isNilHandle(m Locker) bool {
 // kindOf names a member's kind, as errors say it; "" for a type that is
 // not a member kind.
 func kindOf(m Locker) string {
-	switch v := m.(type) {
-	case *fairlock.Mutex:
-		return core.MutexOf(v).What() // "fair lock" or "reentrant lock"
+	switch m.(type) {
+	case *fair.Mutex:
+		return "fair lock"
+	case *reentrant.Mutex:
+		return "reentrant lock"
 	case *fair.RWMutex:
 		return "read-write lock"
 	}

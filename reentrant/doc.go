@@ -6,7 +6,7 @@
 // it again (re-entry), and must unlock it as many times; its proof is the
 // context, which Go cannot give by goroutine: Lock given the context that
 // LockContext returned (or one derived from it, or HoldContext, or the one
-// [fairlock.Mutex.Do] passes to its function) re-enters, any other context waits.
+// [Mutex.Do] passes to its function) re-enters, any other context waits.
 //
 //	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
 //	var invoices, _ = reentrant.New(owner, "invoices") // one handle, shared
@@ -33,7 +33,7 @@
 // A hold has a lease. Lock, and TryLock with lease 0, keep it alive with a
 // watchdog that renews it every lease/3 (default lease 30 s, [fairlock.WithLease]);
 // TryLock with a positive lease holds it for that long, without renewal;
-// [fairlock.Mutex.Extend] lengthens a hold on demand, a fixed lease included. The
+// [Mutex.Extend] lengthens a hold on demand, a fixed lease included. The
 // client counts a lease from the moment the acquiring or renewing request was
 // sent, minus a safety margin ([fairlock.WithDriftFactor]): it stops believing it holds
 // the lock before Redis lets it go, assuming the two clocks run at rates

@@ -13,10 +13,6 @@ type Option interface{ option }
 
 type option = config.ReentrantOption
 
-// Mutex is a handle on a reentrant lock (New): a waiter tries the lock
-// whenever it is freed, in no particular order.
-type Mutex = fairlock.Mutex
-
 // New returns a handle on the reentrant lock name, made on owner. Its Lock
 // waits until the lock is free, woken when it is released; the last Unlock
 // wakes a waiter. It talks to Redis only when used. Bad arguments (a nil
@@ -32,5 +28,5 @@ func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.PublicMutex(m).(*Mutex), nil
+	return &Mutex{c: m}, nil
 }

@@ -19,8 +19,6 @@ type Public struct {
 
 	OwnerOf func(any) *Owner // the core of a *fairlock.Owner; nil for nil
 	Wrap    func(*Owner) any // a *fairlock.Owner of a core (tests' rigs)
-	Mutex   func(*Mutex) any // a *fairlock.Mutex of a core
-	MutexOf func(any) *Mutex // the core of a *fairlock.Mutex; nil for nil
 }
 
 // The errors of package fairlock, set by Link.
@@ -56,10 +54,3 @@ func OwnerOf(owner any) *Owner { return public.OwnerOf(owner) }
 // PublicOwner returns a *fairlock.Owner (as any) on o: what the tests'
 // rigs, which make owners with NewOwnerWith, hand to constructors.
 func PublicOwner(o *Owner) any { return public.Wrap(o) }
-
-// PublicMutex returns a *fairlock.Mutex (as any) on m: what fair.New and
-// reentrant.New return.
-func PublicMutex(m *Mutex) any { return public.Mutex(m) }
-
-// MutexOf returns the core of m, a *fairlock.Mutex; nil if it is nil.
-func MutexOf(m any) *Mutex { return public.MutexOf(m) }

@@ -24,7 +24,7 @@ type Attempt struct {
 	Report *Report
 }
 
-// Mutex is the implementation behind fairlock.Mutex (fair.New, reentrant.New)
+// Mutex is the implementation behind fair.Mutex, reentrant.Mutex
 // and the handles of the other primitives.
 //
 // Goroutines that share a handle exclude each other. Each fresh acquisition
