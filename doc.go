@@ -15,7 +15,7 @@
 //
 // The mutexes share one API (Lock, LockContext, TryLock, Unlock, Do,
 // Extend, ForceUnlock, IsLocked, HoldCount, TTL, Token, Lost, HoldContext):
-// the Mutex interface, which code that works with either takes. Every
+// the MutexHandle interface, which code that works with either takes. Every
 // handle is safe to share: goroutines sharing one exclude each other, and
 // a call re-enters a hold only with the hold's context (the one
 // LockContext returns, the one Do passes, HoldContext). Every primitive
@@ -39,7 +39,7 @@
 // # Holding a Mutex
 //
 // fair.New returns a *fair.Mutex and reentrant.New a *reentrant.Mutex,
-// each a Mutex; they differ in how a Lock waits. A fair Lock joins the lock's queue and is handed the lock in
+// each a MutexHandle. Both re-enter; they differ in how a Lock waits. A fair Lock joins the lock's queue and is handed the lock in
 // arrival order; a TryLock with wait 0 never queues, and succeeds only if
 // the lock is free and nobody waits. A reentrant Lock is woken when the
 // lock is freed, in no particular order.

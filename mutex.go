@@ -5,10 +5,15 @@ import (
 	"time"
 )
 
-// Mutex is what a handle of either kind of lock does: *fair.Mutex (fair.New)
-// and *reentrant.Mutex (reentrant.New) implement it, each method as its
-// kind's doc says. Code that works with either takes a Mutex.
-type Mutex interface {
+// MutexHandle is what a handle of either kind of mutex does: *fair.Mutex
+// (fair.New) and *reentrant.Mutex (reentrant.New) implement it, each method
+// as its kind's doc says. Code that works with either takes a MutexHandle.
+//
+// Goroutines that share a handle and may lose a hold take it with
+// LockContext and pass the context it returns to Unlock: Unlock given
+// another context releases the handle's current hold, which may be
+// another goroutine's.
+type MutexHandle interface {
 	// Lock waits until the lock is this call's, and keeps it until Unlock.
 	Lock(ctx context.Context) error
 	// LockContext is Lock, returning the context to do the work in.
@@ -27,7 +32,8 @@ type Mutex interface {
 	Name() string
 	// IsLocked reports whether any handle holds the lock.
 	IsLocked(ctx context.Context) (bool, error)
-	// HoldCount returns how many times this handle holds the lock.
+	// HoldCount returns how many times this handle holds the lock (its
+	// re-entries); ctx bounds only the call.
 	HoldCount(ctx context.Context) (int, error)
 	// TTL returns the remaining lease of whoever holds the lock.
 	TTL(ctx context.Context) (time.Duration, error)

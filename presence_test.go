@@ -22,7 +22,7 @@ import (
 // cut (cut: every call fails; sever: every connection breaks), holding the
 // lock "p", and a waiter queued behind it on another owner.
 type presenceHolder struct {
-	holder, waiter fairlock.Mutex
+	holder, waiter fairlock.MutexHandle
 	holderOwner    *fairlock.Owner
 	server         *redis.Client // a client of the waiter's, never cut
 	cut            *redistest.Partition
@@ -37,17 +37,17 @@ type presenceHolder struct {
 // makes a handle of its kind on an owner.
 var lockKinds = []struct {
 	name string
-	make func(*fairlock.Owner, string) (fairlock.Mutex, error)
+	make func(*fairlock.Owner, string) (fairlock.MutexHandle, error)
 }{{"fair", newFair}, {"reentrant", newReentrant}}
 
-func newFair(o *fairlock.Owner, name string) (fairlock.Mutex, error) { return fair.New(o, name) }
+func newFair(o *fairlock.Owner, name string) (fairlock.MutexHandle, error) { return fair.New(o, name) }
 
-func newReentrant(o *fairlock.Owner, name string) (fairlock.Mutex, error) {
+func newReentrant(o *fairlock.Owner, name string) (fairlock.MutexHandle, error) {
 	return reentrant.New(o, name)
 }
 
 // newPresenceHolderOf makes a presenceHolder whose handles mk makes.
-func newPresenceHolderOf(t *testing.T, mk func(*fairlock.Owner, string) (fairlock.Mutex, error)) *presenceHolder {
+func newPresenceHolderOf(t *testing.T, mk func(*fairlock.Owner, string) (fairlock.MutexHandle, error)) *presenceHolder {
 	t.Helper()
 	mr, clk, c := redistest.Mini(t)
 	ph := &presenceHolder{server: c, clk: clk, got: make(chan error, 1)}
@@ -657,7 +657,7 @@ func TestPresenceReentrantWaitersPollOneAtATime(t *testing.T) {
 	owner := redistest.OwnerOn(wc, clk, nil)
 	const waiters = 3
 	got := make(chan error, waiters)
-	var handles []fairlock.Mutex
+	var handles []fairlock.MutexHandle
 	for i := range waiters {
 		w, err := reentrant.New(owner, "polls")
 		if err != nil {

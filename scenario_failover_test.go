@@ -283,7 +283,7 @@ func TestPresenceFailoverKeepsTheLiveHold(t *testing.T) {
 // watchdog kept the hold for good, every other Lock timing out); it ends
 // that hold first, as a late release, and takes the lock with a new token,
 // whose Unlock frees it. On owners with and without a presence.
-func releaseLostInAFailover(t tb, scripts *lua.Scripts, mk func(*fairlock.Owner, string) (fairlock.Mutex, error)) {
+func releaseLostInAFailover(t tb, scripts *lua.Scripts, mk func(*fairlock.Owner, string) (fairlock.MutexHandle, error)) {
 	t.Helper()
 	d := newSwapped(t)
 	defer d.stop()
@@ -402,7 +402,7 @@ func TestAHoldAFailoverLostEndsBeforeAnotherHandleOfItsOwnerTakesTheLock(t *test
 	}
 }
 
-func lostHoldEndsFirst(t *testing.T, mk func(*fairlock.Owner, string) (fairlock.Mutex, error), present bool) {
+func lostHoldEndsFirst(t *testing.T, mk func(*fairlock.Owner, string) (fairlock.MutexHandle, error), present bool) {
 	d := newSwapped(t)
 	defer d.stop()
 	ctx := context.Background()

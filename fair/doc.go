@@ -3,7 +3,8 @@
 // Waiters are served strictly in the order they joined the queue, across
 // processes and machines: for job runners whose jobs must run one at a time
 // in submission order, or services that must take turns. A Mutex has the
-// API of the reentrant lock's (both are a [fairlock.Mutex]), plus a queue.
+// API of the reentrant package's lock (both are a
+// [fairlock.MutexHandle]), plus a queue.
 //
 //	var owner, _ = fairlock.NewOwner(client) // one per client; Close at shutdown
 //	var deploys, _ = fair.New(owner, "deploys", fair.WithLabel("deployer")) // one handle, shared

@@ -20,7 +20,7 @@ import (
 // it waits its turn behind it, as another goroutine would.
 type Mutex struct{ c *core.Mutex }
 
-var _ fairlock.Mutex = (*Mutex)(nil)
+var _ fairlock.MutexHandle = (*Mutex)(nil)
 
 func (m *Mutex) core() *core.Mutex {
 	if m == nil {
@@ -31,7 +31,9 @@ func (m *Mutex) core() *core.Mutex {
 
 // Lock joins the lock's queue and waits until the lock is handed to this
 // call, and keeps it until Unlock. ctx bounds only the wait; if it ends
-// first, the call leaves the queue and the error wraps ctx's.
+// first, the call leaves the queue and the error wraps ctx's. Goroutines
+// that share the handle and may lose a hold use LockContext instead, and
+// pass its context to Unlock (see Unlock).
 func (m *Mutex) Lock(ctx context.Context) error { return m.core().Lock(ctx) }
 
 // LockContext is Lock, returning the context to do the work in: it carries
@@ -93,7 +95,8 @@ func (m *Mutex) Name() string { return m.core().Name() }
 // IsLocked reports whether any handle holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.core().IsLocked(ctx) }
 
-// HoldCount returns how many times this handle holds the lock: 0 if not.
+// HoldCount returns how many times this handle holds the lock (its
+// re-entries), 0 if not; ctx bounds only the call.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.core().HoldCount(ctx) }
 
 // TTL returns the remaining lease of whoever holds the lock; 0 if free.

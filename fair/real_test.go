@@ -263,7 +263,7 @@ func benchUncontended(b *testing.B, opts ...fair.MutexOption) {
 }
 
 // pairs times m's Lock and Unlock on context.Background, with allocations.
-func pairs(b *testing.B, m fairlock.Mutex) {
+func pairs(b *testing.B, m fairlock.MutexHandle) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -421,7 +421,7 @@ func TestUnlockKeepsItsDeadlineWhileRedisHangsAndReleasesLater(t *testing.T) {
 				t.Fatal(err)
 			}
 			name := lockName(t)
-			var m fairlock.Mutex
+			var m fairlock.MutexHandle
 			if lock == "fair" {
 				m, err = fair.New(owner, name, fairlock.WithLease(time.Minute))
 			} else {

@@ -929,7 +929,7 @@ func holdFor(t *testing.T, kind string, addr string, name string) (func(), *fair
 
 // mutexOn makes a handle of kind's lock ("fair" or "reentrant") named name
 // on owner, with lease.
-func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, lease time.Duration, opts ...fairlock.Option) fairlock.Mutex {
+func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, lease time.Duration, opts ...fairlock.Option) fairlock.MutexHandle {
 	t.Helper()
 	opts = append([]fairlock.Option{fairlock.WithLease(lease)}, opts...)
 	var fairOpts []fair.MutexOption
@@ -937,9 +937,9 @@ func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, leas
 	for _, o := range opts {
 		fairOpts, reentrantOpts = append(fairOpts, o), append(reentrantOpts, o)
 	}
-	mk := func() (fairlock.Mutex, error) { return fair.New(owner, name, fairOpts...) }
+	mk := func() (fairlock.MutexHandle, error) { return fair.New(owner, name, fairOpts...) }
 	if kind == "reentrant" {
-		mk = func() (fairlock.Mutex, error) { return reentrant.New(owner, name, reentrantOpts...) }
+		mk = func() (fairlock.MutexHandle, error) { return reentrant.New(owner, name, reentrantOpts...) }
 	}
 	m, err := mk()
 	if err != nil {

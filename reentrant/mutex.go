@@ -8,8 +8,9 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 )
 
-// Mutex is a handle on a reentrant lock (New): a waiter tries the lock
-// whenever it is freed, in no particular order.
+// Mutex is a handle on a lock that is reentrant and not fair (New): a
+// waiter tries the lock whenever it is freed, in no particular order. (The
+// fair package's lock is reentrant too; it serves waiters in order.)
 //
 // A handle is safe for concurrent use. It holds for whichever of its
 // goroutines took the lock, as a sync.Mutex does: Token, Lost and
@@ -20,7 +21,7 @@ import (
 // it waits for it, as another goroutine would.
 type Mutex struct{ c *core.Mutex }
 
-var _ fairlock.Mutex = (*Mutex)(nil)
+var _ fairlock.MutexHandle = (*Mutex)(nil)
 
 func (m *Mutex) core() *core.Mutex {
 	if m == nil {
@@ -31,7 +32,8 @@ func (m *Mutex) core() *core.Mutex {
 
 // Lock waits until the lock is this call's, woken when it is released, and
 // keeps it until Unlock. ctx bounds only the wait; if it ends first, the
-// error wraps ctx's.
+// error wraps ctx's. Goroutines that share the handle and may lose a hold
+// use LockContext instead, and pass its context to Unlock (see Unlock).
 func (m *Mutex) Lock(ctx context.Context) error { return m.core().Lock(ctx) }
 
 // LockContext is Lock, returning the context to do the work in: it carries
@@ -90,7 +92,8 @@ func (m *Mutex) Name() string { return m.core().Name() }
 // IsLocked reports whether any handle holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.core().IsLocked(ctx) }
 
-// HoldCount returns how many times this handle holds the lock: 0 if not.
+// HoldCount returns how many times this handle holds the lock (its
+// re-entries), 0 if not; ctx bounds only the call.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.core().HoldCount(ctx) }
 
 // TTL returns the remaining lease of whoever holds the lock; 0 if free.
