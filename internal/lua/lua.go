@@ -4,8 +4,9 @@
 // put in front of it.
 //
 // The scripts make one function library, which internal/transport loads
-// and calls (FCALL, or EVALSHA where the server has no Functions): the
-// helpers then run once per load, not at every call.
+// and calls (FCALL), with the helpers once: they then run once per load,
+// not at every call. Where the server has no Functions, each script runs
+// with EVALSHA, its text carrying only the helpers it calls (trim.go).
 //
 // Every script takes "now" from Redis's TIME and touches only keys passed in
 // KEYS, which share one lock's hash tag: every script is single-slot.
@@ -86,6 +87,7 @@ func Sources() map[string]string {
 // it to run deliberately broken variants. It panics on a missing file.
 func MustBuild(src map[string]string) *Scripts {
 	var helpers strings.Builder
+	var decls []decl
 	for _, name := range helperFiles {
 		text, ok := src[name]
 		if !ok {
@@ -93,6 +95,7 @@ func MustBuild(src map[string]string) *Scripts {
 		}
 		helpers.WriteString(text)
 		helpers.WriteString("\n")
+		decls = append(decls, declsOf(text+"\n")...)
 	}
 	lib := helpers.String()
 	names := make([]string, 0, len(src))
@@ -120,7 +123,7 @@ func MustBuild(src map[string]string) *Scripts {
 	for _, name := range names {
 		fn := prefix + "_" + strings.TrimSuffix(name, ".lua")
 		fmt.Fprintf(&code, "redis.register_function(%q, function(keys, args)\nKEYS, ARGV, missing, changed, announce, caller, caller_here, call_now = keys, args, false, false, nil, nil, nil, nil\n%s\nend)\n", fn, src[name])
-		scripts[name] = transport.NewScript(l, fn, lib+src[name])
+		scripts[name] = transport.NewScript(l, fn, evalText(decls, src[name]))
 	}
 	l.Code = code.String()
 	get := func(name string) *transport.Script {
