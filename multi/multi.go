@@ -104,8 +104,8 @@ func (c carrying) Value(k any) any {
 }
 
 // New returns a Lock over members, which must be distinct handles on
-// distinct locks. It errors, wrapping fairlock.ErrInvalidArgument, on no members, a
-// nil member, or two members of the same kind and name.
+// distinct locks. It errors, wrapping fairlock.ErrInvalidArgument, on no
+// members, a nil or zero member, or two members of the same kind and name.
 func New(members ...Locker) (*Lock, error) {
 	if len(members) == 0 {
 		return nil, fmt.Errorf("%w: a multi.Lock needs at least one member", fairlock.ErrInvalidArgument)
@@ -115,11 +115,11 @@ func New(members ...Locker) (*Lock, error) {
 		if m == nil || isNilHandle(m) {
 			return nil, fmt.Errorf("%w: member %d is nil", fairlock.ErrInvalidArgument, i)
 		}
-		if m.Name() == "" { // every handle a constructor made has a name
-			return nil, fmt.Errorf("%w: member %d is a zero %T: make it with its constructor", fairlock.ErrInvalidArgument, i, m)
-		}
 		if kindOf(m) == "" {
 			return nil, fmt.Errorf("%w: member %d is a %T; members are *fair.Mutex, *reentrant.Mutex or *fair.RWMutex", fairlock.ErrInvalidArgument, i, m)
+		}
+		if m.Name() == "" { // every handle a constructor made has a name
+			return nil, fmt.Errorf("%w: member %d is a zero %T: make it with its constructor", fairlock.ErrInvalidArgument, i, m)
 		}
 	}
 	slices.SortFunc(sorted, func(a, b Locker) int { return strings.Compare(orderKey(a), orderKey(b)) })

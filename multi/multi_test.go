@@ -46,6 +46,8 @@ func TestNewRefusesBadMembers(t *testing.T) {
 		"no members":          nil,
 		"a nil member":        {fairOn(t, c, name), nil},
 		"a nil *fair.Mutex":   {nilFair},
+		"a zero fair.Mutex":   {&fair.Mutex{}},
+		"a zero reentrant":    {fairOn(t, c, name), &reentrant.Mutex{}},
 		"the same lock twice": {fairOn(t, c, name), fairOn(t, c, name)},
 	} {
 		if _, err := multi.New(members...); !errors.Is(err, fairlock.ErrInvalidArgument) {
