@@ -28,7 +28,7 @@ import (
 // go stale: which Go functions a fair.Mutex's Lock and Unlock run, as a
 // coverage build counts them. TestArchitecturePathTables builds this
 // package's tests with coverage of the whole module, runs
-// TestPathWorkload in it four times (each a workload below, against a real
+// TestPathWorkload in it five times (each a workload below, against a real
 // Redis), and takes each path as the blocks whose count grew by at least
 // half pathReps between two workloads: run once by each of the pathReps
 // calls measured. The owner's background work (a presence PING every 50
@@ -58,9 +58,10 @@ const (
 // in the coverage build it makes (FAIRLOCK_PATH_WORKLOAD set):
 //
 //   - setup: two owners made as fairlock.NewOwner makes them (a presence,
-//     the real clock), pathReps fair handles on each, one on a lock of its
-//     own and one waiting for it, each of which has made one Lock and
-//     Unlock (a long-lived handle, its scripts loaded);
+//     the real clock), each holding a lock of its own throughout, and
+//     pathReps fair handles on each, one on a lock of its own and one
+//     waiting for it, each of which has made one Lock and Unlock (a
+//     long-lived handle, its scripts loaded);
 //   - lock: setup, then each first handle's Lock on context.Background,
 //     the lock free;
 //   - idle: lock, then a pause of idleFor, in which only the owner's
