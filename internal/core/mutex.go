@@ -173,15 +173,6 @@ func (m *Mutex) Name() string {
 	return m.h.Name
 }
 
-// What names the kind of lock, as errors do: "fair lock"; "" for a zero
-// handle.
-func (m *Mutex) What() string {
-	if !m.made() {
-		return ""
-	}
-	return m.h.What
-}
-
 // ID returns the hold id of the handle's first slot: the one a handle
 // made for a single hold (a permit hold, a semaphore's gate) acts as.
 func (m *Mutex) ID() string { return m.first.h.ID }

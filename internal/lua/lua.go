@@ -87,7 +87,6 @@ func Sources() map[string]string {
 // it to run deliberately broken variants. It panics on a missing file.
 func MustBuild(src map[string]string) *Scripts {
 	var helpers strings.Builder
-	var decls []decl
 	for _, name := range helperFiles {
 		text, ok := src[name]
 		if !ok {
@@ -95,8 +94,8 @@ func MustBuild(src map[string]string) *Scripts {
 		}
 		helpers.WriteString(text)
 		helpers.WriteString("\n")
-		decls = append(decls, declsOf(text+"\n")...)
 	}
+	decls := helperDecls(src)
 	lib := helpers.String()
 	names := make([]string, 0, len(src))
 	for name := range src {

@@ -22,6 +22,16 @@ type decl struct {
 	uses  map[string]bool
 }
 
+// helperDecls returns the top-level declarations of the helper files of
+// src (as Sources returns it), in the order they go in front of a script.
+func helperDecls(src map[string]string) []decl {
+	var out []decl
+	for _, name := range helperFiles {
+		out = append(out, declsOf(src[name]+"\n")...)
+	}
+	return out
+}
+
 // declsOf splits helper text into its top-level declarations.
 func declsOf(text string) []decl {
 	var out []decl

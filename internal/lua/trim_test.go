@@ -59,10 +59,7 @@ func onlyComments(s string) bool {
 // path ran.
 func TestEvalTextsCarryWhatTheyCall(t *testing.T) {
 	src := Sources()
-	var decls []decl
-	for _, name := range helperFiles {
-		decls = append(decls, declsOf(src[name]+"\n")...)
-	}
+	decls := helperDecls(src)
 	declaredBy := map[string]bool{}
 	for _, d := range decls {
 		for _, n := range d.names {
@@ -115,10 +112,7 @@ func TestEvalTextsCompile(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	src := Sources()
-	var decls []decl
-	for _, name := range helperFiles {
-		decls = append(decls, declsOf(src[name]+"\n")...)
-	}
+	decls := helperDecls(src)
 	for name, body := range src {
 		if isHelper(name) {
 			continue
@@ -149,10 +143,9 @@ func BenchmarkEvalTextDefinitions(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = c.Close() }()
 	src := Sources()
-	var decls []decl
+	decls := helperDecls(src)
 	var lib strings.Builder
 	for _, n := range helperFiles {
-		decls = append(decls, declsOf(src[n]+"\n")...)
 		lib.WriteString(src[n] + "\n")
 	}
 	returns := func(script string) string { return "do return 1 end\n" + src[script] }
