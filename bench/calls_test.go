@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkCallWords(b *testing.B) {
 	if err := c.FunctionLoadReplace(ctx, empty).Err(); err != nil {
 		b.Skip("no Redis Functions: ", err)
 	}
-	name, code := lua.Default().Library()
+	name, code := loadedLibrary(b, c)
 	defer func() { _ = c.FunctionLoadReplace(ctx, code).Err() }()
 	keys := []string{"k1{a}", "k1{a}:queue", "k1{a}:deadlines"}
 	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
@@ -151,4 +152,38 @@ func BenchmarkLuaOps(b *testing.B) {
 		slices.Sort(v)
 		b.ReportMetric(v[len(v)/2], metric)
 	}
+}
+
+// loadedLibrary returns the name and code of fairlock's function library,
+// once a fair Lock and Unlock on c have loaded it.
+func loadedLibrary(b *testing.B, c *redis.Client) (name, code string) {
+	ctx := context.Background()
+	owner, err := fairlock.NewOwner(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = owner.Close(ctx) }()
+	m, err := fair.New(owner, "fairlock-bench-calls")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "fairlock_*", WithCode: true}).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range libs {
+		for _, f := range l.Functions {
+			if f.Name == l.Name+"_fair_acquire" { // the library of the fair lock this binary ran
+				return l.Name, l.Code
+			}
+		}
+	}
+	b.Fatal("no fairlock library has a fair_acquire function")
+	return "", ""
 }

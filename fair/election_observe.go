@@ -48,15 +48,15 @@ const observeGrace = 50 * time.Millisecond
 // watches are an owner's watches, one per election with observers.
 type watches struct {
 	mu sync.Mutex
-	m  map[serviceKey]*watch
+	m  map[string]*watch
 }
 
 var watchesOf = core.Service[watches]{New: func() *watches {
-	return &watches{m: map[serviceKey]*watch{}}
+	return &watches{m: map[string]*watch{}}
 }}
 
 type watch struct {
-	key   serviceKey
+	key   string // the election's hold key
 	owner *core.Owner
 	e     *Election // the handle whose first Observe started it: its keys, scripts, lease
 	stop  context.CancelFunc
@@ -107,7 +107,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 // the first observer.
 func (e *Election) watchFor(out chan Leadership) *watch {
 	h := e.m.Agent()
-	key := serviceKey{hold: h.Keys[0], scripts: h.Config.Scripts, clock: h.Config.Clock}
+	key := h.Keys[0]
 	all := watchesOf.Of(h.Owner)
 	all.mu.Lock()
 	defer all.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/wire"
 )
@@ -21,30 +20,23 @@ import (
 // lock to the live head, and reports grants and head notices whose message
 // may have been lost (the waiter tells whether it was: a rescue).
 
-// heartbeats are an owner's heartbeats, one per lock with queued waiters.
+// heartbeats are an owner's heartbeats, one per lock with queued waiters
+// (keyed by its hold key: an owner runs all its handles on one clock and
+// one set of scripts).
 type heartbeats struct {
 	mu sync.Mutex
-	m  map[serviceKey]*heartbeat
+	m  map[string]*heartbeat
 }
 
 var heartbeatsOf = core.Service[heartbeats]{New: func() *heartbeats {
-	return &heartbeats{m: map[serviceKey]*heartbeat{}}
+	return &heartbeats{m: map[string]*heartbeat{}}
 }}
-
-// serviceKey names one lock's service among its owner's (a heartbeat, an
-// election's watch): the lock's hold key, and the scripts and clock its
-// handles run on (a test's owner may serve handles on several).
-type serviceKey struct {
-	hold    string // the hold's key: a fair lock and a semaphore's gate may share a name
-	scripts *lua.Scripts
-	clock   clock.Clock
-}
 
 // beatBatch bounds the waiters refreshed by one script call.
 const beatBatch = 1000
 
 type heartbeat struct {
-	key   serviceKey
+	key   string // the lock's hold key (a fair lock and a semaphore's gate may share a name)
 	owner *core.Owner
 	qu    *queue // any member's queue: same keys, channel and scripts
 
@@ -90,7 +82,7 @@ func (m *member) current() string {
 // shortest wait timeout among its waiters.
 func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *member) {
 	cfg := qu.h.Config
-	key := serviceKey{hold: qu.h.Keys[0], scripts: cfg.Scripts, clock: cfg.Clock}
+	key := qu.h.Keys[0]
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
 	beats := heartbeatsOf.Of(qu.h.Owner)
 	beats.mu.Lock()
@@ -108,7 +100,7 @@ func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *memb
 			hb.timer.Stop()
 		}
 		hb.every = every
-		hb.timer = key.clock.AfterFunc(every, hb.beat)
+		hb.timer = cfg.Clock.AfterFunc(every, hb.beat)
 	}
 	return hb, mem
 }
@@ -148,7 +140,7 @@ func (hb *heartbeat) beat() {
 	defer hb.mu.Unlock()
 	if len(hb.members) > 0 && hb.timer != nil {
 		hb.timer.Stop() // a join may have re-armed it meanwhile
-		hb.timer = hb.key.clock.AfterFunc(hb.every, hb.beat)
+		hb.timer = hb.qu.h.Config.Clock.AfterFunc(hb.every, hb.beat)
 	}
 }
 

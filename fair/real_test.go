@@ -13,7 +13,6 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
@@ -516,6 +515,12 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 		return true
 	})
 
+	st, err := fair.Inspect(ctx, holders, names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := wire.ClientOf(st.Queue[0].Owner) // the waiters' owner's client id
+
 	// Each master carries the waiters' client's inboxes of its own locks
 	// (wire.Inbox), on one pub/sub connection: three in all, for six locks. A waiter joins the queue
 	// before its subscription is confirmed, so this is awaited, not read once.
@@ -530,7 +535,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			}
 			want := map[string]bool{}
 			for _, name := range perMaster[m.Options().Addr] {
-				want[wire.Inbox(wire.Channel(wire.FairBase(name)), core.ClientID(core.OwnerOf(redistest.Owner(waiters))))] = true
+				want[wire.Inbox(wire.Channel(wire.FairBase(name)), client)] = true
 			}
 			got := map[string]bool{}
 			for _, c := range chans {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -129,23 +128,20 @@ func TestFirstCallAfterASlotMoveLoadsTheLibrary(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("round %d: TryLock before the move: %v, %v", round, ok, err)
 		}
-		// Only the master that has the lock's slot has the library.
+		// Only the master that has the lock's slot has the library (the
+		// TryLock loaded it there).
+		_, code, err := redistest.LoadedLibrary(ctx, mv.srcC)
+		must(t, err)
 		must(t, c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 			return n.FunctionFlush(ctx).Err()
 		}))
-		must(t, mv.srcC.FunctionLoadReplace(ctx, libraryCode()).Err())
+		must(t, mv.srcC.FunctionLoadReplace(ctx, code).Err())
 		mv.run(1)
 		if err := m.Unlock(ctx); err != nil {
 			t.Fatalf("round %d: Unlock on the new master, the first call there: %v", round, err)
 		}
 		mv = mv.onward()
 	}
-}
-
-// libraryCode is the code of the scripts' function library.
-func libraryCode() string {
-	_, code := lua.Default().Library()
-	return code
 }
 
 // slotMove moves one key's slot, keys and all, to another master: CLUSTER

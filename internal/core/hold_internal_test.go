@@ -22,7 +22,7 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 	defer client.Close()
 	cfg := config.NewConfig()
 	cfg.Clock = clock.NewFake(time.Unix(1_700_000_000, 0), nil)
-	o, err := NewOwner(client)
+	o, err := NewOwnerWith(client, Rig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,16 +80,12 @@ type Owner struct {
 	following atomic.Bool
 }
 
-// NewOwner checks client and makes an owner of handles on it.
-func NewOwner(client redis.UniversalClient) (*Owner, error) {
-	return NewOwnerWith(client, Rig{})
-}
-
 // Rig is what an owner's handles run on besides their client: the clock
 // that drives every timer (the handles', their waits' and the hubs'), the
-// scripts, and a probe that counts sleeping waiters. Tests make owners with
+// scripts, and a probe that counts sleeping waiters (and, a PresenceProbe,
+// hears of the presence). Tests make owners with
 // a fake clock, seeded scripts and their probe (internal/redistest);
-// NewOwner's is the real clock, the library's scripts, and no probe. A
+// fairlock.NewOwner's is the real clock, the library's scripts, and no probe. A
 // zero field is the default.
 type Rig struct {
 	Clock   clock.Clock
@@ -109,7 +105,8 @@ type Rig struct {
 // KeepsPresence reports whether o keeps a presence.
 func (o *Owner) KeepsPresence() bool { return o != nil && o.presence != nil }
 
-// NewOwnerWith is NewOwner with rig.
+// NewOwnerWith checks client and makes an owner of handles on it, run on
+// rig.
 func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	if err := CheckClient(client); err != nil {
 		return nil, err
@@ -137,7 +134,7 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	o.closing, o.close = context.WithCancelCause(context.Background())
 	o.draining, o.drain = context.WithCancelCause(context.Background())
 	if rig.Presence {
-		o.presence = newPresence(o)
+		o.presence = newPresence(o, rig.Probe)
 	}
 	transport.Attach(&o.mode, client) // deadlines kept without a goroutine per call
 	return o, nil
@@ -445,10 +442,6 @@ func (t *tracker) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-// ClientID is o's client id: its handles' hold ids begin with it, and its
-// inbox of a lock (wire.Inbox) carries it.
-func ClientID(o *Owner) string { return o.ids.Client() }
 
 // Closing is cancelled, with cause ErrClosed, when o's Close begins: what
 // serves o's handles outside an acquisition (an election's observers) ends

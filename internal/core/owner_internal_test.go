@@ -13,7 +13,7 @@ import (
 func BenchmarkOwnerEnter(b *testing.B) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	o, err := NewOwner(client)
+	o, err := NewOwnerWith(client, Rig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func BenchmarkOwnerEnter(b *testing.B) {
 func TestEnterAfterCloseIsRefused(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	o, _ := NewOwner(client)
+	o, _ := NewOwnerWith(client, Rig{})
 	bound, leave, err := o.enter(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)

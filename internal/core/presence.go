@@ -273,9 +273,7 @@ func (l *leg) run(ps *redis.PubSub) {
 			l.mu.Lock()
 			if sent, ok := l.pings[m.Payload]; ok {
 				delete(l.pings, m.Payload)
-				if sent.After(l.alive) {
-					l.alive = sent
-				}
+				l.answeredLocked(sent)
 			}
 			l.mu.Unlock()
 		}
@@ -320,11 +318,20 @@ func (l *leg) pingRefused(err error) bool {
 	}
 	if sent, ok := l.pings[oldest]; ok {
 		delete(l.pings, oldest)
-		if sent.After(l.alive) {
-			l.alive = sent
-		}
+		l.answeredLocked(sent)
 	}
 	return true
+}
+
+// answeredLocked moves alive on to sent, when a PING answered was sent;
+// l.mu held.
+func (l *leg) answeredLocked(sent time.Time) {
+	if sent.After(l.alive) {
+		l.alive = sent
+	}
+	if l.p.probe != nil {
+		l.p.probe.PresenceAnswered(l.o, sent)
+	}
 }
 
 // cameUp brings the presence up on a confirmed subscription. After a break,
@@ -333,8 +340,8 @@ func (l *leg) pingRefused(err error) bool {
 // lost (a restart) ends as lost. A confirmation while up means that
 // go-redis subscribed again on a new connection without a read of the old
 // one failing (a PING's write found it broken): a break all the same,
-// whose jeopardy is armed here. ups counts the confirmation last, once the
-// holds' renewals are scheduled.
+// whose jeopardy is armed here. The probe hears of the confirmation last,
+// once the holds' renewals are scheduled.
 func (l *leg) cameUp() {
 	l.mu.Lock()
 	now := l.o.clock.Now()
@@ -368,7 +375,9 @@ func (l *leg) cameUp() {
 		// (30 s). It moves too (a blip's cost: one new connection).
 		l.o.followHubs()
 	}
-	l.p.ups.Add(1)
+	if l.p.probe != nil {
+		l.p.probe.PresenceUp(l.o)
+	}
 }
 
 // ping sends a PING on the presence connection, if it is up; its answer

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
@@ -38,7 +38,7 @@ var errNoMaster = errors.New("no Cluster master serves the lock's slot (CLUSTER 
 type presence struct {
 	o       *Owner
 	channel string
-	ups     atomic.Int64         // how many times a leg came up (PresenceUps)
+	probe   PresenceProbe        // the rig's, if it is one
 	cluster *redis.ClusterClient // Cluster: a leg per master
 
 	mu       sync.Mutex
@@ -49,8 +49,20 @@ type presence struct {
 	looking  bool
 }
 
-func newPresence(o *Owner) *presence {
+// PresenceProbe is a Rig.Probe that hears of its owner's presence too
+// (internal/redistest's): a test that breaks connections learns from it
+// that the owner noticed.
+type PresenceProbe interface {
+	// PresenceUp: a leg of o's presence was confirmed (up, or back up),
+	// once its holds' renewals were scheduled.
+	PresenceUp(o *Owner)
+	// PresenceAnswered: a leg's PING sent at sent (o's clock) was answered.
+	PresenceAnswered(o *Owner, sent time.Time)
+}
+
+func newPresence(o *Owner, probe inbox.Probe) *presence {
 	p := &presence{o: o, channel: wire.PresenceChannel(o.ids.Client())}
+	p.probe, _ = probe.(PresenceProbe)
 	if cc, ok := o.client.(*redis.ClusterClient); ok {
 		p.cluster = cc
 	} else {
@@ -489,24 +501,6 @@ func overlaps(a, b [][2]int64) bool {
 	return false
 }
 
-// PresenceAlive returns o's alive (zero without WithPresence): the oldest
-// of its legs'. A test that breaks its connections waits for a PING to be
-// answered first.
-func PresenceAlive(o *Owner) time.Time {
-	if o.presence == nil {
-		return time.Time{}
-	}
-	var oldest time.Time
-	for _, l := range o.presence.all() {
-		l.mu.Lock()
-		if oldest.IsZero() || l.alive.Before(oldest) {
-			oldest = l.alive
-		}
-		l.mu.Unlock()
-	}
-	return oldest
-}
-
 // PresenceConfirmed reports whether o's presence is up and covers every
 // hold of o that a waiter may end (true without WithPresence): a test that
 // broke its connections waits for it before it lets the jeopardy come.
@@ -515,15 +509,4 @@ func PresenceConfirmed(o *Owner) bool {
 		return true
 	}
 	return len(o.presence.unconfirmed()) == 0 && o.presence.up()
-}
-
-// PresenceUps returns how many times o's presence legs were confirmed (0
-// without WithPresence, or before its first acquisition): a test that
-// breaks its connections waits for the count to grow, to know the owner
-// noticed.
-func PresenceUps(o *Owner) int64 {
-	if o.presence == nil {
-		return 0
-	}
-	return o.presence.ups.Load()
 }

@@ -22,7 +22,7 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 	t.Cleanup(func() { _, _ = a.Close(), c.Close() })
 	clients := map[string]bool{}
 	for _, client := range []redis.UniversalClient{a, a, c, wrapped{a}} {
-		o, err := core.NewOwner(client)
+		o, err := core.NewOwnerWith(client, core.Rig{})
 		if err != nil {
 			t.Fatal(err)
 		}

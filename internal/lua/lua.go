@@ -31,6 +31,8 @@ var files embed.FS
 // Scripts is one complete set of fairlock's scripts. Their KEYS and ARGV are
 // documented at the top of each file.
 type Scripts struct {
+	lib *transport.Library // the function library of them all
+
 	ReentrantAcquire     *transport.Script
 	ReentrantRelease     *transport.Script
 	ReentrantForceUnlock *transport.Script
@@ -66,10 +68,6 @@ func Default() *Scripts { return defaultScripts }
 // they are put in front of every script: each may use those before it
 // (hold.lua says what each holds).
 var helperFiles = []string{"hold.lua", "wire.lua", "fence.lua", "retry.lua", "queue.lua", "permits.lua"}
-
-// HelperFiles names the helper files, in the order MustBuild puts them in
-// front of every script.
-func HelperFiles() []string { return slices.Clone(helperFiles) }
 
 // Sources returns the text of every script file by name (the library's
 // included).
@@ -133,6 +131,7 @@ func MustBuild(src map[string]string) *Scripts {
 		return s
 	}
 	return &Scripts{
+		lib:                  l,
 		ReentrantAcquire:     get("reentrant_acquire.lua"),
 		ReentrantRelease:     get("reentrant_release.lua"),
 		ReentrantForceUnlock: get("reentrant_force_unlock.lua"),
@@ -158,13 +157,6 @@ func MustBuild(src map[string]string) *Scripts {
 		ElectionInspect:      get("election_inspect.lua"),
 		Session:              get("session.lua"),
 	}
-}
-
-// Library returns the function library's name and code (for tests and
-// operators who load it themselves).
-func (s *Scripts) Library() (name, code string) {
-	l := s.FairAcquire.Library()
-	return l.Name, l.Code
 }
 
 func bodies(src map[string]string, names []string) []string {

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -83,15 +84,6 @@ func PresentOwner(client redis.UniversalClient, clk clock.Clock, scripts *lua.Sc
 	return Public(o), nil
 }
 
-// PresenceUps returns how many times the presence of owner (made by
-// PresentOwner) was confirmed: a test that breaks its connections waits
-// for it to grow, to know the owner noticed and subscribed again.
-func PresenceUps(owner *fairlock.Owner) int64 { return core.PresenceUps(core.OwnerOf(owner)) }
-
-// PresenceAlive is core.PresenceAlive of owner: when its latest answered
-// PING was sent.
-func PresenceAlive(owner *fairlock.Owner) time.Time { return core.PresenceAlive(core.OwnerOf(owner)) }
-
 // PresenceConfirmed is core.PresenceConfirmed of owner: its presence is up
 // and covers every hold a waiter may end.
 func PresenceConfirmed(owner *fairlock.Owner) bool {
@@ -128,6 +120,7 @@ func CloseOwners() {
 		_ = o.Close(ctx)
 		cancel()
 	}
+	theProbe.presences.Clear() // what it heard of them
 }
 
 // Owners returns the OwnerOn of each client with clk; nil for a nil one.
@@ -139,4 +132,23 @@ func Owners(clients []redis.UniversalClient, clk clock.Clock) []*fairlock.Owner 
 		}
 	}
 	return out
+}
+
+// LoadedLibrary returns the name and code of the scripts' function library
+// as a server has it loaded (FUNCTION LIST): a test or benchmark that
+// deletes it and loads it again makes sure a call loaded it first.
+func LoadedLibrary(ctx context.Context, c *redis.Client) (name, code string, err error) {
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "fairlock_*", WithCode: true}).Result()
+	if err != nil {
+		return "", "", err
+	}
+	fn := lua.Default().FairAcquire.Function()
+	for _, l := range libs {
+		for _, f := range l.Functions {
+			if f.Name == fn {
+				return l.Name, l.Code, nil
+			}
+		}
+	}
+	return "", "", fmt.Errorf("redistest: the server has no library with %s", fn)
 }

@@ -2,7 +2,8 @@ package redistest
 
 // The test barrier: a probe (inbox.Probe) that counts sleeping waiters and
 // unread wake-ups, and SyncHubs, which tells a test that every message
-// published so far has reached its waiter. Only tests import this package,
+// published so far has reached its waiter. It hears of each owner's
+// presence too (core.PresenceProbe): PresenceUps and PresenceAlive. Only tests import this package,
 // so only tests carry the instrumentation.
 
 import (
@@ -10,7 +11,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/inbox"
 )
 
@@ -25,6 +29,16 @@ type probe struct {
 
 	mu   sync.Mutex
 	hubs []hubFlush // the hubs of the tests' owners, until they stop
+
+	presences sync.Map // *core.Owner → *presenceSeen
+}
+
+var _ core.PresenceProbe = (*probe)(nil)
+
+// presenceSeen is what the probe heard of one owner's presence.
+type presenceSeen struct {
+	ups   atomic.Int64 // legs confirmed
+	alive atomic.Int64 // the latest sending of an answered PING (Unix ns)
 }
 
 type hubFlush struct {
@@ -36,6 +50,43 @@ func (p *probe) Asleep(delta int)     { p.asleep.Add(int64(delta)) }
 func (p *probe) Unread(delta int)     { p.unread.Add(int64(delta)) }
 func (p *probe) Background(delta int) { p.background.Add(int64(delta)) }
 func (p *probe) Following(delta int)  { p.following.Add(int64(delta)) }
+
+func (p *probe) seen(o *core.Owner) *presenceSeen {
+	v, _ := p.presences.LoadOrStore(o, &presenceSeen{})
+	return v.(*presenceSeen)
+}
+
+func (p *probe) PresenceUp(o *core.Owner) { p.seen(o).ups.Add(1) }
+
+func (p *probe) PresenceAnswered(o *core.Owner, sent time.Time) {
+	s := p.seen(o)
+	for n := sent.UnixNano(); ; {
+		old := s.alive.Load()
+		if n <= old || s.alive.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// PresenceUps returns how many times the presence of owner (made by
+// PresentOwner) was confirmed, a leg up or back up: a test that breaks
+// its connections waits for it to grow, to know the owner noticed and
+// subscribed again.
+func PresenceUps(owner *fairlock.Owner) int64 {
+	return theProbe.seen(core.OwnerOf(owner)).ups.Load()
+}
+
+// PresenceAlive returns when owner's latest answered presence PING was
+// sent (owner's clock; zero before the first): a test that breaks its
+// connections waits for a PING to be answered first. The tests that read
+// it run on one server, whose presence has one leg.
+func PresenceAlive(owner *fairlock.Owner) time.Time {
+	n := theProbe.seen(core.OwnerOf(owner)).alive.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
 
 func (p *probe) Hub(flush func(ctx context.Context) error, done <-chan struct{}) {
 	p.mu.Lock()

@@ -359,8 +359,5 @@ func functionMissing(err error) bool {
 	return strings.HasPrefix(strings.ToLower(redisError(err)), "err function not found")
 }
 
-// Library is the function library the script belongs to.
-func (s *Script) Library() *Library { return s.lib }
-
 // Function is the script's function in the library, as FCALL names it.
 func (s *Script) Function() string { return s.fn }
