@@ -12,35 +12,17 @@ import (
 	"github.com/fairlock/fairlock/internal/wire"
 )
 
-// Observers. Every write that changes an election's leadership publishes
-// it on the election's leader channel (wire.LeaderChannel), once, whoever
-// observes. Each owner with observers of an election reads that channel on
-// its own hub: one subscription and one message per client, however many
-// Observe calls it serves, and one goroutine (a watch) that hands each
-// leadership to all of them. A watch also reads the leadership from Redis
-// (election_leader.lua) when a message may have been lost, or when a lease
-// may have run out with nobody to take over (which publishes nothing):
-//   - when its subscription is confirmed, and again after every reconnect;
-//   - observeGrace after the expiry of the leader's lease as the last news
-//     told it (placed on this client's clock). A renewal publishes nothing,
-//     so a read that finds the lease renewed reads again observeGrace after
-//     the new expiry. A takeover at a lease's end is published by the
-//     script of the candidate that takes over, within 1 ms and a round trip
-//     of the expiry, so its message comes before this read, and observers
-//     see no moment of no leader between; a takeover later than
-//     observeGrace shows no leader at the read, then the new leader by its
-//     message;
-//   - once per lease of the handle that observes (fairlock.WithLease) while nobody
-//     leads, and after a failed read, within a second;
-//   - when its pub/sub connection fails (inbox.Sub.WakeOnLoss).
-// So an observer learns of every change within a round trip of the script
-// that made it, a takeover at a lease's end included: about when the new
-// leader's Campaign returns, whose reply leaves Redis with the message
-// (either may arrive first). Of a leader that died with nobody behind it,
-// it learns observeGrace and a round trip after the lease ran out. A read
-// that fails (or a subscription that cannot be made) is told to every
-// observer once, as a Leadership with Err; the next read that succeeds
-// tells who leads, even if nothing changed.
+// Observers (docs/election.md, "Observers: who leads, by message", has
+// when and why each read comes). Every write that changes an election's
+// leadership publishes it on its leader channel (wire.LeaderChannel). Each
+// owner with observers of an election reads that channel on its own hub
+// (one subscription and one message per client) and runs one goroutine, a
+// watch, that hands each leadership to all its observers. A watch also
+// reads the leadership from Redis (election_leader.lua) where a message
+// may have been lost or nothing was published: when its subscription is
+// confirmed, observeGrace after the expiry of the leader's lease as it
+// last knew it, once per lease while nobody leads and within a second
+// after a failed read, and when its pub/sub connection fails.
 
 // observeGrace is how long after a lease's expiry a watch reads who leads.
 const observeGrace = 50 * time.Millisecond

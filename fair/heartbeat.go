@@ -14,11 +14,10 @@ import (
 )
 
 // The heartbeat: queued waiters keep their place by pushing their deadline
-// forward every wait timeout / 3. All waiters of one owner on one lock share
-// one heartbeat, one script call per beat however many they are. It is also
-// every waiter's fallback timer: the script evicts dead heads, hands a free
-// lock to the live head, and reports grants and head notices whose message
-// may have been lost (the waiter tells whether it was: a rescue).
+// forward every wait timeout / 3, one script call per beat for all of an
+// owner's waiters on a lock. It is every waiter's fallback too: the script
+// evicts dead heads, hands a free lock to the live head, and reports grants
+// and head notices whose message may have been lost (a rescue, if it was).
 
 // heartbeats are an owner's heartbeats, one per lock with queued waiters
 // (keyed by its hold key: an owner runs all its handles on one clock and

@@ -155,13 +155,11 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 	return reply{FairAcquireReply: r, clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}, sent: sent}, nil
 }
 
-// grant turns a reply into a Grant. A fresh acquisition counts its lease from
-// sent. A hand-off counts from its grant time, grantedAt, placed no later
-// than it is on this client's clock, and never before the last request
-// answered "queued" (the grant came after it). Until it is claimed, Redis
-// keeps the grant until min(grant time + lease, the entry's deadline), and
-// that deadline is at least queued + wait timeout: the server set it after
-// that request was sent. So the first lease runs until the earlier of both.
+// grant turns a reply into a Grant. A fresh acquisition's lease counts
+// from sent; a hand-off's from grantedAt (placed on this client's clock no
+// later than it is, and never before queued, the last "queued" answer), up
+// to queued + wait timeout: Redis keeps an unclaimed grant until the
+// earlier of grant time + lease and the entry's deadline, set after queued.
 func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
 	if !r.Held {
 		return nil
@@ -180,17 +178,13 @@ func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Tim
 }
 
 // usable vets a hand-off (h's grant g) before Lock returns it. With
-// fairlock.WithReplicas it is claimed at once, with WAIT: the hold must be on enough
-// replicas before Lock returns (an error wraps fairlock.ErrNotReplicated, and the
-// hold was passed on). Otherwise normally the grant arrives at once and most
-// of its first lease is left. If it came so late (this client was cut off
-// from Redis while its entry was still live, say) that less than the drift
-// margin of a full first lease (min(lease, wait timeout)) is left as this
-// client counts it, Lock would return a hold about to be lost: it is claimed
-// now instead, and returned as a full hold. If the hold is gone by the
-// claim, nil, nil: the caller keeps waiting, and its next attempt finds out
-// where it stands (a grant still in force is reported again; one that ran
-// out is handed on).
+// fairlock.WithReplicas it is claimed at once, with WAIT (not on enough
+// replicas: an error wraps fairlock.ErrNotReplicated, and the hold was
+// passed on). Otherwise a grant that came so late (this client was cut
+// off while its entry lived, say) that less than the drift margin of a
+// full first lease is left is claimed now, and returned as a full hold. A
+// hold gone by the claim gives nil, nil: the caller keeps waiting, and its
+// next attempt finds out where it stands.
 func usable(ctx context.Context, h core.Agent, g *core.Grant, a core.Attempt) (*core.Grant, error) {
 	if g == nil || !g.Handoff {
 		return g, nil

@@ -700,14 +700,12 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 	return r.served(), nil
 }
 
-// waitPermits is the gate's holder waiting for permits (waiting.Loop): it
-// tries, then waits for a release to serve it (a note on the gate's
-// channel, addressed to its gate hold id), and tries again when the first
-// permit hold expires (a lease that runs out sends no message), every wait
+// waitPermits is the gate's holder waiting for permits (waiting.Loop). It
+// tries, then tries again on a release's note to its gate hold id, when
+// the first permit hold expires (which sends no message), every wait
 // timeout / 3, when its subscription is confirmed, and when the gate is
-// lost. again reports that the gate was lost (this client fell silent for
-// longer than the wait timeout): the call queues afresh, at the tail, like
-// an evicted waiter.
+// lost. again reports the gate lost (this client fell silent past the wait
+// timeout): the call queues afresh at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
 	sub, err := core.Inbox(k.h.Owner).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.ID()), gate.ID())
 	if err != nil {

@@ -99,14 +99,11 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 }
 
 // queueWait is one queued Lock or TryLock call waiting for its turn
-// (waiting.Waiter). It sleeps until a wake: its hand-off message, a head
-// notice, the heartbeat's news (the heartbeat keeps its place and is its
-// fallback), its fallback timer, the end of its wait, or its ctx ending.
-//
-// Its fallback timer (waiting.Loop.FallBackAt) is armed, by one rule, while
-// the entry is the head of a held lock: it fires 1 ms after that hold
-// would expire (a lease that runs out sends no message). The expiry is
-// placed on this client's clock no earlier than it is.
+// (waiting.Waiter). It sleeps until its hand-off, a head notice, the
+// heartbeat's news, its fallback timer, the end of its wait, or ctx's end.
+// The fallback (waiting.Loop.FallBackAt) is armed while the entry heads a
+// held lock: 1 ms after that hold would expire on this client's clock (a
+// lease that runs out sends no message).
 type queueWait struct {
 	qu    *queue
 	h     core.Agent   // qu's
@@ -360,13 +357,12 @@ func (q *queueWait) headUntil(expiry int64) {
 	q.w.FallBackAt(q.rc.notEarlier(expiry).Add(time.Millisecond))
 }
 
-// rejoin gives the call a new entry, for the next attempt to join at the
-// tail: its old entry was evicted after it fell silent for longer than its
-// wait timeout. A semaphore's waiter also leaves the queue when its permits
-// are served, and the note saying so can be lost (a reconnect): its
-// permitSource is asked first, and a grant it reports ends the wait: a
-// rescue, if the news of the eviction did not come from a try that a
-// message or the subscription's confirmation prompted (fellBack).
+// rejoin gives the call a new entry at the tail: its old one was evicted
+// after it fell silent past its wait timeout. A semaphore's waiter asks
+// its permitSource first (the note that its permits were served can be
+// lost with a connection); a grant it reports ends the wait, a rescue
+// unless a message or the subscription's confirmation prompted the try
+// (fellBack).
 func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) {
 	if q.ps != nil {
 		g, err := q.ps.served(ctx)

@@ -16,29 +16,20 @@ import (
 const Grace = 50 * time.Millisecond
 
 // Bounded runs call, a request the caller must see made even if its ctx
-// ends (a release, leaving the queue, undoing a grant), and waits for it
-// while ctx lasts, and for Grace more once ctx has ended (past its
-// deadline, if it had one: the clean-ups of one call share that grace): a
-// call keeps its caller's deadline. call runs on a context that keeps ctx's values but not
-// its cancellation, bounded by the cleanup timeout, so that it finishes, or
-// fails, as one piece, also after Bounded returned; then its error is
-// logged as what failing. If call is not done in time, Bounded returns an
-// error wrapping ErrPending and ctx's error.
+// ends (a release, leaving the queue, undoing a grant). It waits for it
+// while ctx lasts, and for Grace more once ctx has ended (the clean-ups of
+// one call share that grace). call runs on ctx's values without its
+// cancellation, bounded by the cleanup timeout, so that it finishes or
+// fails as one piece, also after Bounded returned (its error is then
+// logged). If call is not done in time, Bounded returns an error wrapping
+// ErrPending and ctx's error.
 //
-// call runs in the caller's goroutine when ctx can never end
-// (context.Background), and when ctx has not ended and go-redis ends the
-// call by itself before ctx's deadline, if any (transport.EndsInTime: no
-// deadline, or one farther than go-redis's own bound): then it runs on
-// ctx's values without its cancellation, a cancellation while it runs is
-// seen when it returns, as for every script call, and the call is made
-// whole. With a sooner deadline it runs in the caller's goroutine too,
-// ended at the deadline and Grace by a view of the client, or by go-redis
-// (transport.Finishing); a call Redis has not answered by then is made
-// again on a goroutine of its own, and Bounded returns ErrPending. Only a
-// client with neither, or a ctx that has ended, starts the goroutine
-// first. A goroutine, and the two hand-offs between threads it takes,
-// cost more than the call itself on a machine with idle cores
-// (docs/performance.md).
+// call runs in the caller's goroutine unless ctx has ended, or has a
+// deadline that neither go-redis nor a view of the client ends the call
+// by (transport.EndsInTime, transport.Finishing); a call still unanswered
+// then is made again on a goroutine of its own. A goroutine and its two
+// hand-offs between threads cost more than the call on a machine with
+// idle cores (docs/performance.md).
 func (h Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
 	if ctx.Done() == nil {
 		h.afterAbandoned(ctx)

@@ -311,13 +311,10 @@ func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, t
 
 // finish finishes the hold once (End.Finish), and stops its loss timer.
 // Every hold that ends is remembered as its slot's stale hold (Agent.stale)
-// before Lost closes and the context ends: a caller that acquires again
-// (one that reacts to Lost takes that slot, the latest freed) sends the
-// stale token with its request, so the script ends that hold if Redis
-// still has it, rather than take the call for a re-entry of it. A lost
-// hold may still be there for a moment; a released one, when a failover
-// lost its release (the release reached the old master, or the promoted
-// replica had not got it). With reuse false (a release whose outcome is
+// before Lost closes and the context ends: the slot's next acquisition
+// sends that token, so the script ends the hold if Redis still has it (a
+// lost one, or one whose release a failover lost) rather than take the
+// call for a re-entry. With reuse false (a release whose outcome is
 // unknown), the slot is dropped: its hold id may still hold the lock. It
 // reports whether this call ended the hold.
 func (h *hold) finish(cause error, why string, reuse bool) bool {
@@ -368,13 +365,10 @@ func (h *hold) closeEnd() bool {
 // re-entry, within the cleanup timeout: the lock goes to the next in line
 // at once. A hold Redis no longer has is left as it is.
 //
-// A release that got no answer (its connection broke) is sent again at
-// once, up to releaseRetries times: the reset that breaks an owner's
-// presence connection, and so ends its holds, often breaks
-// the pooled connections their releases take too, and a client made with
-// MaxRetries -1 retries nothing. Each try is safe to repeat: it releases
-// only the hold with h's token, so a try that ran after all releases
-// nothing more than what was left.
+// A release that got no answer is sent again at once, up to
+// releaseRetries times (the reset that broke the presence connection often
+// breaks the pool's too, and MaxRetries -1 retries nothing); each try
+// releases only h's token, so repeating it is safe.
 func (h *hold) releaseAll() error {
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), h.cfg.CleanupTimeout)
 	defer cancel()

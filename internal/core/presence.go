@@ -16,41 +16,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Presence (docs/presence.md). An owner that keeps one subscribes, before
-// its first acquisition, to a channel of its own (wire.PresenceChannel),
-// on a connection of its own (on Cluster, one per master: the leg below is
-// one such subscription, presence_legs.go the set), and keeps it for its
-// life; its client id tells the scripts that it does (wire.NewIDs). Redis
-// drops the subscription when the process dies, and a fair lock's waiter
-// then ends the hold after PresenceGrace (queue.lua's holder_present).
-//
-// A blip costs nothing, and the holder is never the last to know. A break
-// after which Redis cannot be reached at once (go-redis dials again inside
-// the read that failed, and the next read fails too: a restart, a
-// partition) ends every hold a waiter may end, as lost, at once: a server
-// that restarted empty would grant them as soon as it is back. A break of
-// a server that is still there is a blip. While the
-// owner holds anything it PINGs that connection every SessionPing; alive
-// is when the latest PING that was answered was sent, so Redis had the
-// subscription at least until then, and no waiter can have counted its
-// absence from before alive. When the connection breaks while the process
-// lives, the owner subscribes again at once, and every hold it had is
-// renewed (or claimed) on its return: one that Redis still has then was
-// never taken over, since from its return every waiter sees the presence
-// again. A hold that is not so confirmed by alive + PresenceGrace -
-// sessionMargin (its jeopardy) ends then as lost (ErrLockLost), before any
-// waiter can take it, and is released in the background (again when the
-// presence comes back, if that release failed: releaseLost). A hold whose
-// acquisition was sent before the current subscription was confirmed is
-// confirmed the same way before it is handed to its caller (covers).
-// Acquisitions wait for the subscription (await).
-//
-// Failovers (docs/presence.md, "Failovers"): a promoted replica has the
-// holds and none of the subscriptions. A script counts an absence only
-// where the subscription of the owner that called it is (queue.lua's
-// absence_counts), and an owner whose subscription is not where its
-// commands go subscribes again there (check, follow), which is a break
-// that the new subscription's confirmation ends.
+// Presence: the rule, its bounds and its figures are in docs/presence.md,
+// and how it sits in the owner in docs/architecture.md ("Where the owner
+// sits"). Here: a leg is one subscription to the owner's presence channel
+// (presence_legs.go keeps the set, one per Cluster master). While the owner
+// holds anything the leg PINGs every SessionPing; alive is when the latest
+// answered PING was sent. After a break the leg subscribes again and
+// renews every hold it serves (confirmAfterBreak); a hold not confirmed by
+// alive + PresenceGrace - sessionMargin (its jeopardy) ends as lost before
+// any waiter can take it. A leg whose subscription is not where its
+// commands go subscribes again there (check, follow): a failover.
 
 // PresenceGrace is how long a holder's presence must have been gone before
 // a waiter ends its hold; PresencePoll how often the head of a lock whose
@@ -611,17 +586,14 @@ func (h Agent) Waited() {
 }
 
 // check asks the server that runs the owner's commands whether the owner's
-// subscription is there (session.lua): while the owner holds anything
-// (held) or its waiters try (waited). It ends a round that held or waited
-// began (checking). After a failover (Sentinel's, or an
-// address that moved to a promoted replica) the owner's commands reach the
-// new master as soon as its client learns of it, while its subscription
-// stays on the old one until that server closes it, which Sentinel does
-// only when it reconfigures the old master as a replica (10.6 s after
-// SENTINEL FAILOVER, measured): the new master's waiters would count the
-// owner gone meanwhile. Answered 0 (the subscription is elsewhere), or
-// refused with READONLY (the commands reach a replica), the owner follows:
-// it subscribes again (follow). Any other failure is the PING's to find.
+// subscription is there (session.lua), while the owner holds anything
+// (held) or its waiters try (waited); it ends the round they began
+// (checking). After a failover the commands reach the new master at once,
+// while the subscription stays on the old one until that server closes it
+// (10.6 s after SENTINEL FAILOVER, measured), so the new master's waiters
+// would count the owner gone. Answered 0, or refused with READONLY, the
+// owner follows: it subscribes again (follow). Any other failure is the
+// PING's to find.
 func (l *leg) check() {
 	l.mu.Lock()
 	up, since := l.up.Load(), l.since
@@ -761,20 +733,15 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 
 // watchHandOff looks at the queue once more, PresencePoll after a release
 // that handed the lock to (or woke) a waiter whose owner keeps a presence
-// (Watch). A waiter killed as the release ran looked alive to it (Redis had
-// not read its socket's close yet); if the head behind it died too, no
-// script would run until a live waiter's heartbeat. This look finds them
-// gone, records it, and tells the first live waiter behind to look at the
-// grace's end (fair_heartbeat.lua with no entries, sem_watch.lua), or, on
-// the reentrant lock, wakes it, and, once a woken waiter holds, tells the
-// waiter behind to poll it (reentrant_watch.lua). It runs in the
-// background, which the owner's Close waits for: a program that unlocks,
-// closes its owner and exits is the commonest releaser (a newcomer's
-// worker lost the watch so in 10 of 24 runs when Close cancelled it), and
-// a look made at Close itself came too soon (the fault test: the live
-// waiter waited for its heartbeat in most runs, 866 ms median). So Close
-// waits for it, at most a poll by the wall clock: the owner's clock may be
-// a test's that nobody advances any more.
+// (Watch; docs/presence.md, "A release watches its hand-off"). A waiter
+// killed as the release ran looked alive to it; this look finds it gone
+// and tells the first live waiter behind to look at the grace's end
+// (fair_heartbeat.lua with no entries, sem_watch.lua), or, on the
+// reentrant lock, wakes it (reentrant_watch.lua). Close waits for it, at
+// most a poll by the wall clock (the owner's clock may be a test's that
+// nobody advances any more): a program that unlocks, closes its owner and
+// exits is the commonest releaser (cancelled by Close, a newcomer's worker
+// lost the watch in 10 of 24 runs).
 func (h Agent) watchHandOff() {
 	if h.Watch == nil {
 		return

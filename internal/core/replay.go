@@ -1,23 +1,13 @@
 package core
 
-// Replaying exits after a failover. A release or a queue leave that reached
-// the old master after the replica was promoted, or that the replica had
-// not received, is undone: the new master still has the hold, or the entry,
-// under a hold id whose owner lives. Nobody passes it over (the owner is
-// present), so the lock would stay with it until its lease ran out, or the
-// entry would be handed the lock and keep it until its wait timeout: a pool
-// of 8 goroutines paused 9-10 s after each SENTINEL FAILOVER. The hold id's
-// next acquisition ends what is stale of it (fair_acquire.lua's step 1), but
-// a hold id that does not acquire again soon leaves it there.
-//
-// So each slot remembers what it left in Redis lately: the tokens of its
-// holds that ended and the queue entries of its turns that ended (past),
-// never those of a turn under way. When its owner's presence follows the
-// master (a check found its subscription elsewhere; Redis answering that a
-// hold it counted on is gone, or a waiter finding its entry gone, asks for
-// that check at once), it sends them again: each release by its exact
-// token and each leave of its exact entry, which change nothing where they
-// already took effect. An owner without a presence replays nothing.
+// Replaying exits after a failover (docs/deployments.md has why and the
+// figures). A release or a queue leave that the promoted replica had not
+// received is undone, and nobody passes the hold over while its owner is
+// present. So each slot remembers its recent exits (past: the tokens of its
+// ended holds, the entries of its ended turns, never a turn under way), and
+// when its owner's presence follows the master it sends them again, by
+// exact token and entry, which change nothing where they took effect. An
+// owner without a presence replays nothing.
 
 import (
 	"context"

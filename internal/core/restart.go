@@ -12,30 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Redis restarted without persistence (or a failover to a replica that
-// had not received a write) loses every key: a waiter may take a holder's
-// lock at once, while the holder, making no call until its next renewal (a
-// third of the lease), goes on believing it holds it. Either closes every
-// connection the server had. So while an owner holds anything it keeps a
-// connection of its own to each server (a link: one, or one per Cluster
-// master) and PINGs it every RestartCheck. A PING answered on a connection
-// made since the last answer, the link's first included, means that
-// whatever was held before it may be gone: each hold its watchdog keeps
-// whose acquisition was sent before that answer is renewed at once, which
-// finds the keys gone, if they are, and ends the hold as lost (ErrLockLost)
-// with the restart as the log's reason. A hold taken after a link answered
-// is covered by that link: a restart since breaks it. Fixed leases and
-// hand-offs not yet claimed are not renewed early: they end by their own
-// timers. The links linger for linkLinger after the last hold ends, so
-// that the next hold needs no new connection nor a renewal of its own.
-//
-// An owner that keeps a presence has no link: its presence connection is
-// one, PINGed every SessionPing while it holds anything, and its return
-// after a break renews every hold (presence.go).
-//
-// PING is all the check sends (no INFO, which ACL users without
-// @dangerous may not run); a user that may not PING either is told once,
-// at Warn, and its holds learn of a restart at their next renewal.
+// The restart check (docs/architecture.md, "Where the owner sits"). A
+// restart or failover that lost the keys closes every connection, while a
+// holder would make no call until its next renewal. So while an owner
+// holds anything it PINGs each server every RestartCheck on a connection
+// of its own (a link; one per Cluster master). A PING answered on a
+// connection made since the last answer renews at once each watched hold
+// sent before it, which finds its keys gone if they are (not fixed leases
+// nor unclaimed hand-offs: their own timers end them). Links linger for
+// linkLinger after the last hold. An owner with a presence uses its
+// presence connection instead (presence.go). PING is all it sends (no
+// INFO, which users without @dangerous may not run); a user that may not
+// PING is told once, at Warn.
 
 // DefaultRestartCheck is how often an owner that holds anything PINGs its
 // servers.

@@ -7,10 +7,9 @@ import (
 	"time"
 )
 
-// The scripts' arguments, in ARGV order, and their replies. Each script's
-// file (internal/lua) documents the same at its top. Arguments that a handle
-// sends on every call are passed already boxed (any), so that a call
-// allocates for what changes only.
+// The scripts' arguments, in ARGV order, and their replies, as each
+// script's file documents them. What a handle sends on every call comes
+// boxed (any): a call allocates only for what changes.
 
 // FairAcquire is fair_acquire.lua's ARGV: one attempt of a fair waiter.
 type FairAcquire struct {
@@ -41,13 +40,11 @@ type PermitRequest struct {
 // request of an acquisition that is not a re-entry.
 const AnyStale int64 = -1
 
-// Args is a's ARGV: the words the uncontended path reads first, each its
-// own (owner, request, lease, origin), then the rest in one word,
-// "<entry> <wait> <mode> <stale> <publish> <channel>" (the channel last:
-// a lock's name may hold spaces), which only the general path reads (each
-// word of a call costs Redis about as much as one of these fields takes
-// to read from it); a gate's permit request or a candidate's value after
-// them.
+// Args is a's ARGV: the uncontended path's words (owner, request, lease,
+// origin), then in one word what only the general path reads, "<entry>
+// <wait> <mode> <stale> <publish> <channel>" (a word costs Redis about as
+// much as a field takes to parse; the channel last: a name may hold
+// spaces), then a gate's permit request or a candidate's value.
 func (a FairAcquire) Args() []any {
 	var w words
 	rest := w.value(a.Entry).value(a.Wait).text(a.Mode).number(a.Stale).value(a.Publish).value(a.Channel).b.String()
@@ -60,9 +57,8 @@ func (a FairAcquire) Args() []any {
 	return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, a.Permit.Owner, a.Permit.N, a.Permit.Lease}
 }
 
-// words is the text of the given words, separated by spaces, in one
-// string: the one allocation they cost (each is a string or a number,
-// already boxed where it is an any).
+// words is the words (strings or numbers, boxed or not) joined by spaces,
+// in one allocation.
 type words struct {
 	b       strings.Builder
 	num     [20]byte
@@ -104,18 +100,16 @@ func (w *words) sep() {
 
 // FairAcquireReply is fair_acquire.lua's reply.
 type FairAcquireReply struct {
-	Held    bool
-	Token   int64
-	Handoff bool  // held by a hand-off to this entry, not yet claimed
-	Granted int64 // Handoff: the grant's Redis time, ms
-	Evicted bool  // the entry lost its place
-	HoldMs  int64 // waiting: ms until the current hold expires (until the entry should look again)
-	Head    bool  // waiting: the entry is the live head (or the first whose client is there behind one whose client is gone)
-	Now     int64 // waiting: Redis's clock, ms
-	Queue   int   // waiting in the queue: its length, the caller included (0 for a try)
-	// Settling: a try found the lock held by nobody's while a server that
-	// lost its data settles (hold.lua's settling), for HoldMs.
-	Settling bool
+	Held     bool
+	Token    int64
+	Handoff  bool  // held by a hand-off to this entry, not yet claimed
+	Granted  int64 // Handoff: the grant's Redis time, ms
+	Evicted  bool  // the entry lost its place
+	HoldMs   int64 // waiting: ms until the current hold expires (until the entry should look again)
+	Head     bool  // waiting: the entry is the live head (or the first whose client is there behind one whose client is gone)
+	Now      int64 // waiting: Redis's clock, ms
+	Queue    int   // waiting in the queue: its length, the caller included (0 for a try)
+	Settling bool  // a try met a server that lost its data settling (hold.lua's settling), for HoldMs
 }
 
 // DecodeFairAcquire reads token (a fresh acquisition of a free lock, as
@@ -150,15 +144,13 @@ type ReentrantAcquire struct {
 	Owner, Request any
 	Lease          any // ms
 	Stale          int64
-	// Waiter, for a caller that waits: its waiter id, fresh for each call.
-	// A try that finds the lock held puts it among the lock's waiters (or
-	// pushes its deadline forward), with a deadline Wait (ms) away; one that
-	// takes the lock takes it out. Empty: a try that never waits.
+	// Waiter, for a caller that waits: its waiter id, fresh per call, put
+	// among the lock's waiters by a try that finds it held (deadline Wait
+	// ms away), taken out by one that takes it. Empty: a try never waits.
 	Waiter string
 	Wait   any // ms
-	// AskFreed (a waiter's timer asks, to tell a rescue): the reply says
-	// whether the lock was free because the last wake-up went to this
-	// waiter.
+	// AskFreed (a waiter's timer, to tell a rescue): the reply says whether
+	// the lock was free because the last wake-up went to this waiter.
 	AskFreed bool
 }
 
@@ -180,15 +172,12 @@ func (a ReentrantAcquire) Args() []any {
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}
 // when held, {0, ms until the current hold expires} otherwise.
 type ReentrantAcquireReply struct {
-	Held   bool
-	Token  int64
-	HoldMs int64
-	// Settling: a try found the lock held by nobody's while a server that
-	// lost its data settles (hold.lua's settling), for HoldMs.
-	Settling bool
-	// Freed: a fresh hold of a lock that was free because its last wake-up
-	// went to this waiter (whose message should have reached it); asked for
-	// with AskFreed, false otherwise.
+	Held     bool
+	Token    int64
+	HoldMs   int64
+	Settling bool // a try met a server that lost its data settling (hold.lua's settling), for HoldMs
+	// Freed (asked with AskFreed): a fresh hold of a lock free because its
+	// last wake-up went to this waiter, whose message should have come.
 	Freed bool
 }
 
@@ -222,9 +211,8 @@ type Release struct {
 	Undo string
 }
 
-// Args is r's ARGV. The token goes as TokenText writes it, which the
-// uncontended release compares with the hold's text as it comes
-// (hold.lua's release_own).
+// Args is r's ARGV, the token as TokenText writes it: the uncontended
+// release compares it with the hold's text as is (hold.lua's release_own).
 func (r Release) Args() []any {
 	token := TokenText(r.Token)
 	if r.Undo == "" {
@@ -333,8 +321,7 @@ func Heartbeat(publish, channel any, entries []string, waits []int64) []any {
 
 // Watch is the ARGV of a release's second look (fair_heartbeat.lua with no
 // entries, sem_watch.lua, reentrant_watch.lua): the publish command and
-// channel, and the releasing client's id, where the scripts look for its
-// own session (queue.lua's absence_counts).
+// channel, and the releasing client's id (queue.lua's absence_counts).
 func Watch(publish, channel any, client string) []any { return []any{publish, channel, client} }
 
 // Heartbeat statuses of an entry.
@@ -342,10 +329,9 @@ const (
 	BeatQueued  = 0  // still queued; its deadline was pushed
 	BeatEvicted = -1 // evicted or gone
 	BeatHead    = -2 // still queued, as the live head of a held lock
-	// BeatBehindGone: still queued, as the first entry whose client is
-	// there behind a head whose client's presence is gone (queue.lua's
-	// present_head): no message could have said so, as no script had
-	// looked; the entry is to look again at the expiry.
+	// BeatBehindGone: still queued, the first entry whose client is there
+	// behind a head whose presence is gone (queue.lua's present_head), news
+	// no message carried: the entry is to look again at the expiry.
 	BeatBehindGone = -3
 	// a positive status is the token of a hold handed to the entry
 )

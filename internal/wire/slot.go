@@ -8,10 +8,9 @@ import (
 // Slots is the number of Redis Cluster hash slots.
 const Slots = 16384
 
-// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
-// hash tag (the part between the first "{" and the next "}", when not
-// empty) or of the whole key, modulo Slots, as the cluster specification
-// defines it.
+// Slot returns the Redis Cluster hash slot of key, as the cluster
+// specification defines it: CRC16 (XMODEM) of its non-empty hash tag, or
+// of the whole key, modulo Slots.
 func Slot(key string) int64 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {

@@ -42,18 +42,16 @@ func QueueKeys(base string) []string {
 // notes for its waiters go to the inboxes under it (Inbox).
 func Channel(base string) string { return base + ":wake" }
 
-// Inbox is where the notes for id (a hold id, or an entry id that extends
-// one) arrive: the channel of its client, "<channel>:<client>". Each go-redis
-// client subscribes to its own inbox of a lock, so a hand-off reaches the
-// one client whose waiter it names, however many clients wait. The inbox
-// shares the channel's hash tag: on Cluster it lives in the lock's slot.
+// Inbox is where the notes for id (a hold or entry id) arrive: its
+// client's channel, "<channel>:<client>", so a hand-off reaches only the
+// client whose waiter it names. It shares the channel's hash tag (on
+// Cluster it lives in the lock's slot).
 func Inbox(channel, id string) string { return channel + ":" + ClientOf(id) }
 
 // LeaderChannel is where an election's scripts publish every change of
-// its leadership (ParseLeadership), one message for all observers: each
-// observing client subscribes to it once. channel is the election's
-// Channel. It shares the hash tag, and differs from every inbox (a client id
-// is 22 characters).
+// its leadership (ParseLeadership), one message for all observing clients.
+// channel is the election's Channel; no inbox has its name (a client id is
+// 22 characters).
 func LeaderChannel(channel string) string { return channel + ":leader" }
 
 // ReentrantKey is a reentrant lock's one key.
@@ -61,9 +59,8 @@ func ReentrantKey(name string) string { return "fairlock:r:{" + name + "}" }
 
 // Ids.
 
-// IDs makes the ids of one owner (a fairlock.Owner): its client id, and
-// fresh owner, entry and request ids under it. Each owner has its own, so
-// no counter is shared by the process.
+// IDs makes one owner's ids: its client id, and fresh hold, entry and
+// request ids under it (no counter is shared by the process).
 type IDs struct {
 	client string
 	n      atomic.Uint64
@@ -160,10 +157,9 @@ func ParseOrigin(s string) Origin {
 	return Origin{Host: parts[0], PID: pid, Label: parts[2]}
 }
 
-// ParseElementInfo reads what follows the entry id in a queue element,
-// "<lease>|<wait>|<request>|<origin>", as fair_inspect.lua returns it: the
-// origin, and the permit request of the entry (zero but on a semaphore's
-// gate).
+// ParseElementInfo reads "<lease>|<wait>|<request>|<origin>", what follows
+// a queue element's entry id (fair_inspect.lua): its origin, and its permit
+// request (zero but on a semaphore's gate).
 func ParseElementInfo(info string) (origin Origin, req PermitRequest, ok bool) {
 	parts := strings.SplitN(info, "|", 4)
 	if len(parts) != 4 {
@@ -175,10 +171,9 @@ func ParseElementInfo(info string) (origin Origin, req PermitRequest, ok bool) {
 	return ParseOrigin(parts[3]), ParseRequest(parts[2]), true
 }
 
-// EscapeValue is an election candidate's value as the scripts keep it: in
-// its queue element's request field, "=<value>", in the hold while it leads,
-// and in the leadership's text. It has no '|', ' ' or ';' (every byte but
-// the unreserved ones of a URL path segment is percent-escaped).
+// EscapeValue is a candidate's value as the scripts keep it (its queue
+// element's "=<value>", the hold, the leadership's text): with no '|', ' '
+// or ';', as a URL path segment percent-escapes it.
 func EscapeValue(v string) string { return url.PathEscape(v) }
 
 // UnescapeValue undoes EscapeValue (and the scripts' escaping of an
