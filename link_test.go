@@ -6,9 +6,8 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -17,16 +16,15 @@ import (
 // library returns and enforces.
 func TestPublicValuesAreTheLibrarys(t *testing.T) {
 	same := map[string][2]error{
-		"ErrInvalidArgument":          {fairlock.ErrInvalidArgument, core.ErrInvalidArgument},
-		"config's ErrInvalidArgument": {fairlock.ErrInvalidArgument, config.ErrInvalidArgument},
-		"ErrNotHeld":                  {fairlock.ErrNotHeld, core.ErrNotHeld},
-		"ErrLockLost":                 {fairlock.ErrLockLost, core.ErrLockLost},
-		"ErrReleased":                 {fairlock.ErrReleased, core.ErrReleased},
-		"ErrPending":                  {fairlock.ErrPending, core.ErrPending},
-		"ErrClosed":                   {fairlock.ErrClosed, core.ErrClosed},
-		"inbox's ErrClosed":           {fairlock.ErrClosed, inbox.ErrClosed},
-		"ErrNotReplicated":            {fairlock.ErrNotReplicated, core.ErrNotReplicated},
-		"ErrDataLayout":               {fairlock.ErrDataLayout, core.ErrDataLayout},
+		"ErrInvalidArgument":    {fairlock.ErrInvalidArgument, core.ErrInvalidArgument},
+		"ErrNotHeld":            {fairlock.ErrNotHeld, core.ErrNotHeld},
+		"ErrLockLost":           {fairlock.ErrLockLost, core.ErrLockLost},
+		"ErrReleased":           {fairlock.ErrReleased, core.ErrReleased},
+		"ErrPending":            {fairlock.ErrPending, core.ErrPending},
+		"ErrClosed":             {fairlock.ErrClosed, core.ErrClosed},
+		"transport's ErrClosed": {fairlock.ErrClosed, transport.ErrClosed},
+		"ErrNotReplicated":      {fairlock.ErrNotReplicated, core.ErrNotReplicated},
+		"ErrDataLayout":         {fairlock.ErrDataLayout, core.ErrDataLayout},
 	}
 	for name, v := range same {
 		if v[0] != v[1] {
@@ -39,8 +37,8 @@ func TestPublicValuesAreTheLibrarys(t *testing.T) {
 	if fairlock.MaxNameLen != core.MaxNameLen {
 		t.Errorf("MaxNameLen says %d, the library enforces %d", fairlock.MaxNameLen, core.MaxNameLen)
 	}
-	if fairlock.DefaultWaitTimeout != config.DefaultWaitTimeout {
-		t.Errorf("DefaultWaitTimeout says %v, the library's default is %v", fairlock.DefaultWaitTimeout, config.DefaultWaitTimeout)
+	if fairlock.DefaultWaitTimeout != core.DefaultWaitTimeout {
+		t.Errorf("DefaultWaitTimeout says %v, the library's default is %v", fairlock.DefaultWaitTimeout, core.DefaultWaitTimeout)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -20,31 +20,31 @@ type Option struct{ everywhere }
 type MutexOption struct{ mutexesOnly }
 
 type (
-	everywhere  = config.Everywhere
-	mutexesOnly = config.MutexesOnly
+	everywhere  = core.Everywhere
+	mutexesOnly = core.MutexesOnly
 )
 
 // WithLease sets the lease the watchdog renews every lease/3 (default 30 s).
-func WithLease(d time.Duration) Option { return Option{config.WithLease(d)} }
+func WithLease(d time.Duration) Option { return Option{core.WithLease(d)} }
 
 // WithDriftFactor sets the part of each lease given up for drift (default 0.01).
-func WithDriftFactor(f float64) Option { return Option{config.WithDriftFactor(f)} }
+func WithDriftFactor(f float64) Option { return Option{core.WithDriftFactor(f)} }
 
 // WithLogger sends background events, such as lost holds, to l.
-func WithLogger(l *slog.Logger) Option { return Option{config.WithLogger(l)} }
+func WithLogger(l *slog.Logger) Option { return Option{core.WithLogger(l)} }
 
 // WithCleanupTimeout bounds the calls that go on after ctx ended (5 s).
 func WithCleanupTimeout(d time.Duration) Option {
-	return Option{config.WithCleanupTimeout(d)}
+	return Option{core.WithCleanupTimeout(d)}
 }
 
 // WithWaitTimeout sets how long a waiter may be silent and keep its place.
-func WithWaitTimeout(d time.Duration) Option { return Option{config.WithWaitTimeout(d)} }
+func WithWaitTimeout(d time.Duration) Option { return Option{core.WithWaitTimeout(d)} }
 
 // WithObserver reports acquisitions and holds to o, for metrics and traces.
-func WithObserver(o observe.Observer) Option { return Option{config.WithObserver(o)} }
+func WithObserver(o observe.Observer) Option { return Option{core.WithObserver(o)} }
 
 // WithReplicas makes acquisitions wait for n replicas (WAIT), or undoes them.
 func WithReplicas(n int, timeout time.Duration) MutexOption {
-	return MutexOption{config.WithReplicas(n, timeout)}
+	return MutexOption{core.WithReplicas(n, timeout)}
 }

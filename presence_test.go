@@ -13,7 +13,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -149,7 +149,7 @@ func (ph *presenceHolder) breakOff(t *testing.T) time.Time {
 	ph.sever.Sever()
 	broke := ph.clk.Now()
 	waitFor(t, "the holder to end its hold", func() bool { return ph.lostAt.Load() != 0 })
-	presenceDropped(t, ph.server, wire.PresenceChannel("*")) // the holder's: the waiter's owner keeps none
+	presenceDropped(t, ph.server, transport.PresenceChannel("*")) // the holder's: the waiter's owner keeps none
 	return broke
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -44,7 +43,7 @@ const (
 )
 
 // Every candidate's origin: its label needs escaping in a leadership.
-var electionSpecOrigin = wire.Origin{Host: "host", PID: 7, Label: "a label; 100%"}
+var electionSpecOrigin = transport.Origin{Host: "host", PID: 7, Label: "a label; 100%"}
 
 type candidate struct {
 	owner    string
@@ -70,7 +69,7 @@ type electionSpec struct {
 	leader  *candidate   // the model's leader, nil if none
 	expires time.Time    // its lease's end
 	maxTerm int64
-	seen    wire.Leadership // the last leadership published
+	seen    transport.Leadership // the last leadership published
 	seenAny bool
 	actor   *candidate // the candidate whose own acquire ran this step
 	handoff bool       // that acquire's reply was a hand-off
@@ -78,7 +77,7 @@ type electionSpec struct {
 
 func (s *electionSpec) now() time.Time { return s.clk.Now() }
 
-func (s *electionSpec) channel() string { return wire.Channel(electionSpecBase) }
+func (s *electionSpec) channel() string { return transport.Channel(electionSpecBase) }
 
 func (s *electionSpec) call(sc *transport.Script, args ...any) []int64 {
 	return runInts(s.t, sc, s.c, s.keys, args...)
@@ -120,7 +119,7 @@ func (s *electionSpec) req(c *candidate) string {
 // acquire is a candidate's try: its campaign (join) or a try of a
 // campaigning candidate (queued).
 func (s *electionSpec) acquire(c *candidate, mode string) {
-	if mode == wire.ModeJoin {
+	if mode == transport.ModeJoin {
 		s.dequeue(c) // a candidate the model let die campaigns afresh
 		c.n++
 		c.entry = fmt.Sprintf("%s/%d", c.owner, c.n)
@@ -128,10 +127,10 @@ func (s *electionSpec) acquire(c *candidate, mode string) {
 		c.deadline = s.now().Add(electionSpecWait)
 		s.order = append(s.order, c)
 	}
-	r := s.call(s.scripts.FairAcquire, wire.FairAcquire{Owner: c.owner, Entry: c.entry, Request: s.req(c),
+	r := s.call(s.scripts.FairAcquire, transport.FairAcquire{Owner: c.owner, Entry: c.entry, Request: s.req(c),
 		Lease: electionSpecLease.Milliseconds(), Wait: electionSpecWait.Milliseconds(), Mode: mode,
-		Origin:  wire.EscapeJSON(wire.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label)),
-		Publish: "PUBLISH", Channel: s.channel(), Stale: 0, Value: wire.EscapeValue(c.value)}.Args()...)
+		Origin:  transport.EscapeJSON(transport.EncodeOrigin(electionSpecOrigin.Host, electionSpecOrigin.PID, electionSpecOrigin.Label)),
+		Publish: "PUBLISH", Channel: s.channel(), Stale: 0, Value: transport.EscapeValue(c.value)}.Args()...)
 	s.actor = c
 	switch r[0] {
 	case 1:
@@ -144,11 +143,11 @@ func (s *electionSpec) acquire(c *candidate, mode string) {
 }
 
 func (s *electionSpec) campaign(t *rapid.T) {
-	s.acquire(s.pick(t, func(c *candidate) bool { return !s.live(c) && c != s.leader }), wire.ModeJoin)
+	s.acquire(s.pick(t, func(c *candidate) bool { return !s.live(c) && c != s.leader }), transport.ModeJoin)
 }
 
 func (s *electionSpec) tryAgain(t *rapid.T) {
-	s.acquire(s.pick(t, func(c *candidate) bool { return s.live(c) }), wire.ModeQueued)
+	s.acquire(s.pick(t, func(c *candidate) bool { return s.live(c) }), transport.ModeQueued)
 }
 
 func (s *electionSpec) heartbeat(t *rapid.T) {
@@ -177,7 +176,7 @@ func (s *electionSpec) resign(t *rapid.T) {
 func (s *electionSpec) proclaim(t *rapid.T) {
 	c := s.pick(t, func(c *candidate) bool { return c == s.leader && s.expires.After(s.now()) })
 	v := fmt.Sprintf("%s proclaims %d", c.value, rapid.IntRange(0, 3).Draw(t, "value"))
-	r := s.call(s.scripts.ElectionProclaim, c.owner, c.token, wire.EscapeValue(v), "PUBLISH", s.channel())
+	r := s.call(s.scripts.ElectionProclaim, c.owner, c.token, transport.EscapeValue(v), "PUBLISH", s.channel())
 	if r[0] != 1 {
 		t.Fatalf("the leader's proclaim answered %v", r)
 	}
@@ -235,7 +234,7 @@ func (s *electionSpec) check(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now, err := wire.ParseLeadership(text)
+	now, err := transport.ParseLeadership(text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,11 +243,11 @@ func (s *electionSpec) check(t *rapid.T) {
 		t.Fatalf("one step published %d leaderships: %q", len(msgs), msgs)
 	}
 	if len(msgs) == 1 {
-		l, err := wire.ParseLeadership(msgs[0])
+		l, err := transport.ParseLeadership(msgs[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(msgs[0], wire.NoteSeparator) {
+		if strings.Contains(msgs[0], transport.NoteSeparator) {
 			t.Fatalf("leadership %q has a note separator: the hub would split it", msgs[0])
 		}
 		if l.Term != 0 && l.Origin != electionSpecOrigin {
@@ -325,12 +324,12 @@ func electionSpecOf(scripts *lua.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		mr, clk := fakeServer(t)
 		defer mr.Close()
-		leader := wire.LeaderChannel(wire.Channel(electionSpecBase))
+		leader := transport.LeaderChannel(transport.Channel(electionSpecBase))
 		log := newMiniLog(mr, leader, leader)
 		defer log.close()
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 		defer c.Close()
-		s := &electionSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, log: log, keys: wire.QueueKeys(electionSpecBase)}
+		s := &electionSpec{t: t, mr: mr, clk: clk, c: c, scripts: scripts, log: log, keys: transport.QueueKeys(electionSpecBase)}
 		for _, o := range []string{"ca.h1", "ca.h2", "cb.h1", "cc.h1"} {
 			s.cands = append(s.cands, &candidate{owner: o})
 		}

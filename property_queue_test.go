@@ -14,13 +14,12 @@ import (
 
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
 
 // channelLog is a subscriber of its own to every inbox of a lock (one per
-// client, under its channel: wire.Inbox): it keeps every note Redis
+// client, under its channel: transport.Inbox): it keeps every note Redis
 // published there (a message's notes are separated by ';'), so a
 // specification can count them, and the notes that came to the inbox of a
 // client other than the one their waiter is of. SyncHubs' markers are no
@@ -62,9 +61,9 @@ func (c *channelLog) receive() {
 			delete(c.markers, msg.Payload)
 			close(ch)
 		} else if !strings.HasPrefix(msg.Payload, redistest.SyncMarker) {
-			for _, note := range strings.Split(msg.Payload, wire.NoteSeparator) {
+			for _, note := range strings.Split(msg.Payload, transport.NoteSeparator) {
 				c.notes = append(c.notes, note)
-				if msg.Channel != wire.Inbox(c.name, wire.NoteTarget(note)) {
+				if msg.Channel != transport.Inbox(c.name, transport.NoteTarget(note)) {
 					c.misdirected = append(c.misdirected, note+" on "+msg.Channel)
 				}
 			}
@@ -96,7 +95,7 @@ func (c *channelLog) take(t *rapid.T) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.misdirected) > 0 {
-		t.Fatalf("messages: a note reached a client other than its waiter's (wire.Inbox): %q", c.misdirected)
+		t.Fatalf("messages: a note reached a client other than its waiter's (transport.Inbox): %q", c.misdirected)
 	}
 	notes := c.notes
 	c.notes = nil
@@ -245,7 +244,7 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		// FCALL fn numkeys keys... owner request lease label "<entry> ..."
-		// (EVALSHA alike; wire.FairAcquire.Args): ARGV[5] starts with the
+		// (EVALSHA alike; transport.FairAcquire.Args): ARGV[5] starts with the
 		// entry.
 		keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
 		if len(res) >= 3 && res[0] == int64(0) && res[2] == int64(1) && len(args) > 7+keys {
@@ -392,7 +391,7 @@ func (l *queueLedger) note(t *rapid.T, text string, q rawQueue, now time.Time, s
 		// A first waiter whose grant ran out unclaimed is still first in
 		// line, and may be served again; never while a grant is in force.
 		owner := f[0]
-		if o := wire.OwnerOfEntry(f[0]); o != "" {
+		if o := transport.OwnerOfEntry(f[0]); o != "" {
 			owner = o
 		}
 		if until, ok := l.served[owner]; ok && granted < until {
@@ -495,7 +494,7 @@ func parseFairNote(note string) (fairNote, bool) {
 }
 
 // keepsPresence reports whether the client of queue entry e keeps a
-// presence (its id ends in wire.PresenceMark).
+// presence (its id ends in transport.PresenceMark).
 func keepsPresence(e string) bool {
-	return strings.HasSuffix(wire.ClientOf(e), wire.PresenceMark)
+	return strings.HasSuffix(transport.ClientOf(e), transport.PresenceMark)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -125,7 +124,7 @@ type reentrantSpec struct {
 
 // reentrantPresenceClient is the client that keeps a presence in
 // TestReentrantSpecificationWithPresence.
-const reentrantPresenceClient = "cb" + wire.PresenceMark
+const reentrantPresenceClient = "cb" + transport.PresenceMark
 
 // keepsPresence reports whether hd's client keeps a presence.
 func (s *reentrantSpec) keepsPresence(hd *reentrantHandle) bool {
@@ -137,7 +136,7 @@ func (s *reentrantSpec) drop(t *rapid.T) {
 	if !s.there {
 		t.Skip("cb's presence is gone already")
 	}
-	s.presenceSub.Unsubscribe(wire.PresenceChannel(reentrantPresenceClient))
+	s.presenceSub.Unsubscribe(transport.PresenceChannel(reentrantPresenceClient))
 	s.there = false
 }
 
@@ -146,7 +145,7 @@ func (s *reentrantSpec) back(t *rapid.T) {
 	if s.there {
 		t.Skip("cb's presence is there")
 	}
-	s.presenceSub.Subscribe(wire.PresenceChannel(reentrantPresenceClient))
+	s.presenceSub.Subscribe(transport.PresenceChannel(reentrantPresenceClient))
 	s.there = true
 }
 
@@ -353,7 +352,7 @@ func (s *reentrantSpec) req(hd *reentrantHandle) string {
 // waiter's try (its first, or one a wake-up or its timer prompted).
 func (s *reentrantSpec) acquire(t *rapid.T, hd *reentrantHandle, waits bool) {
 	s.caller = hd.owner
-	a := wire.ReentrantAcquire{Owner: hd.owner, Request: s.req(hd), Lease: reentrantSpecLease.Milliseconds()}
+	a := transport.ReentrantAcquire{Owner: hd.owner, Request: s.req(hd), Lease: reentrantSpecLease.Milliseconds()}
 	ask := rapid.Bool().Draw(t, "ask freed")
 	if waits {
 		if hd.waiter == "" {

@@ -14,7 +14,6 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -141,7 +140,7 @@ func (s *retrySpec) acquire(t *rapid.T) {
 		mode = "try"
 	}
 	s.reqs++
-	args := wire.FairAcquire{Owner: hd.owner, Entry: hd.entry, Request: fmt.Sprintf("%s#%d", hd.owner, s.reqs),
+	args := transport.FairAcquire{Owner: hd.owner, Entry: hd.entry, Request: fmt.Sprintf("%s#%d", hd.owner, s.reqs),
 		Lease: retryLease.Milliseconds(), Wait: retryWait.Milliseconds(), Mode: mode, Origin: "",
 		Publish: "PUBLISH", Channel: "retry", Stale: 0}.Args()
 	r := s.call(s.scripts.FairAcquire, args...)

@@ -41,7 +41,7 @@ import (
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
@@ -556,7 +556,7 @@ func (s *semSpec) staleCall(t *rapid.T) {
 	if before.Permits == 0 {
 		t.Skip("the semaphore has no state in Redis")
 	}
-	keys := append([]string{s.base}, wire.QueueKeys(wire.GateBase(s.base))...)
+	keys := append([]string{s.base}, transport.QueueKeys(transport.GateBase(s.base))...)
 	gate := s.gateHolder()
 	kinds := []string{"renew", "release", "resize"}
 	if gate != nil {
@@ -596,8 +596,8 @@ func (s *semSpec) staleCall(t *rapid.T) {
 	case "resize":
 		reply, err = s.scripts.SemResize.Run(ctx, s.probe, nil, keys, owner, token, 1, "PUBLISH", "fairlock:spec:stale").Result()
 	case "gate":
-		reply, err = s.scripts.SemAcquire.Run(ctx, s.probe, nil, keys, wire.SemAcquire{
-			Owner: "p9.permit", N: 1, Lease: int64(lease / time.Millisecond), Permits: s.k, Mode: wire.SemGate,
+		reply, err = s.scripts.SemAcquire.Run(ctx, s.probe, nil, keys, transport.SemAcquire{
+			Owner: "p9.permit", N: 1, Lease: int64(lease / time.Millisecond), Permits: s.k, Mode: transport.SemGate,
 			GateOwner: owner, GateToken: token, Publish: "PUBLISH", Channel: "fairlock:spec:stale"}.Args()...).Result()
 	}
 	what := fmt.Sprintf("a %s by %s, token %d", kind, whose, token)
@@ -606,7 +606,7 @@ func (s *semSpec) staleCall(t *rapid.T) {
 	}
 	switch kind {
 	case "gate":
-		r, derr := wire.DecodeSemAcquire(reply.([]any))
+		r, derr := transport.DecodeSemAcquire(reply.([]any))
 		if derr != nil || !r.GateLost {
 			t.Fatalf("%s was answered %v (%+v, %v); want gate lost", what, reply, r, derr)
 		}
@@ -627,12 +627,12 @@ func (s *semSpec) staleCall(t *rapid.T) {
 
 // gateHolder is the gate's holder as Redis has it: its hold id and token;
 // nil when nobody holds the gate.
-func (s *semSpec) gateHolder() *wire.InspectedHolder {
-	v, err := s.scripts.FairInspect.Run(context.Background(), s.probe, nil, wire.QueueKeys(wire.GateBase(s.base))).Slice()
+func (s *semSpec) gateHolder() *transport.InspectedHolder {
+	v, err := s.scripts.FairInspect.Run(context.Background(), s.probe, nil, transport.QueueKeys(transport.GateBase(s.base))).Slice()
 	if err != nil {
 		s.t.Fatalf("inspecting the gate: %v", err)
 	}
-	in, err := wire.DecodeInspect(v)
+	in, err := transport.DecodeInspect(v)
 	if err != nil {
 		s.t.Fatalf("inspecting the gate: %v", err)
 	}

@@ -43,7 +43,6 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -1570,11 +1569,11 @@ func (s *spec) finish() {
 // background call was counted through the whole minute, and the gate's
 // hold was written again 45 s into it.)
 func noKeysAfterAMinute(t *rapid.T, clk *clock.Fake, mr *miniredis.Miniredis) {
-	bound := time.Now().Add(config.DefaultCleanupTimeout + time.Second)
+	bound := time.Now().Add(core.DefaultCleanupTimeout + time.Second)
 	for redistest.Background() > 0 {
 		if time.Now().After(bound) {
 			t.Fatalf("%d calls still running in the background %v after every hold and wait ended, past the cleanup timeout",
-				redistest.Background(), config.DefaultCleanupTimeout+time.Second)
+				redistest.Background(), core.DefaultCleanupTimeout+time.Second)
 		}
 		clk.Advance(10 * time.Millisecond)
 		time.Sleep(time.Millisecond)

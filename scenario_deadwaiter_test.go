@@ -16,7 +16,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,33 +24,35 @@ import (
 const (
 	plainHolder = "PlainHolderPlainHolderP"
 	plainWaiter = "PlainWaiterPlainWaiterP"
-	deadHolder  = "DeadHolderDeadHolderDea" + wire.PresenceMark
+	deadHolder  = "DeadHolderDeadHolderDea" + transport.PresenceMark
 )
 
 // deadWaiter is the client id of the i-th dead waiter of a scenario.
-func deadWaiter(i int) string { return "DeadWaiterDeadWaiter" + strconv.Itoa(i) + wire.PresenceMark }
+func deadWaiter(i int) string {
+	return "DeadWaiterDeadWaiter" + strconv.Itoa(i) + transport.PresenceMark
+}
 
 // join queues client's first entry, and reports the reply.
-func (ps *presenceScripts) join(client string) wire.FairAcquireReply {
+func (ps *presenceScripts) join(client string) transport.FairAcquireReply {
 	ps.t.Helper()
-	return ps.acquire(client+".1", client+".1/1", wire.ModeJoin)
+	return ps.acquire(client+".1", client+".1/1", transport.ModeJoin)
 }
 
 // look is one more attempt of client's first entry, already queued.
-func (ps *presenceScripts) look(client string) wire.FairAcquireReply {
+func (ps *presenceScripts) look(client string) transport.FairAcquireReply {
 	ps.t.Helper()
-	return ps.acquire(client+".1", client+".1/1", wire.ModeQueued)
+	return ps.acquire(client+".1", client+".1/1", transport.ModeQueued)
 }
 
 // heartbeat runs fair_heartbeat.lua for client's first entry.
-func (ps *presenceScripts) heartbeat(client string) wire.HeartbeatReply {
+func (ps *presenceScripts) heartbeat(client string) transport.HeartbeatReply {
 	ps.t.Helper()
-	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base),
-		wire.Heartbeat("PUBLISH", wire.Channel(ps.base), []string{client + ".1/1"}, []int64{10000})...).Result()
+	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, transport.QueueKeys(ps.base),
+		transport.Heartbeat("PUBLISH", transport.Channel(ps.base), []string{client + ".1/1"}, []int64{10000})...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's heartbeat: %v", client, err)
 	}
-	r, err := wire.DecodeHeartbeat(v, 1)
+	r, err := transport.DecodeHeartbeat(v, 1)
 	if err != nil {
 		ps.t.Fatalf("%s's heartbeat: %v", client, err)
 	}
@@ -61,7 +63,7 @@ func (ps *presenceScripts) heartbeat(client string) wire.HeartbeatReply {
 // or a semaphore's gate); the caller closes it.
 func (ps *presenceScripts) inbox(base, client string) *redis.PubSub {
 	ps.t.Helper()
-	sub := ps.c.Subscribe(context.Background(), wire.Inbox(wire.Channel(base), client))
+	sub := ps.c.Subscribe(context.Background(), transport.Inbox(transport.Channel(base), client))
 	if _, err := sub.Receive(context.Background()); err != nil {
 		ps.t.Fatalf("subscribing %s's inbox: %v", client, err)
 	}
@@ -79,9 +81,9 @@ func headNotice(t tb, sub *redis.PubSub, client string) int64 {
 		if err != nil {
 			return 0
 		}
-		for _, note := range strings.Split(msg.Payload, wire.NoteSeparator) {
-			if n, mine := wire.ParseNote(note, client+".1/1"); mine {
-				if h, ok := n.(wire.HeadNotice); ok {
+		for _, note := range strings.Split(msg.Payload, transport.NoteSeparator) {
+			if n, mine := transport.ParseNote(note, client+".1/1"); mine {
+				if h, ok := n.(transport.HeadNotice); ok {
 					return h.Expiry
 				}
 			}
@@ -141,7 +143,7 @@ func queueBehindTheDead(t tb, ps *presenceScripts) (token int64) {
 func deadWaitersPassedOverByTheHandOff(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "passed-over"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	token := queueBehindTheDead(t, ps)
 	if r := ps.look(plainWaiter); r.Held || !r.Head {
@@ -163,7 +165,7 @@ func TestDeadWaitersPassedOverByTheHandOff(t *testing.T) {
 // cleanup passes over the three, and W is the head.
 func deadWaitersPassedOverByALook(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase("passed-over-by-a-look"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase("passed-over-by-a-look"))
 	defer stop()
 	queueBehindTheDead(t, ps)
 	if r := ps.look(plainWaiter); r.Held || !r.Head {
@@ -187,7 +189,7 @@ func TestDeadWaitersPassedOverByALook(t *testing.T) {
 func deadWaitersFoundByTheHandOff(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "found-dead"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	token := queueBehindTheDead(t, ps)
 	sub := ps.inbox(ps.base, plainWaiter)
@@ -213,7 +215,7 @@ func TestDeadWaitersFoundByTheHandOff(t *testing.T) {
 func joinBehindTheDead(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "join-behind"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	ps.deadHolderAndHead()
 	ps.gone(deadHolder)
@@ -234,7 +236,7 @@ func TestJoinBehindTheDead(t *testing.T) {
 func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "heartbeat-finds"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	ps.deadHolderAndHead()
 	if r := ps.join(plainWaiter); r.Held || r.Head {
@@ -243,7 +245,7 @@ func heartbeatFindsTheDead(t tb, scripts *lua.Scripts) {
 	ps.gone(deadHolder)
 	ps.gone(deadWaiter(0))
 	beat := clk.Now().UnixMilli()
-	if r := ps.heartbeat(plainWaiter); r.Status[0] != wire.BeatBehindGone || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
+	if r := ps.heartbeat(plainWaiter); r.Status[0] != transport.BeatBehindGone || r.Expiry != beat+core.PresenceGrace.Milliseconds() {
 		t.Fatalf("W's heartbeat behind the dead: %+v; want told to look (as the head) at the grace's end, %d", r, beat+core.PresenceGrace.Milliseconds())
 	}
 	ps.holdsAGraceLater(clk, "its heartbeat")
@@ -262,7 +264,7 @@ func TestHeartbeatFindsTheDead(t *testing.T) {
 func waiterSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "waiter-seen-back"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	d := deadWaiter(0)
 	h := ps.join(plainHolder)
@@ -297,15 +299,15 @@ func TestWaiterSeenBackIsForgotten(t *testing.T) {
 }
 
 // semRelease runs sem_release.lua for owner's permit hold with token, and
-// returns what it answered: wire.Released, or wire.ReleasedWatch.
+// returns what it answered: transport.Released, or transport.ReleasedWatch.
 func (ps *presenceScripts) semRelease(owner string, token int64) int {
 	ps.t.Helper()
 	ps.n++
-	keys := append([]string{ps.base}, wire.QueueKeys(wire.GateBase(ps.base))...)
+	keys := append([]string{ps.base}, transport.QueueKeys(transport.GateBase(ps.base))...)
 	v, err := ps.scripts.SemRelease.Run(context.Background(), ps.c, nil, keys,
-		owner, fmt.Sprintf("%s#%d", owner, ps.n), token, "PUBLISH", wire.Channel(wire.GateBase(ps.base))).Result()
-	r, derr := wire.DecodeRelease(v)
-	if err != nil || derr != nil || (r != wire.Released && r != wire.ReleasedWatch) {
+		owner, fmt.Sprintf("%s#%d", owner, ps.n), token, "PUBLISH", transport.Channel(transport.GateBase(ps.base))).Result()
+	r, derr := transport.DecodeRelease(v)
+	if err != nil || derr != nil || (r != transport.Released && r != transport.ReleasedWatch) {
 		ps.t.Fatalf("%s's release: %v, %v; want released", owner, v, err)
 	}
 	return r
@@ -313,10 +315,10 @@ func (ps *presenceScripts) semRelease(owner string, token int64) int {
 
 // gateQueue runs one attempt of client's first entry on the semaphore's
 // gate, asking for n permits.
-func (ps *presenceScripts) gateQueue(client string, n int, mode string) wire.FairAcquireReply {
+func (ps *presenceScripts) gateQueue(client string, n int, mode string) transport.FairAcquireReply {
 	ps.t.Helper()
-	return ps.acquireOn(wire.GateBase(ps.base), wire.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
-		Permit: wire.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
+	return ps.acquireOn(transport.GateBase(ps.base), transport.FairAcquire{Owner: client + ".1", Entry: client + ".1/1", Mode: mode,
+		Permit: transport.PermitRequest{Owner: client + ".1#2", N: n, Lease: 30000}})
 }
 
 // semBehindTheDead: on a semaphore of 2, P (no presence) holds both
@@ -328,13 +330,13 @@ func (ps *presenceScripts) semBehindTheDead() int64 {
 	p := ps.semTry(plainHolder, 2)
 	ps.present(deadWaiter(0))
 	ps.present(deadWaiter(1))
-	if r := ps.gateQueue(deadWaiter(0), 2, wire.ModeJoin); !r.Held {
+	if r := ps.gateQueue(deadWaiter(0), 2, transport.ModeJoin); !r.Held {
 		ps.t.Fatalf("D0's gate: %+v; want held (the first waiter)", r)
 	}
-	if r := ps.gateQueue(deadWaiter(1), 2, wire.ModeJoin); r.Held || !r.Head {
+	if r := ps.gateQueue(deadWaiter(1), 2, transport.ModeJoin); r.Held || !r.Head {
 		ps.t.Fatalf("D1's join: %+v; want queued as the gate's head", r)
 	}
-	if r := ps.gateQueue(plainWaiter, 1, wire.ModeJoin); r.Held || r.Head {
+	if r := ps.gateQueue(plainWaiter, 1, transport.ModeJoin); r.Held || r.Head {
 		ps.t.Fatalf("W's join: %+v; want queued behind D1", r)
 	}
 	return p.Token
@@ -345,7 +347,7 @@ func (ps *presenceScripts) semBehindTheDead() int64 {
 func (ps *presenceScripts) semHoldsAGraceLater(clk *clock.Fake, after string) {
 	ps.t.Helper()
 	clk.Advance(core.PresenceGrace)
-	g := ps.gateQueue(plainWaiter, 1, wire.ModeQueued)
+	g := ps.gateQueue(plainWaiter, 1, transport.ModeQueued)
 	if !g.Held {
 		ps.t.Fatalf("W's look a grace after %s: %+v; want the gate", after, g)
 	}
@@ -362,12 +364,12 @@ func (ps *presenceScripts) semHoldsAGraceLater(clk *clock.Fake, after string) {
 // permits, ending D0's.
 func deadFirstWaiterServedAtTheRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("served-gone"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.SemaphoreBase("served-gone"))
 	defer stop()
 	token := ps.semBehindTheDead()
 	ps.gone(deadWaiter(0))
 	ps.gone(deadWaiter(1))
-	sub := ps.inbox(wire.GateBase(ps.base), plainWaiter)
+	sub := ps.inbox(transport.GateBase(ps.base), plainWaiter)
 	defer sub.Close()
 	released := clk.Now().UnixMilli()
 	ps.semRelease(plainHolder+".1#1", token)
@@ -386,12 +388,12 @@ func TestDeadFirstWaiterServedAtTheRelease(t *testing.T) {
 // (core's watchHandOff).
 func (ps *presenceScripts) watch() {
 	ps.t.Helper()
-	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base),
-		wire.Heartbeat("PUBLISH", wire.Channel(ps.base), nil, nil)...).Result()
+	v, err := ps.scripts.FairHeartbeat.Run(context.Background(), ps.c, nil, transport.QueueKeys(ps.base),
+		transport.Heartbeat("PUBLISH", transport.Channel(ps.base), nil, nil)...).Result()
 	if err != nil {
 		ps.t.Fatalf("the release's watch: %v", err)
 	}
-	if _, err := wire.DecodeHeartbeat(v, 0); err != nil {
+	if _, err := transport.DecodeHeartbeat(v, 0); err != nil {
 		ps.t.Fatalf("the release's watch: %v", err)
 	}
 }
@@ -405,7 +407,7 @@ func (ps *presenceScripts) watch() {
 func waitersKilledAtTheRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "killed-at-release"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
 	d0, d1 := deadWaiter(0), deadWaiter(1)
 	h := ps.join(plainHolder)
@@ -442,26 +444,26 @@ func TestWaitersKilledAtTheRelease(t *testing.T) {
 
 // releaseAsksForAWatch: a release that hands the lock to a waiter that
 // keeps a presence asks its owner to look again a poll later
-// (wire.ReleasedWatch); one that hands it to a waiter that keeps none, or
+// (transport.ReleasedWatch); one that hands it to a waiter that keeps none, or
 // to nobody, does not.
 func releaseAsksForAWatch(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, _, stop := newPresenceScripts(t, scripts, wire.FairBase("watch-asked"))
+	ps, _, stop := newPresenceScripts(t, scripts, transport.FairBase("watch-asked"))
 	defer stop()
 	d := deadWaiter(0)
 	h := ps.join(plainHolder)
 	ps.present(d)
 	ps.join(d)
 	ps.join(plainWaiter)
-	if r := ps.release(plainHolder+".1", h.Token); r != wire.ReleasedWatch {
-		t.Fatalf("a release to a waiter that keeps a presence: %d, want %d (watch it)", r, wire.ReleasedWatch)
+	if r := ps.release(plainHolder+".1", h.Token); r != transport.ReleasedWatch {
+		t.Fatalf("a release to a waiter that keeps a presence: %d, want %d (watch it)", r, transport.ReleasedWatch)
 	}
 	g := ps.look(d)
 	if !g.Held {
 		t.Fatalf("D's look at its hand-off: %+v, want held", g)
 	}
-	if r := ps.release(d+".1", g.Token); r != wire.Released {
-		t.Fatalf("a release to a waiter that keeps no presence: %d, want %d", r, wire.Released)
+	if r := ps.release(d+".1", g.Token); r != transport.Released {
+		t.Fatalf("a release to a waiter that keeps no presence: %d, want %d", r, transport.Released)
 	}
 }
 
@@ -476,11 +478,11 @@ func TestReleaseAsksForAWatch(t *testing.T) {
 // grace's end, when it takes the gate and the permits.
 func firstWaiterKilledAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("killed-at-sem-release"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.SemaphoreBase("killed-at-sem-release"))
 	defer stop()
 	token := ps.semBehindTheDead()
-	if r := ps.semRelease(plainHolder+".1#1", token); r != wire.ReleasedWatch {
-		t.Fatalf("P's release, serving D0, which keeps a presence: %v, want %d (watch it)", r, wire.ReleasedWatch)
+	if r := ps.semRelease(plainHolder+".1#1", token); r != transport.ReleasedWatch {
+		t.Fatalf("P's release, serving D0, which keeps a presence: %v, want %d (watch it)", r, transport.ReleasedWatch)
 	}
 	ps.gone(deadWaiter(0))
 	ps.gone(deadWaiter(1))
@@ -501,12 +503,12 @@ func TestFirstWaiterKilledAtTheSemaphoreRelease(t *testing.T) {
 // fault runs.)
 func firstWaiterGoneAloneAtTheSemaphoreRelease(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("gone-alone-at-sem-release"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.SemaphoreBase("gone-alone-at-sem-release"))
 	defer stop()
 	token := ps.semBehindTheDead()
 	ps.gone(deadWaiter(0))
-	if r := ps.semRelease(plainHolder+".1#1", token); r != wire.ReleasedWatch {
-		t.Fatalf("P's release, serving D0, gone, with D1 still there: %v, want %d (watch it)", r, wire.ReleasedWatch)
+	if r := ps.semRelease(plainHolder+".1#1", token); r != transport.ReleasedWatch {
+		t.Fatalf("P's release, serving D0, gone, with D1 still there: %v, want %d (watch it)", r, transport.ReleasedWatch)
 	}
 	ps.gone(deadWaiter(1))
 	ps.semWatchTellsW(clk)
@@ -522,13 +524,13 @@ func TestFirstWaiterGoneAloneAtTheSemaphoreRelease(t *testing.T) {
 // when W takes the gate and the permits.
 func (ps *presenceScripts) semWatchTellsW(clk *clock.Fake) {
 	ps.t.Helper()
-	gate := wire.GateBase(ps.base)
+	gate := transport.GateBase(ps.base)
 	sub := ps.inbox(gate, plainWaiter)
 	defer sub.Close()
 	clk.Advance(core.PresencePoll)
 	watched := clk.Now().UnixMilli()
-	keys := append([]string{ps.base}, wire.QueueKeys(gate)...)
-	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", wire.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
+	keys := append([]string{ps.base}, transport.QueueKeys(gate)...)
+	if v, err := ps.scripts.SemWatch.Run(context.Background(), ps.c, nil, keys, "PUBLISH", transport.Channel(gate)).Result(); err != nil || fmt.Sprint(v) != "1" {
 		ps.t.Fatalf("the release's watch: %v, %v; want 1 (W told)", v, err)
 	}
 	if at := headNotice(ps.t, sub, plainWaiter); at == 0 || at > watched+core.PresenceGrace.Milliseconds() {

@@ -26,9 +26,9 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	waitloop "github.com/fairlock/fairlock/internal/waiting"
 	"github.com/redis/go-redis/v9"
 )
@@ -155,7 +155,7 @@ func (d *swapped) presences(i int) []string {
 	return chans
 }
 
-// inboxes are the waiters' inbox channels (wire.Inbox) subscribed on
+// inboxes are the waiters' inbox channels (transport.Inbox) subscribed on
 // server i.
 func (d *swapped) inboxes(i int) []string {
 	chans, _ := d.direct[i].PubSubChannels(context.Background(), "fairlock:*:wake:*").Result()
@@ -453,7 +453,7 @@ func lostHoldEndsFirst(t *testing.T, mk func(*fairlock.Owner, string) (fairlock.
 }
 
 // After a failover the waiters' inbox subscriptions follow the master with
-// the owner's presence (inbox.Hubs.Follow): a hand-off published on the new
+// the owner's presence (transport.Hubs.Follow): a hand-off published on the new
 // master reaches its waiter as a message. Before, they stayed on the old
 // master until Sentinel demoted it (about 10 s on a real group), every
 // hand-off meanwhile was lost, and each waiter learned of its turn from its
@@ -552,7 +552,7 @@ func TestALookForALostMessageEndsWithTheCallersContext(t *testing.T) {
 	looking := make(chan struct{})
 	go func() {
 		for m := range watch.Channel() {
-			if strings.HasPrefix(m.Payload, inbox.FlushMarker) {
+			if strings.HasPrefix(m.Payload, transport.FlushMarker) {
 				close(looking)
 				return
 			}

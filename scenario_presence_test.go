@@ -10,7 +10,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,7 +46,7 @@ func newPresenceScripts(t tb, scripts *lua.Scripts, base string) (ps *presenceSc
 // WithPresence does, and waits for the server to count it.
 func (ps *presenceScripts) present(client string) {
 	ps.t.Helper()
-	sub := ps.c.Subscribe(context.Background(), wire.PresenceChannel(client))
+	sub := ps.c.Subscribe(context.Background(), transport.PresenceChannel(client))
 	if _, err := sub.Receive(context.Background()); err != nil {
 		ps.t.Fatalf("subscribing %s's presence: %v", client, err)
 	}
@@ -59,28 +59,28 @@ func (ps *presenceScripts) gone(client string) {
 	ps.t.Helper()
 	_ = ps.subs[client].Close()
 	delete(ps.subs, client)
-	presenceDropped(ps.t, ps.c, wire.PresenceChannel(client))
+	presenceDropped(ps.t, ps.c, transport.PresenceChannel(client))
 }
 
 // acquire runs one attempt of fair_acquire.lua for owner's entry.
-func (ps *presenceScripts) acquire(owner, entry, mode string) wire.FairAcquireReply {
+func (ps *presenceScripts) acquire(owner, entry, mode string) transport.FairAcquireReply {
 	ps.t.Helper()
-	return ps.acquireOn(ps.base, wire.FairAcquire{Owner: owner, Entry: entry, Mode: mode})
+	return ps.acquireOn(ps.base, transport.FairAcquire{Owner: owner, Entry: entry, Mode: mode})
 }
 
 // acquireOn runs one attempt of fair_acquire.lua on the fair queue at base
 // (a lock, or a semaphore's gate), a's request id, lease, wait timeout,
 // origin and channel filled in.
-func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairAcquireReply {
+func (ps *presenceScripts) acquireOn(base string, a transport.FairAcquire) transport.FairAcquireReply {
 	ps.t.Helper()
 	ps.n++
 	a.Request, a.Lease, a.Wait = fmt.Sprintf("%s#%d", a.Owner, ps.n), int64(30000), int64(10000)
-	a.Origin, a.Publish, a.Channel = wire.EscapeJSON(wire.EncodeOrigin("host", 1, "")), "PUBLISH", wire.Channel(base)
-	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(base), a.Args()...).Result()
+	a.Origin, a.Publish, a.Channel = transport.EscapeJSON(transport.EncodeOrigin("host", 1, "")), "PUBLISH", transport.Channel(base)
+	v, err := ps.scripts.FairAcquire.Run(context.Background(), ps.c, nil, transport.QueueKeys(base), a.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
-	r, err := wire.DecodeFairAcquire(v)
+	r, err := transport.DecodeFairAcquire(v)
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
@@ -88,7 +88,7 @@ func (ps *presenceScripts) acquireOn(base string, a wire.FairAcquire) wire.FairA
 }
 
 // release runs owner's final release of its hold with token, and returns
-// what it answered: wire.Released, or wire.ReleasedWatch.
+// what it answered: transport.Released, or transport.ReleasedWatch.
 func (ps *presenceScripts) release(owner string, token int64) int {
 	ps.t.Helper()
 	return ps.releaseOn(ps.base, owner, token)
@@ -99,14 +99,14 @@ func (ps *presenceScripts) release(owner string, token int64) int {
 func (ps *presenceScripts) releaseOn(base, owner string, token int64) int {
 	ps.t.Helper()
 	ps.n++
-	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, wire.QueueKeys(base), wire.Release{
-		Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: wire.Channel(base),
+	v, err := ps.scripts.FairRelease.Run(context.Background(), ps.c, nil, transport.QueueKeys(base), transport.Release{
+		Owner: owner, Request: fmt.Sprintf("%s#%d", owner, ps.n), Token: token, Publish: "PUBLISH", Channel: transport.Channel(base),
 	}.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's release: %v", owner, err)
 	}
-	r, err := wire.DecodeRelease(v)
-	if err != nil || (r != wire.Released && r != wire.ReleasedWatch) {
+	r, err := transport.DecodeRelease(v)
+	if err != nil || (r != transport.Released && r != transport.ReleasedWatch) {
 		ps.t.Fatalf("%s's release: %v, %v; want released", owner, r, err)
 	}
 	return r
@@ -135,26 +135,26 @@ func (ps *presenceScripts) holder(name string) string {
 func staleAbsenceIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "stale-absence"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
-	a := "AbsentHolderAbsentHolde" + wire.PresenceMark
-	b := "BlippingGranteeBlipping" + wire.PresenceMark
+	a := "AbsentHolderAbsentHolde" + transport.PresenceMark
+	b := "BlippingGranteeBlipping" + transport.PresenceMark
 	const cw = "PlainWaiterPlainWaiterP" // keeps no presence
 	ps.present(a)
 	ps.present(b)
 
-	held := ps.acquire(a+".1", a+".1/1", wire.ModeJoin)
+	held := ps.acquire(a+".1", a+".1/1", transport.ModeJoin)
 	if !held.Held {
 		t.Fatalf("A's Lock: %+v, want held", held)
 	}
-	if r := ps.acquire(b+".1", b+".1/1", wire.ModeJoin); r.Held || !r.Head {
+	if r := ps.acquire(b+".1", b+".1/1", transport.ModeJoin); r.Held || !r.Head {
 		t.Fatalf("B's join: %+v, want queued as head", r)
 	}
-	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeJoin); r.Held || r.Head {
+	if r := ps.acquire(cw+".1", cw+".1/1", transport.ModeJoin); r.Held || r.Head {
 		t.Fatalf("C's join: %+v, want queued behind B", r)
 	}
 	ps.gone(a)
-	if r := ps.acquire(b+".1", b+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
+	if r := ps.acquire(b+".1", b+".1/1", transport.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
 		t.Fatalf("B's look at A's absence: %+v; want the grace to start", r)
 	}
 	ps.present(a) // back within the grace, and it hands the lock on
@@ -165,14 +165,14 @@ func staleAbsenceIsForgotten(t tb, scripts *lua.Scripts) {
 
 	clk.Advance(2 * core.PresenceGrace)
 	ps.gone(b)
-	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeQueued); r.Held {
+	if r := ps.acquire(cw+".1", cw+".1/1", transport.ModeQueued); r.Held {
 		t.Fatalf("C took the lock at its first look at B's absence: A's absence, seen before the hand-off, was counted for B")
 	}
 	if got := ps.holder(name); got != b+".1" {
 		t.Fatalf("holder after C's first look at B's absence: %q, want B still (the grace starts now)", got)
 	}
 	clk.Advance(core.PresenceGrace)
-	if r := ps.acquire(cw+".1", cw+".1/1", wire.ModeQueued); !r.Held {
+	if r := ps.acquire(cw+".1", cw+".1/1", transport.ModeQueued); !r.Held {
 		t.Fatalf("C's look a grace after B's presence went: %+v; want the lock", r)
 	}
 }
@@ -190,33 +190,33 @@ func TestStaleAbsenceIsForgotten(t *testing.T) {
 func absenceSeenBackIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
 	const name = "absence-seen-back"
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.FairBase(name))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.FairBase(name))
 	defer stop()
-	a := "BlippingHolderBlippingH" + wire.PresenceMark
+	a := "BlippingHolderBlippingH" + transport.PresenceMark
 	const bw = "PlainWaiterPlainWaiterP" // keeps no presence
 	ps.present(a)
-	if r := ps.acquire(a+".1", a+".1/1", wire.ModeJoin); !r.Held {
+	if r := ps.acquire(a+".1", a+".1/1", transport.ModeJoin); !r.Held {
 		t.Fatalf("A's Lock: %+v, want held", r)
 	}
-	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeJoin); r.Held || !r.Head {
+	if r := ps.acquire(bw+".1", bw+".1/1", transport.ModeJoin); r.Held || !r.Head {
 		t.Fatalf("B's join: %+v, want queued as head", r)
 	}
 	ps.gone(a)
-	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
+	if r := ps.acquire(bw+".1", bw+".1/1", transport.ModeQueued); r.Held || r.HoldMs != core.PresenceGrace.Milliseconds() {
 		t.Fatalf("B's look at A's absence: %+v; want the grace to start", r)
 	}
 	ps.present(a)
-	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held || r.HoldMs != core.PresencePoll.Milliseconds() {
+	if r := ps.acquire(bw+".1", bw+".1/1", transport.ModeQueued); r.Held || r.HoldMs != core.PresencePoll.Milliseconds() {
 		t.Fatalf("B's look at A back: %+v; want the poll", r)
 	}
 
 	clk.Advance(2 * core.PresenceGrace)
 	ps.gone(a)
-	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); r.Held {
+	if r := ps.acquire(bw+".1", bw+".1/1", transport.ModeQueued); r.Held {
 		t.Fatalf("B took the lock at its first look at A's second absence: the first, seen before A came back, was counted")
 	}
 	clk.Advance(core.PresenceGrace)
-	if r := ps.acquire(bw+".1", bw+".1/1", wire.ModeQueued); !r.Held {
+	if r := ps.acquire(bw+".1", bw+".1/1", transport.ModeQueued); !r.Held {
 		t.Fatalf("B's look a grace after A's presence went: %+v; want the lock", r)
 	}
 }
@@ -226,15 +226,15 @@ func TestAbsenceSeenBackIsForgotten(t *testing.T) {
 }
 
 // semAcquire runs one attempt of sem_acquire.lua on the semaphore at base.
-func (ps *presenceScripts) semAcquire(a wire.SemAcquire) wire.SemAcquireReply {
+func (ps *presenceScripts) semAcquire(a transport.SemAcquire) transport.SemAcquireReply {
 	ps.t.Helper()
-	keys := append([]string{ps.base}, wire.QueueKeys(wire.GateBase(ps.base))...)
-	a.Lease, a.Permits, a.Origin, a.Publish, a.Channel = 30000, 2, wire.EncodeOrigin("host", 1, ""), "PUBLISH", wire.Channel(wire.GateBase(ps.base))
+	keys := append([]string{ps.base}, transport.QueueKeys(transport.GateBase(ps.base))...)
+	a.Lease, a.Permits, a.Origin, a.Publish, a.Channel = 30000, 2, transport.EncodeOrigin("host", 1, ""), "PUBLISH", transport.Channel(transport.GateBase(ps.base))
 	v, err := ps.scripts.SemAcquire.Run(context.Background(), ps.c, nil, keys, a.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
-	r, err := wire.DecodeSemAcquire(v)
+	r, err := transport.DecodeSemAcquire(v)
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", a.Owner, err)
 	}
@@ -243,12 +243,12 @@ func (ps *presenceScripts) semAcquire(a wire.SemAcquire) wire.SemAcquireReply {
 
 // permitHolder is the client id of a scenario's permit holder that keeps a
 // presence.
-const permitHolder = "PermitHolderPermitHolde" + wire.PresenceMark
+const permitHolder = "PermitHolderPermitHolde" + transport.PresenceMark
 
 // semTry is client's first TryAcquire of n permits, which must hold them.
-func (ps *presenceScripts) semTry(client string, n int) wire.SemAcquireReply {
+func (ps *presenceScripts) semTry(client string, n int) transport.SemAcquireReply {
 	ps.t.Helper()
-	r := ps.semAcquire(wire.SemAcquire{Owner: client + ".1#1", N: n, Mode: wire.SemTry})
+	r := ps.semAcquire(transport.SemAcquire{Owner: client + ".1#1", N: n, Mode: transport.SemTry})
 	if !r.Held {
 		ps.t.Fatalf("%s's TryAcquire of %d permits: %+v, want held", client, n, r)
 	}
@@ -257,9 +257,9 @@ func (ps *presenceScripts) semTry(client string, n int) wire.SemAcquireReply {
 
 // gateLook is one attempt of client, holding the gate with gateToken, to
 // take one permit (its permit hold "<client>.1#2").
-func (ps *presenceScripts) gateLook(client string, gateToken int64) wire.SemAcquireReply {
+func (ps *presenceScripts) gateLook(client string, gateToken int64) transport.SemAcquireReply {
 	ps.t.Helper()
-	return ps.semAcquire(wire.SemAcquire{Owner: client + ".1#2", N: 1, Mode: wire.SemGate, GateOwner: client + ".1", GateToken: gateToken})
+	return ps.semAcquire(transport.SemAcquire{Owner: client + ".1#2", N: 1, Mode: transport.SemGate, GateOwner: client + ".1", GateToken: gateToken})
 }
 
 // staleAbsenceOfAPermitHolderIsForgotten: the semaphore's first waiter
@@ -272,7 +272,7 @@ func (ps *presenceScripts) gateLook(client string, gateToken int64) wire.SemAcqu
 // the grace has passed.
 func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("stale-permits"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.SemaphoreBase("stale-permits"))
 	defer stop()
 	p := permitHolder
 	const wc = "PlainWaiterPlainWaiterP" // keeps no presence
@@ -280,12 +280,12 @@ func staleAbsenceOfAPermitHolderIsForgotten(t tb, scripts *lua.Scripts) {
 	ps.semTry(p, 2)
 	// W queues on the gate, which is free: it holds the gate, and waits
 	// there for a permit.
-	g := ps.acquireOn(wire.GateBase(ps.base), wire.FairAcquire{Owner: wc + ".1", Entry: wc + ".1/1", Mode: wire.ModeJoin,
-		Permit: wire.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000}})
+	g := ps.acquireOn(transport.GateBase(ps.base), transport.FairAcquire{Owner: wc + ".1", Entry: wc + ".1/1", Mode: transport.ModeJoin,
+		Permit: transport.PermitRequest{Owner: wc + ".1#2", N: 1, Lease: 30000}})
 	if !g.Held {
 		t.Fatalf("W's gate: %+v; want held", g)
 	}
-	look := func() wire.SemAcquireReply { return ps.gateLook(wc, g.Token) }
+	look := func() transport.SemAcquireReply { return ps.gateLook(wc, g.Token) }
 	if r := look(); r.Held {
 		t.Fatalf("W took a permit from a present holder: %+v", r)
 	}
@@ -324,18 +324,18 @@ func TestStaleAbsenceOfAPermitHolderIsForgotten(t *testing.T) {
 // not from X's first.
 func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.SemaphoreBase("absence-outlives-a-grant"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.SemaphoreBase("absence-outlives-a-grant"))
 	defer stop()
 	p := permitHolder
 	const x = "SecondWaiterSecondWaite" // keeps no presence
 	ps.present(p)
 	ps.semTry(p, 1)
 	rp := ps.semTry(plainHolder, 1)
-	wg := ps.gateQueue(plainWaiter, 1, wire.ModeJoin)
+	wg := ps.gateQueue(plainWaiter, 1, transport.ModeJoin)
 	if !wg.Held {
 		t.Fatalf("W's gate: %+v; want held (the first waiter)", wg)
 	}
-	if r := ps.gateQueue(x, 1, wire.ModeJoin); r.Held || !r.Head {
+	if r := ps.gateQueue(x, 1, transport.ModeJoin); r.Held || !r.Head {
 		t.Fatalf("X's join: %+v; want queued as the gate's head", r)
 	}
 	ps.gone(p)
@@ -347,8 +347,8 @@ func permitHolderAbsenceOutlivesAGrant(t tb, scripts *lua.Scripts) {
 	if r := ps.gateLook(plainWaiter, wg.Token); !r.Held {
 		t.Fatalf("W's look after R's release: %+v; want the permit R's release served it", r)
 	}
-	ps.releaseOn(wire.GateBase(ps.base), plainWaiter+".1", wg.Token)
-	xg := ps.gateQueue(x, 1, wire.ModeQueued)
+	ps.releaseOn(transport.GateBase(ps.base), plainWaiter+".1", wg.Token)
+	xg := ps.gateQueue(x, 1, transport.ModeQueued)
 	if !xg.Held {
 		t.Fatalf("X's look after W gave the gate on: %+v; want the gate", xg)
 	}
@@ -368,16 +368,16 @@ func TestPermitHolderAbsenceOutlivesAGrant(t *testing.T) {
 
 // reentrantAcquire runs one attempt of reentrant_acquire.lua by client's
 // first handle; waiter names its waiter id ("" for a try that never waits).
-func (ps *presenceScripts) reentrantAcquire(client, waiter string) wire.ReentrantAcquireReply {
+func (ps *presenceScripts) reentrantAcquire(client, waiter string) transport.ReentrantAcquireReply {
 	ps.t.Helper()
 	ps.n++
-	v, err := ps.scripts.ReentrantAcquire.Run(context.Background(), ps.c, nil, wire.QueueKeys(ps.base), wire.ReentrantAcquire{
+	v, err := ps.scripts.ReentrantAcquire.Run(context.Background(), ps.c, nil, transport.QueueKeys(ps.base), transport.ReentrantAcquire{
 		Owner: client + ".1", Request: fmt.Sprintf("%s.1#%d", client, ps.n), Lease: 30000, Waiter: waiter, Wait: 10000,
 	}.Args()...).Result()
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", client, err)
 	}
-	r, err := wire.DecodeReentrantAcquire(v)
+	r, err := transport.DecodeReentrantAcquire(v)
 	if err != nil {
 		ps.t.Fatalf("%s's attempt: %v", client, err)
 	}
@@ -393,7 +393,7 @@ func (ps *presenceScripts) reentrantAcquire(client, waiter string) wire.Reentran
 // lock, with a greater token: H's process died.
 func reentrantDeadHolderEndedAfterTheGrace(t tb, scripts *lua.Scripts) {
 	t.Helper()
-	ps, clk, stop := newPresenceScripts(t, scripts, wire.ReentrantKey("dead-holder"))
+	ps, clk, stop := newPresenceScripts(t, scripts, transport.ReentrantKey("dead-holder"))
 	defer stop()
 	ps.present(deadHolder)
 	h := ps.reentrantAcquire(deadHolder, "")

@@ -12,7 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,44 +63,44 @@ func uncontendedPathsAgreeWithTheGeneralPath(t tb, s *lua.Scripts) {
 		release    func(s *lua.Scripts, c *redis.Client, base string, token int64) (raw, reply any, err error)
 	}{
 		{"fair", "fairlock:f:", func(s *lua.Scripts, c *redis.Client, base string) (any, any, error) {
-			v, err := s.FairAcquire.Run(context.Background(), c, nil, wire.QueueKeys(base), wire.FairAcquire{
-				Owner: owner, Entry: owner + "/1", Request: owner + "#1", Lease: 30000, Wait: 10000, Mode: wire.ModeJoin,
-				Origin: wire.EscapeJSON(wire.EncodeOrigin("host", 1234, `a "job"`)), Publish: "PUBLISH", Channel: wire.Channel(base),
-				Stale: wire.AnyStale,
+			v, err := s.FairAcquire.Run(context.Background(), c, nil, transport.QueueKeys(base), transport.FairAcquire{
+				Owner: owner, Entry: owner + "/1", Request: owner + "#1", Lease: 30000, Wait: 10000, Mode: transport.ModeJoin,
+				Origin: transport.EscapeJSON(transport.EncodeOrigin("host", 1234, `a "job"`)), Publish: "PUBLISH", Channel: transport.Channel(base),
+				Stale: transport.AnyStale,
 			}.Args()...).Result()
 			if err != nil {
 				return nil, nil, err
 			}
-			r, err := wire.DecodeFairAcquire(v)
+			r, err := transport.DecodeFairAcquire(v)
 			return v, r, err
 		}, func(s *lua.Scripts, c *redis.Client, base string, token int64) (any, any, error) {
-			v, err := s.FairRelease.Run(context.Background(), c, nil, wire.QueueKeys(base), wire.Release{
-				Owner: owner, Request: owner + "#2", Token: token, Publish: "PUBLISH", Channel: wire.Channel(base),
+			v, err := s.FairRelease.Run(context.Background(), c, nil, transport.QueueKeys(base), transport.Release{
+				Owner: owner, Request: owner + "#2", Token: token, Publish: "PUBLISH", Channel: transport.Channel(base),
 			}.Args()...).Result()
 			if err != nil {
 				return nil, nil, err
 			}
-			r, err := wire.DecodeRelease(v)
+			r, err := transport.DecodeRelease(v)
 			return v, r, err
 		}},
 		{"reentrant", "fairlock:r:", func(s *lua.Scripts, c *redis.Client, base string) (any, any, error) {
-			v, err := s.ReentrantAcquire.Run(context.Background(), c, nil, wire.QueueKeys(base), wire.ReentrantAcquire{
-				Owner: owner, Request: owner + "#1", Lease: 30000, Stale: wire.AnyStale, Waiter: owner + "/1", Wait: 10000,
+			v, err := s.ReentrantAcquire.Run(context.Background(), c, nil, transport.QueueKeys(base), transport.ReentrantAcquire{
+				Owner: owner, Request: owner + "#1", Lease: 30000, Stale: transport.AnyStale, Waiter: owner + "/1", Wait: 10000,
 				AskFreed: true,
 			}.Args()...).Result()
 			if err != nil {
 				return nil, nil, err
 			}
-			r, err := wire.DecodeReentrantAcquire(v)
+			r, err := transport.DecodeReentrantAcquire(v)
 			return v, r, err
 		}, func(s *lua.Scripts, c *redis.Client, base string, token int64) (any, any, error) {
-			v, err := s.ReentrantRelease.Run(context.Background(), c, nil, wire.QueueKeys(base), wire.Release{
+			v, err := s.ReentrantRelease.Run(context.Background(), c, nil, transport.QueueKeys(base), transport.Release{
 				Owner: owner, Request: owner + "#2", Token: token, Publish: "PUBLISH", Channel: "fairlock:r:{x}:wake",
 			}.Args()...).Result()
 			if err != nil {
 				return nil, nil, err
 			}
-			r, err := wire.DecodeRelease(v)
+			r, err := transport.DecodeRelease(v)
 			return v, r, err
 		}},
 	}
@@ -207,7 +207,7 @@ func uncontendedPathsAgreeWithTheGeneralPath(t tb, s *lua.Scripts) {
 				mr.SetTTL(general, ttl)
 				got = compare("release", straightAcquisition[start], func(base string) (any, any, error) { return kind.release(s, c, base, token) })
 				hold = got["straight"].hold
-				if got["straight"].reply != wire.Released || hold["o"] != "" || hold["q"] != owner+"#2" || hold["r"][:16] != hold["f"] {
+				if got["straight"].reply != transport.Released || hold["o"] != "" || hold["q"] != owner+"#2" || hold["r"][:16] != hold["f"] {
 					t.Fatalf("after the release the reply is %v and the hold %v; want it free, with the release's id and memory",
 						got["straight"].reply, hold)
 				}

@@ -18,7 +18,7 @@ import (
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -127,7 +127,7 @@ func lostHandOffFoundByTheHeartbeat(t tb, scripts *lua.Scripts) {
 	}
 	keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
 	v, err := scripts.FairRelease.Run(ctx, probe, nil, keys, st.Holder.Owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Result()
-	if got, _ := wire.DecodeRelease(v); err != nil || got != wire.Released {
+	if got, _ := transport.DecodeRelease(v); err != nil || got != transport.Released {
 		t.Fatalf("releasing a's hold: %v, %v", v, err)
 	}
 	granted, err := fair.Inspect(ctx, probe, name)
@@ -409,7 +409,7 @@ func reentrantLostWakeUp(t tb, scripts *lua.Scripts) {
 			}
 			owner, _ := hold["o"].(string)
 			v, err := scripts.ReentrantRelease.Run(ctx, probe, nil, keys, owner, "scenario-release", a.Token(), "PUBLISH", "nobody-listens").Result()
-			if got, _ := wire.DecodeRelease(v); err != nil || got != wire.Released {
+			if got, _ := transport.DecodeRelease(v); err != nil || got != transport.Released {
 				t.Fatalf("releasing a's hold: %v, %v", v, err)
 			}
 			redistest.Quiet(t, "b is asleep", func() bool { return redistest.Asleep() == 1 })

@@ -11,7 +11,6 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -122,16 +121,16 @@ const abOwner = "QhOrGB6RQrKo9uyIgFu7VQ.1"
 // abFair is a pair of set's fair_acquire and fair_release, with the
 // arguments the library sends (old: those round seven's scripts took).
 func abFair(ctx context.Context, c *redis.Client, set *lua.Scripts, name string, old bool, n *int) func() error {
-	base := wire.FairBase(lockName(name))
-	origin := wire.EscapeJSON(wire.EncodeOrigin("bench-host", 12345, ""))
+	base := transport.FairBase(lockName(name))
+	origin := transport.EscapeJSON(transport.EncodeOrigin("bench-host", 12345, ""))
 	return abPair(ctx, c, base, set.FairAcquire, set.FairRelease, n, func(id, entry string) []any {
 		if old {
-			return []any{abOwner, entry, id, 30000, 10000, wire.ModeJoin, origin, "PUBLISH", wire.Channel(base), wire.AnyStale}
+			return []any{abOwner, entry, id, 30000, 10000, transport.ModeJoin, origin, "PUBLISH", transport.Channel(base), transport.AnyStale}
 		}
-		return wire.FairAcquire{Owner: abOwner, Entry: entry, Request: id, Lease: 30000, Wait: 10000,
-			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: wire.Channel(base), Stale: wire.AnyStale}.Args()
+		return transport.FairAcquire{Owner: abOwner, Entry: entry, Request: id, Lease: 30000, Wait: 10000,
+			Mode: transport.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: transport.Channel(base), Stale: transport.AnyStale}.Args()
 	}, func(v any) (int64, bool, error) {
-		r, err := wire.DecodeFairAcquire(v)
+		r, err := transport.DecodeFairAcquire(v)
 		return r.Token, r.Held, err
 	})
 }
@@ -139,15 +138,15 @@ func abFair(ctx context.Context, c *redis.Client, set *lua.Scripts, name string,
 // abReentrant is abFair for reentrant_acquire and reentrant_release, as a
 // Lock that may wait makes them.
 func abReentrant(ctx context.Context, c *redis.Client, set *lua.Scripts, name string, old bool, n *int) func() error {
-	base := wire.ReentrantKey(lockName(name))
+	base := transport.ReentrantKey(lockName(name))
 	return abPair(ctx, c, base, set.ReentrantAcquire, set.ReentrantRelease, n, func(id, waiter string) []any {
 		if old {
-			return []any{abOwner, id, 30000, wire.AnyStale, "0", waiter, 10000}
+			return []any{abOwner, id, 30000, transport.AnyStale, "0", waiter, 10000}
 		}
-		return wire.ReentrantAcquire{Owner: abOwner, Request: id, Lease: 30000, Stale: wire.AnyStale,
+		return transport.ReentrantAcquire{Owner: abOwner, Request: id, Lease: 30000, Stale: transport.AnyStale,
 			Waiter: waiter, Wait: 10000}.Args()
 	}, func(v any) (int64, bool, error) {
-		r, err := wire.DecodeReentrantAcquire(v)
+		r, err := transport.DecodeReentrantAcquire(v)
 		return r.Token, r.Held, err
 	})
 }
@@ -157,7 +156,7 @@ func abReentrant(ctx context.Context, c *redis.Client, set *lua.Scripts, name st
 // whose reply held reads, then release of the token it got.
 func abPair(ctx context.Context, c *redis.Client, base string, acquire, release *transport.Script, n *int,
 	args func(id, entry string) []any, held func(any) (int64, bool, error)) func() error {
-	mode, keys, channel := &transport.Mode{}, wire.QueueKeys(base), wire.Channel(base)
+	mode, keys, channel := &transport.Mode{}, transport.QueueKeys(base), transport.Channel(base)
 	return func() error {
 		*n++
 		id, entry := abOwner+"#"+strconv.Itoa(*n), abOwner+"/"+strconv.Itoa(*n)
@@ -169,7 +168,7 @@ func abPair(ctx context.Context, c *redis.Client, base string, acquire, release 
 		if err != nil || !ok {
 			return fmt.Errorf("%s did not acquire: %v, %v", acquire.Function(), v, err)
 		}
-		return release.Run(ctx, c, mode, keys, wire.Release{
+		return release.Run(ctx, c, mode, keys, transport.Release{
 			Owner: abOwner, Request: id + "r", Token: token, Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -438,7 +438,7 @@ func BenchmarkPairParts(b *testing.B) {
 			return c.FCall(ctx, "fairlock_bench_json", keys, "r", owner, owner+"#r"+id, "1764250000123456", "PUBLISH", keys[0]+":wake").Err()
 		}})
 	}
-	origin, n := wire.EscapeJSON(wire.EncodeOrigin("bench-host", 12345, "")), 0
+	origin, n := transport.EscapeJSON(transport.EncodeOrigin("bench-host", 12345, "")), 0
 	variants = append(variants,
 		variant{"fair-scripts", abFair(ctx, c, lua.Default(), "parts-scripts", false, &n)},
 		variant{"reentrant-scripts", abReentrant(ctx, c, lua.Default(), "parts-scripts", false, &n)})
@@ -452,35 +452,35 @@ func BenchmarkPairParts(b *testing.B) {
 			variant{"base-reentrant-scripts", abReentrant(ctx, c, base, "parts-base", false, &n)})
 	}
 	owner := "QhOrGB6RQrKo9uyIgFu7VQ.1"
-	leanBase := wire.FairBase(lockName("parts-lean"))
-	leanKeys, channel := wire.QueueKeys(leanBase), wire.Channel(leanBase)
+	leanBase := transport.FairBase(lockName("parts-lean"))
+	leanKeys, channel := transport.QueueKeys(leanBase), transport.Channel(leanBase)
 	variants = append(variants, variant{"lean", func() error {
 		n++
 		id := owner + "#" + strconv.Itoa(n)
-		v, err := c.FCall(ctx, "fairlock_bench_lean_acquire", leanKeys, wire.FairAcquire{
+		v, err := c.FCall(ctx, "fairlock_bench_lean_acquire", leanKeys, transport.FairAcquire{
 			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
-			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+			Mode: transport.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Slice()
 		if err != nil {
 			return err
 		}
-		return c.FCall(ctx, "fairlock_bench_lean_release", leanKeys, wire.Release{
+		return c.FCall(ctx, "fairlock_bench_lean_release", leanKeys, transport.Release{
 			Owner: owner, Request: id + "r", Token: v[1].(int64), Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}})
-	flatBase := wire.FairBase(lockName("parts-flat"))
-	flatKeys := append(wire.QueueKeys(flatBase), flatBase+":memory")
+	flatBase := transport.FairBase(lockName("parts-flat"))
+	flatKeys := append(transport.QueueKeys(flatBase), flatBase+":memory")
 	variants = append(variants, variant{"flat", func() error {
 		n++
 		id := owner + "#" + strconv.Itoa(n)
-		v, err := c.FCall(ctx, "fairlock_bench_flat_acquire", flatKeys, wire.FairAcquire{
+		v, err := c.FCall(ctx, "fairlock_bench_flat_acquire", flatKeys, transport.FairAcquire{
 			Owner: owner, Entry: owner + "/" + strconv.Itoa(n), Request: id, Lease: 30000, Wait: 10000,
-			Mode: wire.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
+			Mode: transport.ModeJoin, Origin: origin, Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Slice()
 		if err != nil {
 			return err
 		}
-		return c.FCall(ctx, "fairlock_bench_flat_release", flatKeys, wire.Release{
+		return c.FCall(ctx, "fairlock_bench_flat_release", flatKeys, transport.Release{
 			Owner: owner, Request: id + "r", Token: v[1].(int64), Publish: "PUBLISH", Channel: channel,
 		}.Args()...).Err()
 	}})

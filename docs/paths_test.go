@@ -20,7 +20,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -107,7 +107,7 @@ func TestPathWorkload(t *testing.T) {
 	var bases []string // made here, so that every workload makes them
 	for i := range pathReps {
 		name := prefix + strconv.Itoa(i)
-		bases = append(bases, wire.FairBase(name))
+		bases = append(bases, transport.FairBase(name))
 		for _, side := range []struct {
 			o  *fairlock.Owner
 			to *[]*fair.Mutex
@@ -222,14 +222,25 @@ func TestArchitecturePathTables(t *testing.T) {
 	for b, n := range runs["idle"].counts {
 		rate[b] = float64(n-runs["lock"].counts[b]) / (runs["idle"].seconds - runs["lock"].seconds)
 	}
-	free := onPath(runs["lock"], runs["setup"], rate, funcs)
-	unlock := onPath(runs["unlock"], runs["lock"], rate, funcs)
-	queued := onPath(runs["queued"], runs["setup"], rate, funcs)
-	queued = slices.DeleteFunc(queued, func(f fn) bool { return slices.Contains(free, f) || slices.Contains(unlock, f) })
+	free, freeRan := onPath(runs["lock"], runs["setup"], rate, funcs)
+	unlock, unlockRan := onPath(runs["unlock"], runs["lock"], rate, funcs)
+	whole, queuedRan := onPath(runs["queued"], runs["setup"], rate, funcs)
+	queued := slices.DeleteFunc(slices.Clone(whole), func(f fn) bool { return slices.Contains(free, f) || slices.Contains(unlock, f) })
+	var dirs []string
+	for _, f := range slices.Concat(free, unlock, whole) {
+		if d := filepath.Dir(f.file); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	typed := checkModule(t, dirs)
 	made := pathsBegin + "\n\n" +
 		pathTable("A free Lock", "A `fair.Mutex.Lock` on `context.Background` that finds the lock free and nobody waiting, from a handle that has locked before", free, nil) +
+		readingLine("Following it", typed.read(free, freeRan)) +
+		ctxLine(typed.ctxStops(free, freeRan, "fair.Mutex.Lock")) +
 		pathTable("What a Lock that queues adds", "The functions a Lock that waits for a holder, and the holder's Unlock that hands the lock to it, run beyond the free Lock's and the plain Unlock's", queued, free) +
+		readingLine("Following the whole of that Lock and Unlock, the free Lock's part included", typed.read(whole, queuedRan)) +
 		pathTable("An Unlock", "The `Unlock` of that free Lock's hold, nobody waiting", unlock, nil) +
+		readingLine("Following it", typed.read(unlock, unlockRan)) +
 		pathsEnd
 	const doc = "architecture.md"
 	text, err := os.ReadFile(doc)
@@ -410,14 +421,17 @@ type workloadRun struct {
 
 // onPath returns the functions holding a block whose count grew by at
 // least half pathReps from before to after, less what the background's
-// rate makes of the time after took longer, in file and line order.
-func onPath(after, before workloadRun, rate map[covBlock]float64, funcs map[string][]fn) []fn {
+// rate makes of the time after took longer, in file and line order, and
+// those blocks.
+func onPath(after, before workloadRun, rate map[covBlock]float64, funcs map[string][]fn) ([]fn, map[covBlock]bool) {
 	var out []fn
+	ran := map[covBlock]bool{}
 	for b, n := range after.counts {
 		grew := float64(n-before.counts[b]) - rate[b]*(after.seconds-before.seconds)
 		if grew < pathReps/2 {
 			continue
 		}
+		ran[b] = true
 		for _, f := range funcs[b.file] {
 			if f.start <= b.start && b.stop <= f.stop && !slices.Contains(out, f) {
 				out = append(out, f)
@@ -430,7 +444,7 @@ func onPath(after, before workloadRun, rate map[covBlock]float64, funcs map[stri
 		}
 		return a.start - b.start
 	})
-	return out
+	return out, ran
 }
 
 // pathTable renders one path: its measures, then a row per file with the
@@ -467,4 +481,24 @@ func pathTable(title, what string, path, base []fn) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// readingLine renders what a reader meets on a path.
+func readingLine(lead string, r pathReading) string {
+	names := make([]string, len(r.types))
+	for i, n := range r.types {
+		names[i] = "`" + n + "`"
+	}
+	return fmt.Sprintf("%s, a reader meets %d of the module's named types (%s), and %d calls through an interface, in the lines it runs.\n\n",
+		lead, len(r.types), strings.Join(names, ", "), r.interfaces)
+}
+
+// ctxLine renders where the caller's ctx goes on a path (typedModule.ctxStops).
+func ctxLine(stops []string, files []string, returns int) string {
+	distinct := map[string]bool{}
+	for _, f := range stops {
+		distinct[f] = true
+	}
+	return fmt.Sprintf("The caller's ctx, followed from `fair.Mutex.Lock` through every call the path runs that passes it, makes %d stops in %d files. Going down those calls it comes back %d times to a file it had left; counting the reader's return to the caller's file after each call, %d times.\n\n",
+		len(stops), len(distinct), comebacks(stops), returns)
 }

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -76,7 +75,7 @@ type Leadership struct {
 // longer than fairlock.MaxNameLen, or an invalid option; a closed owner
 // gets fairlock.ErrClosed.
 func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election, error) {
-	cfg, err := config.ApplyFair(opts)
+	cfg, err := core.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +89,7 @@ func NewElection(owner *fairlock.Owner, name string, opts ...Option) (*Election,
 // electionPlace is where an election lives: a fair lock's keys under
 // fairlock:e:, whose hold also names the leader's value.
 func electionPlace(name string, scripts *lua.Scripts) core.Place {
-	p := placeAt(wire.ElectionBase(name), scripts)
+	p := placeAt(transport.ElectionBase(name), scripts)
 	p.What, p.Primitive = "election", observe.Election
 	p.Exclusive = true // one term at a time
 	return p
@@ -127,7 +126,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	}
 	end, err := m.Acquire(ctx, core.LockAttempt(m.Config()), func(t *core.Turn) (*core.Grant, error) {
 		q := t.Waiter().(*queue)
-		q.value = wire.EscapeValue(value)
+		q.value = transport.EscapeValue(value)
 		return q.Acquire(t.Context(), t.Attempt())
 	})
 	if err != nil {
@@ -150,9 +149,9 @@ func (e *Election) Proclaim(lead context.Context, value string) error {
 	if err := e.carries(lead); err != nil {
 		return err
 	}
-	escaped := wire.EscapeValue(value)
+	escaped := transport.EscapeValue(value)
 	return m.OnHold(lead, func(ctx context.Context, h core.Agent, token int64) (bool, error) {
-		n, err := h.Config.Scripts.ElectionProclaim.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Proclaim{
+		n, err := h.Config.Scripts.ElectionProclaim.Run(ctx, h.Client, h.Mode(), h.Keys, transport.Proclaim{
 			Owner: h.IDArg(), Token: token, Value: escaped, Publish: h.PublishArg(), Channel: h.ChannelArg(),
 		}.Args()...).Int()
 		if err != nil {
@@ -211,24 +210,24 @@ func (e *Election) Leader(ctx context.Context) (Leadership, error) {
 }
 
 // read is the election's leadership as Redis has it now.
-func (e *Election) read(ctx context.Context) (wire.Leadership, error) {
+func (e *Election) read(ctx context.Context) (transport.Leadership, error) {
 	m := e.core()
 	if m.Config() == nil {
-		return wire.Leadership{}, core.Unmade()
+		return transport.Leadership{}, core.Unmade()
 	}
 	v, err := m.Read(ctx, "reading the leader", m.Config().Scripts.ElectionLeader)
 	if err != nil {
-		return wire.Leadership{}, m.Wrap(ctx, err)
+		return transport.Leadership{}, m.Wrap(ctx, err)
 	}
 	text, ok := v.(string)
 	if !ok {
-		return wire.Leadership{}, m.Wrap(ctx, fmt.Errorf("fairlock: unexpected leadership reply %v", v))
+		return transport.Leadership{}, m.Wrap(ctx, fmt.Errorf("fairlock: unexpected leadership reply %v", v))
 	}
-	l, err := wire.ParseLeadership(text)
+	l, err := transport.ParseLeadership(text)
 	return l, m.Wrap(ctx, err)
 }
 
-func leadershipOf(l wire.Leadership) Leadership {
+func leadershipOf(l transport.Leadership) Leadership {
 	if l.Term == 0 {
 		return Leadership{}
 	}

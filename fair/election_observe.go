@@ -8,13 +8,12 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // Observers (docs/election.md, "Observers: who leads, by message", has
 // when and why each read comes). Every write that changes an election's
-// leadership publishes it on its leader channel (wire.LeaderChannel). Each
+// leadership publishes it on its leader channel (transport.LeaderChannel). Each
 // owner with observers of an election reads that channel on its own hub
 // (one subscription and one message per client) and runs one goroutine, a
 // watch, that hands each leadership to all its observers. A watch also
@@ -46,7 +45,7 @@ type watch struct {
 
 	mu     sync.Mutex
 	outs   map[chan Leadership]struct{}
-	latest wire.Leadership
+	latest transport.Leadership
 	known  bool  // latest was read or told
 	blind  error // why the latest read failed, until one succeeds: what the observers were told
 }
@@ -145,7 +144,7 @@ func offer(out chan Leadership, l Leadership) {
 // tell hands l to every observer if it is news: a version at least the
 // latest's (a read made after the message of that version, or the message
 // itself) replaces it.
-func (w *watch) tell(l wire.Leadership) {
+func (w *watch) tell(l transport.Leadership) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.blind == nil && w.known && l.Version < w.latest.Version {
@@ -183,18 +182,18 @@ func (w *watch) run() {
 	hubs := core.Inbox(w.owner)
 	sleeper := hubs.NewSleeper()
 	defer sleeper.Close()
-	var sub *inbox.Sub
+	var sub *transport.Sub
 	for sub == nil {
-		s, err := hubs.Subscribe(w.ctx, wire.LeaderChannel(h.Channel), wire.LeadershipNote)
-		if errors.Is(err, inbox.ErrClosed) {
+		s, err := hubs.Subscribe(w.ctx, transport.LeaderChannel(h.Channel), transport.LeadershipNote)
+		if errors.Is(err, transport.ErrClosed) {
 			return
 		}
 		if err != nil { // a Cluster client that cannot find the slot's master yet
 			w.fail(err)
-			again := sleeper.After(clk, time.Second, inbox.Retry)
+			again := sleeper.After(clk, time.Second, transport.Retry)
 			wk := sleeper.Next(w.ctx, nil)
 			again.Stop()
-			if wk.Reason == inbox.Cancelled {
+			if wk.Reason == transport.Cancelled {
 				return
 			}
 			continue
@@ -213,15 +212,15 @@ func (w *watch) run() {
 		if timer != nil {
 			timer.Stop()
 		}
-		timer = sleeper.At(clk, at, inbox.Retry)
+		timer = sleeper.At(clk, at, transport.Retry)
 	}
 	for {
 		wk := sleeper.Next(w.ctx, sub)
 		switch wk.Reason {
-		case inbox.Cancelled:
+		case transport.Cancelled:
 			return
-		case inbox.Message:
-			l, err := wire.ParseLeadership(wk.Payload)
+		case transport.Message:
+			l, err := transport.ParseLeadership(wk.Payload)
 			if err != nil {
 				continue
 			}
@@ -247,7 +246,7 @@ func (w *watch) run() {
 // observeGrace after the leader's lease runs out (Redis's clock placed on
 // ours by the text's own now, so a message read late errs early, never
 // late), or one lease from now while nobody leads.
-func (w *watch) fallback(l wire.Leadership, now time.Time) time.Time {
+func (w *watch) fallback(l transport.Leadership, now time.Time) time.Time {
 	if l.Term == 0 {
 		return now.Add(w.e.m.Config().Lease)
 	}

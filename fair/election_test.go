@@ -11,7 +11,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
@@ -548,13 +548,13 @@ func TestElectionOneMessagePerChangeReachesEveryObservingClient(t *testing.T) {
 			chans = append(chans, ch)
 		}
 	}
-	msgs := e.client.Subscribe(ctx, wire.LeaderChannel(wire.Channel(wire.ElectionBase(electionName))))
+	msgs := e.client.Subscribe(ctx, transport.LeaderChannel(transport.Channel(transport.ElectionBase(electionName))))
 	defer msgs.Close()
 	if _, err := msgs.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
 	numsub := func() int64 {
-		n, err := e.client.PubSubNumSub(ctx, wire.LeaderChannel(wire.Channel(wire.ElectionBase(electionName)))).Result()
+		n, err := e.client.PubSubNumSub(ctx, transport.LeaderChannel(transport.Channel(transport.ElectionBase(electionName)))).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -576,7 +576,7 @@ func TestElectionOneMessagePerChangeReachesEveryObservingClient(t *testing.T) {
 		}
 	}
 	m, err := msgs.ReceiveMessage(ctx)
-	if err != nil || !strings.HasPrefix(m.Payload, wire.LeadershipNote+" ") {
+	if err != nil || !strings.HasPrefix(m.Payload, transport.LeadershipNote+" ") {
 		t.Fatalf("the leader channel carried %v, %v", m, err)
 	}
 	if err := a.Resign(lead); err != nil {

@@ -2,7 +2,6 @@ package fair
 
 import (
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 )
 
@@ -17,14 +16,14 @@ type Option interface{ fairOption }
 type MutexOption interface{ mutexOption }
 
 type (
-	fairOption  = config.FairOption
-	mutexOption = config.FairMutexOption
+	fairOption  = core.FairOption
+	mutexOption = core.FairMutexOption
 )
 
 // WithLabel sets free text that Inspect shows for this handle's holds and
 // queue entries, next to its host name and process id (default empty; at
 // most 200 bytes).
-func WithLabel(s string) Option { return config.WithLabel(s) }
+func WithLabel(s string) Option { return core.WithLabel(s) }
 
 // New returns a handle on the fair lock name, made on owner. Its Lock
 // joins the lock's queue and waits until the lock is handed to it; TryLock
@@ -35,7 +34,7 @@ func WithLabel(s string) Option { return config.WithLabel(s) }
 // error wrapping fairlock.ErrInvalidArgument; a closed owner gets
 // fairlock.ErrClosed.
 func New(owner *fairlock.Owner, name string, opts ...MutexOption) (*Mutex, error) {
-	cfg, err := config.ApplyFairMutex(opts)
+	cfg, err := core.ApplyFairMutex(opts)
 	if err != nil {
 		return nil, err
 	}

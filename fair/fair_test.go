@@ -16,7 +16,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -218,7 +218,7 @@ func TestHandOffReachesTheWaitersClientOnly(t *testing.T) {
 		select {
 		case m := <-msgs:
 			checkInbox(t, m)
-			if !strings.HasPrefix(m.Payload, want) || strings.Contains(m.Payload, wire.NoteSeparator) {
+			if !strings.HasPrefix(m.Payload, want) || strings.Contains(m.Payload, transport.NoteSeparator) {
 				t.Fatalf("message %d of the hand-off: %q on %s, want one note beginning %q", i, m.Payload, m.Channel, want)
 			}
 		case <-time.After(5 * time.Second):
@@ -562,10 +562,10 @@ func TestAFreeLockLetsItsInboxChannelGo(t *testing.T) {
 func TestTheUncontendedPathResumesOnceTheQueueIsEmpty(t *testing.T) {
 	e := newEnv(t)
 	b := e.contendedOnce()
-	if raw, _ := e.mr.Get(wire.FairBase(lockName)); strings.HasPrefix(raw, `{"~":0,`) {
+	if raw, _ := e.mr.Get(transport.FairBase(lockName)); strings.HasPrefix(raw, `{"~":0,`) {
 		t.Fatal("the hold is in the ordered form while a waiter's deadline is ahead")
 	}
-	redistest.TakesTheUncontendedPath(t, e.mr, wire.FairBase(lockName), func() { mustLock(t, b) }, func() { mustUnlock(t, b) })
+	redistest.TakesTheUncontendedPath(t, e.mr, transport.FairBase(lockName), func() { mustLock(t, b) }, func() { mustUnlock(t, b) })
 }
 
 // contendedOnce makes the lock contended once: a handle holds it while

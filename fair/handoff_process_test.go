@@ -16,7 +16,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -111,7 +111,7 @@ func BenchmarkHandOffTimeline(b *testing.B) {
 		b.Fatal(err)
 	}
 	var toSent, toInbox, toLock, toMinimal, toPublish []time.Duration
-	probe := wire.Inbox(wire.Channel(wire.FairBase(name)), "probe")
+	probe := transport.Inbox(transport.Channel(transport.FairBase(name)), "probe")
 	for b.Loop() {
 		child.queueBehind(ctx, b, holder, client, name)
 		start := time.Now()
@@ -186,7 +186,7 @@ func TestHandOffChild(t *testing.T) {
 	}
 	var ps *redis.PubSub
 	if listen {
-		ps = client.PSubscribe(ctx, wire.Inbox(wire.Channel(wire.FairBase(name)), "*"))
+		ps = client.PSubscribe(ctx, transport.Inbox(transport.Channel(transport.FairBase(name)), "*"))
 	} else {
 		ps = client.Subscribe(ctx, name+":probe")
 	}

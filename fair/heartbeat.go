@@ -8,9 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // The heartbeat: queued waiters keep their place by pushing their deadline
@@ -49,7 +47,7 @@ type member struct {
 	mu     sync.Mutex
 	entry  string
 	wait   time.Duration
-	w      *inbox.Sleeper
+	w      *transport.Sleeper
 	queued atomic.Int64 // unix nanos of the last request answered "queued"
 }
 
@@ -79,7 +77,7 @@ func (m *member) current() string {
 // joinHeartbeat adds a queued waiter to its client's heartbeat on the lock,
 // starting the beat with the first one; the beat runs at the pace of the
 // shortest wait timeout among its waiters.
-func joinHeartbeat(qu *queue, entry string, w *inbox.Sleeper) (*heartbeat, *member) {
+func joinHeartbeat(qu *queue, entry string, w *transport.Sleeper) (*heartbeat, *member) {
 	cfg := qu.h.Config
 	key := qu.h.Keys[0]
 	mem := &member{entry: entry, wait: cfg.WaitTimeout, w: w}
@@ -149,9 +147,9 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	entries := make([]string, len(members))
 	waits := make([]int64, len(members))
 	for i, m := range members {
-		entries[i], waits[i] = m.current(), wire.Ms(m.wait)
+		entries[i], waits[i] = m.current(), transport.Ms(m.wait)
 	}
-	args := wire.Heartbeat(qu.h.PublishArg(), qu.h.ChannelArg(), entries, waits)
+	args := transport.Heartbeat(qu.h.PublishArg(), qu.h.ChannelArg(), entries, waits)
 	// A beat that outlasts the interval is no use: the next one is due.
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), min(cfg.CleanupTimeout, max(every, 10*time.Millisecond))) // nobody waits on it: go-redis bounds it
 	defer cancel()
@@ -160,11 +158,11 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 	if err != nil {
 		qu.h.Info("queue heartbeat failed; waiters are evicted if none succeeds within their wait timeout", "error", err)
 		for _, m := range members {
-			m.w.Fire(inbox.Notice, unreachable{err}) // each decides whether its place lasts
+			m.w.Fire(transport.Notice, unreachable{err}) // each decides whether its place lasts
 		}
 		return
 	}
-	r, err := wire.DecodeHeartbeat(v, len(members))
+	r, err := transport.DecodeHeartbeat(v, len(members))
 	if err != nil {
 		return
 	}
@@ -173,18 +171,18 @@ func (hb *heartbeat) beatBatch(members []*member, every time.Duration) {
 			continue // it re-joined meanwhile: this news is about its old entry
 		}
 		switch s := r.Status[i]; {
-		case s == wire.BeatQueued:
+		case s == transport.BeatQueued:
 			m.queuedAt(sent)
-		case s == wire.BeatHead:
+		case s == transport.BeatHead:
 			m.queuedAt(sent)
-			m.w.Fire(inbox.Notice, beatHead{expiry: r.Expiry})
-		case s == wire.BeatBehindGone:
+			m.w.Fire(transport.Notice, beatHead{expiry: r.Expiry})
+		case s == transport.BeatBehindGone:
 			m.queuedAt(sent)
-			m.w.Fire(inbox.Notice, beatLook{expiry: r.Expiry})
+			m.w.Fire(transport.Notice, beatLook{expiry: r.Expiry})
 		case s < 0:
-			m.w.Fire(inbox.Notice, evicted{})
+			m.w.Fire(transport.Notice, evicted{})
 		default:
-			m.w.Fire(inbox.Notice, beatGrant{HandOff: wire.HandOff{Token: s, GrantedAt: r.Granted}, byBeat: r.ByBeat})
+			m.w.Fire(transport.Notice, beatGrant{HandOff: transport.HandOff{Token: s, GrantedAt: r.Granted}, byBeat: r.ByBeat})
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,7 +60,7 @@ func (e *env) inspect() fair.State {
 }
 
 // watch subscribes to every inbox of the lock (its channel's, one per
-// client: wire.Inbox), for tests that count messages; the markers of the
+// client: transport.Inbox), for tests that count messages; the markers of the
 // tests' own sync barrier are left out.
 func (e *env) watch() <-chan *redis.Message {
 	e.t.Helper()
@@ -89,11 +89,11 @@ func watchInboxes(t *testing.T, client *redis.Client, channel string) <-chan *re
 }
 
 // checkInbox fails unless every note of m is for the client whose inbox m
-// came on (wire.Inbox): a note reaches its waiter's client, no other.
+// came on (transport.Inbox): a note reaches its waiter's client, no other.
 func checkInbox(t *testing.T, m *redis.Message) {
 	t.Helper()
-	for note := range strings.SplitSeq(m.Payload, wire.NoteSeparator) {
-		if want := wire.Inbox(m.Channel[:strings.LastIndexByte(m.Channel, ':')], wire.NoteTarget(note)); m.Channel != want {
+	for note := range strings.SplitSeq(m.Payload, transport.NoteSeparator) {
+		if want := transport.Inbox(m.Channel[:strings.LastIndexByte(m.Channel, ':')], transport.NoteTarget(note)); m.Channel != want {
 			t.Fatalf("note %q came on %s, want %s", note, m.Channel, want)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,7 +56,7 @@ type Origin struct {
 	Label string // WithLabel's text
 }
 
-func parseOrigin(s string) Origin { return Origin(wire.ParseOrigin(s)) }
+func parseOrigin(s string) Origin { return Origin(transport.ParseOrigin(s)) }
 
 // Inspect reads the state of the fair lock name without changing it.
 func Inspect(ctx context.Context, client redis.UniversalClient, name string) (State, error) {
@@ -69,7 +69,7 @@ func Inspect(ctx context.Context, client redis.UniversalClient, name string) (St
 	if err := core.CheckName(name); err != nil {
 		return State{}, err
 	}
-	v, err := lua.Default().FairInspect.Run(ctx, client, nil, wire.QueueKeys(wire.FairBase(name))).Slice()
+	v, err := lua.Default().FairInspect.Run(ctx, client, nil, transport.QueueKeys(transport.FairBase(name))).Slice()
 	if err != nil {
 		return State{}, fmt.Errorf("fairlock: inspecting lock %q: %w", name, err)
 	}
@@ -77,7 +77,7 @@ func Inspect(ctx context.Context, client redis.UniversalClient, name string) (St
 }
 
 func parseInspect(v []any) (State, error) {
-	in, err := wire.DecodeInspect(v)
+	in, err := transport.DecodeInspect(v)
 	if err != nil {
 		return State{}, err
 	}
@@ -90,7 +90,7 @@ func parseInspect(v []any) (State, error) {
 }
 
 // holderOf is an inspected hold as Inspect shows it, nil for none.
-func holderOf(h *wire.InspectedHolder) *Holder {
+func holderOf(h *transport.InspectedHolder) *Holder {
 	if h == nil {
 		return nil
 	}
@@ -108,18 +108,18 @@ type queued struct {
 
 // queueOf lists the entries of an inspected queue in order, tombstones left
 // out.
-func queueOf(in wire.Inspected) []queued {
+func queueOf(in transport.Inspected) []queued {
 	var out []queued
 	for _, e := range in.Elements {
 		if e.Deadline < 0 {
 			continue // a tombstone: it gave up
 		}
-		w := queued{Waiter: Waiter{Owner: wire.OwnerOfEntry(e.Entry), Entry: e.Entry,
+		w := queued{Waiter: Waiter{Owner: transport.OwnerOfEntry(e.Entry), Entry: e.Entry,
 			Deadline: time.Duration(e.Deadline-in.Now) * time.Millisecond, Expired: e.Deadline <= in.Now}}
-		if o, req, ok := wire.ParseElementInfo(e.Info); ok {
+		if o, req, ok := transport.ParseElementInfo(e.Info); ok {
 			w.Origin, w.permitOwner, w.Permits = Origin(o), req.Owner, req.N
 		}
-		w.value, _ = wire.ElementValue(e.Info)
+		w.value, _ = transport.ElementValue(e.Info)
 		out = append(out, w)
 	}
 	return out
@@ -157,11 +157,11 @@ func InspectElection(ctx context.Context, client redis.UniversalClient, name str
 	if err := core.CheckName(name); err != nil {
 		return ElectionState{}, err
 	}
-	v, err := lua.Default().ElectionInspect.Run(ctx, client, nil, wire.QueueKeys(wire.ElectionBase(name))).Slice()
+	v, err := lua.Default().ElectionInspect.Run(ctx, client, nil, transport.QueueKeys(transport.ElectionBase(name))).Slice()
 	if err != nil {
 		return ElectionState{}, fmt.Errorf("fairlock: inspecting election %q: %w", name, err)
 	}
-	l, in, err := wire.DecodeElectionInspect(v)
+	l, in, err := transport.DecodeElectionInspect(v)
 	if err != nil {
 		return ElectionState{}, err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -21,13 +21,13 @@ import (
 type queue struct {
 	h        core.Agent
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
-	inbox    string // the channel its notes arrive on (wire.Inbox)
+	inbox    string // the channel its notes arrive on (transport.Inbox)
 	labelArg any    // label, JSON-escaped (fair_acquire.lua's ARGV[7]), boxed once
 
 	// permit is what a semaphore's waiter asks for, on its gate's queue
 	// (zero elsewhere): every attempt tells the gate.
-	permit wire.PermitRequest
-	// value is, in an election, the candidate's value (wire.EscapeValue),
+	permit transport.PermitRequest
+	// value is, in an election, the candidate's value (transport.EscapeValue),
 	// set by each Campaign before it waits; nil elsewhere.
 	value any
 
@@ -38,7 +38,7 @@ type queue struct {
 // place is where a fair lock lives: the hold, the queue, the waiters'
 // deadlines, and the channel that carries hand-offs and head notices.
 func place(name string, scripts *lua.Scripts) core.Place {
-	p := placeAt(wire.FairBase(name), scripts)
+	p := placeAt(transport.FairBase(name), scripts)
 	p.Exclusive = true
 	return p
 }
@@ -50,8 +50,8 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		What:        "fair lock",
 		Primitive:   observe.Fair,
 		Acquire:     scripts.FairAcquire,
-		Keys:        wire.QueueKeys(base),
-		Channel:     wire.Channel(base),
+		Keys:        transport.QueueKeys(base),
+		Channel:     transport.Channel(base),
 		Release:     scripts.FairRelease,
 		Leave:       scripts.FairLeave,
 		ForceUnlock: scripts.FairForceUnlock,
@@ -71,13 +71,13 @@ var hostname = func() string {
 
 // newQueue returns the queue of the lock h serves.
 func newQueue(h core.Agent) *queue {
-	label := wire.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
-	return &queue{h: h, label: label, labelArg: wire.EscapeJSON(label), inbox: wire.Inbox(h.Channel, h.ID)}
+	label := transport.EncodeOrigin(hostname, os.Getpid(), h.Config.Label)
+	return &queue{h: h, label: label, labelArg: transport.EscapeJSON(label), inbox: transport.Inbox(h.Channel, h.ID)}
 }
 
 // newGateQueue returns the queue of a semaphore's gate for a waiter that
 // asks for permit.
-func newGateQueue(h core.Agent, permit wire.PermitRequest) *queue {
+func newGateQueue(h core.Agent, permit transport.PermitRequest) *queue {
 	q := newQueue(h)
 	q.permit = permit
 	return q
@@ -92,7 +92,7 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 // reply is fair_acquire.lua's answer, with Redis's clock placed on this
 // client's for a reply that left the caller waiting.
 type reply struct {
-	wire.FairAcquireReply
+	transport.FairAcquireReply
 	clock redisClock // waiting: where Redis's clock stood
 	sent  time.Time  // when the request was sent (after the owner's presence was up)
 }
@@ -125,7 +125,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 	}
 	sent := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, wire.FairAcquire{
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, transport.FairAcquire{
 		Owner: h.IDArg(), Entry: entry, Request: req.ID,
 		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
 		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
@@ -139,7 +139,7 @@ func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string
 		}
 		return reply{}, err // the caller leaves the queue, or rides the outage out
 	}
-	r, err := wire.DecodeFairAcquire(v)
+	r, err := transport.DecodeFairAcquire(v)
 	if err != nil {
 		return reply{}, err
 	}
@@ -234,7 +234,7 @@ func (qu *queue) leave(ctx context.Context, entry string) {
 func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
 	h := qu.h
 	return h.Config.Scripts.FairLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
-		wire.Leave{Owner: h.IDArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+		transport.Leave{Owner: h.IDArg(), Entry: entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 }
 
 // leaveAbandoned removes the entries earlier calls could not remove, giving

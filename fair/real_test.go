@@ -14,7 +14,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
@@ -519,10 +519,10 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := wire.ClientOf(st.Queue[0].Owner) // the waiters' owner's client id
+	client := transport.ClientOf(st.Queue[0].Owner) // the waiters' owner's client id
 
 	// Each master carries the waiters' client's inboxes of its own locks
-	// (wire.Inbox), on one pub/sub connection: three in all, for six locks. A waiter joins the queue
+	// (transport.Inbox), on one pub/sub connection: three in all, for six locks. A waiter joins the queue
 	// before its subscription is confirmed, so this is awaited, not read once.
 	var last error
 	var conns atomic.Int32 // the masters are asked at once
@@ -535,7 +535,7 @@ func TestRealCluster3SpreadsLocksAndSharesPubSub(t *testing.T) {
 			}
 			want := map[string]bool{}
 			for _, name := range perMaster[m.Options().Addr] {
-				want[wire.Inbox(wire.Channel(wire.FairBase(name)), client)] = true
+				want[transport.Inbox(transport.Channel(transport.FairBase(name)), client)] = true
 			}
 			got := map[string]bool{}
 			for _, c := range chans {

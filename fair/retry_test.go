@@ -7,7 +7,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 func TestUncontendedLockUnlockIsTwoScriptCalls(t *testing.T) {
@@ -31,8 +31,8 @@ func TestFairScriptsAreSafeToRunTwice(t *testing.T) {
 	keys := keysFor()
 	acquire := func(owner, entry, req string) []any {
 		t.Helper()
-		v, err := lua.Default().FairAcquire.Run(ctx, e.client, nil, keys, wire.FairAcquire{Owner: owner, Entry: entry, Request: req,
-			Lease: 30000, Wait: 10000, Mode: wire.ModeJoin, Origin: "", Publish: "PUBLISH", Channel: channel}.Args()...).Slice()
+		v, err := lua.Default().FairAcquire.Run(ctx, e.client, nil, keys, transport.FairAcquire{Owner: owner, Entry: entry, Request: req,
+			Lease: 30000, Wait: 10000, Mode: transport.ModeJoin, Origin: "", Publish: "PUBLISH", Channel: channel}.Args()...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,12 +12,10 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/waiting"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
@@ -50,7 +48,7 @@ type Semaphore struct {
 	primitive observe.Primitive
 	base      string // where its keys start: fairlock:s:{name}, or an RWMutex's
 	permits   int
-	cfg       config.Config
+	cfg       core.Config
 	label     string
 	calls     *core.Calls // its scripts bound to its keys, for every permit hold's handle
 
@@ -83,11 +81,11 @@ type Permit struct {
 // fairlock.WithReplicas. Bad arguments get an error wrapping fairlock.ErrInvalidArgument.
 // Semaphore keys do not collide with those of a Mutex of the same name.
 func NewSemaphore(owner *fairlock.Owner, name string, permits int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore(core.OwnerOf(owner), name, wire.SemaphoreBase(name), permits, opts)
+	return newSemaphore(core.OwnerOf(owner), name, transport.SemaphoreBase(name), permits, opts)
 }
 
 func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Option) (*Semaphore, error) {
-	cfg, err := config.ApplyFair(opts)
+	cfg, err := core.ApplyFair(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +101,7 @@ func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Opti
 		return nil, err
 	}
 	return &Semaphore{owner: owner, client: client, name: name, what: "semaphore", primitive: observe.Semaphore, base: base, permits: permits, cfg: cfg,
-		label: wire.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
+		label: transport.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
 }
 
 func checkPermits(k int) error {
@@ -118,7 +116,7 @@ func checkPermits(k int) error {
 // waiters go out to their clients' inboxes under the gate's channel, where
 // they already listen.
 func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
-	gate := placeAt(wire.GateBase(s.base), scripts)
+	gate := placeAt(transport.GateBase(s.base), scripts)
 	return core.Place{
 		What:      s.what,
 		Primitive: s.primitive,
@@ -287,7 +285,7 @@ func (p *Permit) resize(ctx context.Context, n int) (bool, error) {
 	s := p.s
 	l := s.place(s.name, s.cfg.Scripts)
 	ok, err := s.cfg.Scripts.SemResize.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys,
-		wire.SemResize(p.m.ID(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
+		transport.SemResize(p.m.ID(), p.m.Token(), n, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return false, err
 	}
@@ -379,7 +377,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) (int, error) {
 		return 0, err
 	}
 	l := s.place(s.name, s.cfg.Scripts)
-	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys, wire.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
+	was, err := s.cfg.Scripts.SemSet.Run(ctx, s.client, core.ScriptMode(s.owner), l.Keys, transport.SemSet(k, core.PublishCommand(s.client), l.Channel)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("fairlock: setting the permits of %q: %w", s.name, err)
 	}
@@ -437,7 +435,7 @@ func InspectSemaphore(ctx context.Context, client redis.UniversalClient, name st
 	if err := core.CheckName(name); err != nil {
 		return SemaphoreState{}, err
 	}
-	return inspectSemaphore(ctx, client, name, wire.SemaphoreBase(name), lua.Default())
+	return inspectSemaphore(ctx, client, name, transport.SemaphoreBase(name), lua.Default())
 }
 
 func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, base string, scripts *lua.Scripts) (SemaphoreState, error) {
@@ -452,11 +450,11 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 	if err != nil {
 		return st, err
 	}
-	g, err := scripts.FairInspect.Run(ctx, client, nil, wire.QueueKeys(wire.GateBase(base))).Slice()
+	g, err := scripts.FairInspect.Run(ctx, client, nil, transport.QueueKeys(transport.GateBase(base))).Slice()
 	if err != nil {
 		return SemaphoreState{}, fmt.Errorf("fairlock: inspecting semaphore %q: %w", name, err)
 	}
-	gate, err := wire.DecodeInspect(g)
+	gate, err := transport.DecodeInspect(g)
 	if err != nil {
 		return st, err
 	}
@@ -474,7 +472,7 @@ func inspectSemaphore(ctx context.Context, client redis.UniversalClient, name, b
 }
 
 func parseSemState(v []any) (SemaphoreState, error) {
-	in, err := wire.DecodeSemState(v)
+	in, err := transport.DecodeSemState(v)
 	if err != nil {
 		return SemaphoreState{}, err
 	}
@@ -529,8 +527,8 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	clk := h.Config.Clock
 	sent := clk.Now()
 	req := h.NewRequest()
-	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Mode(), h.Keys, wire.SemAcquire{
-		Owner: h.ID, N: k.n, Lease: wire.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
+	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Mode(), h.Keys, transport.SemAcquire{
+		Owner: h.ID, N: k.n, Lease: transport.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
 		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
 	}.Args()...).Result()
 	read := clk.Now()
@@ -541,7 +539,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 		}
 		return semReply{}, err
 	}
-	r, err := wire.DecodeSemAcquire(v)
+	r, err := transport.DecodeSemAcquire(v)
 	switch {
 	case err != nil:
 		return semReply{}, err
@@ -572,13 +570,13 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 	}
 	clk := k.h.Config.Clock
 	sent := clk.Now()
-	r, err := k.attempt(ctx, a, wire.SemTry, nil)
+	r, err := k.attempt(ctx, a, transport.SemTry, nil)
 	if err == nil && r.settling {
 		// Held by nobody's while a server that lost its data settles (at
 		// most the presence grace): wait it out, and try once more.
 		if err = core.Settle(ctx, clk, time.Duration(r.next-r.now)*time.Millisecond); err == nil {
 			sent = clk.Now()
-			r, err = k.attempt(ctx, a, wire.SemTry, nil)
+			r, err = k.attempt(ctx, a, transport.SemTry, nil)
 		}
 	}
 	if g, done, err := k.outcome(a, r, err, sent); done {
@@ -621,7 +619,7 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 // their lease to run out. It runs even when ctx has ended.
 func (k *semKind) giveBack(ctx context.Context) {
 	h := k.h
-	if err := h.Undo(ctx, wire.UndoAny); err != nil {
+	if err := h.Undo(ctx, transport.UndoAny); err != nil {
 		h.Info("giving back permits served to a waiter that stopped waiting failed; their first lease will run out", "error", err)
 	}
 }
@@ -648,7 +646,7 @@ func (k *semKind) outcome(a core.Attempt, r semReply, err error, sent time.Time)
 // call's permits were served to it as it waited there (served), or end
 // (unless a waits forever): all nil when the wait elapsed. The gate's lease
 // is the wait timeout. Each of its attempts says what it asks for (the
-// permit hold's hold id, its permits and lease: wire.PermitRequest), which
+// permit hold's hold id, its permits and lease: transport.PermitRequest), which
 // the gate keeps so that a release can serve it in the queue.
 func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (gate *core.Mutex, served *core.Grant, err error) {
 	if err := ctx.Err(); err != nil {
@@ -667,9 +665,9 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 		ga = core.Attempt{Wait: left, Lease: cfg.Lease}
 	}
 	ga.Report = a.Report // the permit hold's acquisition queues here
-	req := wire.PermitRequest{Owner: k.h.ID, N: k.n, Lease: wire.Ms(a.Lease)}
+	req := transport.PermitRequest{Owner: k.h.ID, N: k.n, Lease: transport.Ms(a.Lease)}
 	gate, err = core.NewMutex(k.h.Owner, k.h.Name, cfg, func(name string, scripts *lua.Scripts) core.Place {
-		p := placeAt(wire.GateBase(k.s.base), scripts)
+		p := placeAt(transport.GateBase(k.s.base), scripts)
 		p.Primitive = k.h.Primitive // its waiters are the semaphore's
 		p.What = k.h.What           // and so are its errors
 		return p
@@ -693,7 +691,7 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 // served asks whether this call's permits were served to it while it waited
 // in the gate's queue: the grant, or nil (permitSource).
 func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
-	r, err := k.attempt(ctx, core.Attempt{}, wire.SemCheck, nil)
+	r, err := k.attempt(ctx, core.Attempt{}, transport.SemCheck, nil)
 	if err != nil || !r.held {
 		return nil, err
 	}
@@ -707,7 +705,7 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 // lost. again reports the gate lost (this client fell silent past the wait
 // timeout): the call queues afresh at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
-	sub, err := core.Inbox(k.h.Owner).Subscribe(ctx, wire.Inbox(k.h.Channel, gate.ID()), gate.ID())
+	sub, err := core.Inbox(k.h.Owner).Subscribe(ctx, transport.Inbox(k.h.Channel, gate.ID()), gate.ID())
 	if err != nil {
 		return nil, false, err
 	}
@@ -717,7 +715,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	w.Listen(sub)
 	// The gate's watchdog keeps the gate while it can; its loss wakes the
 	// waiter, whose next try learns it.
-	stop := context.AfterFunc(gate.HoldContext(), func() { w.Sleeper().Fire(inbox.Retry, nil) })
+	stop := context.AfterFunc(gate.HoldContext(), func() { w.Sleeper().Fire(transport.Retry, nil) })
 	defer stop()
 	pw := &permitWait{k: k, a: a, gate: gate, w: w}
 	err = w.Run(ctx, pw, true)
@@ -747,7 +745,7 @@ func (pw *permitWait) Try(ctx context.Context) (bool, error) {
 	clk := k.h.Config.Clock
 	sent := clk.Now()
 	actx, cancel := pw.w.Bound(ctx)
-	r, err := k.attempt(actx, a, wire.SemGate, pw.gate)
+	r, err := k.attempt(actx, a, transport.SemGate, pw.gate)
 	cancel()
 	if err != nil {
 		return false, err
@@ -783,15 +781,15 @@ func (pw *permitWait) Try(ctx context.Context) (bool, error) {
 
 // servedNote reports whether payload serves permits to the gate's holder.
 func (pw *permitWait) servedNote(payload string) bool {
-	return wire.IsNote[wire.Served](payload, pw.gate.ID())
+	return transport.IsNote[transport.Served](payload, pw.gate.ID())
 }
 
 // News is a note on the gate's channel: permits served to the gate's
 // holder end the wait if still usable; any other note, or permits served
 // too late to use, prompt a try.
-func (pw *permitWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
-	n, _ := wire.ParseNote(wk.Payload, pw.gate.ID())
-	sv, ok := n.(wire.Served)
+func (pw *permitWait) News(ctx context.Context, wk transport.Wake) (done, try bool, err error) {
+	n, _ := transport.ParseNote(wk.Payload, pw.gate.ID())
+	sv, ok := n.(transport.Served)
 	if !ok {
 		return false, true, nil // another note for it: look again
 	}

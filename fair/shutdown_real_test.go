@@ -14,7 +14,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -61,7 +61,7 @@ func TestRealGracefulShutdown(t *testing.T) {
 	st, _ := fair.Inspect(ctx, client, name)
 	clients := make([]string, len(st.Queue))
 	for i, w := range st.Queue {
-		clients[i] = wire.ClientOf(w.Owner)
+		clients[i] = transport.ClientOf(w.Owner)
 	}
 
 	// The middle worker shuts down while queued: once Close returned, its
@@ -70,7 +70,7 @@ func TestRealGracefulShutdown(t *testing.T) {
 	workers[1].expect(t, "closed <nil>")
 	workers[1].wait(t)
 	st, err = fair.Inspect(ctx, client, name)
-	if err != nil || len(st.Queue) != 2 || wire.ClientOf(st.Queue[0].Owner) != clients[0] || wire.ClientOf(st.Queue[1].Owner) != clients[2] {
+	if err != nil || len(st.Queue) != 2 || transport.ClientOf(st.Queue[0].Owner) != clients[0] || transport.ClientOf(st.Queue[1].Owner) != clients[2] {
 		t.Fatalf("queue after the middle worker closed its owner = %+v, %v; want workers 0 and 2", st.Queue, err)
 	}
 
@@ -100,7 +100,7 @@ func TestRealGracefulShutdown(t *testing.T) {
 	// Nothing of the closed processes is left: no hold, no queue entry, no
 	// deadline (the queue's keys are gone), and what the lock keeps of its
 	// fencing tokens runs out.
-	keys := wire.QueueKeys(wire.FairBase(name))
+	keys := transport.QueueKeys(transport.FairBase(name))
 	if n, err := client.Exists(ctx, keys[1:]...).Result(); err != nil || n != 0 {
 		t.Errorf("%d of the queue's keys left after every process closed its owner (%v)", n, err)
 	}
@@ -111,7 +111,7 @@ func TestRealGracefulShutdown(t *testing.T) {
 		t.Errorf("the lock's key has no TTL (%v, %v)", ttl, err)
 	}
 	for i, id := range clients {
-		inbox := wire.Inbox(wire.Channel(wire.FairBase(name)), id)
+		inbox := transport.Inbox(transport.Channel(transport.FairBase(name)), id)
 		if subs, err := client.PubSubNumSub(ctx, inbox).Result(); err != nil || subs[inbox] != 0 {
 			t.Errorf("worker %d's inbox has %d subscribers after it closed (%v)", i, subs[inbox], err)
 		}

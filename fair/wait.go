@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/waiting"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -38,12 +37,12 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	entry := qu.newEntry()
 	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
-		r, err := qu.attempt(ctx, a, entry, wire.ModeTry)
+		r, err := qu.attempt(ctx, a, entry, transport.ModeTry)
 		if err == nil && r.Settling {
 			// Held by nobody's while a server that lost its data settles
 			// (at most the presence grace): wait it out, and try once more.
 			if err = core.Settle(ctx, clk, time.Duration(r.HoldMs)*time.Millisecond); err == nil {
-				r, err = qu.attempt(ctx, a, entry, wire.ModeTry)
+				r, err = qu.attempt(ctx, a, entry, transport.ModeTry)
 			}
 		}
 		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, core.Step("trying to take the lock", err)
@@ -54,7 +53,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	if sub != nil {
 		defer sub.Close()
 	}
-	r, err := qu.attempt(ctx, a, entry, wire.ModeJoin)
+	r, err := qu.attempt(ctx, a, entry, transport.ModeJoin)
 	if err != nil {
 		if !core.Refused(err) {
 			qu.leave(ctx, entry) // the join may have queued it
@@ -63,7 +62,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	}
 	if r.Held {
 		if sub != nil {
-			sub.Unused() // a lock free again lets its channel go (inbox.Sub.Unused)
+			sub.Unused() // a lock free again lets its channel go (transport.Sub.Unused)
 		}
 		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, nil // a fresh entry is never handed the lock
 	}
@@ -86,7 +85,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		defer sub.Close()
 	}
 	w.Listen(sub)
-	q := &queueWait{qu: qu, h: qu.h, ps: ps, a: a, entry: entry, next: wire.ModeQueued, sub: sub, w: w}
+	q := &queueWait{qu: qu, h: qu.h, ps: ps, a: a, entry: entry, next: transport.ModeQueued, sub: sub, w: w}
 	w.KeepPlace(q.place)
 	q.hb, q.mem = joinHeartbeat(qu, entry, w.Sleeper())
 	defer q.hb.leave(q.mem)
@@ -110,8 +109,8 @@ type queueWait struct {
 	ps    permitSource // nil: the caller waits for the queue's lock alone
 	a     core.Attempt
 	entry string // the entry's id in the queue: new after an eviction
-	next  string // the mode of the next attempt: wire.ModeQueued, or wire.ModeJoin after an eviction
-	sub   *inbox.Sub
+	next  string // the mode of the next attempt: transport.ModeQueued, or transport.ModeJoin after an eviction
+	sub   *transport.Sub
 	w     *waiting.Loop
 	hb    *heartbeat
 	mem   *member // this call in the heartbeat
@@ -122,15 +121,15 @@ type queueWait struct {
 	out outcome // how the wait ended
 }
 
-// News for one queued entry: the hub's messages are parsed into wire.Note
-// values (wire.ParseNote); the heartbeat delivers beatGrant, beatHead,
-// evicted and unreachable as inbox.Notice values.
+// News for one queued entry: the hub's messages are parsed into transport.Note
+// values (transport.ParseNote); the heartbeat delivers beatGrant, beatHead,
+// evicted and unreachable as transport.Notice values.
 
 // beatGrant: the lock was handed to the entry (the heartbeat's news). byBeat:
 // the beat made the grant itself, so the waiter's message is only now on
 // its way; otherwise a release made it, and the waiter should have heard.
 type beatGrant struct {
-	wire.HandOff
+	transport.HandOff
 	byBeat bool
 }
 
@@ -172,7 +171,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		q.next = wire.ModeQueued
+		q.next = transport.ModeQueued
 		switch {
 		case r.Held && r.Handoff:
 			if fellBack {
@@ -210,8 +209,8 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 }
 
 // News handles a hub message or the heartbeat's news (waiting.Waiter).
-func (q *queueWait) News(ctx context.Context, wk inbox.Wake) (done, try bool, err error) {
-	if wk.Reason == inbox.Notice {
+func (q *queueWait) News(ctx context.Context, wk transport.Wake) (done, try bool, err error) {
+	if wk.Reason == transport.Notice {
 		return q.onNote(ctx, wk.Notice)
 	}
 	return q.onMessage(ctx, wk.Payload)
@@ -222,18 +221,18 @@ func (q *queueWait) Leave(ctx context.Context) { q.qu.leave(ctx, q.entry) }
 
 // note reports whether payload is a note for this entry.
 func (q *queueWait) note(payload string) bool {
-	_, mine := wire.ParseNote(payload, q.entry)
+	_, mine := transport.ParseNote(payload, q.entry)
 	return mine
 }
 
 // servedNote reports whether payload serves this entry permits.
 func (q *queueWait) servedNote(payload string) bool {
-	return wire.IsNote[wire.Served](payload, q.entry)
+	return transport.IsNote[transport.Served](payload, q.entry)
 }
 
 // handOffNote reports whether payload hands the lock to this entry.
 func (q *queueWait) handOffNote(payload string) bool {
-	return wire.IsNote[wire.HandOff](payload, q.entry)
+	return transport.IsNote[transport.HandOff](payload, q.entry)
 }
 
 // place is when the entry's place in Redis runs out, as this client counts
@@ -250,7 +249,7 @@ func (q *queueWait) onMessage(ctx context.Context, payload string) (done, try bo
 	if payload == "" {
 		return false, true, nil
 	}
-	n, mine := wire.ParseNote(payload, q.entry)
+	n, mine := transport.ParseNote(payload, q.entry)
 	if !mine {
 		return false, false, nil
 	}
@@ -263,7 +262,7 @@ func (q *queueWait) onMessage(ctx context.Context, payload string) (done, try bo
 // onNote handles news for this entry, as onMessage does.
 func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err error) {
 	switch n := n.(type) {
-	case wire.HeadNotice:
+	case transport.HeadNotice:
 		q.headUntil(n.Expiry)
 	case beatGrant:
 		if !n.byBeat {
@@ -287,15 +286,15 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 		if found { // "": look again
 			return false, true, nil
 		}
-	case wire.HandOff:
-		r := reply{FairAcquireReply: wire.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
+	case transport.HandOff:
+		r := reply{FairAcquireReply: transport.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
 		g, err := q.handedOff(ctx, r)
 		if g == nil && err == nil {
 			return false, true, nil // claimed too late: the next attempt tells where it stands
 		}
 		q.out = outcome{held: g}
 		return true, false, err
-	case wire.Served:
+	case transport.Served:
 		if q.ps == nil {
 			return false, true, nil // nobody serves this waiter permits: look again
 		}
@@ -308,7 +307,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 		q.out = outcome{served: &core.Grant{Token: n.Token, Since: since,
 			First: time.Duration(n.Expiry-n.GrantedAt) * time.Millisecond, Handoff: true}}
 		return true, false, nil
-	case wire.Freed:
+	case transport.Freed:
 		return false, true, nil // look again
 	case evicted:
 		out, err := q.rejoin(ctx, true)
@@ -394,6 +393,6 @@ func (q *queueWait) rejoin(ctx context.Context, fellBack bool) (outcome, error) 
 	}
 	q.sub.SetID(entry)
 	q.mem.rename(entry)
-	q.entry, q.next = entry, wire.ModeJoin
+	q.entry, q.next = entry, transport.ModeJoin
 	return outcome{}, nil
 }

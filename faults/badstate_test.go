@@ -12,7 +12,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
@@ -350,7 +350,7 @@ func TestContextsEndingAtEveryStep(t *testing.T) {
 			wg.Wait()
 			returned := time.Now()
 			// The handles' cleanup timeout: the library's default.
-			bound := config.DefaultCleanupTimeout
+			bound := core.DefaultCleanupTimeout
 			if lock == "fair" {
 				eventually(t, bound, "no entry left by Lock calls whose ctx ended, within the cleanup timeout", func() bool {
 					return len(queueOf(t, c, name)) == 0

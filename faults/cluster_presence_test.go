@@ -11,7 +11,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -135,7 +135,7 @@ func TestPresenceClusterFailoverEndsNoLiveHold(t *testing.T) {
 			return cn.ReadOnly(ctx).Err()
 		}})
 		eventually(t, 5*time.Second, "the replica has the hold and the queue", func() bool {
-			n, err := rc.LLen(ctx, wire.QueueKeys(wire.FairBase(name))[1]).Result()
+			n, err := rc.LLen(ctx, transport.QueueKeys(transport.FairBase(name))[1]).Result()
 			hold, herr := rc.Get(ctx, key).Result()
 			_, held := holdOf(hold)
 			return err == nil && n == 1 && herr == nil && held == token

@@ -10,7 +10,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,13 +62,13 @@ func proxied(t testing.TB, srv *Server, opts redis.Options) (*Proxy, *redis.Clie
 
 // holdState reads the hold as Redis has it, with state.lua (what IsLocked,
 // HoldCount and TTL read), as an observer outside the proxy.
-func holdState(t *testing.T, c redis.UniversalClient, lock, name string) wire.HoldState {
+func holdState(t *testing.T, c redis.UniversalClient, lock, name string) transport.HoldState {
 	t.Helper()
 	v, err := lua.Default().State.Run(context.Background(), c, nil, []string{holdKey(lock, name)}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := wire.DecodeState(v)
+	st, err := transport.DecodeState(v)
 	if err != nil {
 		t.Fatal(err)
 	}

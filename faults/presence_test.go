@@ -17,7 +17,7 @@ import (
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -102,21 +102,21 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	}
 	switch kind {
 	case "fair":
-		return newHandle(t, "fair", c, name, presenceLease), queued(wire.QueueKeys(wire.FairBase(name))[1])
+		return newHandle(t, "fair", c, name, presenceLease), queued(transport.QueueKeys(transport.FairBase(name))[1])
 	case "reentrant":
-		return newHandle(t, "reentrant", c, name, presenceLease), queued(wire.QueueKeys(wire.ReentrantKey(name))[1])
+		return newHandle(t, "reentrant", c, name, presenceLease), queued(transport.QueueKeys(transport.ReentrantKey(name))[1])
 	case "election":
 		e, err := fair.NewElection(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &candidate{e: e, value: "next"}, queued(wire.QueueKeys(wire.ElectionBase(name))[1])
+		return &candidate{e: e, value: "next"}, queued(transport.QueueKeys(transport.ElectionBase(name))[1])
 	case "rwmutex":
 		m, err := fair.NewRWMutex(redistest.Owner(c), name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		if err != nil {
 			t.Fatal(err)
 		}
-		gate := wire.GateBase(wire.RWBase(name))
+		gate := transport.GateBase(transport.RWBase(name))
 		return m, func() bool {
 			hold, err := c.Get(context.Background(), gate).Result()
 			owner, _ := holdOf(hold)
@@ -127,7 +127,7 @@ func nextInLine(t *testing.T, kind string, c *redis.Client, name string) (locker
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := wire.GateBase(wire.SemaphoreBase(name))
+	gate := transport.GateBase(transport.SemaphoreBase(name))
 	return &permits{s: s, n: 1}, func() bool {
 		hold, err := c.Get(context.Background(), gate).Result()
 		owner, _ := holdOf(hold)
@@ -954,17 +954,17 @@ func mutexOn(t *testing.T, kind string, owner *fairlock.Owner, name string, leas
 func waitingFor(t *testing.T, kind string, c redis.UniversalClient, name string) int {
 	t.Helper()
 	ctx := context.Background()
-	base := wire.FairBase(name)
+	base := transport.FairBase(name)
 	first := 0
 	switch kind {
 	case "election":
-		base = wire.ElectionBase(name)
+		base = transport.ElectionBase(name)
 	case "reentrant":
-		base = wire.ReentrantKey(name)
+		base = transport.ReentrantKey(name)
 	case "semaphore", "rwmutex":
-		base = wire.GateBase(wire.SemaphoreBase(name))
+		base = transport.GateBase(transport.SemaphoreBase(name))
 		if kind == "rwmutex" {
-			base = wire.GateBase(wire.RWBase(name))
+			base = transport.GateBase(transport.RWBase(name))
 		}
 		if hold, err := c.Get(ctx, base).Result(); err == nil {
 			if owner, _ := holdOf(hold); owner != "" {
@@ -972,7 +972,7 @@ func waitingFor(t *testing.T, kind string, c redis.UniversalClient, name string)
 			}
 		}
 	}
-	n, err := c.LLen(ctx, wire.QueueKeys(base)[1]).Result()
+	n, err := c.LLen(ctx, transport.QueueKeys(base)[1]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,7 +75,7 @@ func TestPresenceSentinelFailoverEndsNoLiveHold(t *testing.T) {
 		next, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithWaitTimeout(killWait))
 		must(t, err)
 		done := acquired(next.Lock, time.Minute)
-		queue := wire.QueueKeys(wire.FairBase(name))[1]
+		queue := transport.QueueKeys(transport.FairBase(name))[1]
 		eventually(t, 5*time.Second, "the waiter queued", func() bool {
 			n, err := probe.LLen(ctx, queue).Result()
 			return err == nil && n == 1

@@ -39,7 +39,6 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/reentrant"
 )
@@ -227,7 +226,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) error
 	if err != nil {
 		return err
 	}
-	return core.Held(hctx, l.Unlock, config.DefaultCleanupTimeout, fn)
+	return core.Held(hctx, l.Unlock, core.DefaultCleanupTimeout, fn)
 }
 
 // TryLock takes every member within wait in all (0: one attempt each, never

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/internal/config"
+	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/redistest/hung"
 	"github.com/fairlock/fairlock/multi"
@@ -353,8 +353,8 @@ func TestRollBackAfterADeadlineFinishesWithinTheCleanupTimeout(t *testing.T) {
 			_ = other.Unlock(context.Background())
 			break
 		}
-		if time.Since(returned) > config.DefaultCleanupTimeout {
-			t.Fatalf("the member Lock took was still held %v after Lock returned", config.DefaultCleanupTimeout)
+		if time.Since(returned) > core.DefaultCleanupTimeout {
+			t.Fatalf("the member Lock took was still held %v after Lock returned", core.DefaultCleanupTimeout)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -364,7 +364,7 @@ func TestRollBackAfterADeadlineFinishesWithinTheCleanupTimeout(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_ = l.Lock(ctx)
-	cctx, ccancel := context.WithTimeout(context.Background(), config.DefaultCleanupTimeout)
+	cctx, ccancel := context.WithTimeout(context.Background(), core.DefaultCleanupTimeout)
 	defer ccancel()
 	if err := owner.Close(cctx); err != nil {
 		t.Fatalf("Close: %v", err)

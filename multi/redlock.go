@@ -11,7 +11,6 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/observe"
@@ -42,7 +41,7 @@ type RedLock struct {
 	name    string
 	members []*reentrant.Mutex
 	quorum  int
-	cfg     config.Config
+	cfg     core.Config
 
 	acq sync.Mutex // one attempt at a time
 
@@ -79,7 +78,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 	if len(owners) == 0 {
 		return nil, core.Invalid("RedLock needs at least one owner")
 	}
-	cfg, err := config.ApplyReentrant(opts)
+	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +95,7 @@ func NewRedLock(owners []*fairlock.Owner, name string, opts ...reentrant.Option)
 		seen[c] = true
 		// The RedLock reports as one lock (fairlock.WithObserver); its members do
 		// not report on their own.
-		m, err := reentrant.New(o, name, append(slices.Clip(opts), config.WithoutObserver())...)
+		m, err := reentrant.New(o, name, append(slices.Clip(opts), core.WithoutObserver())...)
 		if err != nil {
 			return nil, err
 		}

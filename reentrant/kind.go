@@ -5,10 +5,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/waiting"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -20,13 +19,13 @@ type kind struct {
 // place is where a reentrant lock lives: its hold, its waiters and their
 // deadlines, and the channel under which each client has its inbox.
 func place(name string, scripts *lua.Scripts) core.Place {
-	base := wire.ReentrantKey(name)
+	base := transport.ReentrantKey(name)
 	return core.Place{
 		What:        "reentrant lock",
 		Primitive:   observe.Reentrant,
 		Acquire:     scripts.ReentrantAcquire,
-		Keys:        wire.QueueKeys(base),
-		Channel:     wire.Channel(base),
+		Keys:        transport.QueueKeys(base),
+		Channel:     transport.Channel(base),
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 		Watch:       scripts.ReentrantWatch, // after a release that woke a waiter that keeps a presence
@@ -49,7 +48,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 	}
 	since := h.Config.Clock.Now()
 	req := h.NewRequest()
-	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, wire.ReentrantAcquire{
+	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, transport.ReentrantAcquire{
 		Owner: h.IDArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
 		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
@@ -62,7 +61,7 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 		return nil, 0, false, core.Step("trying to take the lock", err)
 	}
 	h.Answered(ctx, req, nil)
-	r, err := wire.DecodeReentrantAcquire(v)
+	r, err := transport.DecodeReentrantAcquire(v)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -100,7 +99,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	}
 	id := k.h.NewEntry()
 	inboxes := core.Inbox(k.h.Owner)
-	channel := wire.Inbox(k.h.Channel, id)
+	channel := transport.Inbox(k.h.Channel, id)
 	sub := inboxes.SubscribeIfLive(channel, id)
 	if sub != nil {
 		defer sub.Close()
@@ -115,7 +114,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	}
 	if g != nil {
 		if sub != nil {
-			sub.Unused() // a lock free again lets its channel go (inbox.Sub.Unused)
+			sub.Unused() // a lock free again lets its channel go (transport.Sub.Unused)
 		}
 		return g, nil
 	}
@@ -172,8 +171,8 @@ func (kw *waiter) Try(ctx context.Context) (bool, error) {
 			// Its timer found the lock free, and the last wake-up had gone
 			// to it: that message should have come.
 			kw.w.Delivered(ctx, "the lock released", func(p string) bool {
-				n, mine := wire.ParseNote(p, kw.id)
-				_, freed := n.(wire.Freed)
+				n, mine := transport.ParseNote(p, kw.id)
+				_, freed := n.(transport.Freed)
 				return mine && freed
 			})
 		}
@@ -186,7 +185,7 @@ func (kw *waiter) Try(ctx context.Context) (bool, error) {
 
 // News is a wake-up: the lock was freed and this waiter is the
 // longest-waiting live one, so try again.
-func (kw *waiter) News(context.Context, inbox.Wake) (done, try bool, err error) {
+func (kw *waiter) News(context.Context, transport.Wake) (done, try bool, err error) {
 	return false, true, nil
 }
 
@@ -197,7 +196,7 @@ func (kw *waiter) Leave(ctx context.Context) {
 	h := kw.k.h
 	_ = h.Bounded(ctx, "leaving the lock's waiters", func(ctx context.Context) error {
 		err := h.Config.Scripts.ReentrantLeave.Run(ctx, h.Client, h.Mode(), h.Keys,
-			wire.Leave{Owner: h.IDArg(), Entry: kw.id, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+			transport.Leave{Owner: h.IDArg(), Entry: kw.id, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 		if err != nil {
 			h.Info("leaving the lock's waiters failed; the waiter is passed over once its deadline passes", "waiter", kw.id, "error", err)
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/reentrant"
 	"github.com/redis/go-redis/v9"
 )
@@ -207,8 +206,8 @@ func BenchmarkUncontendedSteps(b *testing.B) {
 	})
 	b.Run("scripts", func(b *testing.B) {
 		scripts, mode := lua.Default(), &transport.Mode{}
-		base := wire.ReentrantKey(name + "-scripts")
-		keys, channel := wire.QueueKeys(base), wire.Channel(base)
+		base := transport.ReentrantKey(name + "-scripts")
+		keys, channel := transport.QueueKeys(base), transport.Channel(base)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {

@@ -2,7 +2,6 @@ package reentrant
 
 import (
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 )
 
@@ -11,7 +10,7 @@ import (
 // fair lock's own options (fair.WithLabel) do not compile here.
 type Option interface{ option }
 
-type option = config.ReentrantOption
+type option = core.ReentrantOption
 
 // New returns a handle on the reentrant lock name, made on owner. Its Lock
 // waits until the lock is free, woken when it is released; the last Unlock
@@ -20,7 +19,7 @@ type option = config.ReentrantOption
 // fairlock.MaxNameLen, a bad option) get an error wrapping
 // fairlock.ErrInvalidArgument; a closed owner gets fairlock.ErrClosed.
 func New(owner *fairlock.Owner, name string, opts ...Option) (*Mutex, error) {
-	cfg, err := config.ApplyReentrant(opts)
+	cfg, err := core.ApplyReentrant(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,15 +43,15 @@ func what(kind string) string {
 func keysOf(kind, name string) []string {
 	switch kind {
 	case kindFair:
-		return wire.QueueKeys(wire.FairBase(name))
+		return transport.QueueKeys(transport.FairBase(name))
 	case kindReentrant:
-		return wire.QueueKeys(wire.ReentrantKey(name))
+		return transport.QueueKeys(transport.ReentrantKey(name))
 	case kindElection:
-		return wire.QueueKeys(wire.ElectionBase(name))
+		return transport.QueueKeys(transport.ElectionBase(name))
 	case kindSemaphore:
-		return append([]string{wire.SemaphoreBase(name)}, wire.QueueKeys(wire.GateBase(wire.SemaphoreBase(name)))...)
+		return append([]string{transport.SemaphoreBase(name)}, transport.QueueKeys(transport.GateBase(transport.SemaphoreBase(name)))...)
 	}
-	return append([]string{wire.RWBase(name)}, wire.QueueKeys(wire.GateBase(wire.RWBase(name)))...)
+	return append([]string{transport.RWBase(name)}, transport.QueueKeys(transport.GateBase(transport.RWBase(name)))...)
 }
 
 // errNoSuchLock: no lock of the name (and kind) has keys in Redis.
@@ -159,16 +159,16 @@ func load(ctx context.Context, client redis.UniversalClient, kind, name string) 
 			v.Queue = append(v.Queue, wv)
 		}
 	case kindReentrant:
-		raw, err := lua.Default().State.Run(ctx, client, nil, []string{wire.ReentrantKey(name)}).Result()
+		raw, err := lua.Default().State.Run(ctx, client, nil, []string{transport.ReentrantKey(name)}).Result()
 		if err != nil {
 			return v, fmt.Errorf("inspecting reentrant lock %q: %w", name, err)
 		}
-		st, err := wire.DecodeState(raw)
+		st, err := transport.DecodeState(raw)
 		if err != nil {
 			return v, err
 		}
 		if st.Owner != "" {
-			o := wire.ParseOrigin(st.Origin)
+			o := transport.ParseOrigin(st.Origin)
 			v.Holders = append(v.Holders, holderView{Owner: st.Owner, Label: o.Label, Host: o.Host, PID: o.PID,
 				Count: st.Count, TTLMs: st.TTL.Milliseconds(), Token: st.Token})
 		}
@@ -214,7 +214,7 @@ func mode(n int) string {
 // deadline (the others took the lock or left), with the time left to each
 // by Redis's clock. One round trip: the keys share the name's hash tag.
 func reentrantWaiters(ctx context.Context, client redis.UniversalClient, name string) ([]waiterView, error) {
-	keys := wire.QueueKeys(wire.ReentrantKey(name))
+	keys := transport.QueueKeys(transport.ReentrantKey(name))
 	var (
 		now   *redis.TimeCmd
 		ids   *redis.StringSliceCmd
@@ -240,7 +240,7 @@ func reentrantWaiters(ctx context.Context, client redis.UniversalClient, name st
 			continue
 		}
 		delete(deadlines, id) // listed once
-		out = append(out, waiterView{Entry: id, Owner: wire.OwnerOfEntry(id), DeadlineMs: d - nowMs, Expired: d <= nowMs})
+		out = append(out, waiterView{Entry: id, Owner: transport.OwnerOfEntry(id), DeadlineMs: d - nowMs, Expired: d <= nowMs})
 	}
 	return out, nil
 }

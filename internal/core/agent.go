@@ -9,9 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/fairlock/fairlock/observe"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,7 +46,7 @@ type Place struct {
 	Exclusive bool
 	// Watch looks at the queue once, PresencePoll after a release that
 	// handed the lock to (or, for the reentrant lock, woke) a waiter that
-	// keeps a presence (wire.ReleasedWatch), with fair_heartbeat.lua's
+	// keeps a presence (transport.ReleasedWatch), with fair_heartbeat.lua's
 	// arguments and no entries; nil: no look.
 	Watch *transport.Script
 	// Calls are the scripts bound to Keys; nil: each handle binds its own.
@@ -79,9 +77,9 @@ type Agent struct {
 	Client  redis.UniversalClient
 	Owner   *Owner // the handle's owner: what its handles share
 	Name    string
-	ID      string         // the hold id its holds and queue entries carry (their owner field)
-	Config  *config.Config // read only
-	Publish string         // PUBLISH, or SPUBLISH on Cluster
+	ID      string  // the hold id its holds and queue entries carry (their owner field)
+	Config  *Config // read only
+	Publish string  // PUBLISH, or SPUBLISH on Cluster
 	Place
 
 	// stale is the token of this hold id's latest hold that ended: lost
@@ -130,7 +128,7 @@ type args struct {
 
 func newArgs(h Agent) *args {
 	a := &args{owner: h.ID, publish: h.Publish, channel: h.Channel,
-		leaseMs: wire.Ms(h.Config.Lease), waitMs: wire.Ms(h.Config.WaitTimeout), calls: h.Calls}
+		leaseMs: transport.Ms(h.Config.Lease), waitMs: transport.Ms(h.Config.WaitTimeout), calls: h.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
 		a.calls = NewCalls()
@@ -149,7 +147,7 @@ func (h Agent) ChannelArg() any { return h.args.channel }
 // MsArg is d in whole milliseconds (Ms) as a script argument; the
 // handle's lease and wait timeout are boxed once.
 func (h Agent) MsArg(d time.Duration) any {
-	switch ms := wire.Ms(d); ms {
+	switch ms := transport.Ms(d); ms {
 	case h.args.leaseMs:
 		return h.args.lease
 	case h.args.waitMs:
@@ -165,7 +163,7 @@ func (h Agent) Call(s *transport.Script) *transport.Call { return h.args.calls.o
 // Request is one acquiring script call: its id, which makes a retry of it
 // harmless, and which of its hold id's holds in Redis are stale, to be
 // ended first: those whose token is no greater than Stale, or, with Stale
-// wire.AnyStale, every one but a hand-off to the call's own queue entry.
+// transport.AnyStale, every one but a hand-off to the call's own queue entry.
 type Request struct {
 	ID    string
 	Stale int64
@@ -181,7 +179,7 @@ type Request struct {
 // it. Counted as a re-entry, it would never be released.
 func (h Agent) NewRequest() Request {
 	if h.holding != nil && !h.holding.Load() {
-		return Request{ID: h.requestID(), Stale: wire.AnyStale}
+		return Request{ID: h.requestID(), Stale: transport.AnyStale}
 	}
 	return Request{ID: h.requestID(), Stale: h.stale.Load()}
 }
@@ -223,7 +221,7 @@ func Refused(err error) bool {
 }
 
 // Undo releases this handle's grant that the acquiring request undo was
-// answered with, whatever its token (wire.Release.Undo), even when ctx has
+// answered with, whatever its token (transport.Release.Undo), even when ctx has
 // ended (Bounded).
 func (h Agent) Undo(ctx context.Context, undo string) error {
 	args := h.releaseArgs(0, undo).Args()
@@ -265,8 +263,8 @@ func (h Agent) requestID() string { return h.Owner.ids.Request(h.ID) }
 
 // releaseArgs is a release of this handle's hold with token, or, with undo,
 // of the grant that undo names.
-func (h Agent) releaseArgs(token int64, undo string) wire.Release {
-	return wire.Release{Owner: h.args.owner, Request: h.requestID(), Token: token,
+func (h Agent) releaseArgs(token int64, undo string) transport.Release {
+	return transport.Release{Owner: h.args.owner, Request: h.requestID(), Token: token,
 		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
 }
 
@@ -325,7 +323,7 @@ func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration
 	if cmd == nil || cmd.Err() != nil {
 		return since, err
 	}
-	ok, perr := wire.DecodeRenew(cmd.Val())
+	ok, perr := transport.DecodeRenew(cmd.Val())
 	if perr != nil {
 		return since, perr
 	}
@@ -369,15 +367,15 @@ func (h Agent) claimSince(g Grant, fixed bool) time.Time {
 // renewCall is the script and arguments that extend this handle's hold with
 // token by lease (from the hand-off's grant when fromGrant).
 func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*transport.Script, []any) {
-	from := wire.FromNow
+	from := transport.FromNow
 	if fromGrant {
-		from = wire.FromGrant
+		from = transport.FromGrant
 	}
 	script := h.Renew
 	if script == nil {
 		script = h.Config.Scripts.Renew
 	}
-	return script, wire.Renew{Owner: h.args.owner, Token: token, Lease: wire.Ms(lease), From: from}.Args()
+	return script, transport.Renew{Owner: h.args.owner, Token: token, Lease: transport.Ms(lease), From: from}.Args()
 }
 
 // renew extends this handle's hold with token by lease (from the hand-off's
@@ -388,7 +386,7 @@ func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, from
 	if err != nil {
 		return false, err
 	}
-	return wire.DecodeRenew(v)
+	return transport.DecodeRenew(v)
 }
 
 // Wrap names the lock in err (Named), unless it is ctx's own error.

@@ -3,12 +3,8 @@ package core
 import (
 	"strings"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/redis/go-redis/v9"
 )
-
-// Invalid wraps ErrInvalidArgument with a message.
-func Invalid(format string, args ...any) error { return config.Invalid(format, args...) }
 
 // CheckClient rejects clients that cannot keep a lock safe.
 func CheckClient(c redis.UniversalClient) error {

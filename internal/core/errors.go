@@ -1,12 +1,3 @@
-// Package core is the hold lifecycle every primitive shares: the handle
-// (Mutex) with its one hold at a time (End, Latest, the lease and watchdog
-// of hold.go), which a primitive's acquisition (a Turn: Begin, its own
-// wait, Keep) hands its grant to, the Agent through which it acts for its
-// handle, and the Owner that its handles share and that Close ends. How a
-// waiting call is woken is internal/inbox's; what options set is
-// internal/config's. The primitives (fair, reentrant) say only what
-// differs: their scripts and how a caller waits. docs/architecture.md draws
-// the layers.
 package core
 
 import (

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // Grant is what an acquiring call learned: the hold's token, and from when
@@ -33,9 +31,9 @@ type Grant struct {
 type hold struct {
 	End
 	m     *Mutex
-	s     *slot          // the hold id it was granted to
-	agent *Agent         // s's: what the hold does in Redis
-	cfg   *config.Config // the handle's
+	s     *slot   // the hold id it was granted to
+	agent *Agent  // s's: what the hold does in Redis
+	cfg   *Config // the handle's
 	token int64
 	// releasing: an Unlock's release of it is in flight; that Unlock ends
 	// it, even when the lock it hands on reaches another hold id of the
@@ -379,7 +377,7 @@ func (h *hold) releaseAll() error {
 			retries++
 			continue
 		}
-		if err != nil || status != wire.StillHeld {
+		if err != nil || status != transport.StillHeld {
 			return err
 		}
 	}

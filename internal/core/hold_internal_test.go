@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +19,7 @@ import (
 func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	cfg := config.NewConfig()
+	cfg := NewConfig()
 	cfg.Clock = clock.NewFake(time.Unix(1_700_000_000, 0), nil)
 	o, err := NewOwnerWith(client, Rig{})
 	if err != nil {

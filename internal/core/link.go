@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fairlock/fairlock/internal/config"
-	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // The public face. Package fairlock declares what users hold and compare
@@ -35,8 +34,7 @@ func Link(p Public) {
 	public = p
 	ErrInvalidArgument, ErrNotHeld, ErrLockLost, ErrReleased = p.InvalidArgument, p.NotHeld, p.LockLost, p.Released
 	ErrPending, ErrClosed, ErrNotReplicated, ErrDataLayout = p.Pending, p.Closed, p.NotReplicated, p.DataLayout
-	config.ErrInvalidArgument = p.InvalidArgument
-	inbox.ErrClosed = p.Closed
+	transport.ErrClosed = p.Closed
 	// What is made of them once.
 	errUnmade = Invalid("a zero or nil handle: make it with its constructor (fair.New, reentrant.New, ...)")
 	errDraining = fmt.Errorf("%w: the owner is draining (Owner.Drain): no new acquisitions", ErrClosed)

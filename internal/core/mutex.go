@@ -7,10 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 )
 
 // Attempt is one Lock or TryLock call.
@@ -77,7 +75,7 @@ const maxFreeSlots = 16
 
 // NewMutex checks the arguments and makes a handle with a fresh hold id, on
 // the keys place gives for name.
-func NewMutex(o *Owner, name string, cfg config.Config, place func(name string, scripts *lua.Scripts) Place) (*Mutex, error) {
+func NewMutex(o *Owner, name string, cfg Config, place func(name string, scripts *lua.Scripts) Place) (*Mutex, error) {
 	if err := CheckOwner(o); err != nil {
 		return nil, err
 	}
@@ -189,7 +187,7 @@ func (m *Mutex) carried(ctx context.Context) *hold {
 
 // LockAttempt is the Attempt of a Lock: no bound on the wait, and the
 // watchdog's lease.
-func LockAttempt(c *config.Config) Attempt {
+func LockAttempt(c *Config) Attempt {
 	if c == nil { // a zero handle's: its Begin refuses it
 		return Attempt{Forever: true}
 	}
@@ -198,14 +196,14 @@ func LockAttempt(c *config.Config) Attempt {
 
 // TryAttempt checks a TryLock's arguments and makes its Attempt: a fixed
 // lease if lease > 0, the watchdog's otherwise.
-func TryAttempt(c *config.Config, wait, lease time.Duration) (Attempt, error) {
+func TryAttempt(c *Config, wait, lease time.Duration) (Attempt, error) {
 	if wait < 0 {
 		return Attempt{}, Invalid("wait must not be negative, got %v", wait)
 	}
-	if lease < 0 || (lease > 0 && lease < config.MinLease) {
+	if lease < 0 || (lease > 0 && lease < MinLease) {
 		// As WithLease: a shorter one is shorter than its own safety margin
-		// (config.Margin: 1% and 2 ms) and a round trip, and could never hold.
-		return Attempt{}, Invalid("lease must be 0 (the watchdog's) or at least %v, got %v", config.MinLease, lease)
+		// (Margin: 1% and 2 ms) and a round trip, and could never hold.
+		return Attempt{}, Invalid("lease must be 0 (the watchdog's) or at least %v, got %v", MinLease, lease)
 	}
 	a := Attempt{Wait: wait, Lease: lease, Fixed: lease > 0}
 	if lease == 0 && c != nil {
@@ -376,7 +374,7 @@ func (m *Mutex) releaseHold(ctx context.Context, h *hold) error {
 
 // released applies the outcome of h's release.
 func (m *Mutex) released(h *hold, status int, err error) error {
-	if status == wire.StillHeld && err == nil {
+	if status == transport.StillHeld && err == nil {
 		h.releasing.Store(false)
 	}
 	switch {
@@ -387,9 +385,9 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 		m.forget(h)
 		h.finish(ErrReleased, "", false)
 		return err
-	case status == wire.StillHeld:
+	case status == transport.StillHeld:
 		return nil
-	case status == wire.NotHeld:
+	case status == transport.NotHeld:
 		m.forget(h)
 		h.end(ErrLockLost, "Unlock found the lock gone or taken")
 		m.h.Owner.suspect()
@@ -397,7 +395,7 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 	default:
 		m.forget(h)
 		ended := h.end(ErrReleased, "")
-		if status == wire.ReleasedWatch {
+		if status == transport.ReleasedWatch {
 			m.h.watchHandOff()
 		}
 		if !ended && h.IsLost() {

@@ -8,11 +8,8 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,8 +21,8 @@ import (
 // documents it.
 type Owner struct {
 	client  redis.UniversalClient
-	ids     *wire.IDs // its client id (its inbox of each lock), and its handles' ids
-	publish string    // PUBLISH, or SPUBLISH on Cluster
+	ids     *transport.IDs // its client id (its inbox of each lock), and its handles' ids
+	publish string         // PUBLISH, or SPUBLISH on Cluster
 	mode    transport.Mode
 	clock   clock.Clock  // what drives every timer of its handles and hubs
 	scripts *lua.Scripts // what its handles run
@@ -55,7 +52,7 @@ type Owner struct {
 	closeErr error         // what it failed to release; set before done closes
 	once     sync.Once
 
-	hubs *inbox.Hubs // its waiters' pub/sub connections
+	hubs *transport.Hubs // its waiters' pub/sub connections
 
 	presence *presence // WithPresence's subscription (presence.go); nil without
 
@@ -90,7 +87,7 @@ type Owner struct {
 type Rig struct {
 	Clock   clock.Clock
 	Scripts *lua.Scripts
-	Probe   inbox.Probe
+	Probe   transport.Probe
 	// RestartCheck is how often the owner, while it holds anything, PINGs
 	// its servers on connections of its own to learn of a restart
 	// (restart.go): 0 is DefaultRestartCheck (SessionPing, on its
@@ -117,9 +114,9 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	if rig.Scripts == nil {
 		rig.Scripts = lua.Default()
 	}
-	ids := wire.NewIDs()
+	ids := transport.NewIDs()
 	if rig.Presence {
-		ids = wire.NewIDsWithPresence()
+		ids = transport.NewIDsWithPresence()
 	}
 	if rig.RestartCheck == 0 {
 		rig.RestartCheck = DefaultRestartCheck
@@ -129,7 +126,7 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 	}
 	o := &Owner{client: client, ids: ids, publish: PublishCommand(client),
 		clock: rig.Clock, scripts: rig.Scripts, restartEvery: max(rig.RestartCheck, 0),
-		done: make(chan struct{}), hubs: inbox.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
+		done: make(chan struct{}), hubs: transport.NewHubs(client, rig.Clock, rig.Probe), services: map[any]any{},
 		holds: map[*hold]struct{}{}}
 	o.closing, o.close = context.WithCancelCause(context.Background())
 	o.draining, o.drain = context.WithCancelCause(context.Background())
@@ -141,7 +138,7 @@ func NewOwnerWith(client redis.UniversalClient, rig Rig) (*Owner, error) {
 }
 
 // Equip gives cfg, a handle's of o, o's clock and scripts.
-func Equip(o *Owner, cfg *config.Config) {
+func Equip(o *Owner, cfg *Config) {
 	cfg.Clock, cfg.Scripts = o.clock, o.scripts
 }
 
@@ -213,7 +210,7 @@ func (o *Owner) Close(ctx context.Context) error {
 // endHolds ends the owner's holds as Close's (closeOut's first half: their
 // contexts end with cause ErrClosed), and returns those it ended, for
 // shutdown to release. A primitive's own lock held inside a call (a
-// semaphore's gate: config.Config.Turn) is left to that call, which
+// semaphore's gate: Config.Turn) is left to that call, which
 // Close's cancellation ends, and to shutdown after it: its holder's calls
 // give it on in order.
 func (o *Owner) endHolds() []*hold {
@@ -373,7 +370,7 @@ func (o *Owner) untrack(h *hold) {
 }
 
 // Inbox is o's pub/sub connections, where its waiters subscribe.
-func Inbox(o *Owner) *inbox.Hubs { return o.hubs }
+func Inbox(o *Owner) *transport.Hubs { return o.hubs }
 
 // ScriptMode is what o learnt of how its server runs scripts.
 func ScriptMode(o *Owner) *transport.Mode { return &o.mode }

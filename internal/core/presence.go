@@ -12,7 +12,6 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -765,6 +764,6 @@ func (h Agent) watchHandOff() {
 		case <-ctx.Done():
 			return
 		}
-		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Watch(h.Publish, h.Channel, h.Owner.ids.Client())...).Err()
+		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, transport.Watch(h.Publish, h.Channel, h.Owner.ids.Client())...).Err()
 	})
 }

@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/inbox"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,8 +59,8 @@ type PresenceProbe interface {
 	PresenceAnswered(o *Owner, sent time.Time)
 }
 
-func newPresence(o *Owner, probe inbox.Probe) *presence {
-	p := &presence{o: o, channel: wire.PresenceChannel(o.ids.Client())}
+func newPresence(o *Owner, probe transport.Probe) *presence {
+	p := &presence{o: o, channel: transport.PresenceChannel(o.ids.Client())}
 	p.probe, _ = probe.(PresenceProbe)
 	if cc, ok := o.client.(*redis.ClusterClient); ok {
 		p.cluster = cc
@@ -86,7 +85,7 @@ func (p *presence) serving(key string) *leg {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	slot := wire.Slot(key)
+	slot := transport.Slot(key)
 	for _, l := range p.legs {
 		if servesSlot(l.slots, slot) {
 			return l
@@ -117,7 +116,7 @@ func (l *leg) serves(key string) bool {
 	}
 	l.p.mu.Lock()
 	defer l.p.mu.Unlock()
-	return servesSlot(l.slots, wire.Slot(key))
+	return servesSlot(l.slots, transport.Slot(key))
 }
 
 func servesSlot(ranges [][2]int64, slot int64) bool {
@@ -375,7 +374,7 @@ func (p *presence) lookUp(ctx context.Context) error {
 	routes := map[string]string{}
 	var order []string
 	for _, r := range ranges {
-		route := wire.SessionKey(r[0], r[1])
+		route := transport.SessionKey(r[0], r[1])
 		node, err := p.cluster.MasterForKey(ctx, route)
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,8 +16,8 @@ func PublishCommand(client redis.UniversalClient) string {
 	return "PUBLISH"
 }
 
-// release undoes one level of slot s's hold with token: wire.Released,
-// wire.StillHeld or wire.NotHeld.
+// release undoes one level of slot s's hold with token: transport.Released,
+// transport.StillHeld or transport.NotHeld.
 func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
 	return release(ctx, s.h, token)
 }
@@ -34,29 +33,29 @@ func decodeRelease(cmd *redis.Cmd) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return wire.DecodeRelease(v)
+	return transport.DecodeRelease(v)
 }
 
 // forceUnlock ends whoever's hold; true if the lock was held.
 func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
 	h := m.h
-	n, err := h.ForceUnlock.Run(ctx, h.Client, h.Mode(), h.Keys, wire.Publishing(h.Publish, h.Channel)...).Int()
+	n, err := h.ForceUnlock.Run(ctx, h.Client, h.Mode(), h.Keys, transport.Publishing(h.Publish, h.Channel)...).Int()
 	return n == 1, err
 }
 
 // state reads the hold as Redis sees it: owner "" when free.
-func (m *Mutex) state(ctx context.Context) (wire.HoldState, error) {
+func (m *Mutex) state(ctx context.Context) (transport.HoldState, error) {
 	if err := CheckContext(ctx); err != nil {
-		return wire.HoldState{}, err
+		return transport.HoldState{}, err
 	}
 	if m.h.Owner.closed.Load() {
-		return wire.HoldState{}, ErrClosed
+		return transport.HoldState{}, ErrClosed
 	}
 	v, err := m.h.Config.Scripts.State.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1]).Result()
 	if err != nil {
-		return wire.HoldState{}, Step("reading the lock's state", err)
+		return transport.HoldState{}, Step("reading the lock's state", err)
 	}
-	return wire.DecodeState(v)
+	return transport.DecodeState(v)
 }
 
 // Read runs s, a read-only script of the handle's place (an election's

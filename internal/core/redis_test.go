@@ -3,10 +3,9 @@ package core_test
 import (
 	"testing"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
 	"github.com/fairlock/fairlock/internal/lua"
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,13 +25,13 @@ func TestEachOwnerHasItsOwnInbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m1, err := core.NewMutex(o, "x", config.NewConfig(), place)
+		m1, err := core.NewMutex(o, "x", core.NewConfig(), place)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m2, _ := core.NewMutex(o, "y", config.NewConfig(), place)
-		id := wire.ClientOf(m1.ID())
-		if wire.ClientOf(m2.ID()) != id || m1.ID() == m2.ID() {
+		m2, _ := core.NewMutex(o, "y", core.NewConfig(), place)
+		id := transport.ClientOf(m1.ID())
+		if transport.ClientOf(m2.ID()) != id || m1.ID() == m2.ID() {
 			t.Fatalf("handles of one owner: hold ids %q and %q, want one client id and two owners", m1.ID(), m2.ID())
 		}
 		if clients[id] {

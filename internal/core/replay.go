@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/wire"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // replayWindow is how far back a replay reaches: exits made earlier are
@@ -169,7 +169,7 @@ func (o *Owner) suspect() {
 }
 
 // followHubs moves the waiters' hub where the commands go now
-// (inbox.Hubs.Follow), in the background; Close waits for it. One that
+// (transport.Hubs.Follow), in the background; Close waits for it. One that
 // runs already serves a second: both were asked after the commands had
 // moved.
 func (o *Owner) followHubs() {
@@ -253,7 +253,7 @@ func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
 	p.mu.Unlock()
 	for _, e := range entries {
 		_ = h.Call(h.Leave).Run(ctx, h.Client, h.Mode(),
-			wire.Leave{Owner: h.IDArg(), Entry: e.entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
+			transport.Leave{Owner: h.IDArg(), Entry: e.entry, Publish: h.PublishArg(), Channel: h.ChannelArg()}.Args()...).Err()
 	}
 }
 
@@ -267,7 +267,7 @@ func (s *slot) replayReleases(ctx context.Context, now time.Time) {
 	for _, t := range tokens {
 		for range maxReleases {
 			status, err := release(ctx, s.h, t.token)
-			if err != nil || status != wire.StillHeld {
+			if err != nil || status != transport.StillHeld {
 				break
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/observe"
 )
 
@@ -24,7 +23,7 @@ type Turn struct {
 	ctx  context.Context // call, also ended by the owner's Close
 	done func()
 
-	obs   *config.Observers // nil: nothing reported
+	obs   *Observers // nil: nothing reported
 	start time.Time
 	rep   Report
 	end   func(error) // the span's end, if any
@@ -205,7 +204,7 @@ func (m *Mutex) Wrap(ctx context.Context, err error) error {
 }
 
 // Config is the handle's configuration, read only.
-func (m *Mutex) Config() *config.Config {
+func (m *Mutex) Config() *Config {
 	if !m.made() {
 		return nil
 	}

@@ -279,7 +279,7 @@ end
 -- or reentrant lock, the tenth byte of whose key is 102 "f" or 114 "r",
 -- with no waiter live as this call last read the clock), as cjson encodes
 -- it elsewhere. The ids (q, o, n) hold nothing JSON escapes: the Go side
--- makes them so (internal/wire).
+-- makes them so (internal/transport).
 local function encode(s, key)
   local kind = string.byte(key or KEYS[1], 10)
   if (kind ~= 102 and kind ~= 114) or tonumber(s.h or '0') > (call_now or 0) then

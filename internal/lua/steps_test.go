@@ -12,7 +12,6 @@ import (
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/internal/transport"
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -242,12 +241,12 @@ func BenchmarkScriptCalls(b *testing.B) {
 	reentrant := func(s *lua.Scripts) func(i int) {
 		keys := []string{"fairlock:r:{" + name + "}", "fairlock:r:{" + name + "}:queue", "fairlock:r:{" + name + "}:deadlines"}
 		return func(i int) {
-			v, err := s.ReentrantAcquire.Run(ctx, client, &mode, keys, wire.ReentrantAcquire{Owner: owner, Request: owner + "#a" + strconv.Itoa(i),
+			v, err := s.ReentrantAcquire.Run(ctx, client, &mode, keys, transport.ReentrantAcquire{Owner: owner, Request: owner + "#a" + strconv.Itoa(i),
 				Lease: 30000, Waiter: owner + "/" + strconv.Itoa(i), Wait: 10000}.Args()...).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := wire.DecodeReentrantAcquire(v)
+			r, err := transport.DecodeReentrantAcquire(v)
 			if err != nil || !r.Held {
 				b.Fatalf("reentrant_acquire: %v, %v", v, err)
 			}
@@ -259,13 +258,13 @@ func BenchmarkScriptCalls(b *testing.B) {
 	fair := func(s *lua.Scripts) func(i int) {
 		keys := []string{"fairlock:f:{" + name + "}", "fairlock:f:{" + name + "}:queue", "fairlock:f:{" + name + "}:deadlines"}
 		return func(i int) {
-			v, err := s.FairAcquire.Run(ctx, client, &mode, keys, wire.FairAcquire{Owner: owner, Entry: owner + "/" + strconv.Itoa(i),
-				Request: owner + "#a" + strconv.Itoa(i), Lease: 30000, Wait: 10000, Mode: wire.ModeJoin,
-				Origin: wire.EscapeJSON("host\t1234\t"), Publish: "PUBLISH", Channel: keys[0] + ":wake"}.Args()...).Result()
+			v, err := s.FairAcquire.Run(ctx, client, &mode, keys, transport.FairAcquire{Owner: owner, Entry: owner + "/" + strconv.Itoa(i),
+				Request: owner + "#a" + strconv.Itoa(i), Lease: 30000, Wait: 10000, Mode: transport.ModeJoin,
+				Origin: transport.EscapeJSON("host\t1234\t"), Publish: "PUBLISH", Channel: keys[0] + ":wake"}.Args()...).Result()
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := wire.DecodeFairAcquire(v)
+			r, err := transport.DecodeFairAcquire(v)
 			if err != nil || !r.Held {
 				b.Fatalf("fair_acquire: %v, %v", v, err)
 			}

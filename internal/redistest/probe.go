@@ -1,6 +1,6 @@
 package redistest
 
-// The test barrier: a probe (inbox.Probe) that counts sleeping waiters and
+// The test barrier: a probe (transport.Probe) that counts sleeping waiters and
 // unread wake-ups, and SyncHubs, which tells a test that every message
 // published so far has reached its waiter. It hears of each owner's
 // presence too (core.PresenceProbe): PresenceUps and PresenceAlive. Only tests import this package,
@@ -15,14 +15,14 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // SyncMarker begins the payload of every marker a hub reads back: SyncHubs'
-// and the library's own (inbox.Sub.Flush, on the rare path that decides
+// and the library's own (transport.Sub.Flush, on the rare path that decides
 // whether a waiter was rescued). No waiter's id begins so, so no waiter
 // takes one. Tests that watch a lock's channel skip them.
-const SyncMarker = inbox.FlushMarker
+const SyncMarker = transport.FlushMarker
 
 type probe struct {
 	asleep, unread, background, following atomic.Int64

@@ -114,7 +114,7 @@ func (s *Script) Run(ctx context.Context, c redis.UniversalClient, m *Mode, keys
 func (s *Script) run(ctx context.Context, c redis.UniversalClient, view *redis.Client, m *Mode, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	if ran, err := s.viaFunctions(ctx, c, m, keys, func() error {
-		cmd = process(ctx, c, view, words(keys, args, "fcall", s.fn))
+		cmd = process(ctx, c, view, callWords(keys, args, "fcall", s.fn))
 		return cmd.Err()
 	}); ran {
 		if err != nil {
@@ -123,16 +123,16 @@ func (s *Script) run(ctx context.Context, c redis.UniversalClient, view *redis.C
 		return cmd
 	}
 	// As redis.Script.Run: EVALSHA, and EVAL if the server lacks the script.
-	cmd = process(ctx, c, view, words(keys, args, "evalsha", s.eval.Hash()))
+	cmd = process(ctx, c, view, callWords(keys, args, "evalsha", s.eval.Hash()))
 	if strings.HasPrefix(redisError(cmd.Err()), "NOSCRIPT") {
-		cmd = process(ctx, c, view, words(keys, args, "eval", s.src))
+		cmd = process(ctx, c, view, callWords(keys, args, "eval", s.src))
 	}
 	return cmd
 }
 
-// words are the words of a script call: its command and script (or
+// callWords are the words of a script call: its command and script (or
 // function), the key count, the keys, the arguments.
-func words(keys []string, args []any, command, script string) []any {
+func callWords(keys []string, args []any, command, script string) []any {
 	w := make([]any, 0, 3+len(keys)+len(args))
 	w = append(w, command, script, len(keys))
 	for _, k := range keys {

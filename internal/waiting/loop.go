@@ -7,7 +7,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/clock"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
+	"github.com/fairlock/fairlock/internal/transport"
 )
 
 // Waiter is what one kind of wait tells the loop (Loop): what to try, what
@@ -21,10 +21,10 @@ type Waiter interface {
 	// Redis cannot be reached (Loop.Failed), or nil: sleep on.
 	Try(ctx context.Context) (done bool, err error)
 	// News handles a wake that is not the loop's own: a hub message for
-	// the waiter (inbox.Message) or news of its own machinery
-	// (inbox.Notice). It returns done, or err (final: the wait is over), or
+	// the waiter (transport.Message) or news of its own machinery
+	// (transport.Notice). It returns done, or err (final: the wait is over), or
 	// whether to try again at once.
-	News(ctx context.Context, wk inbox.Wake) (done, try bool, err error)
+	News(ctx context.Context, wk transport.Wake) (done, try bool, err error)
 	// Leave undoes what the wait left in Redis (its queue entry) when it
 	// ends without a grant: it elapsed, ctx ended, or an error ended it.
 	Leave(ctx context.Context)
@@ -37,8 +37,8 @@ type Loop struct {
 	a    core.Attempt
 	what string // what the waiter does, for errors: "waiting in the queue"
 
-	w   *inbox.Sleeper
-	sub *inbox.Sub
+	w   *transport.Sleeper
+	sub *transport.Sub
 	k   Waiter
 
 	timeout  clock.Timer // the wait's end; nil: it waits forever
@@ -62,20 +62,20 @@ type Loop struct {
 func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
 	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
 	if !a.Forever {
-		w.timeout = w.w.At(h.Config.Clock, end, inbox.Timeout)
+		w.timeout = w.w.At(h.Config.Clock, end, transport.Timeout)
 	}
 	return w
 }
 
 // Listen makes sub the subscription whose messages wake the wait.
-func (w *Loop) Listen(sub *inbox.Sub) { w.sub = sub }
+func (w *Loop) Listen(sub *transport.Sub) { w.sub = sub }
 
 // KeepPlace says when the waiter's place in Redis runs out (place): see
 // Loop.place.
 func (w *Loop) KeepPlace(place func() time.Time) { w.place = place }
 
 // Sleeper is what the primitive's own machinery fires its notices on.
-func (w *Loop) Sleeper() *inbox.Sleeper { return w.w }
+func (w *Loop) Sleeper() *transport.Sleeper { return w.w }
 
 // Close stops the wait's timers, and makes later notices return at once.
 func (w *Loop) Close() {
@@ -118,16 +118,16 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 		var err error
 		wk := w.w.Next(ctx, w.sub)
 		switch wk.Reason {
-		case inbox.Ready:
+		case transport.Ready:
 			try = true
-		case inbox.Retry:
+		case transport.Retry:
 			try, w.fellBack = true, true
-		case inbox.Message, inbox.Notice:
+		case transport.Message, transport.Notice:
 			done, try, err = k.News(ctx, wk)
-		case inbox.Timeout:
+		case transport.Timeout:
 			k.Leave(ctx)
 			return nil
-		case inbox.Cancelled:
+		case transport.Cancelled:
 			err := w.ended(ctx, time.Time{})
 			k.Leave(ctx)
 			return err
@@ -150,7 +150,7 @@ func (w *Loop) FellBack() bool { return w.fellBack }
 // try then, for news that sends no message (a lease that runs out).
 func (w *Loop) FallBackAt(t time.Time) {
 	w.StopFallback()
-	w.fallback = w.w.At(w.h.Config.Clock, t, inbox.Retry)
+	w.fallback = w.w.At(w.h.Config.Clock, t, transport.Retry)
 }
 
 // FallingBack reports whether the fallback timer is armed.
@@ -215,7 +215,7 @@ func (w *Loop) failed(ctx context.Context, err error, sent time.Time) error {
 	if w.retry != nil {
 		w.retry.Stop()
 	}
-	w.retry = w.w.After(clk, pause, inbox.Retry)
+	w.retry = w.w.After(clk, pause, transport.Retry)
 	return nil
 }
 

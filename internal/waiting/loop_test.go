@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/clock"
-	"github.com/fairlock/fairlock/internal/config"
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/fairlock/fairlock/internal/waiting"
 )
 
@@ -51,7 +50,7 @@ func (s *script) Try(context.Context) (bool, error) {
 	return false, nil
 }
 
-func (s *script) News(context.Context, inbox.Wake) (bool, bool, error) {
+func (s *script) News(context.Context, transport.Wake) (bool, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.news++
@@ -87,7 +86,7 @@ func newLoopEnv(t *testing.T) *loopEnv {
 	t.Helper()
 	_, clk, client := redistest.Mini(t)
 	o := core.OwnerOf(redistest.OwnerOn(client, clk, nil))
-	cfg := config.NewConfig()
+	cfg := core.NewConfig()
 	core.Equip(o, &cfg)
 	return &loopEnv{clk: clk, h: core.Agent{Client: client, Owner: o, Name: "loop", Config: &cfg}}
 }

@@ -1,4 +1,4 @@
-package inbox_test
+package transport_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/core"
-	"github.com/fairlock/fairlock/internal/inbox"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,7 +34,7 @@ func pubsubConnections(t *testing.T, admin *redis.Client, name string) int {
 	return n
 }
 
-func received(s *inbox.Sub) (string, bool) {
+func received(s *transport.Sub) (string, bool) {
 	select {
 	case p := <-s.C:
 		return p, true
@@ -52,7 +52,7 @@ func TestHubSharesOneConnectionAndWakesOnlyTheWaiterANoteNames(t *testing.T) {
 	defer client.Close()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
 
-	var subs []*inbox.Sub
+	var subs []*transport.Sub
 	for i := 0; i < 1000; i++ {
 		s, err := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "c.h/"+strconv.Itoa(i))
 		if err != nil {
@@ -137,7 +137,7 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	if n, err := redistest.KillPubSub(ctx, admin, name); err != nil || n != 1 {
 		t.Fatalf("closed %d pub/sub connections: %v", n, err)
 	}
-	for name, s := range map[string]*inbox.Sub{"a": a, "b": b} {
+	for name, s := range map[string]*transport.Sub{"a": a, "b": b} {
 		select {
 		case p := <-s.C:
 			if p != "" {
@@ -175,12 +175,12 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	defer w.Close()
 	bounded, cancelBounded := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelBounded()
-	if wk := w.Next(bounded, s); wk.Reason != inbox.Ready {
+	if wk := w.Next(bounded, s); wk.Reason != transport.Ready {
 		t.Fatalf("Next after the confirmation came: %v, want Ready", wk.Reason)
 	}
 	quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if wk := w.Next(quick, s); wk.Reason != inbox.Cancelled {
+	if wk := w.Next(quick, s); wk.Reason != transport.Cancelled {
 		t.Fatalf("Next once Ready was told: %v, want to sleep until ctx ends", wk.Reason)
 	}
 
@@ -195,9 +195,9 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 		t.Fatal("SubscribeIfLive on a confirmed channel: nil")
 	}
 	defer live.Close()
-	for name, sub := range map[string]*inbox.Sub{"settled": settled, "registered live": live} {
+	for name, sub := range map[string]*transport.Sub{"settled": settled, "registered live": live} {
 		quick, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		if wk := w.Next(quick, sub); wk.Reason != inbox.Cancelled {
+		if wk := w.Next(quick, sub); wk.Reason != transport.Cancelled {
 			t.Errorf("%s: Next = %v, want no Ready wake", name, wk.Reason)
 		}
 		cancel()

@@ -1,4 +1,4 @@
-package inbox
+package transport
 
 // A moved slot: when a lock's slot moves to another master of a Redis
 // Cluster, the old master drops the lock's shard channel, telling its

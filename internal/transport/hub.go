@@ -1,4 +1,4 @@
-package inbox
+package transport
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // A message on a channel wakes one local waiter per note it carries (notes
 // are separated by ';'): the one whose id is the note's first word (a
 // hand-off, a head notice, served permits, a reentrant lock's wake-up).
-// Waiters subscribe to their owner's inbox of the lock (wire.Inbox), where
+// Waiters subscribe to their owner's inbox of the lock (Inbox), where
 // only notes for this client's waiters arrive. When the connection comes back
 // after a failure, messages sent meanwhile are lost, so every waiter of
 // every re-confirmed channel is woken to try again. On Cluster, when a

@@ -1,4 +1,4 @@
-package inbox
+package transport
 
 // The receive loop: it reads the hub's pub/sub connection and hands each
 // message's notes to the waiters they name.
@@ -9,14 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairlock/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
 // deliverLocked wakes, for each note of payload (notes are separated by
 // ';'), the one waiter of ch that the note is for.
 func (h *hub) deliverLocked(ch *channel, payload string) {
-	for note := range strings.SplitSeq(payload, wire.NoteSeparator) {
+	for note := range strings.SplitSeq(payload, NoteSeparator) {
 		h.deliverNoteLocked(ch, note)
 	}
 }
@@ -24,7 +23,7 @@ func (h *hub) deliverLocked(ch *channel, payload string) {
 // deliverNoteLocked wakes one waiter of ch for one note: the waiter it
 // names (any waiter for a note that names none).
 func (h *hub) deliverNoteLocked(ch *channel, payload string) {
-	target := wire.NoteTarget(payload)
+	target := NoteTarget(payload)
 	for _, s := range ch.subs {
 		if target != "" && s.id != target {
 			continue

@@ -1,4 +1,4 @@
-package config
+package core
 
 import (
 	"fmt"
@@ -60,9 +60,6 @@ func NewConfig() Config {
 func (c *Config) Margin(d time.Duration) time.Duration {
 	return time.Duration(float64(d)*c.DriftFactor) + minDrift
 }
-
-// ErrInvalidArgument is fairlock.ErrInvalidArgument, which core.Link sets.
-var ErrInvalidArgument error
 
 // Invalid wraps ErrInvalidArgument with a message.
 func Invalid(format string, args ...any) error {

@@ -1,4 +1,4 @@
-package inbox
+package transport
 
 // Idle sweeping: a channel without waiters stays subscribed for hubLinger,
 // then is unsubscribed; a hub left with no channel closes its connection.
