@@ -1,4 +1,5 @@
-// Package fair is a FIFO-fair, reentrant distributed lock on Redis.
+// Package fair is fairlock's FIFO-fair primitives on Redis: a reentrant
+// lock (Mutex), a semaphore, a read-write lock and a leader election.
 //
 // Waiters are served strictly in the order they joined the queue, across
 // processes and machines: for job runners whose jobs must run one at a time
