@@ -1,4 +1,4 @@
-// Package fair is fairlock's FIFO-fair primitives on Redis: a reentrant
+// Package fair provides fairlock's FIFO-fair primitives on Redis: a reentrant
 // lock (Mutex), a semaphore, a read-write lock and a leader election.
 //
 // Waiters are served strictly in the order they joined the queue, across

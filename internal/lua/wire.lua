@@ -1,5 +1,5 @@
 -- wire.lua: every string the scripts build or read besides the hold's
--- JSON, in one place. Its mirror on the Go side is internal/transport (wire.go, scripts.go): a change
+-- JSON, in one place. Its mirror on the Go side is internal/transport (wire.go, argv.go): a change
 -- to one is a change to both.
 --
 --   queue element   "<entry>|<lease ms>|<wait ms>|<request>|<origin>" (entry

@@ -70,7 +70,7 @@
 //	  "<ask> <waiter> <wait>"
 //	a release's token, 16 digits, zero-padded         Go (TokenText, Release.Args); Lua release_own
 //	                                                 compares it with the hold's f as it comes
-//	modes, flags and undo markers                     the constants of scripts.go
+//	modes, flags and undo markers                     the constants of argv.go
 //
 // # Notes
 //
