@@ -56,7 +56,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Leave:       scripts.FairLeave,
 		ForceUnlock: scripts.FairForceUnlock,
 		Watch:       scripts.FairHeartbeat,
-		NewWaiter:   func(h core.Agent) core.Waiter { return newQueue(h) },
+		NewAcquirer: func(h core.Agent) core.Acquirer { return newQueue(h) },
 		Presence:    true,
 	}
 }

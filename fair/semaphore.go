@@ -722,7 +722,7 @@ func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mu
 	return pw.g, pw.again, err
 }
 
-// permitWait is the gate's holder waiting for permits (waiting.Waiter).
+// permitWait is the gate's holder waiting for permits (waiting.Steps).
 type permitWait struct {
 	k    *semKind
 	a    core.Attempt

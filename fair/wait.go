@@ -98,7 +98,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 }
 
 // queueWait is one queued Lock or TryLock call waiting for its turn
-// (waiting.Waiter). It sleeps until its hand-off, a head notice, the
+// (waiting.Steps). It sleeps until its hand-off, a head notice, the
 // heartbeat's news, its fallback timer, the end of its wait, or ctx's end.
 // The fallback (waiting.Loop.FallBackAt) is armed while the entry heads a
 // held lock: 1 ms after that hold would expire on this client's clock (a
@@ -161,7 +161,7 @@ func (q *queueWait) end(out outcome, err error) (bool, error) {
 }
 
 // Try makes attempts until one either ends the wait or leaves the entry
-// waiting (waiting.Waiter).
+// waiting (waiting.Steps).
 func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	fellBack := q.w.FellBack()
 	for {
@@ -208,7 +208,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	}
 }
 
-// News handles a hub message or the heartbeat's news (waiting.Waiter).
+// News handles a hub message or the heartbeat's news (waiting.Steps).
 func (q *queueWait) News(ctx context.Context, wk transport.Wake) (done, try bool, err error) {
 	if wk.Reason == transport.Notice {
 		return q.onNote(ctx, wk.Notice)
@@ -216,7 +216,7 @@ func (q *queueWait) News(ctx context.Context, wk transport.Wake) (done, try bool
 	return q.onMessage(ctx, wk.Payload)
 }
 
-// Leave takes the entry out of the queue (waiting.Waiter).
+// Leave takes the entry out of the queue (waiting.Steps).
 func (q *queueWait) Leave(ctx context.Context) { q.qu.leave(ctx, q.entry) }
 
 // note reports whether payload is a note for this entry.

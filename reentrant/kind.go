@@ -29,7 +29,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 		Watch:       scripts.ReentrantWatch, // after a release that woke a waiter that keeps a presence
-		NewWaiter:   func(h core.Agent) core.Waiter { return &kind{h: h} },
+		NewAcquirer: func(h core.Agent) core.Acquirer { return &kind{h: h} },
 		Presence:    true, // a holder gone for the grace is ended by an attempt (reentrant_acquire.lua)
 		Exclusive:   true,
 	}
@@ -140,7 +140,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	return kw.g, err
 }
 
-// waiter is one Acquire waiting for a wake-up (waiting.Waiter).
+// waiter is one Acquire waiting for a wake-up (waiting.Steps).
 type waiter struct {
 	k  *kind
 	a  core.Attempt

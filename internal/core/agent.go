@@ -31,10 +31,10 @@ type Place struct {
 	ForceUnlock *transport.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
 	Renew *transport.Script
-	// NewWaiter makes what waits out the turns of one hold id (Turn.Waiter):
+	// NewAcquirer makes what waits out the turns of one hold id (Turn.Acquirer):
 	// the fair queue, the reentrant lock's waiter; nil for a kind whose
 	// turns do not wait through it.
-	NewWaiter func(h Agent) Waiter
+	NewAcquirer func(ag Agent) Acquirer
 	// Presence: the place's scripts end a hold whose owner's presence is
 	// gone (fairlock.WithPresence; the fair queue's). Such holds are taken
 	// only while the owner's presence is up, and end when it breaks.
@@ -104,16 +104,16 @@ type Agent struct {
 }
 
 // NewEntry returns a fresh queue entry id of the handle's hold id.
-func (h Agent) NewEntry() string {
-	e := h.Owner.ids.Entry(h.ID)
-	if h.slot != nil {
-		h.slot.entryMade(e) // replay.go
+func (ag Agent) NewEntry() string {
+	e := ag.Owner.ids.Entry(ag.ID)
+	if ag.slot != nil {
+		ag.slot.entryMade(e) // replay.go
 	}
 	return e
 }
 
 // Mode is what the handle's owner learnt of how its server runs scripts.
-func (h Agent) Mode() *transport.Mode { return ScriptMode(h.Owner) }
+func (ag Agent) Mode() *transport.Mode { return ScriptMode(ag.Owner) }
 
 // args are a handle's fixed script arguments, boxed once (a value passed as
 // an any is otherwise allocated at every call), and its script calls bound
@@ -126,39 +126,39 @@ type args struct {
 	finish                  *finisher // its clean-ups, made again in the background
 }
 
-func newArgs(h Agent) *args {
-	a := &args{owner: h.ID, publish: h.Publish, channel: h.Channel,
-		leaseMs: transport.Ms(h.Config.Lease), waitMs: transport.Ms(h.Config.WaitTimeout), calls: h.Calls}
+func newArgs(ag Agent) *args {
+	a := &args{owner: ag.ID, publish: ag.Publish, channel: ag.Channel,
+		leaseMs: transport.Ms(ag.Config.Lease), waitMs: transport.Ms(ag.Config.WaitTimeout), calls: ag.Calls}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
 		a.calls = NewCalls()
 	}
-	a.finish = &finisher{h: h}
-	a.finish.h.args = a
+	a.finish = &finisher{ag: ag}
+	a.finish.ag.args = a
 	return a
 }
 
 // IDArg, PublishArg and ChannelArg are Owner, Publish and Channel as
 // script arguments, boxed once.
-func (h Agent) IDArg() any      { return h.args.owner }
-func (h Agent) PublishArg() any { return h.args.publish }
-func (h Agent) ChannelArg() any { return h.args.channel }
+func (ag Agent) IDArg() any      { return ag.args.owner }
+func (ag Agent) PublishArg() any { return ag.args.publish }
+func (ag Agent) ChannelArg() any { return ag.args.channel }
 
 // MsArg is d in whole milliseconds (Ms) as a script argument; the
 // handle's lease and wait timeout are boxed once.
-func (h Agent) MsArg(d time.Duration) any {
+func (ag Agent) MsArg(d time.Duration) any {
 	switch ms := transport.Ms(d); ms {
-	case h.args.leaseMs:
-		return h.args.lease
-	case h.args.waitMs:
-		return h.args.wait
+	case ag.args.leaseMs:
+		return ag.args.lease
+	case ag.args.waitMs:
+		return ag.args.wait
 	default:
 		return ms
 	}
 }
 
 // Call is s bound to the handle's keys (transport.Call).
-func (h Agent) Call(s *transport.Script) *transport.Call { return h.args.calls.of(s, h.Keys) }
+func (ag Agent) Call(s *transport.Script) *transport.Call { return ag.args.calls.of(s, ag.Keys) }
 
 // Request is one acquiring script call: its id, which makes a retry of it
 // harmless, and which of its hold id's holds in Redis are stale, to be
@@ -177,11 +177,11 @@ type Request struct {
 // has (again: a failover lost its release), or a hand-off to an earlier
 // entry of the hold id that a promoted replica made after the client left
 // it. Counted as a re-entry, it would never be released.
-func (h Agent) NewRequest() Request {
-	if h.holding != nil && !h.holding.Load() {
-		return Request{ID: h.requestID(), Stale: transport.AnyStale}
+func (ag Agent) NewRequest() Request {
+	if ag.holding != nil && !ag.holding.Load() {
+		return Request{ID: ag.requestID(), Stale: transport.AnyStale}
 	}
-	return Request{ID: h.requestID(), Stale: h.stale.Load()}
+	return Request{ID: ag.requestID(), Stale: ag.stale.Load()}
 }
 
 // Answered records how req ended: err nil when its reply was read. When the
@@ -191,7 +191,7 @@ func (h Agent) NewRequest() Request {
 // stay held, and a fair lock's queue stalled, until the lease ran out. An
 // error Redis answered with (NOPERM, an unknown command, LOADING, ...) was
 // read: the script granted nothing, and nothing is undone.
-func (h Agent) Answered(ctx context.Context, req Request, err error) {
+func (ag Agent) Answered(ctx context.Context, req Request, err error) {
 	if err == nil {
 		// The stale token stays: after a failover another server may have
 		// that hold again (it never gets a later one's token).
@@ -201,14 +201,14 @@ func (h Agent) Answered(ctx context.Context, req Request, err error) {
 		return
 	}
 	var a *transport.Abandoned
-	if errors.As(err, &a) && h.abandoned != nil {
+	if errors.As(err, &a) && ag.abandoned != nil {
 		// Still running: this hold id's clean-ups (this undo, leaving
 		// the queue, a release) wait for it (Bounded), or they could reach
 		// Redis before what they undo.
-		h.abandoned.Store(a)
+		ag.abandoned.Store(a)
 	}
-	if err := h.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
-		h.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
+	if err := ag.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
+		ag.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
 }
 
@@ -223,18 +223,18 @@ func Refused(err error) bool {
 // Undo releases this handle's grant that the acquiring request undo was
 // answered with, whatever its token (transport.Release.Undo), even when ctx has
 // ended (Bounded).
-func (h Agent) Undo(ctx context.Context, undo string) error {
-	args := h.releaseArgs(0, undo).Args()
-	return h.Bounded(ctx, "undoing an acquisition", func(ctx context.Context) error {
-		return h.Release.Run(ctx, h.Client, h.Mode(), h.Keys, args...).Err()
+func (ag Agent) Undo(ctx context.Context, undo string) error {
+	args := ag.releaseArgs(0, undo).Args()
+	return ag.Bounded(ctx, "undoing an acquisition", func(ctx context.Context) error {
+		return ag.Release.Run(ctx, ag.Client, ag.Mode(), ag.Keys, args...).Err()
 	})
 }
 
 // afterAbandoned waits, bounded by ctx, until this hold id's latest
 // acquiring call abandoned at its ctx's end has returned (transport.Abandoned).
-func (h Agent) afterAbandoned(ctx context.Context) {
-	if h.abandoned != nil {
-		if a := h.abandoned.Load(); a != nil {
+func (ag Agent) afterAbandoned(ctx context.Context) {
+	if ag.abandoned != nil {
+		if a := ag.abandoned.Load(); a != nil {
 			transport.AfterAbandoned(ctx, a)
 		}
 	}
@@ -243,11 +243,11 @@ func (h Agent) afterAbandoned(ctx context.Context) {
 // abandonedPending reports whether this hold id's latest abandoned
 // acquiring call has not returned yet: a clean-up must wait for it, which
 // only a ctx that ends can bound.
-func (h Agent) abandonedPending() bool {
-	if h.abandoned == nil {
+func (ag Agent) abandonedPending() bool {
+	if ag.abandoned == nil {
 		return false
 	}
-	a := h.abandoned.Load()
+	a := ag.abandoned.Load()
 	if a == nil {
 		return false
 	}
@@ -259,13 +259,13 @@ func (h Agent) abandonedPending() bool {
 	}
 }
 
-func (h Agent) requestID() string { return h.Owner.ids.Request(h.ID) }
+func (ag Agent) requestID() string { return ag.Owner.ids.Request(ag.ID) }
 
 // releaseArgs is a release of this handle's hold with token, or, with undo,
 // of the grant that undo names.
-func (h Agent) releaseArgs(token int64, undo string) transport.Release {
-	return transport.Release{Owner: h.args.owner, Request: h.requestID(), Token: token,
-		Publish: h.args.publish, Channel: h.args.channel, Undo: undo}
+func (ag Agent) releaseArgs(token int64, undo string) transport.Release {
+	return transport.Release{Owner: ag.args.owner, Request: ag.requestID(), Token: token,
+		Publish: ag.args.publish, Channel: ag.args.channel, Undo: undo}
 }
 
 // Present returns once the owner's presence is up, on a place whose scripts
@@ -273,9 +273,9 @@ func (h Agent) releaseArgs(token int64, undo string) transport.Release {
 // calls it before it notes its send time, so that its hold is covered
 // (presence.go). While the presence is down it returns why (wrapping
 // Redis's refusal, NOPERM say, if it was refused).
-func (h Agent) Present(ctx context.Context) error {
-	if p := h.Owner.presence; p != nil && h.Presence {
-		return p.await(ctx, h.Keys[0])
+func (ag Agent) Present(ctx context.Context) error {
+	if p := ag.Owner.presence; p != nil && ag.Presence {
+		return p.await(ctx, ag.Keys[0])
 	}
 	return nil
 }
@@ -283,12 +283,12 @@ func (h Agent) Present(ctx context.Context) error {
 // RunAcquire runs an acquiring script; with WithReplicas, followed on its
 // connection by WAIT (transport.Script.RunWait). acked is the replicas that
 // acknowledged, -1 without WithReplicas.
-func (h Agent) RunAcquire(ctx context.Context, s *transport.Script, args ...any) (v any, acked int64, err error) {
-	if h.Config.Replicas == 0 {
-		v, err = h.Call(s).Run(ctx, h.Client, h.Mode(), args...).Result()
+func (ag Agent) RunAcquire(ctx context.Context, s *transport.Script, args ...any) (v any, acked int64, err error) {
+	if ag.Config.Replicas == 0 {
+		v, err = ag.Call(s).Run(ctx, ag.Client, ag.Mode(), args...).Result()
 		return v, -1, err
 	}
-	cmd, acked, err := s.RunWait(ctx, h.Client, h.Mode(), h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
+	cmd, acked, err := s.RunWait(ctx, ag.Client, ag.Mode(), ag.Keys, ag.Config.Replicas, ag.Config.ReplicaTimeout, args...)
 	if cmd == nil || cmd.Err() != nil {
 		return nil, 0, err
 	}
@@ -302,12 +302,12 @@ func (h Agent) RunAcquire(ctx context.Context, s *transport.Script, args ...any)
 // Replicated judges a grant that req's reply reported, with acked replicas
 // acknowledging it (RunAcquire): with too few, the grant is undone (as a
 // lost reply's is) and the error wraps ErrNotReplicated.
-func (h Agent) Replicated(ctx context.Context, req Request, acked int64) error {
-	if acked < 0 || acked >= int64(h.Config.Replicas) {
+func (ag Agent) Replicated(ctx context.Context, req Request, acked int64) error {
+	if acked < 0 || acked >= int64(ag.Config.Replicas) {
 		return nil
 	}
-	err := fmt.Errorf("%w: %d of %d within %v; the acquisition was undone", ErrNotReplicated, acked, h.Config.Replicas, h.Config.ReplicaTimeout)
-	h.Answered(ctx, req, err)
+	err := fmt.Errorf("%w: %d of %d within %v; the acquisition was undone", ErrNotReplicated, acked, ag.Config.Replicas, ag.Config.ReplicaTimeout)
+	ag.Answered(ctx, req, err)
 	return err
 }
 
@@ -316,10 +316,10 @@ func (h Agent) Replicated(ctx context.Context, req Request, acked int64) error {
 // by another client's call, and the claim's WAIT covers it too (replication
 // is one ordered stream). With too few, the hold is released (handed on)
 // and the error wraps ErrNotReplicated.
-func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
-	since := h.claimSince(g, fixed)
-	script, args := h.renewCall(g.Token, lease, fixed)
-	cmd, acked, err := script.RunWait(ctx, h.Client, h.Mode(), h.Keys, h.Config.Replicas, h.Config.ReplicaTimeout, args...)
+func (ag Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration, fixed bool) (time.Time, error) {
+	since := ag.claimSince(g, fixed)
+	script, args := ag.renewCall(g.Token, lease, fixed)
+	cmd, acked, err := script.RunWait(ctx, ag.Client, ag.Mode(), ag.Keys, ag.Config.Replicas, ag.Config.ReplicaTimeout, args...)
 	if cmd == nil || cmd.Err() != nil {
 		return since, err
 	}
@@ -330,17 +330,17 @@ func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration
 	if !ok {
 		return since, ErrLockLost
 	}
-	if err == nil && acked >= int64(h.Config.Replicas) {
+	if err == nil && acked >= int64(ag.Config.Replicas) {
 		return since, nil
 	}
 	if err == nil {
-		err = fmt.Errorf("%w: %d of %d within %v; the hand-off was passed on", ErrNotReplicated, acked, h.Config.Replicas, h.Config.ReplicaTimeout)
+		err = fmt.Errorf("%w: %d of %d within %v; the hand-off was passed on", ErrNotReplicated, acked, ag.Config.Replicas, ag.Config.ReplicaTimeout)
 	}
-	rel := h.releaseArgs(g.Token, "").Args()
-	if rerr := h.Bounded(ctx, "giving back a hand-off that was not replicated", func(ctx context.Context) error {
-		return h.Release.Run(ctx, h.Client, h.Mode(), h.Keys, rel...).Err()
+	rel := ag.releaseArgs(g.Token, "").Args()
+	if rerr := ag.Bounded(ctx, "giving back a hand-off that was not replicated", func(ctx context.Context) error {
+		return ag.Release.Run(ctx, ag.Client, ag.Mode(), ag.Keys, rel...).Err()
 	}); rerr != nil && !errors.Is(rerr, ErrPending) {
-		h.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
+		ag.logWarn("giving back a hand-off that was not replicated failed; its lease will run out", rerr)
 	}
 	return since, err
 }
@@ -349,40 +349,40 @@ func (h Agent) ClaimReplicated(ctx context.Context, g Grant, lease time.Duration
 // hold to the full lease, counted from the grant for a fixed lease and from
 // now otherwise. It returns the time the new lease counts from, or ok=false
 // if the hold is gone.
-func (h Agent) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
-	since = h.claimSince(g, fixed)
-	ok, err = h.renew(ctx, g.Token, lease, fixed)
+func (ag Agent) Claim(ctx context.Context, g Grant, lease time.Duration, fixed bool) (since time.Time, ok bool, err error) {
+	since = ag.claimSince(g, fixed)
+	ok, err = ag.renew(ctx, g.Token, lease, fixed)
 	return since, ok, err
 }
 
 // claimSince is when a claimed hand-off's new lease counts from: its grant
 // for a fixed lease, now otherwise.
-func (h Agent) claimSince(g Grant, fixed bool) time.Time {
+func (ag Agent) claimSince(g Grant, fixed bool) time.Time {
 	if fixed {
 		return g.Since
 	}
-	return h.Config.Clock.Now()
+	return ag.Config.Clock.Now()
 }
 
 // renewCall is the script and arguments that extend this handle's hold with
 // token by lease (from the hand-off's grant when fromGrant).
-func (h Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*transport.Script, []any) {
+func (ag Agent) renewCall(token int64, lease time.Duration, fromGrant bool) (*transport.Script, []any) {
 	from := transport.FromNow
 	if fromGrant {
 		from = transport.FromGrant
 	}
-	script := h.Renew
+	script := ag.Renew
 	if script == nil {
-		script = h.Config.Scripts.Renew
+		script = ag.Config.Scripts.Renew
 	}
-	return script, transport.Renew{Owner: h.args.owner, Token: token, Lease: transport.Ms(lease), From: from}.Args()
+	return script, transport.Renew{Owner: ag.args.owner, Token: token, Lease: transport.Ms(lease), From: from}.Args()
 }
 
 // renew extends this handle's hold with token by lease (from the hand-off's
 // grant when fromGrant); false if the hold is gone.
-func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
-	script, args := h.renewCall(token, lease, fromGrant)
-	v, err := script.Run(ctx, h.Client, h.Mode(), h.Keys, args...).Result()
+func (ag Agent) renew(ctx context.Context, token int64, lease time.Duration, fromGrant bool) (bool, error) {
+	script, args := ag.renewCall(token, lease, fromGrant)
+	v, err := script.Run(ctx, ag.Client, ag.Mode(), ag.Keys, args...).Result()
 	if err != nil {
 		return false, err
 	}
@@ -390,29 +390,29 @@ func (h Agent) renew(ctx context.Context, token int64, lease time.Duration, from
 }
 
 // Wrap names the lock in err (Named), unless it is ctx's own error.
-func (h Agent) Wrap(ctx context.Context, err error) error {
-	what := h.What
+func (ag Agent) Wrap(ctx context.Context, err error) error {
+	what := ag.What
 	if what == "" {
 		what = "lock"
 	}
-	return Named(ctx, what, h.Name, err)
+	return Named(ctx, what, ag.Name, err)
 }
 
 // Info logs an event worth a user's attention.
-func (h Agent) Info(msg string, args ...any) {
-	if l := h.Config.Logger; l != nil {
-		l.Info("fairlock: "+msg, append([]any{slog.String("lock", h.Name), slog.String("owner", h.ID)}, args...)...)
+func (ag Agent) Info(msg string, args ...any) {
+	if l := ag.Config.Logger; l != nil {
+		l.Info("fairlock: "+msg, append([]any{slog.String("lock", ag.Name), slog.String("owner", ag.ID)}, args...)...)
 	}
 }
 
-func (h Agent) logWarn(msg string, err error) {
-	if l := h.Config.Logger; l != nil {
-		l.Warn("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.ID), slog.Any("error", err))
+func (ag Agent) logWarn(msg string, err error) {
+	if l := ag.Config.Logger; l != nil {
+		l.Warn("fairlock: "+msg, slog.String("lock", ag.Name), slog.String("owner", ag.ID), slog.Any("error", err))
 	}
 }
 
-func (h Agent) logError(msg string, token int64) {
-	if l := h.Config.Logger; l != nil {
-		l.Error("fairlock: "+msg, slog.String("lock", h.Name), slog.String("owner", h.ID), slog.Int64("token", token))
+func (ag Agent) logError(msg string, token int64) {
+	if l := ag.Config.Logger; l != nil {
+		l.Error("fairlock: "+msg, slog.String("lock", ag.Name), slog.String("owner", ag.ID), slog.Int64("token", token))
 	}
 }

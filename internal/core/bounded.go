@@ -30,22 +30,22 @@ const Grace = 50 * time.Millisecond
 // then is made again on a goroutine of its own. A goroutine and its two
 // hand-offs between threads cost more than the call on a machine with
 // idle cores (docs/performance.md).
-func (h Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
+func (ag Agent) Bounded(ctx context.Context, what string, call func(context.Context) error) error {
 	if ctx.Done() == nil {
-		h.afterAbandoned(ctx)
+		ag.afterAbandoned(ctx)
 		return call(ctx)
 	}
-	if ctx.Err() == nil && transport.EndsInTime(ctx, h.Client) {
+	if ctx.Err() == nil && transport.EndsInTime(ctx, ag.Client) {
 		here := transport.Detached(context.WithoutCancel(ctx))
-		h.afterAbandoned(here)
+		ag.afterAbandoned(here)
 		return call(here)
 	}
-	if here := h.finishing(ctx, what); here != nil {
+	if here := ag.finishing(ctx, what); here != nil {
 		return pending(what, call(here))
 	}
 	b := &bounded{done: make(chan struct{})}
-	h.background(ctx, func(bg context.Context) {
-		h.afterAbandoned(bg) // what it cleans up reaches Redis first
+	ag.background(ctx, func(bg context.Context) {
+		ag.afterAbandoned(bg) // what it cleans up reaches Redis first
 		err := call(bg)
 		b.mu.Lock()
 		b.err = err
@@ -53,7 +53,7 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		b.mu.Unlock()
 		close(b.done)
 		if left {
-			h.logOutcome(what, err)
+			ag.logOutcome(what, err)
 		}
 	})
 	select {
@@ -68,7 +68,7 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 		wait = max(time.Until(d.Add(Grace)), 0)
 	}
 	graced := make(chan struct{})
-	t := h.Config.Clock.AfterFunc(wait, func() { close(graced) })
+	t := ag.Config.Clock.AfterFunc(wait, func() { close(graced) })
 	defer t.Stop()
 	select {
 	case <-b.done:
@@ -88,13 +88,13 @@ func (h Agent) Bounded(ctx context.Context, what string, call func(context.Conte
 
 // background runs call on a goroutine that Close waits for, on a context
 // with ctx's values, bounded by the cleanup timeout.
-func (h Agent) background(ctx context.Context, call func(context.Context)) {
-	bg, cancel := context.WithTimeout(transport.Detached(context.WithoutCancel(ctx)), h.Config.CleanupTimeout)
-	h.Owner.hubs.ProbeBackground(1)
-	h.Owner.cleanups.add(nil) // Close waits for it
+func (ag Agent) background(ctx context.Context, call func(context.Context)) {
+	bg, cancel := context.WithTimeout(transport.Detached(context.WithoutCancel(ctx)), ag.Config.CleanupTimeout)
+	ag.Owner.hubs.ProbeBackground(1)
+	ag.Owner.cleanups.add(nil) // Close waits for it
 	go func() {
-		defer h.Owner.hubs.ProbeBackground(-1)
-		defer h.Owner.cleanups.done()
+		defer ag.Owner.hubs.ProbeBackground(-1)
+		defer ag.Owner.cleanups.done()
 		defer cancel()
 		call(bg)
 	}()
@@ -106,20 +106,20 @@ func (h Agent) background(ctx context.Context, call func(context.Context)) {
 // in the background if Redis has not answered by then
 // (transport.Finishing); nil if it cannot be, and the call needs a
 // goroutine of its own.
-func (h Agent) finishing(ctx context.Context, what string) context.Context {
-	until, ok := h.finishingUntil(ctx)
+func (ag Agent) finishing(ctx context.Context, what string) context.Context {
+	until, ok := ag.finishingUntil(ctx)
 	if !ok {
 		return nil
 	}
-	return transport.Finishing(ctx, h.Mode(), h.Client, until, what, h.args.finish)
+	return transport.Finishing(ctx, ag.Mode(), ag.Client, until, what, ag.args.finish)
 }
 
 // finishingUntil is when a clean-up on ctx must be done in its caller's
 // goroutine, ctx's deadline and Grace; false when ctx has no deadline, has
 // ended, or an abandoned call must be waited for first.
-func (h Agent) finishingUntil(ctx context.Context) (time.Time, bool) {
+func (ag Agent) finishingUntil(ctx context.Context) (time.Time, bool) {
 	d, ok := ctx.Deadline()
-	if !ok || ctx.Err() != nil || h.args == nil || h.abandonedPending() {
+	if !ok || ctx.Err() != nil || ag.args == nil || ag.abandonedPending() {
 		return time.Time{}, false
 	}
 	return d.Add(Grace), true
@@ -140,18 +140,18 @@ func pending(what string, err error) error {
 
 // finisher makes a handle's clean-ups again in the background
 // (transport.Finisher).
-type finisher struct{ h Agent }
+type finisher struct{ ag Agent }
 
 func (f *finisher) GoOn(ctx context.Context, what string, call func(context.Context) error) {
-	f.h.background(ctx, func(bg context.Context) { f.h.logOutcome(what, call(bg)) })
+	f.ag.background(ctx, func(bg context.Context) { f.ag.logOutcome(what, call(bg)) })
 }
 
 // logOutcome logs how a clean-up its caller stopped waiting for ended.
-func (h Agent) logOutcome(what string, err error) {
+func (ag Agent) logOutcome(what string, err error) {
 	if err != nil {
-		h.logWarn(what+" failed after its caller stopped waiting", err)
+		ag.logWarn(what+" failed after its caller stopped waiting", err)
 	} else {
-		h.Info(what + " succeeded after its caller stopped waiting")
+		ag.Info(what + " succeeded after its caller stopped waiting")
 	}
 }
 

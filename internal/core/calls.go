@@ -10,7 +10,7 @@ import (
 // these, and its own doc comment says what the call means for that kind.
 
 // Lock waits until the lock is this call's (its turn waited out with the
-// turn's Waiter, which the kind's place made).
+// turn's Acquirer, which the kind's place made).
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.lock(ctx, LockAttempt(m.Config()))
 	return err
@@ -48,9 +48,9 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 	return e != nil, err
 }
 
-// lock is an acquisition of a, its turn waited out with the turn's Waiter.
+// lock is an acquisition of a, its turn waited out with the turn's Acquirer.
 func (m *Mutex) lock(ctx context.Context, a Attempt) (*End, error) {
 	return m.Acquire(ctx, a, func(t *Turn) (*Grant, error) {
-		return t.Waiter().Acquire(t.Context(), t.Attempt())
+		return t.Acquirer().Acquire(t.Context(), t.Attempt())
 	})
 }

@@ -70,12 +70,12 @@ const leaseRanOut = "lease ran out before a renewal succeeded"
 // hold that was granted that lock before it and is still tracked
 // (Owner.track); nil if none.
 func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) (h, prev *hold) {
-	h = &hold{m: m, s: s, agent: &s.h, cfg: m.h.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
+	h = &hold{m: m, s: s, agent: &s.agent, cfg: m.agent.Config, token: g.Token, fixed: fixed, lease: lease, grant: g}
 	s.holding.Store(true)
 	h.sent.Store(&g.Since)
-	prev = m.h.Owner.track(h) // before its timers can end it: Close releases it
-	if m.h.Config.Observer != nil {
-		s.acquired = m.h.Config.Clock.Now() // the slot's: a hold pays nothing for it
+	prev = m.agent.Owner.track(h) // before its timers can end it: Close releases it
+	if m.agent.Config.Observer != nil {
+		s.acquired = m.agent.Config.Clock.Now() // the slot's: a hold pays nothing for it
 	}
 	h.carry(heldKey{m}, h) // its context proves a call chain holds it
 	first := lease
@@ -86,7 +86,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) (h, pr
 	defer h.Unlock()
 	h.watched = !g.Handoff && !fixed
 	h.extendLocked(g.Since, first)
-	clk := m.h.Config.Clock
+	clk := m.agent.Config.Clock
 	if g.Handoff {
 		// The hold is usable at once. It is claimed (extended to the full
 		// lease) halfway through its first lease: a short hold is released

@@ -37,7 +37,7 @@ type Attempt struct {
 // It keeps holds; it does not wait. A primitive's acquisition begins a Turn
 // (Begin), waits as the primitive does, and hands the grant to Keep.
 type Mutex struct {
-	h Agent // the handle's place and configuration; its owner is first's
+	agent Agent // the handle's place and configuration; its owner is first's
 
 	mu     sync.Mutex
 	first  *slot   // the slot a handle used for one hold acts as (Owner)
@@ -52,9 +52,9 @@ type Mutex struct {
 // slot is one hold id of a handle: one acquisition at a time, then the
 // hold it won, if any.
 type slot struct {
-	h      Agent
-	waiter Waiter       // made at its first turn (Turn.Waiter)
-	stale  atomic.Int64 // Agent.stale
+	agent    Agent
+	acquirer Acquirer     // made at its first turn (Turn.Acquirer)
+	stale    atomic.Int64 // Agent.stale
 	// holding: the slot has a hold that has not ended (Agent.NewRequest).
 	holding atomic.Bool
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's
@@ -85,16 +85,16 @@ func NewMutex(o *Owner, name string, cfg Config, place func(name string, scripts
 	Equip(o, &cfg)
 	client := o.client
 	m := &Mutex{}
-	m.h = Agent{Client: client, Owner: o, Name: name, Config: &cfg,
+	m.agent = Agent{Client: client, Owner: o, Name: name, Config: &cfg,
 		Publish: o.publish, Place: place(name, cfg.Scripts)}
-	if m.h.Calls == nil {
-		m.h.Calls = NewCalls() // every slot's calls bound once
+	if m.agent.Calls == nil {
+		m.agent.Calls = NewCalls() // every slot's calls bound once
 	}
 	if cfg.Observer != nil {
 		m.server, m.port = serverOf(client)
 	}
 	m.first = m.newSlot()
-	m.h = m.first.h
+	m.agent = m.first.agent
 	m.free = append(m.free, m.first)
 	return m, nil
 }
@@ -102,13 +102,13 @@ func NewMutex(o *Owner, name string, cfg Config, place func(name string, scripts
 // newSlot makes a slot with a fresh hold id.
 func (m *Mutex) newSlot() *slot {
 	s := &slot{past: &past{}}
-	s.h = m.h
-	s.h.slot = s
-	s.h.ID = m.h.Owner.ids.HoldID()
-	s.h.stale = &s.stale
-	s.h.holding = &s.holding
-	s.h.abandoned = &s.abandoned
-	s.h.args = newArgs(s.h)
+	s.agent = m.agent
+	s.agent.slot = s
+	s.agent.ID = m.agent.Owner.ids.HoldID()
+	s.agent.stale = &s.stale
+	s.agent.holding = &s.holding
+	s.agent.abandoned = &s.abandoned
+	s.agent.args = newArgs(s.agent)
 	return s
 }
 
@@ -168,12 +168,12 @@ func (m *Mutex) Name() string {
 	if !m.made() {
 		return ""
 	}
-	return m.h.Name
+	return m.agent.Name
 }
 
 // ID returns the hold id of the handle's first slot: the one a handle
 // made for a single hold (a permit hold, a semaphore's gate) acts as.
-func (m *Mutex) ID() string { return m.first.h.ID }
+func (m *Mutex) ID() string { return m.first.agent.ID }
 
 // heldKey marks a context that carries a hold of the handle m: a Lock given
 // it re-enters that hold.
@@ -241,22 +241,22 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		// returns, so that no two handles of one owner ever count on the
 		// lock at once (docs/deployments.md, "Writes between the promotion
 		// and the clients' switch are lost").
-		m.h.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
+		m.agent.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
 	}
 	if h.bornLost() {
 		// Its loss timer would only fire at the clock's next tick (a fake
 		// clock's next Advance): end it now, so that nobody counts on a
 		// hold Redis may have ended, and give back what Redis may still
 		// count of it.
-		m.h.Owner.giveUp(h, "the lease ran out before the acquisition returned")
+		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned")
 		return h, errBornLost
 	}
-	if p := m.h.Owner.presence; p != nil && m.h.Presence && !p.covers(m.h.Keys[0], g.Since) {
+	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && !p.covers(m.agent.Keys[0], g.Since) {
 		// Taken while the owner's presence was down (or before it came
 		// back up): a waiter may have ended it. It is the caller's only
 		// once the presence is back and Redis still has it.
 		if !m.confirm(ctx, p, h, *g) {
-			m.h.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
+			m.agent.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
 				"and could not be confirmed once it was back")
 			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
 				if context.Cause(ctx) == ErrClosed {
@@ -278,7 +278,7 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 // never taken over: from now on every waiter sees the presence. It reports
 // whether the hold was confirmed; the caller gives back one that was not.
 func (m *Mutex) confirm(ctx context.Context, p *presence, h *hold, g Grant) bool {
-	if !p.awaitUp(ctx, h.Context(), m.h.Keys[0]) {
+	if !p.awaitUp(ctx, h.Context(), m.agent.Keys[0]) {
 		return false
 	}
 	if g.Handoff {
@@ -298,7 +298,7 @@ func (m *Mutex) target(ctx context.Context) (*hold, error) {
 		h = m.cur
 		m.mu.Unlock()
 		if h == nil {
-			if m.h.Owner.closed.Load() {
+			if m.agent.Owner.closed.Load() {
 				return nil, ErrClosed // Close ended the hold, if there was one
 			}
 			return nil, ErrNotHeld
@@ -317,11 +317,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return errUnmade
 	}
 	if err := CheckContext(ctx); err != nil {
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	}
 	h, err := m.target(ctx)
 	if err != nil {
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Called after ctx's deadline had passed (a deferred Unlock after
@@ -333,13 +333,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		defer cancel()
 	}
 	h.releasing.Store(true)
-	if o := m.h.Config.Observer; o != nil && o.Tracer() != nil {
-		ctx, end := o.Tracer().StartCall(ctx, m.call("release", m.h.Release))
+	if o := m.agent.Config.Observer; o != nil && o.Tracer() != nil {
+		ctx, end := o.Tracer().StartCall(ctx, m.call("release", m.agent.Release))
 		err := m.unlockHold(ctx, h)
 		end(err)
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	}
-	return m.h.Wrap(ctx, m.unlockHold(ctx, h))
+	return m.agent.Wrap(ctx, m.unlockHold(ctx, h))
 }
 
 // unlockHold releases h, keeping ctx's deadline (Bounded).
@@ -349,11 +349,11 @@ func (m *Mutex) unlockHold(ctx context.Context, h *hold) error {
 		return m.releaseHold(ctx, h)
 	}
 	const what = "releasing the lock"
-	if until, ok := h.s.h.finishingUntil(ctx); ok {
+	if until, ok := h.s.agent.finishingUntil(ctx); ok {
 		// The common case of a ctx with a deadline: in this goroutine, on
 		// a view of the client (Bounded's finishing, without its closure
 		// and context).
-		a := h.s.h
+		a := h.s.agent
 		cmd, kept := a.Call(a.Release).RunUntil(ctx, a.Client, a.Mode(), until, what, a.args.finish,
 			a.releaseArgs(h.token, "").Args()...)
 		if kept {
@@ -361,7 +361,7 @@ func (m *Mutex) unlockHold(ctx context.Context, h *hold) error {
 			return pending(what, m.released(h, status, err))
 		}
 	}
-	return m.h.Bounded(ctx, what, func(ctx context.Context) error {
+	return m.agent.Bounded(ctx, what, func(ctx context.Context) error {
 		return m.releaseHold(ctx, h)
 	})
 }
@@ -390,13 +390,13 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 	case status == transport.NotHeld:
 		m.forget(h)
 		h.end(ErrLockLost, "Unlock found the lock gone or taken")
-		m.h.Owner.suspect()
+		m.agent.Owner.suspect()
 		return ErrLockLost
 	default:
 		m.forget(h)
 		ended := h.end(ErrReleased, "")
 		if status == transport.ReleasedWatch {
-			m.h.watchHandOff()
+			m.agent.watchHandOff()
 		}
 		if !ended && h.IsLost() {
 			// The hold was given up for lost while its release ran (the
@@ -425,11 +425,11 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, errUnmade
 	}
 	if err := CheckContext(ctx); err != nil {
-		return false, m.h.Wrap(ctx, err)
+		return false, m.agent.Wrap(ctx, err)
 	}
 	ok, err := m.forceUnlock(ctx)
 	if err != nil {
-		return false, m.h.Wrap(ctx, err)
+		return false, m.agent.Wrap(ctx, err)
 	}
 	m.mu.Lock()
 	h := m.cur
@@ -448,7 +448,7 @@ func (m *Mutex) Extend(ctx context.Context, d time.Duration) error {
 	if !m.made() {
 		return errUnmade
 	}
-	return m.h.Wrap(ctx, m.extend(ctx, d))
+	return m.agent.Wrap(ctx, m.extend(ctx, d))
 }
 
 func (m *Mutex) extend(ctx context.Context, d time.Duration) error {
@@ -462,7 +462,7 @@ func (m *Mutex) extend(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	since := m.h.Config.Clock.Now()
+	since := m.agent.Config.Clock.Now()
 	ok, err := h.agent.renew(ctx, h.token, d, false)
 	if err != nil {
 		return err
@@ -489,7 +489,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 		return false, errUnmade
 	}
 	s, err := m.state(ctx)
-	return s.Owner != "", m.h.Wrap(ctx, err)
+	return s.Owner != "", m.agent.Wrap(ctx, err)
 }
 
 // HoldCount returns this handle's re-entry count, 0 if it does not hold it.
@@ -501,11 +501,11 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	h := m.cur
 	m.mu.Unlock()
 	if h == nil {
-		return 0, m.h.Wrap(ctx, CheckContext(ctx))
+		return 0, m.agent.Wrap(ctx, CheckContext(ctx))
 	}
 	s, err := m.state(ctx)
 	if err != nil || s.Owner != h.agent.ID {
-		return 0, m.h.Wrap(ctx, err)
+		return 0, m.agent.Wrap(ctx, err)
 	}
 	return s.Count, nil
 }
@@ -516,7 +516,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, errUnmade
 	}
 	s, err := m.state(ctx)
-	return s.TTL, m.h.Wrap(ctx, err)
+	return s.TTL, m.agent.Wrap(ctx, err)
 }
 
 // Token returns the current hold's fencing token, 0 if none.
@@ -567,25 +567,25 @@ func (m *Mutex) Carried(ctx context.Context) *End {
 // with the agent of its hold id and its token. call reports false when
 // Redis no longer has that hold: it is then ended as lost, and OnHold
 // returns ErrLockLost. A handle that holds nothing gets ErrNotHeld.
-func (m *Mutex) OnHold(ctx context.Context, call func(ctx context.Context, h Agent, token int64) (bool, error)) error {
+func (m *Mutex) OnHold(ctx context.Context, call func(ctx context.Context, ag Agent, token int64) (bool, error)) error {
 	if !m.made() {
 		return errUnmade
 	}
 	if err := CheckContext(ctx); err != nil {
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	}
 	h, err := m.target(ctx)
 	if err != nil {
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	}
 	ok, err := call(ctx, *h.agent, h.token)
 	switch {
 	case err != nil:
-		return m.h.Wrap(ctx, err)
+		return m.agent.Wrap(ctx, err)
 	case !ok && h.end(ErrLockLost, "Redis no longer has the hold"):
-		return m.h.Wrap(ctx, ErrLockLost)
+		return m.agent.Wrap(ctx, ErrLockLost)
 	case !ok:
-		return m.h.Wrap(ctx, h.EndedErr())
+		return m.agent.Wrap(ctx, h.EndedErr())
 	}
 	return nil
 }

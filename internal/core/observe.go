@@ -33,10 +33,10 @@ func (r *Report) queued(n int, joined bool) {
 
 // QueueNews reports a waiter's news: kind, with the queue's length n, into
 // the attempt's Report too.
-func (h Agent) QueueNews(a Attempt, kind observe.QueueEventKind, n int) {
+func (ag Agent) QueueNews(a Attempt, kind observe.QueueEventKind, n int) {
 	a.Report.queued(n, kind == observe.Joined)
-	if o := h.Config.Observer; o != nil && o.Queue() != nil {
-		o.Queue().ObserveQueue(observe.QueueEvent{Primitive: h.Primitive, Lock: h.Name, Kind: kind, Length: n})
+	if o := ag.Config.Observer; o != nil && o.Queue() != nil {
+		o.Queue().ObserveQueue(observe.QueueEvent{Primitive: ag.Primitive, Lock: ag.Name, Kind: kind, Length: n})
 	}
 }
 
@@ -71,7 +71,7 @@ func OutcomeOf(ctx context.Context, held, reentered bool, err error) observe.Out
 
 // call is the observe.Call of one operation of the handle.
 func (m *Mutex) call(op string, script *transport.Script) observe.Call {
-	c := observe.Call{Primitive: m.h.Primitive, Lock: m.h.Name, Operation: op,
+	c := observe.Call{Primitive: m.agent.Primitive, Lock: m.agent.Name, Operation: op,
 		ServerAddress: m.server, ServerPort: m.port}
 	if script != nil {
 		c.Script = script.Function()

@@ -576,11 +576,11 @@ func (l *leg) checkInBackground() {
 	}()
 }
 
-// Waited tells h's owner that one of its waiters tried and did not take
+// Waited tells ag's owner that one of its waiters tried and did not take
 // the lock (presence.waited); nothing without a presence.
-func (h Agent) Waited() {
-	if h.Owner.presence != nil {
-		h.Owner.presence.waited(h.Keys[0])
+func (ag Agent) Waited() {
+	if ag.Owner.presence != nil {
+		ag.Owner.presence.waited(ag.Keys[0])
 	}
 }
 
@@ -741,14 +741,14 @@ func Settle(ctx context.Context, clk clock.Clock, d time.Duration) error {
 // nobody advances any more): a program that unlocks, closes its owner and
 // exits is the commonest releaser (cancelled by Close, a newcomer's worker
 // lost the watch in 10 of 24 runs).
-func (h Agent) watchHandOff() {
-	if h.Watch == nil {
+func (ag Agent) watchHandOff() {
+	if ag.Watch == nil {
 		return
 	}
-	closing := h.Owner.closing
-	h.background(context.Background(), func(ctx context.Context) {
+	closing := ag.Owner.closing
+	ag.background(context.Background(), func(ctx context.Context) {
 		due := make(chan struct{})
-		t := h.Config.Clock.AfterFunc(PresencePoll, func() { close(due) })
+		t := ag.Config.Clock.AfterFunc(PresencePoll, func() { close(due) })
 		defer t.Stop()
 		select {
 		case <-due:
@@ -764,6 +764,6 @@ func (h Agent) watchHandOff() {
 		case <-ctx.Done():
 			return
 		}
-		_ = h.Watch.Run(ctx, h.Client, h.Mode(), h.Keys, transport.Watch(h.Publish, h.Channel, h.Owner.ids.Client())...).Err()
+		_ = ag.Watch.Run(ctx, ag.Client, ag.Mode(), ag.Keys, transport.Watch(ag.Publish, ag.Channel, ag.Owner.ids.Client())...).Err()
 	})
 }

@@ -19,12 +19,12 @@ func PublishCommand(client redis.UniversalClient) string {
 // release undoes one level of slot s's hold with token: transport.Released,
 // transport.StillHeld or transport.NotHeld.
 func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
-	return release(ctx, s.h, token)
+	return release(ctx, s.agent, token)
 }
 
-// release releases h's hold with token.
-func release(ctx context.Context, h Agent, token int64) (int, error) {
-	return decodeRelease(h.Call(h.Release).Run(ctx, h.Client, h.Mode(), h.releaseArgs(token, "").Args()...))
+// release releases ag's hold with token.
+func release(ctx context.Context, ag Agent, token int64) (int, error) {
+	return decodeRelease(ag.Call(ag.Release).Run(ctx, ag.Client, ag.Mode(), ag.releaseArgs(token, "").Args()...))
 }
 
 // decodeRelease reads a release's reply.
@@ -38,7 +38,7 @@ func decodeRelease(cmd *redis.Cmd) (int, error) {
 
 // forceUnlock ends whoever's hold; true if the lock was held.
 func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
-	h := m.h
+	h := m.agent
 	n, err := h.ForceUnlock.Run(ctx, h.Client, h.Mode(), h.Keys, transport.Publishing(h.Publish, h.Channel)...).Int()
 	return n == 1, err
 }
@@ -48,10 +48,10 @@ func (m *Mutex) state(ctx context.Context) (transport.HoldState, error) {
 	if err := CheckContext(ctx); err != nil {
 		return transport.HoldState{}, err
 	}
-	if m.h.Owner.closed.Load() {
+	if m.agent.Owner.closed.Load() {
 		return transport.HoldState{}, ErrClosed
 	}
-	v, err := m.h.Config.Scripts.State.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1]).Result()
+	v, err := m.agent.Config.Scripts.State.Run(ctx, m.agent.Client, m.agent.Mode(), m.agent.Keys[:1]).Result()
 	if err != nil {
 		return transport.HoldState{}, Step("reading the lock's state", err)
 	}
@@ -68,10 +68,10 @@ func (m *Mutex) Read(ctx context.Context, what string, s *transport.Script, args
 	if err := CheckContext(ctx); err != nil {
 		return nil, err
 	}
-	if m.h.Owner.closed.Load() {
+	if m.agent.Owner.closed.Load() {
 		return nil, ErrClosed
 	}
-	v, err := s.Run(ctx, m.h.Client, m.h.Mode(), m.h.Keys[:1], args...).Result()
+	v, err := s.Run(ctx, m.agent.Client, m.agent.Mode(), m.agent.Keys[:1], args...).Result()
 	if err != nil {
 		return nil, Step(what, err)
 	}
@@ -80,4 +80,4 @@ func (m *Mutex) Read(ctx context.Context, what string, s *transport.Script, args
 
 // Agent is what the handle's first hold id may do: for the calls of a
 // primitive that act for no hold (an election's observers).
-func (m *Mutex) Agent() Agent { return m.h }
+func (m *Mutex) Agent() Agent { return m.agent }

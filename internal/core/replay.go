@@ -84,7 +84,7 @@ func (s *slot) track(now time.Time) {
 		return
 	}
 	p.tracked = now
-	o := s.h.Owner
+	o := s.agent.Owner
 	o.pastMu.Lock()
 	if o.pasts == nil {
 		o.pasts = map[*slot]time.Time{}
@@ -121,7 +121,7 @@ func (s *slot) holdEnded(token int64) {
 	if s.past == nil {
 		return
 	}
-	now := s.h.Config.Clock.Now()
+	now := s.agent.Config.Clock.Now()
 	s.past.mu.Lock()
 	s.past.tokens.add(stamped{at: now, token: token})
 	s.track(now)
@@ -144,7 +144,7 @@ func (s *slot) turn(in bool) {
 	if in || len(p.current) == 0 {
 		return
 	}
-	now := s.h.Config.Clock.Now()
+	now := s.agent.Config.Clock.Now()
 	for _, e := range p.current {
 		p.entries.add(stamped{at: now, entry: e})
 	}
@@ -190,10 +190,10 @@ func (o *Owner) followHubs() {
 	}()
 }
 
-// EntryVanished tells h's owner that a waiter found its entry gone before
+// EntryVanished tells ag's owner that a waiter found its entry gone before
 // its wait timeout, as a failover to a replica leaves it: the owner acts
 // as on any sign that its commands may reach another server (suspect).
-func (h Agent) EntryVanished() { h.Owner.suspect() }
+func (ag Agent) EntryVanished() { ag.Owner.suspect() }
 
 // replay sends again, in the background, the releases and leaves of the
 // owner's slots within the window (see above): the presence found its
@@ -235,7 +235,7 @@ func (o *Owner) replay() {
 func (o *Owner) cfgCleanup(slots []*slot) time.Duration {
 	var d time.Duration
 	for _, s := range slots {
-		d = max(d, s.h.Config.CleanupTimeout)
+		d = max(d, s.agent.Config.CleanupTimeout)
 	}
 	return d
 }
@@ -243,7 +243,7 @@ func (o *Owner) cfgCleanup(slots []*slot) time.Duration {
 // replayLeaves sends again the leaves of s's entries of turns that ended
 // within the window before now.
 func (s *slot) replayLeaves(ctx context.Context, now time.Time) {
-	h := s.h
+	h := s.agent
 	if h.Leave == nil {
 		return
 	}
@@ -266,7 +266,7 @@ func (s *slot) replayReleases(ctx context.Context, now time.Time) {
 	p.mu.Unlock()
 	for _, t := range tokens {
 		for range maxReleases {
-			status, err := release(ctx, s.h, t.token)
+			status, err := release(ctx, s.agent, t.token)
 			if err != nil || status != transport.StillHeld {
 				break
 			}

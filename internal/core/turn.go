@@ -38,13 +38,13 @@ func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
 		return nil, errUnmade
 	}
 	if err := CheckContext(ctx); err != nil {
-		return nil, m.h.Wrap(ctx, err)
+		return nil, m.agent.Wrap(ctx, err)
 	}
 	t := &Turn{m: m, a: a, user: ctx, call: ctx}
-	if o := m.h.Config.Observer; o != nil && o.Observer() != nil {
-		t.obs, t.start = o, m.h.Config.Clock.Now()
+	if o := m.agent.Config.Observer; o != nil && o.Observer() != nil {
+		t.obs, t.start = o, m.agent.Config.Clock.Now()
 		if tr := o.Tracer(); tr != nil {
-			t.call, t.end = tr.StartCall(ctx, m.call("acquire", m.h.Acquire))
+			t.call, t.end = tr.StartCall(ctx, m.call("acquire", m.agent.Acquire))
 		}
 		t.a.Report = &t.rep
 	}
@@ -56,7 +56,7 @@ func (m *Mutex) Begin(ctx context.Context, a Attempt) (*Turn, error) {
 		return nil, t.report(nil, err)
 	}
 	// The wait also ends when the owner closes; the call then says so.
-	bound, done, err := m.h.Owner.enter(t.call, t.want == nil)
+	bound, done, err := m.agent.Owner.enter(t.call, t.want == nil)
 	if err != nil {
 		return nil, t.report(nil, err)
 	}
@@ -77,20 +77,20 @@ func (t *Turn) Context() context.Context { return t.ctx }
 func (t *Turn) Attempt() Attempt { return t.a }
 
 // Agent acts for the turn's hold id.
-func (t *Turn) Agent() Agent { return t.s.h }
+func (t *Turn) Agent() Agent { return t.s.agent }
 
-// Waiter waits out the turns of one hold id: one Lock or TryLock.
-type Waiter interface {
+// Acquirer waits out the turns of one hold id: one Lock or TryLock.
+type Acquirer interface {
 	Acquire(ctx context.Context, a Attempt) (*Grant, error)
 }
 
-// Waiter is what waits out the turn: its hold id's, made by the place's
-// NewWaiter at the id's first turn. A slot serves one turn at a time.
-func (t *Turn) Waiter() Waiter {
-	if t.s.waiter == nil {
-		t.s.waiter = t.s.h.NewWaiter(t.s.h)
+// Acquirer is what waits out the turn: its hold id's, made by the place's
+// NewAcquirer at the id's first turn. A slot serves one turn at a time.
+func (t *Turn) Acquirer() Acquirer {
+	if t.s.acquirer == nil {
+		t.s.acquirer = t.s.agent.NewAcquirer(t.s.agent)
 	}
-	return t.s.waiter
+	return t.s.acquirer
 }
 
 // Keep ends the turn with what the primitive's wait returned: a grant
@@ -133,7 +133,7 @@ var errBornLost, errGivenBack error
 func (m *Mutex) Acquire(ctx context.Context, a Attempt, wait func(t *Turn) (*Grant, error)) (*End, error) {
 	var start time.Time
 	if !a.Forever && m.made() {
-		start = m.h.Config.Clock.Now()
+		start = m.agent.Config.Clock.Now()
 	}
 	for wait0 := a.Wait; ; {
 		t, err := m.Begin(ctx, a)
@@ -146,7 +146,7 @@ func (m *Mutex) Acquire(ctx context.Context, a Attempt, wait func(t *Turn) (*Gra
 			return e, err
 		}
 		if !a.Forever {
-			if a.Wait = wait0 - m.h.Config.Clock.Now().Sub(start); a.Wait <= 0 {
+			if a.Wait = wait0 - m.agent.Config.Clock.Now().Sub(start); a.Wait <= 0 {
 				return nil, err
 			}
 		}
@@ -167,7 +167,7 @@ func (m *Mutex) reentered(t *Turn, g *Grant, err error) (*hold, error) {
 	}
 	// want ended while the call ran, and its slot took another turn that
 	// this call counted a re-entry of: give that count back.
-	_ = want.s.h.Bounded(t.ctx, "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
+	_ = want.s.agent.Bounded(t.ctx, "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
 		_, err := m.release(ctx, want.s, g.Token)
 		return err
 	})
@@ -179,8 +179,8 @@ func (m *Mutex) reentered(t *Turn, g *Grant, err error) (*hold, error) {
 func (t *Turn) report(h *hold, err error) error {
 	if t.obs != nil {
 		m := t.m
-		now := m.h.Config.Clock.Now()
-		acq := observe.Acquisition{Primitive: m.h.Primitive, Lock: m.h.Name, Wait: now.Sub(t.start),
+		now := m.agent.Config.Clock.Now()
+		acq := observe.Acquisition{Primitive: m.agent.Primitive, Lock: m.agent.Name, Wait: now.Sub(t.start),
 			Outcome: OutcomeOf(t.call, h != nil, h != nil && h == t.want, err),
 			Queued:  t.rep.Queued, QueueLength: t.rep.QueueLength, Err: err}
 		if acq.Outcome == observe.Acquired && !t.rep.GrantedAt.IsZero() {
@@ -191,7 +191,7 @@ func (t *Turn) report(h *hold, err error) error {
 			t.end(err)
 		}
 	}
-	return t.m.h.Wrap(t.user, err)
+	return t.m.agent.Wrap(t.user, err)
 }
 
 // Wrap names err with the handle's primitive and lock, as every call's
@@ -200,7 +200,7 @@ func (m *Mutex) Wrap(ctx context.Context, err error) error {
 	if !m.made() {
 		return err
 	}
-	return m.h.Wrap(ctx, err)
+	return m.agent.Wrap(ctx, err)
 }
 
 // Config is the handle's configuration, read only.
@@ -208,5 +208,5 @@ func (m *Mutex) Config() *Config {
 	if !m.made() {
 		return nil
 	}
-	return m.h.Config
+	return m.agent.Config
 }

@@ -1,7 +1,7 @@
 // Package waiting is the one way every primitive waits for its turn: a
 // loop (Loop) that sleeps until something may have changed, tries again,
 // and rides out spells without Redis, told by the primitive what to try and
-// what its news means (Waiter).
+// what its news means (Steps).
 //
 // A rescue (rescue.go) is a waiter learning of its turn (a grant made to it, or that it
 // became the head of a fair queue) by another way than the message that

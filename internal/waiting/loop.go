@@ -10,10 +10,10 @@ import (
 	"github.com/fairlock/fairlock/internal/transport"
 )
 
-// Waiter is what one kind of wait tells the loop (Loop): what to try, what
+// Steps is what one kind of wait tells the loop (Loop): what to try, what
 // news means, and how to undo its wait. The loop calls it from the waiting
 // goroutine only.
-type Waiter interface {
+type Steps interface {
 	// Try makes an attempt (or several: a reply may ask for another at
 	// once). It returns done when the wait is over, with the error that
 	// ends it (nil with a grant, which the waiter keeps). Not done, err is
@@ -31,15 +31,15 @@ type Waiter interface {
 }
 
 // Loop is one wait: it owns the timers, the backoff and the order of
-// wakes; its Waiter says what to try and what news means.
+// wakes; its Steps say what to try and what news means.
 type Loop struct {
-	h    core.Agent
-	a    core.Attempt
-	what string // what the waiter does, for errors: "waiting in the queue"
+	agent core.Agent
+	a     core.Attempt
+	what  string // what the waiter does, for errors: "waiting in the queue"
 
-	w   *transport.Sleeper
-	sub *transport.Sub
-	k   Waiter
+	sleeper *transport.Sleeper
+	sub     *transport.Sub
+	steps   Steps
 
 	timeout  clock.Timer // the wait's end; nil: it waits forever
 	fallback clock.Timer // the primitive's own timer (FallBackAt)
@@ -60,76 +60,76 @@ type Loop struct {
 // elapses at end unless a waits forever; the caller has just had a reply
 // from Redis (its first try). Close it when the call returns.
 func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
-	w := &Loop{h: h, a: a, what: what, w: core.Inbox(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
+	l := &Loop{agent: h, a: a, what: what, sleeper: core.Inbox(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
 	if !a.Forever {
-		w.timeout = w.w.At(h.Config.Clock, end, transport.Timeout)
+		l.timeout = l.sleeper.At(h.Config.Clock, end, transport.Timeout)
 	}
-	return w
+	return l
 }
 
 // Listen makes sub the subscription whose messages wake the wait.
-func (w *Loop) Listen(sub *transport.Sub) { w.sub = sub }
+func (l *Loop) Listen(sub *transport.Sub) { l.sub = sub }
 
 // KeepPlace says when the waiter's place in Redis runs out (place): see
 // Loop.place.
-func (w *Loop) KeepPlace(place func() time.Time) { w.place = place }
+func (l *Loop) KeepPlace(place func() time.Time) { l.place = place }
 
 // Sleeper is what the primitive's own machinery fires its notices on.
-func (w *Loop) Sleeper() *transport.Sleeper { return w.w }
+func (l *Loop) Sleeper() *transport.Sleeper { return l.sleeper }
 
 // Close stops the wait's timers, and makes later notices return at once.
-func (w *Loop) Close() {
-	for _, t := range []clock.Timer{w.timeout, w.fallback, w.retry} {
+func (l *Loop) Close() {
+	for _, t := range []clock.Timer{l.timeout, l.fallback, l.retry} {
 		if t != nil {
 			t.Stop()
 		}
 	}
-	w.w.Close()
+	l.sleeper.Close()
 }
 
-// Run waits until k is done, the wait elapses (nil) or ctx ends; try says
-// to try first. It returns k's error, the error of a try that Redis
+// Run waits until steps are done, the wait elapses (nil) or ctx ends; try says
+// to try first. It returns their error, the error of a try that Redis
 // answered with a refusal, or ctx's (wrapped with the outage's cause while
 // Redis was out of reach); every way out without a grant has left (Leave).
-func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
-	w.k = k
+func (l *Loop) Run(ctx context.Context, steps Steps, try bool) error {
+	l.steps = steps
 	for {
 		if try {
-			if w.sub != nil {
-				w.sub.Settle() // confirmed already: this try covers what came before
+			if l.sub != nil {
+				l.sub.Settle() // confirmed already: this try covers what came before
 			}
-			sent := w.Clock().Now()
-			done, err := k.Try(ctx)
-			w.fellBack = false
+			sent := l.Clock().Now()
+			done, err := steps.Try(ctx)
+			l.fellBack = false
 			if done {
 				return err
 			}
 			if err != nil {
-				if err = w.failed(ctx, err, sent); err != nil {
+				if err = l.failed(ctx, err, sent); err != nil {
 					return err
 				}
 			} else {
-				w.answered = w.Clock().Now()
-				w.outage.end()
-				w.h.Waited()
+				l.answered = l.Clock().Now()
+				l.outage.end()
+				l.agent.Waited()
 			}
 		}
 		var done bool
 		var err error
-		wk := w.w.Next(ctx, w.sub)
+		wk := l.sleeper.Next(ctx, l.sub)
 		switch wk.Reason {
 		case transport.Ready:
 			try = true
 		case transport.Retry:
-			try, w.fellBack = true, true
+			try, l.fellBack = true, true
 		case transport.Message, transport.Notice:
-			done, try, err = k.News(ctx, wk)
+			done, try, err = steps.News(ctx, wk)
 		case transport.Timeout:
-			k.Leave(ctx)
+			steps.Leave(ctx)
 			return nil
 		case transport.Cancelled:
-			err := w.ended(ctx, time.Time{})
-			k.Leave(ctx)
+			err := l.ended(ctx, time.Time{})
+			steps.Leave(ctx)
 			return err
 		}
 		if done || err != nil {
@@ -139,44 +139,44 @@ func (w *Loop) Run(ctx context.Context, k Waiter, try bool) error {
 }
 
 // Clock is the clock the loop's timers run on: its agent's.
-func (w *Loop) Clock() clock.Clock { return w.h.Config.Clock }
+func (l *Loop) Clock() clock.Clock { return l.agent.Config.Clock }
 
 // FellBack reports whether the try under way follows a timer's wake (a
 // fallback, the backoff, a reconnect's "look again"), not a message or the
 // subscription's confirmation: news it finds may be a rescue (Delivered).
-func (w *Loop) FellBack() bool { return w.fellBack }
+func (l *Loop) FellBack() bool { return l.fellBack }
 
 // FallBackAt arms the fallback timer for t, replacing the one before: a
 // try then, for news that sends no message (a lease that runs out).
-func (w *Loop) FallBackAt(t time.Time) {
-	w.StopFallback()
-	w.fallback = w.w.At(w.h.Config.Clock, t, transport.Retry)
+func (l *Loop) FallBackAt(t time.Time) {
+	l.StopFallback()
+	l.fallback = l.sleeper.At(l.agent.Config.Clock, t, transport.Retry)
 }
 
 // FallingBack reports whether the fallback timer is armed.
-func (w *Loop) FallingBack() bool { return w.fallback != nil }
+func (l *Loop) FallingBack() bool { return l.fallback != nil }
 
 // StopFallback disarms the fallback timer.
-func (w *Loop) StopFallback() {
-	if w.fallback != nil {
-		w.fallback.Stop()
-		w.fallback = nil
+func (l *Loop) StopFallback() {
+	if l.fallback != nil {
+		l.fallback.Stop()
+		l.fallback = nil
 	}
 }
 
 // OutOfReach reports whether Redis is out of reach: the last try failed.
-func (w *Loop) OutOfReach() bool { return w.outage.active() }
+func (l *Loop) OutOfReach() bool { return l.outage.active() }
 
 // Bound is ctx for one try: while Redis is out of reach, bounded (go-redis's
 // own retries take seconds) by MaxPause, or by the end of the waiter's place
 // while that lasts longer.
-func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if !w.outage.active() {
+func (l *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !l.outage.active() {
 		return ctx, func() {}
 	}
 	d := MaxPause
-	if w.place != nil {
-		d = max(w.place().Sub(w.h.Config.Clock.Now()), MaxPause)
+	if l.place != nil {
+		d = max(l.place().Sub(l.agent.Config.Clock.Now()), MaxPause)
 	}
 	return context.WithTimeout(ctx, d)
 }
@@ -184,53 +184,53 @@ func (w *Loop) Bound(ctx context.Context) (context.Context, context.CancelFunc) 
 // Failed handles news that failed with err. An error not about reaching
 // Redis, or ctx's end, ends the wait, having left; otherwise the waiter
 // tries again after a jittered backoff, and nil is returned.
-func (w *Loop) Failed(ctx context.Context, err error) error { return w.failed(ctx, err, time.Time{}) }
+func (l *Loop) Failed(ctx context.Context, err error) error { return l.failed(ctx, err, time.Time{}) }
 
 // failed is Failed for a try sent at sent (zero for news): a ctx that ended
 // while it had no answer says so.
-func (w *Loop) failed(ctx context.Context, err error, sent time.Time) error {
+func (l *Loop) failed(ctx context.Context, err error, sent time.Time) error {
 	if ctx.Err() != nil {
-		err := w.ended(ctx, sent)
-		w.k.Leave(ctx)
+		err := l.ended(ctx, sent)
+		l.steps.Leave(ctx)
 		return err
 	}
 	if !transient(err) {
-		w.k.Leave(ctx)
-		if w.outage.active() {
-			return w.outage.ended(w.h.Config.Clock.Now(), w.what, err)
+		l.steps.Leave(ctx)
+		if l.outage.active() {
+			return l.outage.ended(l.agent.Config.Clock.Now(), l.what, err)
 		}
-		return core.Step(w.what, err)
+		return core.Step(l.what, err)
 	}
-	clk := w.h.Config.Clock
+	clk := l.agent.Config.Clock
 	now := clk.Now()
-	began, pause := w.outage.failed(now, err)
+	began, pause := l.outage.failed(now, err)
 	if began {
-		w.h.Info("Redis cannot be reached; the waiter tries again", "while", w.what, "error", err)
+		l.agent.Info("Redis cannot be reached; the waiter tries again", "while", l.what, "error", err)
 	}
-	if w.place != nil {
-		if place := w.place(); now.Before(place) {
+	if l.place != nil {
+		if place := l.place(); now.Before(place) {
 			pause = min(pause, place.Sub(now)) // one last try before it runs out
 		}
 	}
-	if w.retry != nil {
-		w.retry.Stop()
+	if l.retry != nil {
+		l.retry.Stop()
 	}
-	w.retry = w.w.After(clk, pause, transport.Retry)
+	l.retry = l.sleeper.After(clk, pause, transport.Retry)
 	return nil
 }
 
 // ended is the error of a wait whose ctx ended, ctx's own wrapped with
 // what is known of Redis: "waiting in the queue, Redis last answered 1.2s
 // earlier: context deadline exceeded".
-func (w *Loop) ended(ctx context.Context, sent time.Time) error {
-	now := w.Clock().Now()
-	if w.outage.active() {
-		return w.outage.ended(now, w.what, ctx.Err())
+func (l *Loop) ended(ctx context.Context, sent time.Time) error {
+	now := l.Clock().Now()
+	if l.outage.active() {
+		return l.outage.ended(now, l.what, ctx.Err())
 	}
-	last := now.Sub(w.answered).Round(time.Millisecond)
+	last := now.Sub(l.answered).Round(time.Millisecond)
 	if !sent.IsZero() {
 		return fmt.Errorf("%s, no answer from Redis to a call sent %v earlier (its last answer %v earlier): %w",
-			w.what, now.Sub(sent).Round(time.Millisecond), last, ctx.Err())
+			l.what, now.Sub(sent).Round(time.Millisecond), last, ctx.Err())
 	}
-	return fmt.Errorf("%s, Redis last answered %v earlier: %w", w.what, last, ctx.Err())
+	return fmt.Errorf("%s, Redis last answered %v earlier: %w", l.what, last, ctx.Err())
 }

@@ -14,8 +14,8 @@ import (
 // rescue (reported). The caller may be about to return a grant: the look
 // ends with ctx, so that a Lock never returns after its deadline for it,
 // and a look that ctx cut short reports nothing.
-func (w *Loop) Delivered(ctx context.Context, news string, mine func(string) bool) (payload string, found bool) {
-	sub := w.sub
+func (l *Loop) Delivered(ctx context.Context, news string, mine func(string) bool) (payload string, found bool) {
+	sub := l.sub
 	fctx, cancel := context.WithTimeout(ctx, MaxPause)
 	err := sub.Flush(fctx)
 	cancel()
@@ -25,15 +25,15 @@ func (w *Loop) Delivered(ctx context.Context, news string, mine func(string) boo
 		return "", false // not known: the waiter's own end came first
 	}
 	if !found || !mine(payload) {
-		w.rescued(news)
+		l.rescued(news)
 	}
 	return payload, found
 }
 
 // rescued reports a rescue: the waiter learned news (what it learned) by
 // another way than its message.
-func (w *Loop) rescued(news string) {
-	h, a := w.h, w.a
+func (l *Loop) rescued(news string) {
+	h, a := l.agent, l.a
 	h.QueueNews(a, observe.Rescued, 0)
 	if l := h.Config.Logger; l != nil {
 		l.Warn("fairlock: a waiter learned of its turn from its fallback, not from its message (a message was lost)",
