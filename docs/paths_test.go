@@ -494,11 +494,15 @@ func readingLine(lead string, r pathReading) string {
 }
 
 // ctxLine renders where the caller's ctx goes on a path (typedModule.ctxStops).
-func ctxLine(stops []string, files []string, returns int) string {
+func ctxLine(stops, files, names []string, returns int) string {
 	distinct := map[string]bool{}
 	for _, f := range stops {
 		distinct[f] = true
 	}
-	return fmt.Sprintf("The caller's ctx, followed from `fair.Mutex.Lock` through every call the path runs that passes it, makes %d stops in %d files. Going down those calls it comes back %d times to a file it had left; counting the reader's return to the caller's file after each call, %d times.\n\n",
-		len(stops), len(distinct), comebacks(stops), returns)
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "`" + n + "`"
+	}
+	return fmt.Sprintf("The caller's ctx, followed from `fair.Mutex.Lock` through every call the path runs that passes it, makes %d stops in %d files, under %d names (%s: the parameters it arrives in and the expressions it is passed as). Going down those calls it comes back %d times to a file it had left; counting the reader's return to the caller's file after each call, %d times.\n\n",
+		len(stops), len(distinct), len(names), strings.Join(quoted, ", "), comebacks(stops), returns)
 }

@@ -166,10 +166,11 @@ func isTypeParam(tn *types.TypeName) bool {
 // context.Context to a function of the path is a stop in that function's
 // file, and after it the reader is back in the caller's file. It returns
 // the stops' files in order, the files the reader is in, in order (the
-// caller's again after each call it made), and how many times the reader
-// came back to a file it had left. A call through an interface stops at
+// caller's again after each call it made), the names the ctx goes by (the
+// parameters it arrives in, and the expressions it is passed as), and how
+// many times the reader came back to a file it had left. A call through an interface stops at
 // each of the path's methods that implement it.
-func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (stops []string, files []string, returns int) {
+func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (stops, files, names []string, returns int) {
 	byName := map[string]fn{}     // a *types.Func's full name
 	funcs := map[fn]*types.Func{} // f's object
 	decls := map[fn]*ast.FuncDecl{}
@@ -230,6 +231,13 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 		if d == nil {
 			return
 		}
+		for _, field := range d.Type.Params.List {
+			for _, name := range field.Names {
+				if obj := m.info.Defs[name]; obj != nil && obj.Type().String() == "context.Context" && !slices.Contains(names, name.Name) {
+					names = append(names, name.Name)
+				}
+			}
+		}
 		lines := ranLines(f, ran)
 		bodyStart := m.fset.Position(d.Body.Lbrace).Line
 		ast.Inspect(d.Body, func(n ast.Node) bool {
@@ -243,6 +251,11 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 			if !slices.ContainsFunc(call.Args, isCtx) {
 				return true
 			}
+			for _, arg := range call.Args {
+				if text := types.ExprString(arg); isCtx(arg) && len(callees(call)) > 0 && !slices.Contains(names, text) {
+					names = append(names, text)
+				}
+			}
 			for _, g := range callees(call) {
 				if slices.Contains(stack, g) || g == f {
 					continue
@@ -254,10 +267,10 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 		})
 	}
 	if first.file == "" {
-		return nil, nil, 0
+		return nil, nil, nil, 0
 	}
 	walk(first, nil)
-	return stops, files, comebacks(files)
+	return stops, files, names, comebacks(files)
 }
 
 // comebacks counts the moves in files into a file that was left before.
