@@ -105,7 +105,12 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return len(labelsOf(t, direct, name)) == 1 })
+	// Queued in Redis, and asleep in its wait: it has read its join's reply.
+	// Redis stopped between the join and its reply fails the Lock at once
+	// (a first call is not ridden out), which this scenario is not about.
+	eventually(t, 5*time.Second, "the waiter is queued", func() bool {
+		return len(labelsOf(t, direct, name)) == 1 && redistest.Asleep() == 1
+	})
 	rideOutage(t, srv, got, "fair")
 	_ = waiter.Unlock(ctx)
 
@@ -117,7 +122,12 @@ func TestAQueuedWaiterRidesOutAShortOutage(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	go func() { got <- waiter.Lock(dctx) }()
-	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return len(labelsOf(t, direct, name)) == 1 })
+	// Queued in Redis, and asleep in its wait: it has read its join's reply.
+	// Redis stopped between the join and its reply fails the Lock at once
+	// (a first call is not ridden out), which this scenario is not about.
+	eventually(t, 5*time.Second, "the waiter is queued", func() bool {
+		return len(labelsOf(t, direct, name)) == 1 && redistest.Asleep() == 1
+	})
 	srv.Stop()
 	select {
 	case err := <-got:
@@ -149,7 +159,7 @@ func TestAReentrantWaiterRidesOutAShortOutage(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	time.Sleep(100 * time.Millisecond) // subscribed and asleep
+	eventually(t, 5*time.Second, "the waiter sleeps", func() bool { return redistest.Asleep() == 1 }) // its first try answered
 	rideOutage(t, srv, got, "reentrant")
 	_ = waiter.Unlock(ctx)
 }
@@ -203,9 +213,9 @@ func TestASemaphoreWaiterRidesOutAShortOutage(t *testing.T) {
 		p, err = s.Acquire(ctx, 1)
 		got <- err
 	}()
-	eventually(t, 5*time.Second, "the waiter waits", func() bool {
+	eventually(t, 5*time.Second, "the waiter waits", func() bool { // in Redis, and asleep in its wait
 		st, err := fair.InspectSemaphore(ctx, client(t, srv.Addr), name)
-		return err == nil && len(st.Queue) == 1
+		return err == nil && len(st.Queue) == 1 && redistest.Asleep() == 1
 	})
 	rideOutage(t, srv, got, "semaphore")
 	_ = p.Release(ctx)
