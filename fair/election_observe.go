@@ -179,7 +179,7 @@ func (w *watch) run() {
 	defer w.closeAll()
 	h := w.e.m.Agent()
 	clk := h.Config.Clock
-	hubs := core.Inbox(w.owner)
+	hubs := core.HubsOf(w.owner)
 	sleeper := hubs.NewSleeper()
 	defer sleeper.Close()
 	var sub *transport.Sub

@@ -13,16 +13,17 @@ import (
 	"github.com/fairlock/fairlock/observe"
 )
 
-// queue is the fair queue of one handle's lock: its scripts, its waiters'
-// entries, and the wait for a turn (wait.go). Two primitives use it, each as
-// a plain user: a fair Mutex waits in it for the lock (a turn, turnQueue),
-// and a Semaphore's waiter waits in its gate's queue for the gate or for
-// permits served to it there (permitSource).
+// queue is a lock's fair queue as one hold id (a slot of a handle) uses
+// it: its scripts, its entries, and the wait for a turn (wait.go). The
+// slot's place makes it at the slot's first turn (NewAcquirer). Two
+// primitives use it, each as a plain user: a fair Mutex waits in it for the
+// lock, and a Semaphore's waiter waits in its gate's queue for the gate or
+// for permits served to it there (permitSource).
 type queue struct {
 	h        core.Agent
 	label    string // "<host>\t<pid>\t<label>", as Inspect shows it
 	inbox    string // the channel its notes arrive on (transport.Inbox)
-	labelArg any    // label, JSON-escaped (fair_acquire.lua's ARGV[7]), boxed once
+	labelArg any    // label, JSON-escaped (fair_acquire.lua's ARGV[4]), boxed once
 
 	// permit is what a semaphore's waiter asks for, on its gate's queue
 	// (zero elsewhere): every attempt tells the gate.
@@ -32,7 +33,7 @@ type queue struct {
 	value any
 
 	mu        sync.Mutex
-	abandoned []string // entries this handle could not take out of the queue
+	abandoned []string // entries this hold id could not take out of the queue
 }
 
 // place is where a fair lock lives: the hold, the queue, the waiters'
@@ -118,7 +119,7 @@ func (c redisClock) notLater(ms int64) time.Time { return time.UnixMilli(ms).Add
 // has expired.
 func (c redisClock) notEarlier(ms int64) time.Time { return time.UnixMilli(ms).Add(-c.atRead) }
 
-func (qu *queue) attempt(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
+func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
 	h := qu.h
 	if err := h.Present(ctx); err != nil {
 		return reply{}, err
@@ -238,7 +239,7 @@ func (qu *queue) leaveOnce(ctx context.Context, entry string) error {
 }
 
 // leaveAbandoned removes the entries earlier calls could not remove, giving
-// back any grant made to them, before this handle joins again.
+// back any grant made to them, before this hold id joins again.
 func (qu *queue) leaveAbandoned(ctx context.Context) {
 	qu.mu.Lock()
 	entries := qu.abandoned

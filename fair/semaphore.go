@@ -50,7 +50,7 @@ type Semaphore struct {
 	permits   int
 	cfg       core.Config
 	label     string
-	calls     *core.Calls // its scripts bound to its keys, for every permit hold's handle
+	calls     *core.BoundCalls // its scripts bound to its keys, for every permit hold's handle
 
 	compared atomic.Bool // its number was compared with Redis's (comparePermits)
 }
@@ -101,7 +101,7 @@ func newSemaphore(owner *core.Owner, name, base string, permits int, opts []Opti
 		return nil, err
 	}
 	return &Semaphore{owner: owner, client: client, name: name, what: "semaphore", primitive: observe.Semaphore, base: base, permits: permits, cfg: cfg,
-		label: transport.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewCalls()}, nil
+		label: transport.EncodeOrigin(hostname, os.Getpid(), cfg.Label), calls: core.NewBoundCalls()}, nil
 }
 
 func checkPermits(k int) error {
@@ -126,7 +126,7 @@ func (s *Semaphore) place(_ string, scripts *lua.Scripts) core.Place {
 		Release:   scripts.SemRelease,
 		Renew:     scripts.SemRenew,
 		Watch:     scripts.SemWatch,
-		Calls:     s.calls,
+		Bound:     s.calls,
 		Presence:  true, // its first waiter ends a gone holder's permits (permits.lua)
 	}
 }
@@ -705,7 +705,7 @@ func (k *semKind) served(ctx context.Context) (*core.Grant, error) {
 // lost. again reports the gate lost (this client fell silent past the wait
 // timeout): the call queues afresh at the tail, like an evicted waiter.
 func (k *semKind) waitPermits(ctx context.Context, a core.Attempt, gate *core.Mutex, end time.Time) (g *core.Grant, again bool, err error) {
-	sub, err := core.Inbox(k.h.Owner).Subscribe(ctx, transport.Inbox(k.h.Channel, gate.ID()), gate.ID())
+	sub, err := core.HubsOf(k.h.Owner).Subscribe(ctx, transport.Inbox(k.h.Channel, gate.ID()), gate.ID())
 	if err != nil {
 		return nil, false, err
 	}

@@ -37,23 +37,23 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	entry := qu.newEntry()
 	clk := qu.h.Config.Clock
 	if a.Wait == 0 && !a.Forever {
-		r, err := qu.attempt(ctx, a, entry, transport.ModeTry)
+		r, err := qu.try(ctx, a, entry, transport.ModeTry)
 		if err == nil && r.Settling {
 			// Held by nobody's while a server that lost its data settles
 			// (at most the presence grace): wait it out, and try once more.
 			if err = core.Settle(ctx, clk, time.Duration(r.HoldMs)*time.Millisecond); err == nil {
-				r, err = qu.attempt(ctx, a, entry, transport.ModeTry)
+				r, err = qu.try(ctx, a, entry, transport.ModeTry)
 			}
 		}
 		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, core.Step("trying to take the lock", err)
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.Inbox(qu.h.Owner).SubscribeIfLive(qu.inbox, entry)
+	sub := core.HubsOf(qu.h.Owner).SubscribeIfLive(qu.inbox, entry)
 	if sub != nil {
 		defer sub.Close()
 	}
-	r, err := qu.attempt(ctx, a, entry, transport.ModeJoin)
+	r, err := qu.try(ctx, a, entry, transport.ModeJoin)
 	if err != nil {
 		if !core.Refused(err) {
 			qu.leave(ctx, entry) // the join may have queued it
@@ -75,7 +75,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
 		// subscription is confirmed (the Ready wake, however soon it came).
-		if sub, err = core.Inbox(qu.h.Owner).Subscribe(ctx, qu.inbox, entry); err != nil {
+		if sub, err = core.HubsOf(qu.h.Owner).Subscribe(ctx, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
 				return outcome{}, ctx.Err()
@@ -122,8 +122,9 @@ type queueWait struct {
 }
 
 // News for one queued entry: the hub's messages are parsed into transport.Note
-// values (transport.ParseNote); the heartbeat delivers beatGrant, beatHead,
-// evicted and unreachable as transport.Notice values.
+// values (transport.ParseNote); the heartbeat's news (beatGrant, beatHead,
+// beatLook, evicted, unreachable) comes in a transport.Wake whose Reason
+// is transport.Notice, the news in its Notice field.
 
 // beatGrant: the lock was handed to the entry (the heartbeat's news). byBeat:
 // the beat made the grant itself, so the waiter's message is only now on
@@ -166,7 +167,7 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 	fellBack := q.w.FellBack()
 	for {
 		actx, cancel := q.w.Bound(ctx) // by the place's end while it lasts
-		r, err := q.qu.attempt(actx, q.a, q.entry, q.next)
+		r, err := q.qu.try(actx, q.a, q.entry, q.next)
 		cancel()
 		if err != nil {
 			return false, err

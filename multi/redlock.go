@@ -353,9 +353,9 @@ func (h *redHold) watch() {
 		// The members' leases count from the attempt's start, so the
 		// first round comes a third of the validity left after it, not of
 		// a lease: a slow attempt must not lose the hold it reported.
-		h.Lock()
+		h.LockState()
 		h.RenewLocked(h.clk, min(h.lease, h.validity)/core.RenewEvery, h.watchdog)
-		h.Unlock()
+		h.UnlockState()
 	}
 }
 
@@ -385,18 +385,18 @@ func (h *redHold) watchdog() {
 			next = h.lease / core.RetryEvery
 		}
 	}
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	h.RenewLocked(h.clk, next, h.watchdog)
 }
 
 // memberLost counts a member whose hold was lost; the hold is lost with
 // fewer than a quorum left.
 func (h *redHold) memberLost() {
-	h.Lock()
+	h.LockState()
 	h.gone++
 	lost := len(h.held)-h.gone < h.quorum
-	h.Unlock()
+	h.UnlockState()
 	if lost {
 		h.Finish(fairlock.ErrLockLost)
 	}

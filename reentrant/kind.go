@@ -98,7 +98,7 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 		return g, err
 	}
 	id := k.h.NewEntry()
-	inboxes := core.Inbox(k.h.Owner)
+	inboxes := core.HubsOf(k.h.Owner)
 	channel := transport.Inbox(k.h.Channel, id)
 	sub := inboxes.SubscribeIfLive(channel, id)
 	if sub != nil {

@@ -49,19 +49,19 @@ type Place struct {
 	// keeps a presence (transport.ReleasedWatch), with fair_heartbeat.lua's
 	// arguments and no entries; nil: no look.
 	Watch *transport.Script
-	// Calls are the scripts bound to Keys; nil: each handle binds its own.
+	// Bound are the scripts bound to Keys; nil: each handle binds its own.
 	// A kind that makes a handle per hold (the semaphore) shares one among
 	// them: only handles on the very same Keys may share it.
-	Calls *Calls
+	Bound *BoundCalls
 }
 
-// Calls binds scripts to one set of keys (transport.Call), once per script.
-type Calls struct{ m sync.Map } // *transport.Script -> *transport.Call
+// BoundCalls binds scripts to one set of keys (transport.Call), once per script.
+type BoundCalls struct{ m sync.Map } // *transport.Script -> *transport.Call
 
-// NewCalls returns an empty Calls.
-func NewCalls() *Calls { return &Calls{} }
+// NewBoundCalls returns an empty BoundCalls.
+func NewBoundCalls() *BoundCalls { return &BoundCalls{} }
 
-func (c *Calls) of(s *transport.Script, keys []string) *transport.Call {
+func (c *BoundCalls) of(s *transport.Script, keys []string) *transport.Call {
 	if v, ok := c.m.Load(s); ok {
 		return v.(*transport.Call)
 	}
@@ -71,8 +71,9 @@ func (c *Calls) of(s *transport.Script, keys []string) *transport.Call {
 
 // Agent acts for one hold id of a handle (a Mutex's slot, which a Turn
 // acts as): where the lock lives, the handle's configuration and hold id,
-// and the requests a primitive may make on the handle's behalf. Calls go
-// one way: a primitive calls its Agent, and core never calls a primitive.
+// and the requests a primitive may make on the handle's behalf. A
+// primitive calls its Agent; core calls a primitive only through what the
+// primitive's place gave it (NewAcquirer, and the Acquirer it makes).
 type Agent struct {
 	Client  redis.UniversalClient
 	Owner   *Owner // the handle's owner: what its handles share
@@ -122,24 +123,24 @@ type args struct {
 	owner, publish, channel any
 	lease, wait             any // Config.Lease and WaitTimeout, in ms
 	leaseMs, waitMs         int64
-	calls                   *Calls
+	calls                   *BoundCalls
 	finish                  *finisher // its clean-ups, made again in the background
 }
 
 func newArgs(ag Agent) *args {
 	a := &args{owner: ag.ID, publish: ag.Publish, channel: ag.Channel,
-		leaseMs: transport.Ms(ag.Config.Lease), waitMs: transport.Ms(ag.Config.WaitTimeout), calls: ag.Calls}
+		leaseMs: transport.Ms(ag.Config.Lease), waitMs: transport.Ms(ag.Config.WaitTimeout), calls: ag.Bound}
 	a.lease, a.wait = a.leaseMs, a.waitMs
 	if a.calls == nil {
-		a.calls = NewCalls()
+		a.calls = NewBoundCalls()
 	}
 	a.finish = &finisher{ag: ag}
 	a.finish.ag.args = a
 	return a
 }
 
-// IDArg, PublishArg and ChannelArg are Owner, Publish and Channel as
-// script arguments, boxed once.
+// IDArg, PublishArg and ChannelArg are ID, Publish and Channel as script
+// arguments, boxed once.
 func (ag Agent) IDArg() any      { return ag.args.owner }
 func (ag Agent) PublishArg() any { return ag.args.publish }
 func (ag Agent) ChannelArg() any { return ag.args.channel }
@@ -389,7 +390,8 @@ func (ag Agent) renew(ctx context.Context, token int64, lease time.Duration, fro
 	return transport.DecodeRenew(v)
 }
 
-// Wrap names the lock in err (Named), unless it is ctx's own error.
+// Wrap names the lock in err (Named), ctx's own error too: errors.Is still
+// matches it.
 func (ag Agent) Wrap(ctx context.Context, err error) error {
 	what := ag.What
 	if what == "" {

@@ -14,10 +14,10 @@ import (
 // derived from it, a channel closed when the hold was taken from its
 // holder (takenAway: lost; never at Unlock or Close). Both are made when
 // first asked for: most holds are never asked, and end without them. End also owns the
-// hold's watchdog timer (Renew), which ending stops.
+// hold's watchdog timer (RenewLocked), which ending stops.
 //
-// Its mutex guards the hold built on it too (Lock, Unlock): a round of
-// renewal and the end never interleave.
+// Its mutex guards the hold built on it too (LockState, UnlockState): a
+// round of renewal and the end never interleave.
 type End struct {
 	mu     sync.Mutex
 	ended  bool
@@ -36,9 +36,10 @@ type End struct {
 // key. It is called before anyone can ask for the context.
 func (e *End) carry(key, val any) { e.key, e.val = key, val }
 
-// Lock and Unlock guard End and the hold built on it.
-func (e *End) Lock()   { e.mu.Lock() }
-func (e *End) Unlock() { e.mu.Unlock() }
+// LockState and UnlockState guard End's state in memory, and the hold
+// built on it (not the lock in Redis).
+func (e *End) LockState()   { e.mu.Lock() }
+func (e *End) UnlockState() { e.mu.Unlock() }
 
 // Finish ends the hold with cause, once: it stops the watchdog and the
 // watchers (OnEnd), cancels the context, and, for ErrLockLost, closes Lost.
@@ -131,8 +132,8 @@ func Bind(ctx context.Context, e *End) context.Context {
 	return c
 }
 
-// Cause is why the hold ended (ErrReleased or ErrLockLost), nil while it
-// lasts.
+// Cause is why the hold ended (ErrReleased, ErrLockLost or ErrClosed), nil
+// while it lasts.
 func (e *End) Cause() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

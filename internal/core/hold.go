@@ -82,8 +82,8 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) (h, pr
 	if g.First > 0 && g.First < lease {
 		first = g.First
 	}
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	h.watched = !g.Handoff && !fixed
 	h.extendLocked(g.Since, first)
 	clk := m.agent.Config.Clock
@@ -137,8 +137,8 @@ func (h *hold) armLossLocked() {
 // bornLost reports whether the hold's deadline had passed by the time it
 // was made: the acquisition took longer than the lease it was granted.
 func (h *hold) bornLost() bool {
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	return !h.deadline.After(h.cfg.Clock.Now())
 }
 
@@ -168,8 +168,8 @@ func (h *hold) renewal(gone string) bool {
 // recheck renews the hold at once, if its watchdog keeps it: Redis may have
 // lost it (a restart), and the renewal says so, ending it for gone.
 func (h *hold) recheck(gone string) {
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	if h.EndedLocked() || !h.watched {
 		return
 	}
@@ -186,8 +186,8 @@ func (h *hold) recheck(gone string) {
 // MaxRetries -1 retries nothing itself), and the jeopardy will not wait
 // for the watchdog's next try.
 func (h *hold) confirmAfterBreak(gone string) {
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	if h.EndedLocked() {
 		return
 	}
@@ -252,16 +252,17 @@ func (h *hold) sentAt() time.Time { return *h.sent.Load() }
 // round is one call of the hold's timer, a claim or a renewal (call): the
 // hold ends as lost if Redis no longer has it (gone says why); a failed call
 // is retried (again) after lease/RetryEvery, what logs call it; a
-// successful one extends the local deadline to a full lease from the time
-// call returns, and the watchdog goes on every lease/RenewEvery unless the
-// lease is fixed. It reports whether the call succeeded and the hold lasts.
+// successful one extends the local deadline to a full lease from the send
+// time call reports (since), and the watchdog goes on every
+// lease/RenewEvery unless the lease is fixed. It reports whether the call
+// succeeded and the hold lasts.
 func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, err error), again func(), what, gone string) bool {
 	cfg := h.cfg
-	h.Lock()
+	h.LockState()
 	if h.expiry == nil && !h.EndedLocked() {
 		h.armLossLocked() // a renewal may fail from now on: the deadline must be kept
 	}
-	h.Unlock()
+	h.UnlockState()
 	ctx, cancel := context.WithTimeout(transport.Detached(context.Background()), cfg.CleanupTimeout) // nobody waits on it
 	defer cancel()
 	sent := cfg.Clock.Now()
@@ -271,8 +272,8 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 		h.agent.Owner.suspect()
 		return false
 	}
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	if h.EndedLocked() {
 		return false
 	}
@@ -294,8 +295,8 @@ func (h *hold) round(call func(ctx context.Context) (since time.Time, ok bool, e
 // reenter applies a re-entry's grant: a lease that may only grow. It
 // reports false if the hold had ended.
 func (h *hold) reenter(g Grant, lease time.Duration) bool {
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	if h.EndedLocked() {
 		return false
 	}
@@ -329,12 +330,12 @@ func (h *hold) finish(cause error, why string, reuse bool) bool {
 		return false
 	}
 	h.agent.Owner.untrack(h)
-	h.Lock()
+	h.LockState()
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
-	h.Unlock()
-	h.ended(cause, why, reuse)
+	h.UnlockState()
+	h.reportEnd(cause, why, reuse)
 	if reuse {
 		h.m.put(h.s)
 	}

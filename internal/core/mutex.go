@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/lua"
 	"github.com/fairlock/fairlock/internal/transport"
+	"github.com/redis/go-redis/v9"
 )
 
 // Attempt is one Lock or TryLock call.
@@ -17,8 +18,8 @@ type Attempt struct {
 	Forever bool
 	Lease   time.Duration // the lease to ask for
 	Fixed   bool          // a fixed lease, not renewed
-	// Report, if not nil (the handle has an observer), is where the Kind
-	// tells how the acquisition went (QueueNews, HandedOff).
+	// Report, if not nil (the handle has an observer), is where the
+	// Acquirer tells how the acquisition went (QueueNews, HandedOff).
 	Report *Report
 }
 
@@ -40,7 +41,7 @@ type Mutex struct {
 	agent Agent // the handle's place and configuration; its owner is first's
 
 	mu     sync.Mutex
-	first  *slot   // the slot a handle used for one hold acts as (Owner)
+	first  *slot   // the slot a handle used for one hold acts as (ID)
 	free   []*slot // slots whose turn ended, to reuse, the latest last
 	cur    *hold   // the hold this handle believes in, nil if none
 	latest Latest  // the most recent hold, for Lost and HoldContext
@@ -87,8 +88,8 @@ func NewMutex(o *Owner, name string, cfg Config, place func(name string, scripts
 	m := &Mutex{}
 	m.agent = Agent{Client: client, Owner: o, Name: name, Config: &cfg,
 		Publish: o.publish, Place: place(name, cfg.Scripts)}
-	if m.agent.Calls == nil {
-		m.agent.Calls = NewCalls() // every slot's calls bound once
+	if m.agent.Bound == nil {
+		m.agent.Bound = NewBoundCalls() // every slot's calls bound once
 	}
 	if cfg.Observer != nil {
 		m.server, m.port = serverOf(client)
@@ -120,12 +121,12 @@ func (m *Mutex) take() *slot {
 		s := m.free[n-1]
 		m.free = m.free[:n-1]
 		m.mu.Unlock()
-		s.turn(true)
+		s.setTurn(true)
 		return s
 	}
 	m.mu.Unlock()
 	s := m.newSlot()
-	s.turn(true)
+	s.setTurn(true)
 	return s
 }
 
@@ -143,7 +144,7 @@ func (m *Mutex) put(s *slot) {
 			return
 		}
 	}
-	s.turn(false)
+	s.setTurn(false)
 	m.mu.Lock()
 	if len(m.free) < maxFreeSlots {
 		m.free = append(m.free, s)
@@ -210,64 +211,6 @@ func TryAttempt(c *Config, wait, lease time.Duration) (Attempt, error) {
 		a.Lease = c.Lease
 	}
 	return a, nil
-}
-
-// adopt makes g, granted to slot s, this handle's hold, and returns it
-// with nil, or, when the hold cannot be counted on, ended, with why: its
-// lease ran out before the acquisition returned (errBornLost), or it was
-// made while the owner's presence was down and was taken over before the
-// presence came back (errGivenBack: confirm). No acquisition returns
-// success with such a hold.
-func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold, error) {
-	h, prev := newHold(m, s, *g, a.Lease, a.Fixed)
-	m.mu.Lock()
-	old := m.cur
-	m.cur = h
-	m.latest.Set(&h.End)
-	m.mu.Unlock()
-	if old != nil && !old.releasing.Load() {
-		// The handle believed in an older hold that Redis no longer has:
-		// another hold id of the handle was granted the lock. (One that
-		// an Unlock is releasing is ended by that Unlock, as released: its
-		// release handed the lock on.)
-		old.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
-	}
-	if prev != nil && prev != old && !prev.releasing.Load() {
-		// Another handle of the owner believes in a hold of this lock,
-		// which grants one at a time: Redis no longer has it. A failover
-		// lost it (granted by the old master after the promotion, it never
-		// reached the new one, which has just granted this), or an
-		// operator forced it out. It ends here, before this acquisition
-		// returns, so that no two handles of one owner ever count on the
-		// lock at once (docs/deployments.md, "Writes between the promotion
-		// and the clients' switch are lost").
-		m.agent.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
-	}
-	if h.bornLost() {
-		// Its loss timer would only fire at the clock's next tick (a fake
-		// clock's next Advance): end it now, so that nobody counts on a
-		// hold Redis may have ended, and give back what Redis may still
-		// count of it.
-		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned")
-		return h, errBornLost
-	}
-	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && !p.covers(m.agent.Keys[0], g.Since) {
-		// Taken while the owner's presence was down (or before it came
-		// back up): a waiter may have ended it. It is the caller's only
-		// once the presence is back and Redis still has it.
-		if !m.confirm(ctx, p, h, *g) {
-			m.agent.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
-				"and could not be confirmed once it was back")
-			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
-				if context.Cause(ctx) == ErrClosed {
-					return h, ErrClosed
-				}
-				return h, ctx.Err()
-			}
-			return h, errGivenBack
-		}
-	}
-	return h, nil
 }
 
 // confirm keeps a hold made while the owner's presence was down: once the
@@ -410,6 +353,26 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 	}
 }
 
+// release undoes one level of slot s's hold with token: transport.Released,
+// transport.StillHeld or transport.NotHeld.
+func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
+	return release(ctx, s.agent, token)
+}
+
+// release releases ag's hold with token.
+func release(ctx context.Context, ag Agent, token int64) (int, error) {
+	return decodeRelease(ag.Call(ag.Release).Run(ctx, ag.Client, ag.Mode(), ag.releaseArgs(token, "").Args()...))
+}
+
+// decodeRelease reads a release's reply.
+func decodeRelease(cmd *redis.Cmd) (int, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, err
+	}
+	return transport.DecodeRelease(v)
+}
+
 // forget drops h as the current hold.
 func (m *Mutex) forget(h *hold) {
 	m.mu.Lock()
@@ -473,8 +436,8 @@ func (m *Mutex) extend(ctx context.Context, d time.Duration) error {
 		}
 		return ErrNotHeld // released while the renewal ran
 	}
-	h.Lock()
-	defer h.Unlock()
+	h.LockState()
+	defer h.UnlockState()
 	if h.EndedLocked() {
 		// Released (or lost) while the renewal ran: nothing to extend.
 		return ErrNotHeld

@@ -79,9 +79,9 @@ func (m *Mutex) call(op string, script *transport.Script) observe.Call {
 	return c
 }
 
-// ended reports the end of hold h: cause and why as hold.finish was
-// given them; reuse false for a release whose outcome is unknown.
-func (h *hold) ended(cause error, why string, reuse bool) {
+// reportEnd tells the observer of the end of hold h: cause and why as
+// hold.finish was given them; reuse false for a release whose outcome is unknown.
+func (h *hold) reportEnd(cause error, why string, reuse bool) {
 	o := h.cfg.Observer
 	if o == nil || o.Observer() == nil {
 		return

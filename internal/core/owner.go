@@ -59,13 +59,13 @@ type Owner struct {
 	mu       sync.Mutex
 	services map[any]any // by *Service: what a primitive keeps per owner
 	holds    map[*hold]struct{}
-	// latest is, per lock that grants one hold at a time
+	// lastGranted is, per lock that grants one hold at a time
 	// (Place.Exclusive), by its hold key, the owner's hold of it granted
 	// last (track).
-	latest   map[string]*hold
-	noHolds  chan struct{} // closed when holds empties; nil while nobody waits (Drain)
-	calls    tracker       // acquisitions in flight
-	cleanups tracker       // clean-up calls in flight (Bounded)
+	lastGranted map[string]*hold
+	noHolds     chan struct{} // closed when holds empties; nil while nobody waits (Drain)
+	acquiring   tracker       // acquisitions in flight
+	cleanups    tracker       // clean-up calls in flight (Bounded)
 
 	// What its slots left in Redis lately, for a replay after a failover
 	// (replay.go): the slots, by when they last recorded an exit, and when
@@ -230,7 +230,7 @@ func (o *Owner) endHolds() []*hold {
 // flight made since, each release bounded by its handle's cleanup timeout;
 // then, with no waiter left, the hubs.
 func (o *Owner) shutdown(ended []*hold) error {
-	_ = o.calls.wait(context.Background())
+	_ = o.acquiring.wait(context.Background())
 	holds := o.heldWhere(func(*hold) bool { return true })
 	var errs []error
 	for _, h := range ended {
@@ -259,7 +259,7 @@ func (o *Owner) enter(ctx context.Context, fresh bool) (context.Context, func(),
 	if fresh && o.drained.Load() && !o.closed.Load() {
 		return nil, nil, errDraining
 	}
-	if !o.calls.add(&o.closed) {
+	if !o.acquiring.add(&o.closed) {
 		return nil, nil, ErrClosed
 	}
 	ends := o.closing
@@ -271,7 +271,7 @@ func (o *Owner) enter(ctx context.Context, fresh bool) (context.Context, func(),
 	return c, func() {
 		stop()
 		cancel(nil)
-		o.calls.done()
+		o.acquiring.done()
 	}, nil
 }
 
@@ -297,7 +297,7 @@ func (o *Owner) Drain(ctx context.Context) error {
 	o.drain(ErrClosed)
 	// The acquisitions in flight end first (their waits have ended): one
 	// granted as the drain began is a running hold, waited for like any.
-	if err := o.calls.wait(ctx); err != nil {
+	if err := o.acquiring.wait(ctx); err != nil {
 		_ = o.Close(ctx) // begins Close's work, which goes on in the background
 		return err
 	}
@@ -344,12 +344,12 @@ func (o *Owner) track(h *hold) (prev *hold) {
 	o.mu.Lock()
 	o.holds[h] = struct{}{}
 	if h.agent.Exclusive {
-		if o.latest == nil {
-			o.latest = map[string]*hold{}
+		if o.lastGranted == nil {
+			o.lastGranted = map[string]*hold{}
 		}
 		key := h.agent.Keys[0]
-		prev = o.latest[key]
-		o.latest[key] = h
+		prev = o.lastGranted[key]
+		o.lastGranted[key] = h
 	}
 	o.watchRestartsLocked()
 	o.mu.Unlock()
@@ -359,8 +359,8 @@ func (o *Owner) track(h *hold) (prev *hold) {
 func (o *Owner) untrack(h *hold) {
 	o.mu.Lock()
 	delete(o.holds, h)
-	if h.agent.Exclusive && o.latest[h.agent.Keys[0]] == h {
-		delete(o.latest, h.agent.Keys[0])
+	if h.agent.Exclusive && o.lastGranted[h.agent.Keys[0]] == h {
+		delete(o.lastGranted, h.agent.Keys[0])
 	}
 	if len(o.holds) == 0 && o.noHolds != nil {
 		close(o.noHolds)
@@ -369,8 +369,8 @@ func (o *Owner) untrack(h *hold) {
 	o.mu.Unlock()
 }
 
-// Inbox is o's pub/sub connections, where its waiters subscribe.
-func Inbox(o *Owner) *transport.Hubs { return o.hubs }
+// HubsOf is o's pub/sub connections, where its waiters subscribe.
+func HubsOf(o *Owner) *transport.Hubs { return o.hubs }
 
 // ScriptMode is what o learnt of how its server runs scripts.
 func ScriptMode(o *Owner) *transport.Mode { return &o.mode }

@@ -16,26 +16,6 @@ func PublishCommand(client redis.UniversalClient) string {
 	return "PUBLISH"
 }
 
-// release undoes one level of slot s's hold with token: transport.Released,
-// transport.StillHeld or transport.NotHeld.
-func (m *Mutex) release(ctx context.Context, s *slot, token int64) (int, error) {
-	return release(ctx, s.agent, token)
-}
-
-// release releases ag's hold with token.
-func release(ctx context.Context, ag Agent, token int64) (int, error) {
-	return decodeRelease(ag.Call(ag.Release).Run(ctx, ag.Client, ag.Mode(), ag.releaseArgs(token, "").Args()...))
-}
-
-// decodeRelease reads a release's reply.
-func decodeRelease(cmd *redis.Cmd) (int, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return 0, err
-	}
-	return transport.DecodeRelease(v)
-}
-
 // forceUnlock ends whoever's hold; true if the lock was held.
 func (m *Mutex) forceUnlock(ctx context.Context) (bool, error) {
 	h := m.agent

@@ -74,11 +74,11 @@ func (r *ring) since(from time.Time) (xs []stamped) {
 	return xs
 }
 
-// track registers s with its owner, for a replay to find, at most every
+// markRecent registers s with its owner, for a replay to find, at most every
 // quarter window (a slot counts as recent for the window and a quarter).
 // The owner forgets slots idle longer as it goes: a program that makes and
 // drops handles keeps only the recent ones.
-func (s *slot) track(now time.Time) {
+func (s *slot) markRecent(now time.Time) {
 	p := s.past
 	if !p.tracked.IsZero() && now.Sub(p.tracked) < replayWindow/4 {
 		return
@@ -124,13 +124,13 @@ func (s *slot) holdEnded(token int64) {
 	now := s.agent.Config.Clock.Now()
 	s.past.mu.Lock()
 	s.past.tokens.add(stamped{at: now, token: token})
-	s.track(now)
+	s.markRecent(now)
 	s.past.mu.Unlock()
 }
 
-// turn records that s's turn begins (in) or ended: the entries it made
+// setTurn records that s's turn begins (in) or ended: the entries it made
 // become past then.
-func (s *slot) turn(in bool) {
+func (s *slot) setTurn(in bool) {
 	p := s.past
 	if p == nil {
 		return
@@ -149,7 +149,7 @@ func (s *slot) turn(in bool) {
 		p.entries.add(stamped{at: now, entry: e})
 	}
 	p.current = p.current[:0]
-	s.track(now)
+	s.markRecent(now)
 }
 
 // suspect is told when Redis answered that a hold the owner counted on is

@@ -8,11 +8,12 @@ import (
 	"github.com/fairlock/fairlock/observe"
 )
 
-// Turn is one acquisition of a handle, from Begin to Keep. The primitive
-// drives it: Begin picks the hold id it acts as (a fresh one, or the one
-// of the hold its context re-enters) and binds its wait to the owner's
-// Close; the primitive waits and runs its scripts through Agent; Keep makes
-// the grant the handle's hold. Core never calls the primitive back.
+// Turn is one acquisition of a handle, from Begin to Keep; Mutex.Acquire
+// runs the three. Begin picks the hold id it acts as (a fresh one, or the
+// one of the hold its context re-enters) and binds its wait to the owner's
+// Close; the wait is the primitive's (the mutexes': the Acquirer their
+// place made), which runs its scripts through Agent; Keep makes the grant
+// the handle's hold. Core calls the primitive only through that Acquirer.
 type Turn struct {
 	m    *Mutex
 	s    *slot
@@ -119,6 +120,64 @@ func (m *Mutex) Keep(t *Turn, g *Grant, err error) (*End, error) {
 		return nil, err
 	}
 	return &h.End, err
+}
+
+// adopt makes g, granted to slot s, this handle's hold, and returns it
+// with nil, or, when the hold cannot be counted on, ended, with why: its
+// lease ran out before the acquisition returned (errBornLost), or it was
+// made while the owner's presence was down and was taken over before the
+// presence came back (errGivenBack: confirm). No acquisition returns
+// success with such a hold.
+func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold, error) {
+	h, prev := newHold(m, s, *g, a.Lease, a.Fixed)
+	m.mu.Lock()
+	old := m.cur
+	m.cur = h
+	m.latest.Set(&h.End)
+	m.mu.Unlock()
+	if old != nil && !old.releasing.Load() {
+		// The handle believed in an older hold that Redis no longer has:
+		// another hold id of the handle was granted the lock. (One that
+		// an Unlock is releasing is ended by that Unlock, as released: its
+		// release handed the lock on.)
+		old.end(ErrLockLost, "the lock was acquired afresh, so the earlier hold had ended")
+	}
+	if prev != nil && prev != old && !prev.releasing.Load() {
+		// Another handle of the owner believes in a hold of this lock,
+		// which grants one at a time: Redis no longer has it. A failover
+		// lost it (granted by the old master after the promotion, it never
+		// reached the new one, which has just granted this), or an
+		// operator forced it out. It ends here, before this acquisition
+		// returns, so that no two handles of one owner ever count on the
+		// lock at once (docs/deployments.md, "Writes between the promotion
+		// and the clients' switch are lost").
+		m.agent.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
+	}
+	if h.bornLost() {
+		// Its loss timer would only fire at the clock's next tick (a fake
+		// clock's next Advance): end it now, so that nobody counts on a
+		// hold Redis may have ended, and give back what Redis may still
+		// count of it.
+		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned")
+		return h, errBornLost
+	}
+	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && !p.covers(m.agent.Keys[0], g.Since) {
+		// Taken while the owner's presence was down (or before it came
+		// back up): a waiter may have ended it. It is the caller's only
+		// once the presence is back and Redis still has it.
+		if !m.confirm(ctx, p, h, *g) {
+			m.agent.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
+				"and could not be confirmed once it was back")
+			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
+				if context.Cause(ctx) == ErrClosed {
+					return h, ErrClosed
+				}
+				return h, ctx.Err()
+			}
+			return h, errGivenBack
+		}
+	}
+	return h, nil
 }
 
 // Errors of a grant Keep could not make a hold of (adopt), made by Link:

@@ -5,7 +5,7 @@
 -- KEYS[1..3]: hold, queue, deadlines (see hold.lua).
 -- ARGV[1] owner id, ARGV[2] request id, ARGV[3] lease ms, ARGV[4] label;
 -- ARGV[5] the rest, which only the general path reads, in one word (each
--- word of a call costs Redis time: wire.FairAcquire):
+-- word of a call costs Redis time: transport.FairAcquire):
 -- "<entry> <wait> <mode> <stale> <publish> <channel>": the entry id (fresh
 -- for every join), the wait timeout ms, the mode, the token of this hold
 -- id's latest hold that ended, lost or released ("0": none), or -1 when
@@ -20,7 +20,7 @@
 -- Modes: "try" never queues (TryLock with no wait); "join" queues the entry if
 -- it cannot take the lock; "queued" is a waiter that believes it is queued: if
 -- its entry is gone it is told so and does not re-join by itself.
--- ARGV[4], the label, is JSON-escaped (wire.FairAcquire): the hold keeps it
+-- ARGV[4], the label, is JSON-escaped (transport.FairAcquire): the hold keeps it
 -- inside its JSON text (hold.lua).
 -- Returns
 --   token             held: a fresh acquisition of a free lock nobody

@@ -365,7 +365,7 @@ end
 -- zeroed, o, c and b emptied, those up to "~~" dropped), the token joins
 -- the release memory r (note_released), q becomes req, and the key keeps
 -- its TTL. token: the release's ARGV, text; the Go side sends it at f's
--- width (wire.Release), so that it is compared and written as it comes.
+-- width (transport.Release), so that it is compared and written as it comes.
 -- It reads no clock, so it does not check the lease as the general path
 -- does: a release that reaches a hold whose lease ran out, nobody having
 -- taken the lock since (f is still its token), ends it here, where the
@@ -465,7 +465,7 @@ local function escape(text)
   return (string.gsub(text, '[%%; ]', function(c) return string.format('%%%02X', string.byte(c)) end))
 end
 
--- An election's leadership, as its observers read it (Go: wire.ParseLeadership):
+-- An election's leadership, as its observers read it (Go: transport.ParseLeadership):
 --   "leader <version> <term> <since ms> <expiry ms> <now ms> <value> <origin>"
 -- term 0 (and since, expiry, value and origin empty or 0) when nobody leads.
 local function leadership_text(s, now)

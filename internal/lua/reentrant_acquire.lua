@@ -6,7 +6,7 @@
 -- token of this hold id's latest hold that ended, lost or released ("0":
 -- none), or -1 when the hold id holds nothing (not a re-entry); a caller
 -- that waits adds ARGV[5], "<ask> <waiter> <wait>" in one word (each word
--- of a call costs Redis time: wire.ReentrantAcquire): ask "1" to ask
+-- of a call costs Redis time: transport.ReentrantAcquire): ask "1" to ask
 -- whether its wake-up was lost (freed, below) or "0", its waiter id (fresh
 -- for each call) and its wait timeout in ms.
 -- Returns token (a free lock nobody waits for: take_free, as

@@ -113,7 +113,7 @@ local function notes(list)
 end
 
 -- The client a note is for: its first word (an entry or owner id) up to the
--- first '.'; the whole word if it has none (as Go's wire.ClientOf reads it).
+-- first '.'; the whole word if it has none (as Go's transport.ClientOf reads it).
 local function note_client(note)
   return string.match(note, '^[^. ]*')
 end

@@ -70,9 +70,9 @@ func selfBound(c redis.UniversalClient) time.Duration {
 	return 2 * (tries*(pool+dial+write+read) + (tries-1)*max(backoff, 0))
 }
 
-// unbounded reports whether a call on c with ctx must be bounded here: ctx
+// needsBound reports whether a call on c with ctx must be bounded here: ctx
 // has a deadline that go-redis would not keep by itself.
-func unbounded(ctx context.Context, c redis.UniversalClient) bool {
+func needsBound(ctx context.Context, c redis.UniversalClient) bool {
 	d, ok := ctx.Deadline()
 	if !ok || boundsCalls(c) || ctx.Value(detachedKey{}) != nil {
 		return false

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Which calls this package bounds itself (unbounded): only those whose
+// Which calls this package bounds itself (needsBound): only those whose
 // deadline go-redis would not keep, on a client that does not end calls at
 // their ctx's end; never a detached clean-up's. And which go-redis ends in
 // time for their ctx by itself (EndsInTime), so that a clean-up, which runs
@@ -46,7 +46,7 @@ func TestWhichCallsAreBoundedHere(t *testing.T) {
 		{"no deadline, no read timeout", cancelled, endless, false, false},
 		{"a detached clean-up", Detached(soon), def, false, false},
 	} {
-		if got := unbounded(tc.ctx, tc.c); got != tc.want {
+		if got := needsBound(tc.ctx, tc.c); got != tc.want {
 			t.Errorf("%s: bounded here = %v, want %v", tc.what, got, tc.want)
 		}
 		if got := EndsInTime(tc.ctx, tc.c); got != tc.ends {

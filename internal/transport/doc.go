@@ -1,7 +1,7 @@
 // Package transport is how fairlock talks with Redis: the words its
 // scripts exchange with it, the calls that carry them, and the pub/sub
-// notes that wake a waiting call. It knows nothing of locks, holds or
-// options.
+// notes that wake a waiting call. It has the words for locks and holds
+// (ids, replies such as NotHeld), none of their rules, and no options.
 //
 // # Calls
 //
@@ -42,10 +42,10 @@
 //
 // The encodings, and where each is built and read:
 //
-//	client id    "<random 22 chars>"                 Go (NewIDs): one per fairlock.Owner
-//	hold id     "<client>.<n>"                      Go (IDs.Owner); Lua reads its client (note_client)
-//	entry id     "<owner>/<n>"                       Go (IDs.Entry); Lua entry_owner, Go OwnerOfEntry
-//	request id   "<owner>#<n>"                       Go (IDs.Request); Lua compares it whole
+//	client id    "<random 22 chars>[~]"              Go (NewIDs, NewIDsWithPresence: "~" marks a presence)
+//	hold id      "<client>.<n>"                      Go (IDs.HoldID); Lua reads its client (note_client)
+//	entry id     "<hold>/<n>"                        Go (IDs.Entry); Lua entry_owner, Go OwnerOfEntry
+//	request id   "<hold>#<n>"                        Go (IDs.Request); Lua compares it whole
 //	origin       "<host>\t<pid>\t<label>"            Go (EncodeOrigin, ParseOrigin); Lua stores it whole
 //	queue element "<entry>|<lease>|<wait>|<request>|<origin>"
 //	                                                 Lua (wire.lua element); Go ParseElementInfo (Inspect)
@@ -70,7 +70,7 @@
 //	  "<ask> <waiter> <wait>"
 //	a release's token, 16 digits, zero-padded         Go (TokenText, Release.Args); Lua release_own
 //	                                                 compares it with the hold's f as it comes
-//	modes, flags and undo markers                     the constants of argv.go
+//	modes, flags and undo markers                     the constants of wire.go
 //
 // # Notes
 //
@@ -78,7 +78,7 @@
 // connections (Hubs: one hub per Redis node, each reading the inboxes of
 // the locks its waiters wait for, and waking the one waiter a note names),
 // a waiter's subscription (Sub), and the Sleeper it sleeps on, which also
-// takes its timers and its primitive's news. It knows nothing of locks,
-// holds or options: the primitives tell it which channel to listen on and
-// read what the notes mean themselves (ParseNote).
+// takes its timers and its primitive's news. The primitives tell it which
+// channel to listen on, and read what the notes mean themselves
+// (ParseNote).
 package transport

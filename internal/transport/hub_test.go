@@ -54,7 +54,7 @@ func TestHubSharesOneConnectionAndWakesOnlyTheWaiterANoteNames(t *testing.T) {
 
 	var subs []*transport.Sub
 	for i := 0; i < 1000; i++ {
-		s, err := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "c.h/"+strconv.Itoa(i))
+		s, err := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "c.h/"+strconv.Itoa(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestHubSharesOneConnectionAndWakesOnlyTheWaiterANoteNames(t *testing.T) {
 		s.Close()
 	}
 	// The channel lingers for the next waiter, then goes with its connection.
-	if live := core.Inbox(core.OwnerOf(redistest.Owner(client))).SubscribeIfLive(channel, "c.h/x"); live == nil {
+	if live := core.HubsOf(core.OwnerOf(redistest.Owner(client))).SubscribeIfLive(channel, "c.h/x"); live == nil {
 		t.Fatal("the channel did not linger after its last waiter left")
 	} else {
 		live.Close()
@@ -107,8 +107,8 @@ func TestHubTargetsMessagesByID(t *testing.T) {
 	ctx := context.Background()
 	client, admin := redistest.Real(t), redistest.Real(t)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "entry-a")
-	b, _ := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "entry-b")
+	a, _ := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "entry-a")
+	b, _ := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "entry-b")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -127,8 +127,8 @@ func TestHubWakesEveryWaiterAfterAReconnect(t *testing.T) {
 	admin := redistest.Real(t)
 	client, name := redistest.Named(t, admin)
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	a, _ := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "")
-	b, _ := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "x")
+	a, _ := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "")
+	b, _ := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "x")
 	defer a.Close()
 	defer b.Close()
 	<-a.Ready()
@@ -161,7 +161,7 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	_, _, client := redistest.Mini(t)
 	ctx := context.Background()
 	channel := "fairlock:test:{" + redistest.Name(t) + "}"
-	s, err := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "a")
+	s, err := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was never confirmed")
 	}
-	w := core.Inbox(core.OwnerOf(redistest.Owner(client))).NewSleeper()
+	w := core.HubsOf(core.OwnerOf(redistest.Owner(client))).NewSleeper()
 	defer w.Close()
 	bounded, cancelBounded := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelBounded()
@@ -184,13 +184,13 @@ func TestReadyIsReportedOnceHoweverSoonItCame(t *testing.T) {
 		t.Fatalf("Next once Ready was told: %v, want to sleep until ctx ends", wk.Reason)
 	}
 
-	settled, err := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "b") // confirmed already
+	settled, err := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "b") // confirmed already
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer settled.Close()
 	settled.Settle() // an attempt now sees all that was published before
-	live := core.Inbox(core.OwnerOf(redistest.Owner(client))).SubscribeIfLive(channel, "c")
+	live := core.HubsOf(core.OwnerOf(redistest.Owner(client))).SubscribeIfLive(channel, "c")
 	if live == nil {
 		t.Fatal("SubscribeIfLive on a confirmed channel: nil")
 	}
@@ -217,7 +217,7 @@ func TestFlushDeliversWhatWasPublishedBefore(t *testing.T) {
 		if _, ok := client.(*redis.ClusterClient); ok {
 			publish = client.SPublish
 		}
-		s, err := core.Inbox(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "a")
+		s, err := core.HubsOf(core.OwnerOf(redistest.Owner(client))).Subscribe(ctx, channel, "a")
 		if err != nil {
 			t.Fatal(err)
 		}

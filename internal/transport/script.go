@@ -255,7 +255,7 @@ func (c *Call) run(ctx context.Context, client redis.UniversalClient, view *redi
 // returns the script's reply and the number of replicas that acknowledged
 // (or the error of either).
 func (s *Script) RunWait(ctx context.Context, c redis.UniversalClient, m *Mode, keys []string, replicas int, timeout time.Duration, args ...any) (*redis.Cmd, int64, error) {
-	if unbounded(ctx, c) {
+	if needsBound(ctx, c) {
 		type reply struct {
 			cmd *redis.Cmd
 			n   int64

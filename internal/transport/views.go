@@ -16,7 +16,7 @@ import (
 
 // A view of a *redis.Client is a clone that shares its connection pool but
 // has other read and write timeouts (go-redis's Client.WithTimeout). A
-// script call whose ctx has a deadline go-redis would not keep (unbounded)
+// script call whose ctx has a deadline go-redis would not keep (needsBound)
 // runs in its caller's goroutine on the view whose timeout is the time
 // left, rounded up to one of viewSteps steps per doubling: it ends at most
 // 1/32 of that time after the deadline (3 ms of a 100 ms deadline),
@@ -155,7 +155,7 @@ func (m *Mode) view(c redis.UniversalClient, left time.Duration) *redis.Client {
 // (view), on a goroutine of its own (spawn: no view serves c), or neither
 // (go-redis keeps it, or there is none).
 func (m *Mode) keep(ctx context.Context, c redis.UniversalClient) (view *redis.Client, spawn bool) {
-	if !unbounded(ctx, c) {
+	if !needsBound(ctx, c) {
 		return nil, false
 	}
 	d, _ := ctx.Deadline()

@@ -51,7 +51,7 @@ func Inbox(channel, id string) string { return channel + ":" + ClientOf(id) }
 // LeaderChannel is where an election's scripts publish every change of
 // its leadership (ParseLeadership), one message for all observing clients.
 // channel is the election's Channel; no inbox has its name (a client id is
-// 22 characters).
+// 22 or 23 characters).
 func LeaderChannel(channel string) string { return channel + ":leader" }
 
 // ReentrantKey is a reentrant lock's one key.

@@ -60,7 +60,7 @@ type Loop struct {
 // elapses at end unless a waits forever; the caller has just had a reply
 // from Redis (its first try). Close it when the call returns.
 func New(h core.Agent, a core.Attempt, what string, end time.Time) *Loop {
-	l := &Loop{agent: h, a: a, what: what, sleeper: core.Inbox(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
+	l := &Loop{agent: h, a: a, what: what, sleeper: core.HubsOf(h.Owner).NewSleeper(), answered: h.Config.Clock.Now()}
 	if !a.Forever {
 		l.timeout = l.sleeper.At(h.Config.Clock, end, transport.Timeout)
 	}
