@@ -236,7 +236,7 @@ func (h *headReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		args := cmd.Args()
-		if err != nil || !h.script.Calls(args) {
+		if err != nil || !redistest.Calls(h.script, args) {
 			return err
 		}
 		res, ok := reply(cmd)

@@ -1026,7 +1026,7 @@ func (r *releaseLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		args := cmd.Args()
-		if err != nil || !r.script.Calls(args) {
+		if err != nil || !redistest.Calls(r.script, args) {
 			return err
 		}
 		if res, ok := reply(cmd); ok {

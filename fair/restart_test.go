@@ -47,7 +47,7 @@ func checkingOwner(t *testing.T, c redis.UniversalClient, rig core.Rig) (*fairlo
 	t.Helper()
 	renewals := &atomic.Int32{}
 	c.AddHook(onCall(func(cmd redis.Cmder, err error) {
-		if err == nil && lua.Default().Renew.Calls(cmd.Args()) {
+		if err == nil && redistest.Calls(lua.Default().Renew, cmd.Args()) {
 			renewals.Add(1)
 		}
 	}))

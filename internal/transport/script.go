@@ -27,24 +27,6 @@ func NewScript(lib *Library, fn, src string) *Script {
 	return &Script{lib: lib, fn: fn, eval: redis.NewScript(src), src: src}
 }
 
-// Calls reports whether a command's arguments call this script (FCALL,
-// EVALSHA or EVAL), for tests that watch what goes over the wire.
-func (s *Script) Calls(args []any) bool {
-	if len(args) < 2 {
-		return false
-	}
-	name, _ := args[0].(string)
-	switch strings.ToLower(name) {
-	case "fcall":
-		return args[1] == s.fn
-	case "evalsha":
-		return args[1] == s.eval.Hash()
-	case "eval":
-		return args[1] == s.src
-	}
-	return false
-}
-
 // Library is the function library of one set of scripts: its name and
 // its code, which FUNCTION LOAD takes.
 type Library struct {
