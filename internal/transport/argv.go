@@ -3,7 +3,6 @@ package transport
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -46,8 +45,9 @@ const AnyStale int64 = -1
 // much as a field takes to parse; the channel last: a name may hold
 // spaces), then a gate's permit request or a candidate's value.
 func (a FairAcquire) Args() []any {
-	var w words
-	rest := w.value(a.Entry).value(a.Wait).text(a.Mode).number(a.Stale).value(a.Publish).value(a.Channel).b.String()
+	b := make([]byte, 0, 256) // on the stack, for all but long names: the string is the one allocation
+	b = number(text(word(word(b, a.Entry), a.Wait), a.Mode), a.Stale)
+	rest := string(word(word(b, a.Publish), a.Channel))
 	if a.Value != nil {
 		return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, "", 0, 0, a.Value}
 	}
@@ -57,45 +57,34 @@ func (a FairAcquire) Args() []any {
 	return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, a.Permit.Owner, a.Permit.N, a.Permit.Lease}
 }
 
-// words is the words (strings or numbers, boxed or not) joined by spaces,
-// in one allocation.
-type words struct {
-	b       strings.Builder
-	num     [20]byte
-	started bool
-}
-
-func (w *words) value(v any) *words {
+// word appends v (a string or a number, boxed) to b as one more word of a
+// space-separated argument.
+func word(b []byte, v any) []byte {
 	switch v := v.(type) {
 	case string:
-		return w.text(v)
+		return text(b, v)
 	case int64:
-		return w.number(v)
+		return number(b, v)
 	case int:
-		return w.number(int64(v))
+		return number(b, int64(v))
 	}
-	return w.text(fmt.Sprint(v))
+	return text(b, fmt.Sprint(v))
 }
 
-func (w *words) text(v string) *words {
-	w.sep()
-	w.b.WriteString(v)
-	return w
-}
-
-func (w *words) number(v int64) *words {
-	w.sep()
-	w.b.Write(strconv.AppendInt(w.num[:0], v, 10))
-	return w
-}
-
-func (w *words) sep() {
-	if w.started {
-		w.b.WriteByte(' ')
-		return
+// text appends the word v to b.
+func text(b []byte, v string) []byte {
+	if len(b) > 0 {
+		b = append(b, ' ')
 	}
-	w.started = true
-	w.b.Grow(96)
+	return append(b, v...)
+}
+
+// number appends the word v to b.
+func number(b []byte, v int64) []byte {
+	if len(b) > 0 {
+		b = append(b, ' ')
+	}
+	return strconv.AppendInt(b, v, 10)
 }
 
 // FairAcquireReply is fair_acquire.lua's reply.
@@ -165,8 +154,9 @@ func (a ReentrantAcquire) Args() []any {
 	if a.AskFreed {
 		ask = "1"
 	}
-	var w words
-	return []any{a.Owner, a.Request, a.Lease, a.Stale, w.text(ask).text(a.Waiter).value(a.Wait).b.String()}
+	b := make([]byte, 0, 128) // on the stack: the string is the one allocation
+	b = word(text(text(b, ask), a.Waiter), a.Wait)
+	return []any{a.Owner, a.Request, a.Lease, a.Stale, string(b)}
 }
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}
