@@ -26,8 +26,12 @@ type queue struct {
 	labelArg any    // label, JSON-escaped (fair_acquire.lua's ARGV[4]), boxed once
 
 	// permit is what a semaphore's waiter asks for, on its gate's queue
-	// (zero elsewhere): every attempt tells the gate.
+	// (zero elsewhere): every attempt tells the gate. ps is where it asks
+	// whether its permits were served to it while it waited, and served
+	// the permits Acquire found served to it (nil elsewhere).
 	permit transport.PermitRequest
+	ps     permitSource
+	served *core.Grant
 	// value is, in an election, the candidate's value (transport.EscapeValue),
 	// set by each Campaign before it waits; nil elsewhere.
 	value any
@@ -76,17 +80,55 @@ func newQueue(h core.Agent) *queue {
 	return &queue{h: h, label: label, labelArg: transport.EscapeJSON(label), inbox: transport.Inbox(h.Channel, h.ID)}
 }
 
-// newGateQueue returns the queue of a semaphore's gate for a waiter that
-// asks for permit.
-func newGateQueue(h core.Agent, permit transport.PermitRequest) *queue {
+// newGateQueue returns the queue of a semaphore's gate for one call of a
+// waiter that asks for permit, which ps may serve it as it waits.
+func newGateQueue(h core.Agent, permit transport.PermitRequest, ps permitSource) *queue {
 	q := newQueue(h)
-	q.permit = permit
+	q.permit, q.ps = permit, ps
 	return q
 }
 
-// Acquire is one Lock or TryLock of a fair Mutex: a wait for the lock alone.
+// Acquire is one Lock or TryLock of the queue's lock. It tries once;
+// TryLock with no wait stops there (it never queues). Otherwise the first
+// try queued the caller, and waitTurn waits for its turn. On a
+// semaphore's gate the wait also ends when permits are served to the
+// caller: the grant is then nil, and qu.served is theirs.
 func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error) {
-	out, err := qu.wait(ctx, a, nil)
+	qu.leaveAbandoned(ctx)
+	entry := qu.newEntry()
+	if a.Wait == 0 && !a.Forever {
+		r, err := qu.try(ctx, a, entry, transport.ModeTry)
+		if err == nil && r.Settling {
+			// Held by nobody's while a server that lost its data settles
+			// (at most the presence grace): wait it out, and try once more.
+			if err = core.Settle(ctx, qu.h.Config.Clock, time.Duration(r.HoldMs)*time.Millisecond); err == nil {
+				r, err = qu.try(ctx, a, entry, transport.ModeTry)
+			}
+		}
+		return qu.grant(r, a, r.sent, r.sent, time.Time{}), core.Step("trying to take the lock", err)
+	}
+	// On a busy lock the channel is already subscribed: listen for this
+	// entry's hand-off before the first try, and no second try is needed.
+	sub := core.HubsOf(qu.h.Owner).SubscribeIfLive(qu.inbox, entry)
+	if sub != nil {
+		defer sub.Close()
+	}
+	r, err := qu.try(ctx, a, entry, transport.ModeJoin)
+	if err != nil {
+		if !core.Refused(err) {
+			qu.leave(ctx, entry) // the join may have queued it
+		}
+		return nil, core.Step("joining the queue", err)
+	}
+	if r.Held {
+		if sub != nil {
+			sub.Unused() // a lock free again lets its channel go (transport.Sub.Unused)
+		}
+		return qu.grant(r, a, r.sent, r.sent, time.Time{}), nil // a fresh entry is never handed the lock
+	}
+	qu.h.QueueNews(a, observe.Joined, r.Queue)
+	out, err := qu.waitTurn(ctx, a, entry, sub, r)
+	qu.served = out.served
 	return out.held, err
 }
 
@@ -125,11 +167,11 @@ func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (r
 		return reply{}, err
 	}
 	sent := h.Config.Clock.Now()
-	req := h.NewRequest()
+	req, stale := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.FairAcquire, transport.FairAcquire{
-		Owner: h.IDArg(), Entry: entry, Request: req.ID,
+		Owner: h.IDArg(), Entry: entry, Request: req,
 		Lease: h.MsArg(a.Lease), Wait: h.MsArg(h.Config.WaitTimeout), Mode: mode,
-		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: req.Stale,
+		Origin: qu.labelArg, Publish: h.PublishArg(), Channel: h.ChannelArg(), Stale: stale,
 		Permit: qu.permit, Value: qu.value,
 	}.Args()...)
 	read := h.Config.Clock.Now()

@@ -526,7 +526,7 @@ func (k *semKind) attempt(ctx context.Context, a core.Attempt, mode string, gate
 	}
 	clk := h.Config.Clock
 	sent := clk.Now()
-	req := h.NewRequest()
+	req, _ := h.NewRequest() // sem_acquire.lua takes no stale token
 	v, err := h.Config.Scripts.SemAcquire.Run(ctx, h.Client, h.Mode(), h.Keys, transport.SemAcquire{
 		Owner: h.ID, N: k.n, Lease: transport.Ms(a.Lease), Permits: k.s.permits, Mode: mode,
 		GateOwner: gateOwner, GateToken: gateToken, Origin: k.s.label, Publish: h.Publish, Channel: h.Channel,
@@ -681,9 +681,10 @@ func (k *semKind) lockGate(ctx context.Context, a core.Attempt, end time.Time) (
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := newGateQueue(t.Agent(), req).wait(t.Context(), t.Attempt(), k)
-	if _, err := gate.Keep(t, out.held, err); out.held == nil || err != nil {
-		return nil, out.served, err
+	gq := newGateQueue(t.Agent(), req, k)
+	held, err := gq.Acquire(t.Context(), t.Attempt())
+	if _, err := gate.Keep(t, held, err); held == nil || err != nil {
+		return nil, gq.served, err
 	}
 	return gate, nil, nil
 }

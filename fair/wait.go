@@ -28,53 +28,17 @@ type outcome struct {
 	served *core.Grant // permits were served to the caller as it waited (permitSource)
 }
 
-// wait is one Lock or TryLock of the queue's lock, for a caller that also
-// waits for permits if ps is not nil. It tries once; TryLock with no wait
-// stops there (it never queues). Otherwise the first try queued the caller,
-// and queueWait waits for its turn.
-func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (outcome, error) {
-	qu.leaveAbandoned(ctx)
-	entry := qu.newEntry()
-	clk := qu.h.Config.Clock
-	if a.Wait == 0 && !a.Forever {
-		r, err := qu.try(ctx, a, entry, transport.ModeTry)
-		if err == nil && r.Settling {
-			// Held by nobody's while a server that lost its data settles
-			// (at most the presence grace): wait it out, and try once more.
-			if err = core.Settle(ctx, clk, time.Duration(r.HoldMs)*time.Millisecond); err == nil {
-				r, err = qu.try(ctx, a, entry, transport.ModeTry)
-			}
-		}
-		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, core.Step("trying to take the lock", err)
-	}
-	// On a busy lock the channel is already subscribed: listen for this
-	// entry's hand-off before the first try, and no second try is needed.
-	sub := core.HubsOf(qu.h.Owner).SubscribeIfLive(qu.inbox, entry)
-	if sub != nil {
-		defer sub.Close()
-	}
-	r, err := qu.try(ctx, a, entry, transport.ModeJoin)
-	if err != nil {
-		if !core.Refused(err) {
-			qu.leave(ctx, entry) // the join may have queued it
-		}
-		return outcome{}, core.Step("joining the queue", err)
-	}
-	if r.Held {
-		if sub != nil {
-			sub.Unused() // a lock free again lets its channel go (transport.Sub.Unused)
-		}
-		return outcome{held: qu.grant(r, a, r.sent, r.sent, time.Time{})}, nil // a fresh entry is never handed the lock
-	}
-	qu.h.QueueNews(a, observe.Joined, r.Queue)
-
-	// Queued. From here on every way out that is not a hold leaves the queue.
-	w := waiting.New(qu.h, a, "waiting in the queue", clk.Now().Add(a.Wait))
+// waitTurn waits for the turn of entry, which the join r queued (sub: the
+// subscription to its inbox, if the join had one).
+func (qu *queue) waitTurn(ctx context.Context, a core.Attempt, entry string, sub *transport.Sub, r reply) (outcome, error) {
+	// From here on every way out that is not a hold leaves the queue.
+	w := waiting.New(qu.h, a, "waiting in the queue", qu.h.Config.Clock.Now().Add(a.Wait))
 	defer w.Close()
 	if sub == nil {
 		// Subscribed only now: a hand-off sent before the subscription took
 		// effect never reaches this waiter, so it tries again once the
 		// subscription is confirmed (the Ready wake, however soon it came).
+		var err error
 		if sub, err = core.HubsOf(qu.h.Owner).Subscribe(ctx, qu.inbox, entry); err != nil {
 			qu.leave(ctx, entry)
 			if ctx.Err() != nil {
@@ -85,7 +49,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 		defer sub.Close()
 	}
 	w.Listen(sub)
-	q := &queueWait{qu: qu, h: qu.h, ps: ps, a: a, entry: entry, next: transport.ModeQueued, sub: sub, w: w}
+	q := &queueWait{qu: qu, h: qu.h, ps: qu.ps, a: a, entry: entry, next: transport.ModeQueued, sub: sub, w: w}
 	w.KeepPlace(q.place)
 	q.hb, q.mem = joinHeartbeat(qu, entry, w.Sleeper())
 	defer q.hb.leave(q.mem)
@@ -93,7 +57,7 @@ func (qu *queue) wait(ctx context.Context, a core.Attempt, ps permitSource) (out
 	// to this entry: a granted lease counts from no earlier than its send.
 	q.mem.queuedAt(r.sent)
 	q.queued(r)
-	err = w.Run(ctx, q, false)
+	err := w.Run(ctx, q, false)
 	return q.out, err
 }
 

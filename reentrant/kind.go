@@ -47,9 +47,9 @@ func (k *kind) attempt(ctx context.Context, a core.Attempt, waiter string, askFr
 		return nil, 0, false, err
 	}
 	since := h.Config.Clock.Now()
-	req := h.NewRequest()
+	req, stale := h.NewRequest()
 	v, acked, err := h.RunAcquire(ctx, h.Config.Scripts.ReentrantAcquire, transport.ReentrantAcquire{
-		Owner: h.IDArg(), Request: req.ID, Lease: h.MsArg(a.Lease), Stale: req.Stale,
+		Owner: h.IDArg(), Request: req, Lease: h.MsArg(a.Lease), Stale: stale,
 		Waiter: waiter, Wait: h.MsArg(h.Config.WaitTimeout), AskFreed: askFreed,
 	}.Args()...)
 	if err != nil {

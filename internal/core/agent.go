@@ -161,16 +161,11 @@ func (ag Agent) MsArg(d time.Duration) any {
 // Call is s bound to the handle's keys (transport.Call).
 func (ag Agent) Call(s *transport.Script) *transport.Call { return ag.args.calls.of(s, ag.Keys) }
 
-// Request is one acquiring script call: its id, which makes a retry of it
-// harmless, and which of its hold id's holds in Redis are stale, to be
-// ended first: those whose token is no greater than Stale, or, with Stale
-// transport.AnyStale, every one but a hand-off to the call's own queue entry.
-type Request struct {
-	ID    string
-	Stale int64
-}
-
-// NewRequest returns a fresh acquiring request of this handle. One made
+// NewRequest returns a fresh acquiring script call of this handle: its
+// id, which makes a retry of it harmless, and which of its hold id's holds
+// in Redis are stale, to be ended first: those whose token is no greater
+// than stale, or, with stale transport.AnyStale, every one but a hand-off
+// to the call's own queue entry. One made
 // while its hold id holds nothing (a fresh acquisition, not a re-entry)
 // calls every hold of its hold id in Redis stale: a hold id serves one
 // acquisition at a time, and a re-entry's request is made while its hold
@@ -178,21 +173,22 @@ type Request struct {
 // has (again: a failover lost its release), or a hand-off to an earlier
 // entry of the hold id that a promoted replica made after the client left
 // it. Counted as a re-entry, it would never be released.
-func (ag Agent) NewRequest() Request {
+func (ag Agent) NewRequest() (id string, stale int64) {
 	if ag.holding != nil && !ag.holding.Load() {
-		return Request{ID: ag.requestID(), Stale: transport.AnyStale}
+		return ag.requestID(), transport.AnyStale
 	}
-	return Request{ID: ag.requestID(), Stale: ag.stale.Load()}
+	return ag.requestID(), ag.stale.Load()
 }
 
-// Answered records how req ended: err nil when its reply was read. When the
-// reply was lost (often ctx ended while the script ran), the script may
-// have run and granted the lock without the caller knowing it: that grant
-// is undone, even when ctx has ended (Bounded). Without this the lock would
-// stay held, and a fair lock's queue stalled, until the lease ran out. An
-// error Redis answered with (NOPERM, an unknown command, LOADING, ...) was
-// read: the script granted nothing, and nothing is undone.
-func (ag Agent) Answered(ctx context.Context, req Request, err error) {
+// Answered records how the request req (NewRequest's id) ended: err nil
+// when its reply was read. When the reply was lost (often ctx ended while
+// the script ran), the script may have run and granted the lock without
+// the caller knowing it: that grant is undone, even when ctx has ended
+// (Bounded). Without this the lock would stay held, and a fair lock's
+// queue stalled, until the lease ran out. An error Redis answered with
+// (NOPERM, an unknown command, LOADING, ...) was read: the script granted
+// nothing, and nothing is undone.
+func (ag Agent) Answered(ctx context.Context, req string, err error) {
 	if err == nil {
 		// The stale token stays: after a failover another server may have
 		// that hold again (it never gets a later one's token).
@@ -208,7 +204,7 @@ func (ag Agent) Answered(ctx context.Context, req Request, err error) {
 		// Redis before what they undo.
 		ag.abandoned.Store(a)
 	}
-	if err := ag.Undo(ctx, req.ID); err != nil && !errors.Is(err, ErrPending) {
+	if err := ag.Undo(ctx, req); err != nil && !errors.Is(err, ErrPending) {
 		ag.logWarn("undoing an acquisition whose answer was lost failed; the lease will run out", err)
 	}
 }
@@ -303,7 +299,7 @@ func (ag Agent) RunAcquire(ctx context.Context, s *transport.Script, args ...any
 // Replicated judges a grant that req's reply reported, with acked replicas
 // acknowledging it (RunAcquire): with too few, the grant is undone (as a
 // lost reply's is) and the error wraps ErrNotReplicated.
-func (ag Agent) Replicated(ctx context.Context, req Request, acked int64) error {
+func (ag Agent) Replicated(ctx context.Context, req string, acked int64) error {
 	if acked < 0 || acked >= int64(ag.Config.Replicas) {
 		return nil
 	}

@@ -77,7 +77,7 @@ func newHold(m *Mutex, s *slot, g Grant, lease time.Duration, fixed bool) (h, pr
 	if m.agent.Config.Observer != nil {
 		s.acquired = m.agent.Config.Clock.Now() // the slot's: a hold pays nothing for it
 	}
-	h.carry(heldKey{m}, h) // its context proves a call chain holds it
+	h.carry(m, h) // its context, keyed by its handle, proves a call chain holds it
 	first := lease
 	if g.First > 0 && g.First < lease {
 		first = g.First

@@ -176,13 +176,11 @@ func (m *Mutex) Name() string {
 // made for a single hold (a permit hold, a semaphore's gate) acts as.
 func (m *Mutex) ID() string { return m.first.agent.ID }
 
-// heldKey marks a context that carries a hold of the handle m: a Lock given
-// it re-enters that hold.
-type heldKey struct{ m *Mutex }
-
-// carried returns the hold of this handle that ctx carries, nil if none.
+// carried returns the hold of this handle that ctx carries, nil if none: a
+// hold's context carries it under its handle (newHold), and a Lock given
+// that context re-enters it.
 func (m *Mutex) carried(ctx context.Context) *hold {
-	h, _ := ctx.Value(heldKey{m}).(*hold)
+	h, _ := ctx.Value(m).(*hold)
 	return h
 }
 
