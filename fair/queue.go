@@ -105,7 +105,7 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 				r, err = qu.try(ctx, a, entry, transport.ModeTry)
 			}
 		}
-		return qu.grant(r, a, r.sent, r.sent, time.Time{}), core.Step("trying to take the lock", err)
+		return qu.grant(r, a, r.Sent, r.Sent, time.Time{}), core.Step("trying to take the lock", err)
 	}
 	// On a busy lock the channel is already subscribed: listen for this
 	// entry's hand-off before the first try, and no second try is needed.
@@ -124,25 +124,13 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 		if sub != nil {
 			sub.Unused() // a lock free again lets its channel go (transport.Sub.Unused)
 		}
-		return qu.grant(r, a, r.sent, r.sent, time.Time{}), nil // a fresh entry is never handed the lock
+		return qu.grant(r, a, r.Sent, r.Sent, time.Time{}), nil // a fresh entry is never handed the lock
 	}
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 	out, err := qu.waitTurn(ctx, a, entry, sub, r)
 	qu.served = out.served
 	return out.held, err
 }
-
-// reply is fair_acquire.lua's answer, with Redis's clock placed on this
-// client's for a reply that left the caller waiting.
-type reply struct {
-	transport.FairAcquireReply
-	clock redisClock // waiting: where Redis's clock stood
-	sent  time.Time  // when the request was sent (after the owner's presence was up)
-}
-
-// holdEnds is, for a reply that left the caller waiting, when the current
-// hold expires (Redis ms).
-func (r reply) holdEnds() int64 { return r.Now + r.HoldMs }
 
 // redisClock places Redis times (ms) on this client's clock, from a reply
 // that carried Redis's clock: the script ran between the request's send and
@@ -161,10 +149,19 @@ func (c redisClock) notLater(ms int64) time.Time { return time.UnixMilli(ms).Add
 // has expired.
 func (c redisClock) notEarlier(ms int64) time.Time { return time.UnixMilli(ms).Add(-c.atRead) }
 
-func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (reply, error) {
+// clockOf is where Redis's clock stood for r, a reply that left the caller
+// waiting.
+func clockOf(r transport.FairAcquireReply) redisClock {
+	now := time.UnixMilli(r.Now)
+	return redisClock{atSend: now.Sub(r.Sent), atRead: now.Sub(r.Read)}
+}
+
+// try is one fair_acquire call for entry in mode; its reply carries when
+// it was sent (after the owner's presence was up) and read.
+func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (transport.FairAcquireReply, error) {
 	h := qu.h
 	if err := h.Present(ctx); err != nil {
-		return reply{}, err
+		return transport.FairAcquireReply{}, err
 	}
 	sent := h.Config.Clock.Now()
 	req, stale := h.NewRequest()
@@ -180,22 +177,19 @@ func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (r
 		if ctx.Err() != nil {
 			err = core.NoAnswer(sent, read, ctx.Err())
 		}
-		return reply{}, err // the caller leaves the queue, or rides the outage out
+		return transport.FairAcquireReply{}, err // the caller leaves the queue, or rides the outage out
 	}
 	r, err := transport.DecodeFairAcquire(v)
 	if err != nil {
-		return reply{}, err
+		return transport.FairAcquireReply{}, err
 	}
 	if r.Held {
 		if err := h.Replicated(ctx, req, acked); err != nil {
-			return reply{}, err // undone: the caller holds nothing
+			return transport.FairAcquireReply{}, err // undone: the caller holds nothing
 		}
 	}
-	if r.Held || r.Evicted {
-		return reply{FairAcquireReply: r, sent: sent}, nil
-	}
-	redisNow := time.UnixMilli(r.Now)
-	return reply{FairAcquireReply: r, clock: redisClock{atSend: redisNow.Sub(sent), atRead: redisNow.Sub(read)}, sent: sent}, nil
+	r.Sent, r.Read = sent, read
+	return r, nil
 }
 
 // grant turns a reply into a Grant. A fresh acquisition's lease counts
@@ -203,7 +197,7 @@ func (qu *queue) try(ctx context.Context, a core.Attempt, entry, mode string) (r
 // later than it is, and never before queued, the last "queued" answer), up
 // to queued + wait timeout: Redis keeps an unclaimed grant until the
 // earlier of grant time + lease and the entry's deadline, set after queued.
-func (qu *queue) grant(r reply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
+func (qu *queue) grant(r transport.FairAcquireReply, a core.Attempt, sent, queued, grantedAt time.Time) *core.Grant {
 	if !r.Held {
 		return nil
 	}

@@ -30,7 +30,7 @@ type outcome struct {
 
 // waitTurn waits for the turn of entry, which the join r queued (sub: the
 // subscription to its inbox, if the join had one).
-func (qu *queue) waitTurn(ctx context.Context, a core.Attempt, entry string, sub *transport.Sub, r reply) (outcome, error) {
+func (qu *queue) waitTurn(ctx context.Context, a core.Attempt, entry string, sub *transport.Sub, r transport.FairAcquireReply) (outcome, error) {
 	// From here on every way out that is not a hold leaves the queue.
 	w := waiting.New(qu.h, a, "waiting in the queue", qu.h.Config.Clock.Now().Add(a.Wait))
 	defer w.Close()
@@ -55,7 +55,7 @@ func (qu *queue) waitTurn(ctx context.Context, a core.Attempt, entry string, sub
 	defer q.hb.leave(q.mem)
 	// The last request answered "queued" was processed before any hand-off
 	// to this entry: a granted lease counts from no earlier than its send.
-	q.mem.queuedAt(r.sent)
+	q.mem.queuedAt(r.Sent)
 	q.queued(r)
 	err := w.Run(ctx, q, false)
 	return q.out, err
@@ -149,14 +149,14 @@ func (q *queueWait) Try(ctx context.Context) (bool, error) {
 			}
 			continue // claimed too late: the next attempt tells where it stands
 		case r.Held:
-			return q.end(outcome{held: q.qu.grant(r, q.a, r.sent, r.sent, time.Time{})}, nil)
+			return q.end(outcome{held: q.qu.grant(r, q.a, r.Sent, r.Sent, time.Time{})}, nil)
 		case r.Evicted:
 			if out, err := q.rejoin(ctx, fellBack); out.done() || err != nil {
 				return q.end(out, err)
 			}
 			continue
 		}
-		q.mem.queuedAt(r.sent)
+		q.mem.queuedAt(r.Sent)
 		wasHead := q.w.FallingBack()
 		q.queued(r)
 		q.h.QueueNews(q.a, observe.Waiting, r.Queue) // a re-join's too: one Joined per wait
@@ -252,7 +252,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 			return false, true, nil
 		}
 	case transport.HandOff:
-		r := reply{FairAcquireReply: transport.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}}
+		r := transport.FairAcquireReply{Held: true, Token: n.Token, Handoff: true, Granted: n.GrantedAt}
 		g, err := q.handedOff(ctx, r)
 		if g == nil && err == nil {
 			return false, true, nil // claimed too late: the next attempt tells where it stands
@@ -294,7 +294,7 @@ func (q *queueWait) onNote(ctx context.Context, n any) (done, try bool, err erro
 // a lost one, or an attempt's reply) granted this entry; nil if it came too
 // late to use and could not be claimed: the next try tells where the entry
 // stands.
-func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error) {
+func (q *queueWait) handedOff(ctx context.Context, r transport.FairAcquireReply) (*core.Grant, error) {
 	granted := q.rc.notLater(r.Granted)
 	if q.ps == nil {
 		// The caller's own hand-off. (A semaphore's waiter is handed its
@@ -306,10 +306,10 @@ func (q *queueWait) handedOff(ctx context.Context, r reply) (*core.Grant, error)
 }
 
 // queued takes in a reply that left the entry waiting.
-func (q *queueWait) queued(r reply) {
-	q.rc = r.clock
+func (q *queueWait) queued(r transport.FairAcquireReply) {
+	q.rc = clockOf(r)
 	if r.Head {
-		q.headUntil(r.holdEnds())
+		q.headUntil(r.Now + r.HoldMs) // when the current hold expires
 	} else {
 		q.w.StopFallback()
 	}

@@ -99,6 +99,9 @@ type FairAcquireReply struct {
 	Now      int64 // waiting: Redis's clock, ms
 	Queue    int   // waiting in the queue: its length, the caller included (0 for a try)
 	Settling bool  // a try met a server that lost its data settling (hold.lua's settling), for HoldMs
+	// Sent and Read are this client's clock when the request was sent
+	// and when the reply was read: the caller's to set.
+	Sent, Read time.Time
 }
 
 // DecodeFairAcquire reads token (a fresh acquisition of a free lock, as
