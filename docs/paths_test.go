@@ -503,6 +503,6 @@ func ctxLine(stops, files, names []string, returns int) string {
 	for i, n := range names {
 		quoted[i] = "`" + n + "`"
 	}
-	return fmt.Sprintf("The caller's ctx, followed from `fair.Mutex.Lock` through every call the path runs that passes it, makes %d stops in %d files, under %d names (%s: the parameters it arrives in and the expressions it is passed as). Going down those calls it comes back %d times to a file it had left; counting the reader's return to the caller's file after each call, %d times.\n\n",
+	return fmt.Sprintf("The caller's ctx, followed from `fair.Mutex.Lock` through every call the path runs that passes it (or the `core.Turn` that carries it), makes %d stops in %d files, under %d names (%s: the parameters it arrives in and the expressions it is passed as). Going down those calls it comes back %d times to a file it had left; counting the reader's return to the caller's file after each call, %d times.\n\n",
 		len(stops), len(distinct), len(names), strings.Join(quoted, ", "), comebacks(stops), returns)
 }

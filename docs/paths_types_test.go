@@ -163,13 +163,15 @@ func isTypeParam(tn *types.TypeName) bool {
 
 // ctxStops follows the caller's ctx from the path's first function (start,
 // a function's qualified name): every call the path ran that passes a
-// context.Context to a function of the path is a stop in that function's
+// context.Context, or the core.Turn that carries the caller's ctx
+// (Turn.Context), to a function of the path is a stop in that function's
 // file, and after it the reader is back in the caller's file. It returns
 // the stops' files in order, the files the reader is in, in order (the
 // caller's again after each call it made), the names the ctx goes by (the
 // parameters it arrives in, and the expressions it is passed as), and how
-// many times the reader came back to a file it had left. A call through an interface stops at
-// each of the path's methods that implement it.
+// many times the reader came back to a file it had left. A call through
+// an interface stops at each of the path's methods that implement it; a
+// call through a func value, at each of the path's functions of its type.
 func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (stops, files, names []string, returns int) {
 	byName := map[string]fn{}     // a *types.Func's full name
 	funcs := map[fn]*types.Func{} // f's object
@@ -193,6 +195,11 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 		tv, ok := m.info.Types[e]
 		return ok && tv.Type != nil && tv.Type.String() == "context.Context"
 	}
+	carriesCtx := func(e ast.Expr) bool {
+		tv, ok := m.info.Types[e]
+		return isCtx(e) || ok && tv.Type != nil && tv.Type.String() == "*"+modulePrefix+"internal/core.Turn"
+	}
+	qualify := func(p *types.Package) string { return p.Path() }
 	callees := func(call *ast.CallExpr) []fn {
 		var obj types.Object
 		switch fun := call.Fun.(type) {
@@ -213,6 +220,18 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 			} else {
 				obj = m.info.Uses[fun.Sel]
 			}
+		}
+		if v, ok := obj.(*types.Var); ok {
+			// A func value: any of the path's functions of its type (by
+			// text: the packages are type-checked one by one).
+			var out []fn
+			for _, f := range path {
+				if tf := funcs[f]; tf != nil && tf.Type().(*types.Signature).Recv() == nil &&
+					types.TypeString(tf.Type(), qualify) == types.TypeString(v.Type().Underlying(), qualify) {
+					out = append(out, f)
+				}
+			}
+			return out
 		}
 		tf, ok := obj.(*types.Func)
 		if !ok {
@@ -248,7 +267,7 @@ func (m *typedModule) ctxStops(path []fn, ran map[covBlock]bool, start string) (
 			if line := m.fset.Position(call.Pos()).Line; line > bodyStart && !lines[line] {
 				return true
 			}
-			if !slices.ContainsFunc(call.Args, isCtx) {
+			if !slices.ContainsFunc(call.Args, carriesCtx) {
 				return true
 			}
 			for _, arg := range call.Args {

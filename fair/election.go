@@ -125,7 +125,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 		return core.Bind(ctx, end), nil
 	}
 	end, err := m.Acquire(ctx, core.LockAttempt(m.Config()), func(t *core.Turn) (*core.Grant, error) {
-		q := t.Acquirer().(*queue)
+		q := core.State(t, newQueue)
 		q.value = transport.EscapeValue(value)
 		return q.Acquire(t.Context(), t.Attempt())
 	})

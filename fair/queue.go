@@ -14,8 +14,8 @@ import (
 )
 
 // queue is a lock's fair queue as one hold id (a slot of a handle) uses
-// it: its scripts, its entries, and the wait for a turn (wait.go). The
-// slot's place makes it at the slot's first turn (NewAcquirer). Two
+// it: its scripts, its entries, and the wait for a turn (wait.go). It is
+// made at the slot's first turn (lockTurn, core.State). Two
 // primitives use it, each as a plain user: a fair Mutex waits in it for the
 // lock, and a Semaphore's waiter waits in its gate's queue for the gate or
 // for permits served to it there (permitSource).
@@ -61,7 +61,7 @@ func placeAt(base string, scripts *lua.Scripts) core.Place {
 		Leave:       scripts.FairLeave,
 		ForceUnlock: scripts.FairForceUnlock,
 		Watch:       scripts.FairHeartbeat,
-		NewAcquirer: func(h core.Agent) core.Acquirer { return newQueue(h) },
+		Wait:        lockTurn,
 		Presence:    true,
 	}
 }
@@ -86,6 +86,12 @@ func newGateQueue(h core.Agent, permit transport.PermitRequest, ps permitSource)
 	q := newQueue(h)
 	q.permit, q.ps = permit, ps
 	return q
+}
+
+// lockTurn waits out a turn of a fair Mutex (its place's Wait) in the
+// queue of the turn's hold id.
+func lockTurn(t *core.Turn) (*core.Grant, error) {
+	return core.State(t, newQueue).Acquire(t.Context(), t.Attempt())
 }
 
 // Acquire is one Lock or TryLock of the queue's lock. It tries once;

@@ -11,9 +11,15 @@ import (
 	"github.com/fairlock/fairlock/observe"
 )
 
-// kind is the reentrant lock's scripts and wait.
+// kind is the reentrant lock's scripts and wait, for one hold id.
 type kind struct {
 	h core.Agent
+}
+
+// lockTurn waits out a turn of a reentrant Mutex (its place's Wait) as the
+// turn's hold id.
+func lockTurn(t *core.Turn) (*core.Grant, error) {
+	return core.State(t, func(h core.Agent) *kind { return &kind{h: h} }).Acquire(t.Context(), t.Attempt())
 }
 
 // place is where a reentrant lock lives: its hold, its waiters and their
@@ -29,7 +35,7 @@ func place(name string, scripts *lua.Scripts) core.Place {
 		Release:     scripts.ReentrantRelease,
 		ForceUnlock: scripts.ReentrantForceUnlock,
 		Watch:       scripts.ReentrantWatch, // after a release that woke a waiter that keeps a presence
-		NewAcquirer: func(h core.Agent) core.Acquirer { return &kind{h: h} },
+		Wait:        lockTurn,
 		Presence:    true, // a holder gone for the grace is ended by an attempt (reentrant_acquire.lua)
 		Exclusive:   true,
 	}

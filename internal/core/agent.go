@@ -31,10 +31,11 @@ type Place struct {
 	ForceUnlock *transport.Script
 	// Renew renews a hold, with renew.lua's arguments; nil: renew.lua.
 	Renew *transport.Script
-	// NewAcquirer makes what waits out the turns of one hold id (Turn.Acquirer):
-	// the fair queue, the reentrant lock's waiter; nil for a kind whose
-	// turns do not wait through it.
-	NewAcquirer func(ag Agent) Acquirer
+	// Wait waits out a turn of a Lock or TryLock of the place's handles
+	// (Mutex.Acquire): in the fair queue, as the reentrant lock's waiter.
+	// What it keeps per hold id lives in the turn's slot (State). Nil
+	// for a kind whose turns do not wait through it.
+	Wait func(t *Turn) (*Grant, error)
 	// Presence: the place's scripts end a hold whose owner's presence is
 	// gone (fairlock.WithPresence; the fair queue's). Such holds are taken
 	// only while the owner's presence is up, and end when it breaks.
@@ -73,7 +74,7 @@ func (c *BoundCalls) of(s *transport.Script, keys []string) *transport.Call {
 // acts as): where the lock lives, the handle's configuration and hold id,
 // and the requests a primitive may make on the handle's behalf. A
 // primitive calls its Agent; core calls a primitive only through what the
-// primitive's place gave it (NewAcquirer, and the Acquirer it makes).
+// primitive's place gave it (Wait).
 type Agent struct {
 	Client  redis.UniversalClient
 	Owner   *Owner // the handle's owner: what its handles share

@@ -9,8 +9,8 @@ import (
 // that are more than their core's method: each kind's handle forwards to
 // these, and its own doc comment says what the call means for that kind.
 
-// Lock waits until the lock is this call's (its turn waited out with the
-// turn's Acquirer, which the kind's place made).
+// Lock waits until the lock is this call's (its turn waited out by its
+// place's Wait).
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.lock(ctx, LockAttempt(m.Config()))
 	return err
@@ -48,9 +48,7 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 	return e != nil, err
 }
 
-// lock is an acquisition of a, its turn waited out with the turn's Acquirer.
+// lock is an acquisition of a, its turn waited out by its place's Wait.
 func (m *Mutex) lock(ctx context.Context, a Attempt) (*End, error) {
-	return m.Acquire(ctx, a, func(t *Turn) (*Grant, error) {
-		return t.Acquirer().Acquire(t.Context(), t.Attempt())
-	})
+	return m.Acquire(ctx, a, m.agent.Wait)
 }

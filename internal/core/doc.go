@@ -1,8 +1,8 @@
 // Package core is the hold lifecycle every primitive shares: the handle
 // (Mutex) with its one hold at a time (End, Latest, the lease and watchdog
 // of hold.go), which an acquisition (a Turn: Begin, the primitive's wait,
-// Keep; Mutex.Acquire runs the three, the mutexes' wait being the Acquirer
-// their place makes) hands its grant to, the Agent through which it acts
+// Keep; Mutex.Acquire runs the three, the mutexes' wait being their
+// place's Wait) hands its grant to, the Agent through which it acts
 // for its handle, and the Owner that its handles share and that Close ends, with
 // its session (presence.go, presence_legs.go) and its restart check
 // (restart.go). The primitives (fair, reentrant) say only what differs:

@@ -19,7 +19,7 @@ type Attempt struct {
 	Lease   time.Duration // the lease to ask for
 	Fixed   bool          // a fixed lease, not renewed
 	// Report, if not nil (the handle has an observer), is where the
-	// Acquirer tells how the acquisition went (QueueNews, HandedOff).
+	// primitive's wait tells how the acquisition went (QueueNews, HandedOff).
 	Report *Report
 }
 
@@ -53,9 +53,9 @@ type Mutex struct {
 // slot is one hold id of a handle: one acquisition at a time, then the
 // hold it won, if any.
 type slot struct {
-	agent    Agent
-	acquirer Acquirer     // made at its first turn (Turn.Acquirer)
-	stale    atomic.Int64 // Agent.stale
+	agent Agent
+	state any          // the primitive's, made at its first turn (State)
+	stale atomic.Int64 // Agent.stale
 	// holding: the slot has a hold that has not ended (Agent.NewRequest).
 	holding atomic.Bool
 	// abandoned is the slot's latest acquiring call abandoned at its ctx's

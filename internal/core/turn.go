@@ -11,9 +11,9 @@ import (
 // Turn is one acquisition of a handle, from Begin to Keep; Mutex.Acquire
 // runs the three. Begin picks the hold id it acts as (a fresh one, or the
 // one of the hold its context re-enters) and binds its wait to the owner's
-// Close; the wait is the primitive's (the mutexes': the Acquirer their
-// place made), which runs its scripts through Agent; Keep makes the grant
-// the handle's hold. Core calls the primitive only through that Acquirer.
+// Close; the wait is the primitive's (the mutexes': their place's Wait),
+// which runs its scripts through Agent; Keep makes the grant the handle's
+// hold. Core calls the primitive only through that wait.
 type Turn struct {
 	m    *Mutex
 	s    *slot
@@ -80,18 +80,16 @@ func (t *Turn) Attempt() Attempt { return t.a }
 // Agent acts for the turn's hold id.
 func (t *Turn) Agent() Agent { return t.s.agent }
 
-// Acquirer waits out the turns of one hold id: one Lock or TryLock.
-type Acquirer interface {
-	Acquire(ctx context.Context, a Attempt) (*Grant, error)
-}
-
-// Acquirer is what waits out the turn: its hold id's, made by the place's
-// NewAcquirer at the id's first turn. A slot serves one turn at a time.
-func (t *Turn) Acquirer() Acquirer {
-	if t.s.acquirer == nil {
-		t.s.acquirer = t.s.agent.NewAcquirer(t.s.agent)
+// State is what a primitive keeps for the turn's hold id between its
+// turns (the fair queue's abandoned entries): made by newState at the id's
+// first turn. A slot serves one turn at a time.
+func State[T any](t *Turn, newState func(Agent) *T) *T {
+	if s, ok := t.s.state.(*T); ok {
+		return s
 	}
-	return t.s.acquirer
+	s := newState(t.s.agent)
+	t.s.state = s
+	return s
 }
 
 // Keep ends the turn with what the primitive's wait returned: a grant
@@ -100,7 +98,7 @@ func (t *Turn) Acquirer() Acquirer {
 // elapsed. The acquisition is reported to the handle's observer.
 func (m *Mutex) Keep(t *Turn, g *Grant, err error) (*End, error) {
 	defer t.done() // after the hold is the owner's: Close releases it
-	if err != nil && t.call.Err() == nil && context.Cause(t.ctx) == ErrClosed {
+	if err != nil && t.call.Err() == nil && context.Cause(t.Context()) == ErrClosed {
 		err = ErrClosed
 	}
 	var h *hold
@@ -111,7 +109,7 @@ func (m *Mutex) Keep(t *Turn, g *Grant, err error) (*End, error) {
 		m.put(t.s)
 	default:
 		var why error
-		if h, why = m.adopt(t.ctx, t.s, g, t.a); why != nil {
+		if h, why = m.adopt(t.Context(), t.s, g, t.a); why != nil {
 			h, err = nil, why // ended: never a success
 		}
 	}
@@ -226,7 +224,7 @@ func (m *Mutex) reentered(t *Turn, g *Grant, err error) (*hold, error) {
 	}
 	// want ended while the call ran, and its slot took another turn that
 	// this call counted a re-entry of: give that count back.
-	_ = want.s.agent.Bounded(t.ctx, "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
+	_ = want.s.agent.Bounded(t.Context(), "giving back a re-entry of a hold that had ended", func(ctx context.Context) error {
 		_, err := m.release(ctx, want.s, g.Token)
 		return err
 	})
