@@ -50,5 +50,8 @@ func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 
 // lock is an acquisition of a, its turn waited out by its place's Wait.
 func (m *Mutex) lock(ctx context.Context, a Attempt) (*End, error) {
+	if !m.made() {
+		return nil, errUnmade // as Begin would say
+	}
 	return m.Acquire(ctx, a, m.agent.Wait)
 }
