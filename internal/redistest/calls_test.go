@@ -39,7 +39,9 @@ func (s *seen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func TestCallsKnowsAScriptsCalls(t *testing.T) {
 	scripts := lua.Default()
 	mr := miniredis.RunT(t)
-	clients := map[string]*redis.Client{"miniredis": redis.NewClient(&redis.Options{Addr: mr.Addr()})}
+	mini := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = mini.Close() })
+	clients := map[string]*redis.Client{"miniredis": mini}
 	if os.Getenv(envSingle) != "" {
 		clients["redis"] = RealOrMini(t)
 	}

@@ -47,7 +47,7 @@ const AnyStale int64 = -1
 func (a FairAcquire) Args() []any {
 	b := make([]byte, 0, 256) // on the stack, for all but long names: the string is the one allocation
 	b = number(text(word(word(b, a.Entry), a.Wait), a.Mode), a.Stale)
-	rest := string(word(word(b, a.Publish), a.Channel))
+	rest := string(word(word(b, a.Publish), a.Channel)[1:])
 	if a.Value != nil {
 		return []any{a.Owner, a.Request, a.Lease, a.Origin, rest, "", 0, 0, a.Value}
 	}
@@ -58,7 +58,8 @@ func (a FairAcquire) Args() []any {
 }
 
 // word appends v (a string or a number, boxed) to b as one more word of a
-// space-separated argument.
+// space-separated argument: a space, then v. The caller drops the first
+// space, so that an empty word keeps its place.
 func word(b []byte, v any) []byte {
 	switch v := v.(type) {
 	case string:
@@ -71,21 +72,11 @@ func word(b []byte, v any) []byte {
 	return text(b, fmt.Sprint(v))
 }
 
-// text appends the word v to b.
-func text(b []byte, v string) []byte {
-	if len(b) > 0 {
-		b = append(b, ' ')
-	}
-	return append(b, v...)
-}
+// text appends the word v to b (word).
+func text(b []byte, v string) []byte { return append(append(b, ' '), v...) }
 
-// number appends the word v to b.
-func number(b []byte, v int64) []byte {
-	if len(b) > 0 {
-		b = append(b, ' ')
-	}
-	return strconv.AppendInt(b, v, 10)
-}
+// number appends the word v to b (word).
+func number(b []byte, v int64) []byte { return strconv.AppendInt(append(b, ' '), v, 10) }
 
 // FairAcquireReply is fair_acquire.lua's reply.
 type FairAcquireReply struct {
@@ -159,7 +150,7 @@ func (a ReentrantAcquire) Args() []any {
 	}
 	b := make([]byte, 0, 128) // on the stack: the string is the one allocation
 	b = word(text(text(b, ask), a.Waiter), a.Wait)
-	return []any{a.Owner, a.Request, a.Lease, a.Stale, string(b)}
+	return []any{a.Owner, a.Request, a.Lease, a.Stale, string(b[1:])}
 }
 
 // ReentrantAcquireReply is reentrant_acquire.lua's reply: {1, token, freed}

@@ -143,6 +143,12 @@ func TestFairAcquireArgs(t *testing.T) {
 	if !slices.Equal(args, want) {
 		t.Fatalf("a fair lock's attempt sends %q, want %q", args, want)
 	}
+	// Every word keeps its place, an empty one too (the script splits on spaces).
+	empty := a
+	empty.Entry = ""
+	if got := empty.Args()[4]; got != " 10000 join -1 PUBLISH fairlock:f:{a lock}:wake" {
+		t.Fatalf("an attempt with an empty entry sends %q, want the entry's word empty", got)
+	}
 	a.Permit = PermitRequest{Owner: "p.1", N: 3, Lease: 5000}
 	args = a.Args()
 	if len(args) != 8 || args[5] != "p.1" || args[6] != 3 || args[7] != int64(5000) {
