@@ -30,7 +30,10 @@ func WithLease(d time.Duration) Option { return Option{core.WithLease(d)} }
 // WithDriftFactor sets the part of each lease given up for drift (default 0.01).
 func WithDriftFactor(f float64) Option { return Option{core.WithDriftFactor(f)} }
 
-// WithLogger sends background events, such as lost holds, to l.
+// WithLogger sends background events, such as lost holds, to l. A lost
+// hold is logged at level Error ("fairlock: lock lost: " and why), with the
+// lock, the owner, the hold's fencing token and, when a timer ended it
+// after it was due (a process that ran late), late: how long after.
 func WithLogger(l *slog.Logger) Option { return Option{core.WithLogger(l)} }
 
 // WithCleanupTimeout bounds the calls that go on after ctx ended (5 s).

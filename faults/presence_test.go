@@ -438,7 +438,7 @@ func TestPresenceShortOutageFreesTheLostHoldAtOnce(t *testing.T) {
 				}
 				if at, ok := loss.lostAt(); !ok {
 					t.Errorf("run %d: the waiter held while the holder believed it held", i)
-				} else if why := twoBelievers(r.at, at, late()); why != "" {
+				} else if why := twoBelievers(r.at, at, loss.lateness(late)); why != "" {
 					t.Errorf("run %d: %s", i, why)
 				}
 				took = append(took, r.at.Sub(over))
@@ -515,7 +515,7 @@ func connectionResetsCostNothing(t *testing.T, kind string) {
 					// on; two believers never.
 					if at, ok := loss.lostAt(); !ok {
 						t.Errorf("presence %v, run %d: the waiter took the lock (%v) while the holder believed it held", present, i, r.err)
-					} else if why := twoBelievers(r.at, at, late()); why != "" {
+					} else if why := twoBelievers(r.at, at, loss.lateness(late)); why != "" {
 						t.Errorf("presence %v, run %d: %s", present, i, why)
 					}
 					mu.Lock()
@@ -758,7 +758,7 @@ func TestPresenceEmptyRestartNeverTwoBelievers(t *testing.T) {
 			}
 			overlap := max(lostAt.Sub(r.at), 0)
 			overlaps = append(overlaps, overlap)
-			if why := twoBelievers(r.at, lostAt, late()); present && why != "" {
+			if why := twoBelievers(r.at, lostAt, loss.lateness(late)); present && why != "" {
 				t.Errorf("run %d: %s", i, why)
 			}
 			_ = next.Unlock(context.Background())

@@ -410,8 +410,14 @@ func (ag Agent) logWarn(msg string, err error) {
 	}
 }
 
-func (ag Agent) logError(msg string, token int64) {
+// logLost logs a hold ended as lost (why); one a timer ended after it was
+// due (timed) says how late.
+func (ag Agent) logLost(why string, token int64, late time.Duration, timed bool) {
 	if l := ag.Config.Logger; l != nil {
-		l.Error("fairlock: "+msg, slog.String("lock", ag.Name), slog.String("owner", ag.ID), slog.Int64("token", token))
+		args := []any{slog.String("lock", ag.Name), slog.String("owner", ag.ID), slog.Int64("token", token)}
+		if timed && late > 0 {
+			args = append(args, slog.Duration("late", late))
+		}
+		l.Error("fairlock: lock lost: "+why, args...)
 	}
 }

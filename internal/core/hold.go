@@ -131,7 +131,8 @@ func (h *hold) extendLocked(since time.Time, d time.Duration) {
 // duration read from the clock first: nothing can move the clock in
 // between.
 func (h *hold) armLossLocked() {
-	h.expiry = clock.AtFunc(h.cfg.Clock, h.deadline, func() { h.end(ErrLockLost, leaseRanOut) })
+	due := h.deadline
+	h.expiry = clock.AtFunc(h.cfg.Clock, due, func() { h.lose(leaseRanOut, due) })
 }
 
 // bornLost reports whether the hold's deadline had passed by the time it
@@ -306,7 +307,12 @@ func (h *hold) reenter(g Grant, lease time.Duration) bool {
 
 // end finishes the hold once (finish), giving its slot back for reuse. It
 // reports whether this call ended it.
-func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, true) }
+func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, true, time.Time{}) }
+
+// lose ends the hold as lost (why) by a timer that was due at due: the
+// log says how late it ran, if it did (a process whose timers run late
+// believes that much longer, docs/presence.md).
+func (h *hold) lose(why string, due time.Time) bool { return h.finish(ErrLockLost, why, true, due) }
 
 // finish finishes the hold once (End.Finish), and stops its loss timer.
 // Every hold that ends is remembered as its slot's stale hold (Agent.stale)
@@ -315,15 +321,16 @@ func (h *hold) end(cause error, why string) bool { return h.finish(cause, why, t
 // lost one, or one whose release a failover lost) rather than take the
 // call for a re-entry. With reuse false (a release whose outcome is
 // unknown), the slot is dropped: its hold id may still hold the lock. It
-// reports whether this call ended the hold.
-func (h *hold) finish(cause error, why string, reuse bool) bool {
+// reports whether this call ended the hold; due is when a timer meant to
+// end it, if one did (lose).
+func (h *hold) finish(cause error, why string, reuse bool, due time.Time) bool {
 	ended := h.FinishAfter(cause, func() {
 		h.s.stale.Store(h.token)
 		h.s.holding.Store(false)
 		h.s.holdEnded(h.token)
 	}, func() {
 		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
-			h.agent.logError("lock lost: "+why, h.token)
+			h.agent.logLost(why, h.token, h.cfg.Clock.Now().Sub(due), !due.IsZero())
 		}
 	})
 	if !ended {

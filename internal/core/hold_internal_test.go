@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +43,53 @@ func TestLostClosesOnlyOnceTheStaleTokenIsRecorded(t *testing.T) {
 			}
 		}
 		stop()
+	}
+}
+
+// A hold that a timer ended after it was due is logged with how late
+// (late): its holder believed that much longer than the library meant
+// (docs/presence.md). One ended on time, or by anything but a timer, is
+// logged without it.
+func TestALateLossSaysHowLate(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	var logs strings.Builder
+	cfg := NewConfig()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0), nil)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	o, err := NewOwnerWith(client, Rig{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMutex(o, "late", cfg, func(string, *lua.Scripts) Place { return Place{Keys: []string{"k"}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		end  func(h *hold)
+		want string
+	}{
+		{"a timer 30 ms late", func(h *hold) { h.lose("test", clk.Now().Add(-30*time.Millisecond)) }, "late=30ms"},
+		{"a timer on time", func(h *hold) { h.lose("test", clk.Now()) }, ""},
+		{"no timer", func(h *hold) { h.end(ErrLockLost, "test") }, ""},
+	} {
+		logs.Reset()
+		h, _ := newHold(m, m.first, Grant{Token: 1, Since: clk.Now()}, time.Minute, true)
+		c.end(h)
+		line := logs.String()
+		if !strings.Contains(line, `msg="fairlock: lock lost: test"`) {
+			t.Fatalf("%s: logged %q, want the loss", c.name, line)
+		}
+		if got := strings.Contains(line, "late="); got != (c.want != "") || !strings.Contains(line, c.want) {
+			t.Errorf("%s: logged %q, want %q", c.name, line, c.want)
+		}
 	}
 }

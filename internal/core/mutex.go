@@ -324,7 +324,7 @@ func (m *Mutex) released(h *hold, status int, err error) error {
 		// out. The slot is not reused: its hold id may still hold the
 		// lock in Redis.
 		m.forget(h)
-		h.finish(ErrReleased, "", false)
+		h.finish(ErrReleased, "", false, time.Time{})
 		return err
 	case status == transport.StillHeld:
 		return nil

@@ -229,7 +229,7 @@ func (l *leg) run(ps *redis.PubSub) {
 				// (a restart, a partition), not a blip of a live server.
 				// A server that restarts empty could grant the holds
 				// to waiters as soon as it is back: they end now.
-				l.endUnconfirmed()
+				l.endUnconfirmed(time.Time{})
 				if !l.pause() || l.relocate(ps) {
 					return
 				}
@@ -406,16 +406,18 @@ func (l *leg) armJeopardyLocked() {
 	if l.jeopardy != nil {
 		l.jeopardy.Stop()
 	}
-	l.jeopardy = clock.AtFunc(l.o.clock, l.alive.Add(PresenceGrace-sessionMargin), l.endUnconfirmed)
+	due := l.alive.Add(PresenceGrace - sessionMargin)
+	l.jeopardy = clock.AtFunc(l.o.clock, due, func() { l.endUnconfirmed(due) })
 }
 
 // endUnconfirmed ends, as lost, every hold of the owner that a waiter may
 // end once its presence is gone (Place.Presence) and that the presence up
 // now does not cover: the break lasted too long, or the hold's renewal
-// since has not been answered.
-func (l *leg) endUnconfirmed() {
+// since has not been answered. due is the jeopardy's time, if it ended
+// them (zero if not).
+func (l *leg) endUnconfirmed(due time.Time) {
 	for _, h := range l.unconfirmed() {
-		l.o.giveUp(h, presenceGone)
+		l.o.giveUp(h, presenceGone, due)
 	}
 }
 
@@ -660,12 +662,12 @@ func (l *leg) follow(since time.Time, why error, node redis.UniversalClient) {
 	l.o.replay()
 }
 
-// giveUp ends h as lost (why) and, if that ended it, releases it in Redis
-// in the background (releaseLost).
-func (o *Owner) giveUp(h *hold, why string) {
+// giveUp ends h as lost (why; by a timer due at due, if not zero) and, if
+// that ended it, releases it in Redis in the background (releaseLost).
+func (o *Owner) giveUp(h *hold, why string, due time.Time) {
 	o.hubs.ProbeBackground(1)
 	o.cleanups.add(nil)
-	ended := h.end(ErrLockLost, why)
+	ended := h.lose(why, due)
 	if ended {
 		o.releaseLost(h, true)
 	}

@@ -149,14 +149,14 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		// returns, so that no two handles of one owner ever count on the
 		// lock at once (docs/deployments.md, "Writes between the promotion
 		// and the clients' switch are lost").
-		m.agent.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)")
+		m.agent.Owner.giveUp(prev, "another handle of this owner was granted the lock, so Redis no longer had this hold (a failover lost it, or it was forced out)", time.Time{})
 	}
 	if h.bornLost() {
 		// Its loss timer would only fire at the clock's next tick (a fake
 		// clock's next Advance): end it now, so that nobody counts on a
 		// hold Redis may have ended, and give back what Redis may still
 		// count of it.
-		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned")
+		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned", time.Time{})
 		return h, errBornLost
 	}
 	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && !p.covers(m.agent.Keys[0], g.Since) {
@@ -165,7 +165,7 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		// once the presence is back and Redis still has it.
 		if !m.confirm(ctx, p, h, *g) {
 			m.agent.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
-				"and could not be confirmed once it was back")
+				"and could not be confirmed once it was back", time.Time{})
 			if ctx.Err() != nil { // the wait ended first: say why, as any wait does
 				if context.Cause(ctx) == ErrClosed {
 					return h, ErrClosed
