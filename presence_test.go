@@ -3,6 +3,7 @@ package fairlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -529,6 +530,116 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		}
 		waitFor(t, "the waiter's presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
 	}
+}
+
+// A grant to a Lock that waited is vouched for by a PING answered lately:
+// the waiter's connections break just before the holder hands it the
+// lock, and its reader hears of the break only later (a reader that runs
+// late: a loaded machine). Its owner held nothing and sent no PING while
+// it waited, so reading the break would end the hold at once: Lock
+// returned nil, and the hold ended a moment later (the fault suite caught
+// it once in CI, under load). Now the grant waits for a PING's answer
+// (vouch), which does not come on the broken connection; once the break is
+// known (read, or found by the owner's check of its subscription) the
+// grant is confirmed after the presence is back, or given back and waited
+// past. Every Lock that returns nil holds, after the break is read and a
+// grace has passed. (On the fake clock a jeopardy already due fires only
+// at the next Advance, after the presence's return has confirmed the
+// hold, so this test passes without vouch too: it checks that the vouch
+// neither hangs a Lock nor hands out a hold that ends; the vouch itself is
+// core's TestVouchWantsARecentPing.)
+func TestPresenceGrantBeforeAnUnreadBreakIsVouchedFor(t *testing.T) {
+	redistest.NoLeaks(t)
+	pw := newPresenceWaiter(t, "v")
+	clk, sever, wo, holder := pw.clk, pw.sever, pw.owner, pw.holder
+	var logs redistest.LogBuffer
+	waiter, err := fair.New(wo, "v", fairlock.WithLogger(logs.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Armed once the holder has handed the lock on: the waiter's next
+	// script call's reply brings it the grant.
+	var armed, replied atomic.Bool
+	wo.Client().(*redis.Client).AddHook(hookAfterScripts(func() {
+		if armed.CompareAndSwap(true, false) {
+			replied.Store(true)
+		}
+	}))
+	t.Cleanup(sever.Release)
+	ctx := context.Background()
+	const runs = 10
+	for run := range runs {
+		replied.Store(false)
+		logs.Reset()
+		clk.Advance(2 * core.SessionPing) // the owner's last PING, of its last hold, is not recent
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		waitFor(t, "the waiter to queue", func() bool { return redistest.Asleep() == 1 })
+		ups := redistest.PresenceUps(wo)
+		sever.SeverUnread()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(true)
+		waitFor(t, "the grant to come back to the waiter", func() bool {
+			if replied.Load() {
+				return true
+			}
+			clk.Advance(core.PresencePoll) // the waiter's timers: its message is lost
+			return false
+		})
+		time.Sleep(time.Millisecond) // the grant taken in, or the break found, before the reads fail
+		sever.Release()
+		var lerr error
+		waitFor(t, "the waiter's Lock to return", func() bool {
+			select {
+			case lerr = <-got:
+				return true
+			default:
+				if redistest.PresenceUps(wo) > ups { // the break read, the presence back
+					clk.Advance(core.PresencePoll)
+				}
+				return false
+			}
+		})
+		if lerr != nil {
+			t.Fatalf("run %d: the waiter's Lock = %v, want the lock (it waits past a grant it gave back)", run, lerr)
+		}
+		waitFor(t, "the waiter's presence to come back", func() bool { return redistest.PresenceUps(wo) > ups })
+		clk.Advance(core.PresenceGrace) // a jeopardy the break armed comes
+		if isClosed(waiter.Lost()) || waiter.HoldContext().Err() != nil {
+			t.Fatalf("run %d: Lock returned nil, and its hold ended once the break was read (%v); log:\n%s", run, context.Cause(waiter.HoldContext()), logs.String())
+		}
+		if n, err := waiter.HoldCount(ctx); err != nil || n != 1 {
+			t.Fatalf("run %d: Lock returned nil, yet HoldCount = %d, %v: a success without the lock", run, n, err)
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatalf("run %d: Unlock = %v", run, err)
+		}
+	}
+}
+
+// hookAfterScripts is a go-redis hook that calls after once a script
+// call's reply is in.
+type hookAfterScripts func()
+
+func (hookAfterScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hookAfterScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := strings.ToLower(cmd.Name()); strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall") {
+			h()
+		}
+		return err
+	}
+}
+
+func (hookAfterScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // A blip leaves a fixed lease as it was: a waiter on an owner made

@@ -135,6 +135,9 @@ func (qu *queue) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, erro
 	qu.h.QueueNews(a, observe.Joined, r.Queue)
 	out, err := qu.waitTurn(ctx, a, entry, sub, r)
 	qu.served = out.served
+	if out.held != nil {
+		out.held.Waited = true
+	}
 	return out.held, err
 }
 

@@ -591,6 +591,9 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 		if served != nil {
 			a.HandedOff(served.Since)
 			if g, err := usable(ctx, k.h, served, a); g != nil || err != nil {
+				if g != nil {
+					g.Waited = true
+				}
 				return g, err
 			}
 			continue // served too late to use, and gone: queue afresh
@@ -608,6 +611,9 @@ func (k *semKind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, err
 			k.h.Info("giving the semaphore's gate on failed; its lease will run out", "error", err)
 		}
 		if !again {
+			if g != nil {
+				g.Waited = true
+			}
 			return g, err
 		}
 	}

@@ -344,7 +344,8 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		if err := holder.Lock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		waiter, err := fair.New(owner, name, fairlock.WithLease(presenceLease))
+		var sink logSink
+		waiter, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithLogger(sink.logger()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,8 +366,8 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		}
 		n, err := waiter.HoldCount(context.Background())
 		if hold := waiter.HoldContext(); err != nil || n != 1 || hold.Err() != nil || isClosed(waiter.Lost()) {
-			t.Fatalf("run %d: Lock returned nil without the lock: HoldCount %d (%v), hold's context %v",
-				i, n, err, context.Cause(hold))
+			t.Fatalf("run %d: Lock returned nil without the lock: HoldCount %d (%v), hold's context %v; log: %s",
+				i, n, err, context.Cause(hold), sink.String())
 		}
 		took = append(took, r.at.Sub(killedAt))
 		if err := waiter.Unlock(context.Background()); err != nil {

@@ -143,6 +143,9 @@ func (k *kind) Acquire(ctx context.Context, a core.Attempt) (*core.Grant, error)
 	kw.w = w
 	kw.sleep(ttl)
 	err = w.Run(ctx, kw, false)
+	if kw.g != nil {
+		kw.g.Waited = true
+	}
 	return kw.g, err
 }
 

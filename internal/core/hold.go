@@ -24,6 +24,10 @@ type Grant struct {
 	// once and is claimed (made a full hold, Agent.Claim) halfway through
 	// its first lease, if it lasts that long.
 	Handoff bool
+	// Waited marks a grant to a call that waited for it: its owner may have
+	// held nothing, and sent no PING, for a while, so Keep has the presence
+	// vouch for it before the call returns (adopt).
+	Waited bool
 }
 
 // hold is this handle's belief that it holds the lock: its End (how it

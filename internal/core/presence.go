@@ -101,6 +101,7 @@ type leg struct {
 	// payload; jeopardy ends the unconfirmed holds once a break has lasted
 	// too long (nil while up).
 	alive    time.Time
+	answered chan struct{} // closed when alive moves on
 	pings    map[string]time.Time
 	seq      int64
 	jeopardy clock.Timer
@@ -122,7 +123,7 @@ type leg struct {
 }
 
 func newLeg(p *presence, node redis.UniversalClient) *leg {
-	return &leg{p: p, o: p.o, channel: p.channel, node: node, ready: make(chan struct{})}
+	return &leg{p: p, o: p.o, channel: p.channel, node: node, ready: make(chan struct{}), answered: make(chan struct{})}
 }
 
 // await returns nil once the owner is subscribed, starting the
@@ -176,6 +177,46 @@ func (l *leg) covers(since time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.up.Load() && !l.since.After(since)
+}
+
+// vouch reports whether a PING sent within SessionPing of now (as a
+// holding owner sends them) was answered on the subscription that was up
+// before since: a break read later then arms its jeopardy most of the
+// grace ahead, time to subscribe again and confirm the holds, as for any
+// holder's blip. An owner that held nothing sent none: vouch sends one,
+// and waits for its answer, at most the grace (and while ctx and stop
+// last). False if the presence broke or came up anew meanwhile.
+func (l *leg) vouch(ctx, stop context.Context, since time.Time) bool {
+	recent := l.o.clock.Now().Add(-SessionPing)
+	expired := make(chan struct{})
+	timer := l.o.clock.AfterFunc(PresenceGrace, func() { close(expired) })
+	defer timer.Stop()
+	for sent := false; ; sent = true {
+		l.mu.Lock()
+		if !l.up.Load() || l.since.After(since) {
+			l.mu.Unlock()
+			return false
+		}
+		if !l.alive.Before(recent) {
+			l.mu.Unlock()
+			return true
+		}
+		answered, ready := l.answered, l.ready
+		l.mu.Unlock()
+		if !sent {
+			l.ping()
+		}
+		select {
+		case <-answered:
+		case <-ready:
+		case <-expired:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-stop.Done():
+			return false
+		}
+	}
 }
 
 // awaitUp waits, unlike await, through failures, until the presence is up
@@ -302,6 +343,8 @@ func (l *leg) pingRefused(err error) bool {
 func (l *leg) answeredLocked(sent time.Time) {
 	if sent.After(l.alive) {
 		l.alive = sent
+		close(l.answered) // vouch sees it
+		l.answered = make(chan struct{})
 	}
 	if l.p.probe != nil {
 		l.p.probe.PresenceAnswered(l.o, sent)
@@ -407,14 +450,20 @@ func (l *leg) armJeopardyLocked() {
 		l.jeopardy.Stop()
 	}
 	due := l.alive.Add(PresenceGrace - sessionMargin)
-	l.jeopardy = clock.AtFunc(l.o.clock, due, func() { l.endUnconfirmed(due) })
+	// How late it ran counts from when it was armed, if due had passed:
+	// an owner that held nothing sent no PING, and its alive is old.
+	meant := due
+	if now := l.o.clock.Now(); now.After(meant) {
+		meant = now
+	}
+	l.jeopardy = clock.AtFunc(l.o.clock, due, func() { l.endUnconfirmed(meant) })
 }
 
 // endUnconfirmed ends, as lost, every hold of the owner that a waiter may
 // end once its presence is gone (Place.Presence) and that the presence up
 // now does not cover: the break lasted too long, or the hold's renewal
-// since has not been answered. due is the jeopardy's time, if it ended
-// them (zero if not).
+// since has not been answered. due is when the jeopardy that ended them
+// was meant to (zero if none did).
 func (l *leg) endUnconfirmed(due time.Time) {
 	for _, h := range l.unconfirmed() {
 		l.o.giveUp(h, presenceGone, due)

@@ -149,6 +149,12 @@ func (p *presence) awaitUp(ctx, stop context.Context, key string) bool {
 	return err == nil && l.awaitUp(ctx, stop)
 }
 
+// vouch is leg.vouch for the leg that serves key's lock.
+func (p *presence) vouch(ctx, stop context.Context, key string, since time.Time) bool {
+	l := p.serving(key)
+	return l != nil && l.vouch(ctx, stop, since)
+}
+
 // covers is leg.covers for the leg that serves key's lock.
 func (p *presence) covers(key string, since time.Time) bool {
 	l := p.serving(key)

@@ -159,10 +159,15 @@ func (m *Mutex) adopt(ctx context.Context, s *slot, g *Grant, a Attempt) (*hold,
 		m.agent.Owner.giveUp(h, "the lease ran out before the acquisition returned", time.Time{})
 		return h, errBornLost
 	}
-	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && !p.covers(m.agent.Keys[0], g.Since) {
+	if p := m.agent.Owner.presence; p != nil && m.agent.Presence && (!p.covers(m.agent.Keys[0], g.Since) ||
+		g.Waited && !p.vouch(ctx, h.Context(), m.agent.Keys[0], g.Since)) {
 		// Taken while the owner's presence was down (or before it came
 		// back up): a waiter may have ended it. It is the caller's only
-		// once the presence is back and Redis still has it.
+		// once the presence is back and Redis still has it. After a wait
+		// the presence may have broken unread (its reader ran late: a
+		// loaded machine), and an owner that held nothing, and sent no
+		// PING, would end the hold as soon as it read the break: a PING
+		// answered lately vouches for it first.
 		if !m.confirm(ctx, p, h, *g) {
 			m.agent.Owner.giveUp(h, "the lock was granted while the owner's presence connection was down, "+
 				"and could not be confirmed once it was back", time.Time{})

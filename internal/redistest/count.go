@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -119,11 +120,15 @@ func (p *Partition) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // Severable is a go-redis hook that keeps every connection its client
 // dials, so that Sever can close them all at once: the connections break
 // as a CLIENT KILL or a reset would break them (pub/sub ones included),
-// and the client dials anew at its next command.
+// and the client dials anew at its next command. SeverUnread breaks them
+// too, but a read the break fails is held until Release: the server has
+// dropped the connections while the client's reader has not heard of it,
+// as when that reader runs late on a loaded machine.
 type Severable struct {
 	connsOnly
 	mu    sync.Mutex
 	conns []net.Conn
+	held  chan struct{} // while not nil, failed reads wait for it
 }
 
 // DialHook keeps the connection.
@@ -134,9 +139,56 @@ func (s *Severable) DialHook(next redis.DialHook) redis.DialHook {
 			s.mu.Lock()
 			s.conns = append(s.conns, c)
 			s.mu.Unlock()
+			if sc, ok := c.(syscall.Conn); ok {
+				c = heldConn{Conn: c, sc: sc, s: s} // go-redis checks idle connections through SyscallConn
+			}
 		}
 		return c, err
 	}
+}
+
+// heldConn is a connection of a Severable's, whose failed reads wait while
+// the Severable holds them (SeverUnread).
+type heldConn struct {
+	net.Conn
+	sc syscall.Conn
+	s  *Severable
+}
+
+func (c heldConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.s.mu.Lock()
+		held := c.s.held
+		c.s.mu.Unlock()
+		if held != nil {
+			<-held
+		}
+	}
+	return n, err
+}
+
+func (c heldConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
+// SeverUnread closes every connection dialed so far, and holds the reads
+// that fail for it until Release.
+func (s *Severable) SeverUnread() {
+	s.mu.Lock()
+	if s.held == nil {
+		s.held = make(chan struct{})
+	}
+	s.mu.Unlock()
+	s.Sever()
+}
+
+// Release lets the reads held since SeverUnread fail.
+func (s *Severable) Release() {
+	s.mu.Lock()
+	if s.held != nil {
+		close(s.held)
+		s.held = nil
+	}
+	s.mu.Unlock()
 }
 
 // connsOnly gives a hook that acts on its client's connections alone
