@@ -506,16 +506,7 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		var lerr error
-		waitFor(t, "the waiter's Lock to return", func() bool {
-			select {
-			case lerr = <-got:
-				return true
-			default:
-				clk.Advance(core.PresencePoll) // the presence's retries, the waiter's timers
-				return false
-			}
-		})
+		lerr := lockReturned(t, got, clk, nil)
 		if lerr != nil {
 			t.Fatalf("run %d: the waiter's Lock = %v, want the lock (it waits past a grant it gave back)", run, lerr)
 		}
@@ -593,18 +584,9 @@ func TestPresenceGrantBeforeAnUnreadBreakIsVouchedFor(t *testing.T) {
 		})
 		time.Sleep(time.Millisecond) // the grant taken in, or the break found, before the reads fail
 		sever.Release()
-		var lerr error
-		waitFor(t, "the waiter's Lock to return", func() bool {
-			select {
-			case lerr = <-got:
-				return true
-			default:
-				if redistest.PresenceUps(wo) > ups { // the break read, the presence back
-					clk.Advance(core.PresencePoll)
-				}
-				return false
-			}
-		})
+		// Not between the grant's reply and the presence's return: the
+		// vouching PING's wait would run out before the break is read.
+		lerr := lockReturned(t, got, clk, func() bool { return redistest.PresenceUps(wo) > ups })
 		if lerr != nil {
 			t.Fatalf("run %d: the waiter's Lock = %v, want the lock (it waits past a grant it gave back)", run, lerr)
 		}
@@ -620,6 +602,26 @@ func TestPresenceGrantBeforeAnUnreadBreakIsVouchedFor(t *testing.T) {
 			t.Fatalf("run %d: Unlock = %v", run, err)
 		}
 	}
+}
+
+// lockReturned waits (real time) for the Lock whose result got brings,
+// moving clk on by PresencePoll at each look (the presence's retries, the
+// waiter's timers) while advance says so (nil: always), and returns it.
+func lockReturned(t *testing.T, got <-chan error, clk *clock.Fake, advance func() bool) error {
+	t.Helper()
+	var err error
+	waitFor(t, "the waiter's Lock to return", func() bool {
+		select {
+		case err = <-got:
+			return true
+		default:
+			if advance == nil || advance() {
+				clk.Advance(core.PresencePoll)
+			}
+			return false
+		}
+	})
+	return err
 }
 
 // hookAfterScripts is a go-redis hook that calls after once a script

@@ -284,8 +284,8 @@ func TestACLUserWithoutScripting(t *testing.T) {
 	must(t, admin.Do(bg, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err())
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscripts", Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
-	logs := &logSink{}
-	logger := logs.logger()
+	logs := &redistest.LogBuffer{}
+	logger := logs.Logger()
 	for _, lock := range []string{"fair", "reentrant"} {
 		var m handle
 		var err error
@@ -408,8 +408,8 @@ func TestServerWhereNoScriptCanRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client(t, srv.Addr)
-	logs := &logSink{}
-	logger := logs.logger()
+	logs := &redistest.LogBuffer{}
+	logger := logs.Logger()
 	e, err := fair.NewElection(redistest.Owner(c), lockName(t), fairlock.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -157,28 +156,6 @@ type result struct {
 	err error
 }
 
-// logSink is what a test's logger writes to: safe for the library's
-// goroutines, read with String.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// logger returns a logger that writes to l.
-func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
-
 // lossClock notes when the library gave a hold up as lost: it logs "lock
 // lost" on the goroutine that ends the hold, before Lost closes. A test's
 // goroutine that waits on Lost and then reads the clock may run tens of ms
@@ -301,11 +278,11 @@ func newOwner(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) *fair
 // fairlock.NewOwner makes it with opts (WithoutPresence: the restart check
 // on a link of its own; by default, on its presence connection), that logs
 // to the returned sink; the owner is closed when the test ends.
-func ownedHolder(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) (*fair.Mutex, *logSink) {
+func ownedHolder(t testing.TB, c *redis.Client, opts ...fairlock.OwnerOption) (*fair.Mutex, *redistest.LogBuffer) {
 	t.Helper()
 	owner := newOwner(t, c, opts...)
-	logs := &logSink{}
-	holder, err := fair.New(owner, lockName(t), fairlock.WithLogger(logs.logger()))
+	logs := &redistest.LogBuffer{}
+	holder, err := fair.New(owner, lockName(t), fairlock.WithLogger(logs.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -344,8 +344,8 @@ func TestPresenceGrantWhileDownIsNeverASuccessWithoutTheLock(t *testing.T) {
 		if err := holder.Lock(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		var sink logSink
-		waiter, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithLogger(sink.logger()))
+		var sink redistest.LogBuffer
+		waiter, err := fair.New(owner, name, fairlock.WithLease(presenceLease), fairlock.WithLogger(sink.Logger()))
 		if err != nil {
 			t.Fatal(err)
 		}

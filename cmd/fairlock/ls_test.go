@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,7 +14,6 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -132,24 +130,6 @@ func TestInspectFindsTheKindAndWhatWaitersAsk(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // inspect -watch refreshes until interrupted, and an interrupt ends it
 // without an error.
 func TestInspectWatchRefreshesUntilInterrupted(t *testing.T) {
@@ -162,7 +142,7 @@ func TestInspectWatchRefreshesUntilInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out redistest.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"inspect", "-redis", mr.Addr(), "-watch", "100ms", "reports"}, &out, &out)

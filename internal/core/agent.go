@@ -411,11 +411,11 @@ func (ag Agent) logWarn(msg string, err error) {
 }
 
 // logLost logs a hold ended as lost (why); one a timer ended after it was
-// due (timed) says how late.
-func (ag Agent) logLost(why string, token int64, late time.Duration, timed bool) {
+// due (due, zero if no timer) says how late.
+func (ag Agent) logLost(why string, token int64, due time.Time) {
 	if l := ag.Config.Logger; l != nil {
 		args := []any{slog.String("lock", ag.Name), slog.String("owner", ag.ID), slog.Int64("token", token)}
-		if timed && late > 0 {
+		if late := ag.Config.Clock.Now().Sub(due); !due.IsZero() && late > 0 {
 			args = append(args, slog.Duration("late", late))
 		}
 		l.Error("fairlock: lock lost: "+why, args...)

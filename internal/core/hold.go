@@ -334,7 +334,7 @@ func (h *hold) finish(cause error, why string, reuse bool, due time.Time) bool {
 		h.s.holdEnded(h.token)
 	}, func() {
 		if cause == ErrLockLost { // before Lost closes: whoever sees it finds why in the log
-			h.agent.logLost(why, h.token, h.cfg.Clock.Now().Sub(due), !due.IsZero())
+			h.agent.logLost(why, h.token, due)
 		}
 	})
 	if !ended {

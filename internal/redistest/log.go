@@ -6,8 +6,8 @@ import (
 	"sync"
 )
 
-// LogBuffer is what a test's logger writes to: safe for the library's
-// goroutines, read with String.
+// LogBuffer is what a test's logger, or a command under test, writes to:
+// safe to write from the library's goroutines and read meanwhile (String).
 type LogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
