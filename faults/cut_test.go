@@ -28,14 +28,22 @@ type handle interface {
 	HoldContext() context.Context
 }
 
-func newHandle(t testing.TB, lock string, c redis.UniversalClient, name string, lease time.Duration) handle {
+func newHandle(t testing.TB, lock string, c redis.UniversalClient, name string, lease time.Duration, opts ...fairlock.Option) handle {
 	t.Helper()
 	var h handle
 	var err error
 	if lock == "fair" {
-		h, err = fair.New(redistest.Owner(c), name, fairlock.WithLease(lease), fairlock.WithWaitTimeout(killWait))
+		fo := []fair.MutexOption{fairlock.WithLease(lease), fairlock.WithWaitTimeout(killWait)}
+		for _, o := range opts {
+			fo = append(fo, o)
+		}
+		h, err = fair.New(redistest.Owner(c), name, fo...)
 	} else {
-		h, err = reentrant.New(redistest.Owner(c), name, fairlock.WithLease(lease))
+		ro := []reentrant.Option{fairlock.WithLease(lease)}
+		for _, o := range opts {
+			ro = append(ro, o)
+		}
+		h, err = reentrant.New(redistest.Owner(c), name, ro...)
 	}
 	if err != nil {
 		t.Fatal(err)

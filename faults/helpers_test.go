@@ -178,6 +178,15 @@ func (l *lossClock) lostAt() (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
+// take is lostAt, and forgets it: the next loss of the handle's holds is
+// noted afresh.
+func (l *lossClock) take() (at time.Time, ok bool) {
+	if p := l.at.Swap(nil); p != nil {
+		return *p, true
+	}
+	return time.Time{}, false
+}
+
 // lateness is the most a holder's process ran late that a test allows for
 // (twoBelievers): what timerLateness measured (late), or how late the
 // timer that gave the hold up said it ran, whichever is more. The sampler
